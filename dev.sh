@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# board-outbox developer entry point. Bootstraps .venv from pyproject.toml on first use
+# (and again whenever pyproject.toml changes), then runs the requested job.
+#
+#   ./dev.sh demo [ARGS]    the main job: `board-outbox demo` on the in-memory backend
+#   ./dev.sh test [ARGS]    the test suite (the command CI runs)
+#   ./dev.sh lint           ruff + mypy --strict on src/
+#   ./dev.sh bench [ARGS]   the benchmarks (benchmarks/run.py)
+#   ./dev.sh cli ARGS       any board-outbox command, e.g. ./dev.sh cli --help
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${BOARD_OUTBOX_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+bootstrap() {
+  local stamp="$VENV/.pyproject.sha256" want
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [[ -x "$VENV/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    return 0
+  fi
+  echo "dev.sh: preparing $VENV (one-time; re-done when pyproject.toml changes)" >&2
+  local logf="$VENV.install.log"
+  "$PY" -m venv "$VENV"
+  if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
+         "$VENV/bin/python" -m pip install -e '.[dev,bench]'; } >"$logf" 2>&1; then
+    tail -n 40 "$logf" >&2
+    echo "dev.sh: installing the project into $VENV failed (full log: $logf)" >&2
+    exit 1
+  fi
+  echo "$want" >"$stamp"
+}
+
+cmd=${1:-help}
+[[ $# -gt 0 ]] && shift
+case "$cmd" in
+  demo)  bootstrap; exec "$VENV/bin/board-outbox" demo "$@" ;;
+  test)
+    bootstrap
+    set +e
+    "$VENV/bin/python" -m pytest "$@"
+    rc=$?
+    set -e
+    # pytest exits 5 when it collected no tests: that is a failure of the suite, say so.
+    if [[ $rc -eq 5 ]]; then echo "dev.sh: pytest collected no tests" >&2; exit 1; fi
+    exit $rc ;;
+  lint)  bootstrap; "$VENV/bin/ruff" check src projections tests benchmarks; "$VENV/bin/mypy" src projections ;;
+  bench) bootstrap; exec "$VENV/bin/python" benchmarks/run.py "$@" ;;
+  cli)   bootstrap; exec "$VENV/bin/board-outbox" "$@" ;;
+  help|-h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) echo "dev.sh: unknown command '$cmd' (try ./dev.sh help)" >&2; exit 2 ;;
+esac

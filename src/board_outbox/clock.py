@@ -1,0 +1,44 @@
+"""Time and randomness, injected so that leases, backoff and gap ageing are tested without sleeping."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch (wall clock: leases and not_before are compared across replicas)."""
+        ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+
+class ManualClock:
+    """A clock that only moves when told to."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    def set(self, when: float) -> None:
+        self._now = when
+
+
+class RandomSource(Protocol):
+    def random(self) -> float:
+        """A float in [0, 1)."""
+        ...
+
+
+def seeded_random(seed: int | None = None) -> RandomSource:
+    return random.Random(seed)

@@ -1,0 +1,198 @@
+"""Service configuration: a TOML file and BOARD_OUTBOX_* environment variables, decoded and
+validated with msgspec. Every problem is a ``ConfigError`` whose message names the setting."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .backoff import BackoffPolicy
+from .errors import ConfigError
+from .tail import TailSettings
+from .worker import WorkerSettings
+
+Pos = Annotated[float, msgspec.Meta(gt=0)]
+PosInt = Annotated[int, msgspec.Meta(gt=0)]
+Frac = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+
+class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    backend: Literal["memory", "mongo"] = "memory"
+    # TLS, auth, replicaSet... are URI options and are passed through to pymongo untouched.
+    uri: str = "mongodb://127.0.0.1:27017/?replicaSet=rs0"
+    database: str = "board_outbox"
+    op_timeout_seconds: Pos = 10.0
+    connect_timeout_seconds: Pos = 5.0
+    server_selection_timeout_seconds: Pos = 10.0
+    app_name: str = "board-outbox"
+
+
+class TailConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    batch_size: PosInt = 500
+    poll_interval_seconds: Pos = 1.0
+    young_gap_seconds: Pos = 30.0
+    poison_ticks: PosInt = 20
+    seed: Literal["latest", "earliest"] = "latest"
+    change_streams: bool = True
+
+
+class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    lease_seconds: Pos = 30.0
+    max_attempts: PosInt = 8
+    batch_size: PosInt = 20
+    backoff_base_seconds: Pos = 1.0
+    backoff_factor: Annotated[float, msgspec.Meta(ge=1)] = 2.0
+    backoff_cap_seconds: Pos = 300.0
+    backoff_jitter: Frac = 0.2
+    idle_seconds: Pos = 0.25
+
+
+class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    shutdown_grace_seconds: Pos = 10.0
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    replica_name: str = ""
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    store: StoreConfig = StoreConfig()
+    tail: TailConfig = TailConfig()
+    worker: WorkerConfig = WorkerConfig()
+    service: ServiceConfig = ServiceConfig()
+    projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
+
+    def tail_settings(self) -> TailSettings:
+        t = self.tail
+        return TailSettings(
+            batch_size=t.batch_size,
+            young_gap_seconds=t.young_gap_seconds,
+            poison_ticks=t.poison_ticks,
+            seed=t.seed,
+            projections=tuple(self.projections),
+        )
+
+    def worker_settings(self) -> WorkerSettings:
+        w = self.worker
+        return WorkerSettings(
+            lease_seconds=w.lease_seconds,
+            max_attempts=w.max_attempts,
+            batch_size=w.batch_size,
+            backoff=BackoffPolicy(
+                base_seconds=w.backoff_base_seconds,
+                factor=w.backoff_factor,
+                cap_seconds=w.backoff_cap_seconds,
+                jitter=w.backoff_jitter,
+            ),
+        )
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field rules msgspec cannot express."""
+    if cfg.tail.young_gap_seconds <= cfg.store.op_timeout_seconds:
+        raise ConfigError(
+            f"tail.young_gap_seconds ({cfg.tail.young_gap_seconds:g}) must exceed "
+            f"store.op_timeout_seconds ({cfg.store.op_timeout_seconds:g}): a seq whose insert is "
+            "still within the store timeout would otherwise be stepped over as a dead allocation"
+        )
+    if cfg.worker.backoff_cap_seconds < cfg.worker.backoff_base_seconds:
+        raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
+    from projections import AVAILABLE  # the projection names a deployment can enable
+
+    for name in cfg.projections:
+        if name not in AVAILABLE:
+            raise ConfigError(f"projections: unknown projection {name!r} (known: {', '.join(AVAILABLE)})")
+    return cfg
+
+
+ENV_PREFIX = "BOARD_OUTBOX_"
+_SECTIONS = {"store", "tail", "worker", "service"}
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """BOARD_OUTBOX_STORE__URI=... -> {"store": {"uri": "..."}}; BOARD_OUTBOX_PROJECTIONS=a,b."""
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        rest = key[len(ENV_PREFIX) :].lower()
+        if rest == "config":
+            continue
+        if rest == "projections":
+            out["projections"] = [p for p in (s.strip() for s in value.split(",")) if p]
+            continue
+        section, sep, field = rest.partition("__")
+        if not sep or section not in _SECTIONS or not field:
+            raise ConfigError(
+                f"{key}: not a setting (use {ENV_PREFIX}<SECTION>__<NAME>, sections: "
+                f"{', '.join(sorted(_SECTIONS))})"
+            )
+        out.setdefault(section, {})[field] = _env_value(value)
+    return out
+
+
+def _env_value(value: str) -> Any:
+    low = value.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if re.fullmatch(r"-?\d+", low):
+        return int(low)
+    if re.fullmatch(r"-?\d+\.\d*(e-?\d+)?|-?\d+e-?\d+", low):
+        return float(low)
+    return value
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(merged.get(k), dict):
+            merged[k] = _merge(merged[k], v)
+        else:
+            merged[k] = v
+    return merged
+
+
+def _setting_error(exc: msgspec.ValidationError) -> ConfigError:
+    msg = str(exc)
+    m = re.search(r" - at `\$\.?(.*)`$", msg)
+    where = m.group(1) if m else ""
+    text = msg[: m.start()] if m else msg
+    if "Object contains unknown field" in text:
+        field = re.search(r"`(.*?)`", text)
+        name = f"{where}.{field.group(1)}" if where and field else (field.group(1) if field else "?")
+        return ConfigError(f"{name}: unknown setting")
+    if "missing required field" in text:
+        return ConfigError(f"{where or 'config'}: {text}")
+    return ConfigError(f"{where or 'config'}: {text}")
+
+
+def load_config(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any
+) -> Config:
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    path = path or env.get(ENV_PREFIX + "CONFIG")
+    if path:
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"config file {p}: {exc.strerror or exc}") from None
+        try:
+            decoded = msgspec.toml.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"config file {p}: not valid TOML: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise ConfigError(f"config file {p}: expected a TOML table")
+        data = decoded
+    data = _merge(data, _env_overrides(env))
+    data = _merge(data, overrides)
+    try:
+        cfg = msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        raise _setting_error(exc) from None
+    return validate(cfg)

@@ -1,0 +1,99 @@
+"""Explicit error types. Ports raise these; adapters translate their driver's errors into them.
+
+The split that matters (ADR-094): a *transient* failure (``StoreUnavailable``) must never be
+mistaken for a *definitive* answer (``CardNotFound``, ``SubscriptionNotFound``): the first aborts
+and retries, the second skips or drops.
+"""
+
+from __future__ import annotations
+
+
+class BoardOutboxError(Exception):
+    """Base of every error board-outbox raises on purpose."""
+
+
+class StoreUnavailable(BoardOutboxError):
+    """Transient store failure (network, timeout, not primary, ...). Retry later; decide nothing."""
+
+
+class StoreError(BoardOutboxError):
+    """A store rejected an operation for a non-transient reason (bad query, auth, schema...)."""
+
+
+class CardNotFound(BoardOutboxError):
+    """The card is definitively gone (deleted). Events about it are skipped."""
+
+    def __init__(self, tenant_id: str, card_id: str) -> None:
+        super().__init__(f"card {card_id!r} of tenant {tenant_id!r} not found")
+        self.tenant_id = tenant_id
+        self.card_id = card_id
+
+
+class SubscriptionNotFound(BoardOutboxError):
+    """The subscription is definitively gone. Its pending rows are dropped (done, not launched)."""
+
+    def __init__(self, sub_id: str) -> None:
+        super().__init__(f"subscription {sub_id!r} not found")
+        self.sub_id = sub_id
+
+
+class MalformedDocument(BoardOutboxError):
+    """A stored document does not decode into its domain type (wrong types, missing fields)."""
+
+    def __init__(self, what: str, ref: object, detail: str) -> None:
+        super().__init__(f"malformed {what} {ref!r}: {detail}")
+        self.what = what
+        self.ref = ref
+        self.detail = detail
+
+
+class MalformedEvent(MalformedDocument):
+    def __init__(self, ref: object, detail: str) -> None:
+        super().__init__("board event", ref, detail)
+
+
+class MalformedRow(MalformedDocument):
+    def __init__(self, ref: object, detail: str) -> None:
+        super().__init__("effect row", ref, detail)
+
+
+class MalformedCard(MalformedDocument):
+    def __init__(self, ref: object, detail: str) -> None:
+        super().__init__("card", ref, detail)
+
+
+class InvalidId(BoardOutboxError, ValueError):
+    """An identifier (tenant, subscription, projection) has characters a row key cannot carry."""
+
+
+class EffectError(BoardOutboxError):
+    """An effect failed; the row is retried with backoff."""
+
+
+class PermanentEffectError(EffectError):
+    """An effect can never succeed; the row parks as failed at once (dead-letter)."""
+
+
+class CrossTenantRow(PermanentEffectError):
+    """A row names a subscription of another tenant: refused, never executed."""
+
+
+class UnknownEffectKind(PermanentEffectError):
+    """No handler is registered for the row's kind."""
+
+
+class LaunchFailed(EffectError):
+    """The launcher could not start the bot (retried)."""
+
+
+class LeaseLost(BoardOutboxError):
+    """A fenced write found another claim_id: this worker's lease was stolen. Stop, write nothing."""
+
+
+class ConfigError(BoardOutboxError):
+    """Bad or missing configuration. The message names the setting."""
+
+
+class ChangeStreamLost(BoardOutboxError):
+    """The change stream cannot resume from its token (history lost, invalidated):
+    drop the token, let polling reconcile, reopen from now."""

@@ -1,0 +1,60 @@
+"""The ``launch`` effect handler: re-verify, consume one-shot labels once, launch the bot."""
+
+from __future__ import annotations
+
+import logging
+
+from .domain import EffectRow, matches
+from .errors import CardNotFound, CrossTenantRow, PermanentEffectError, SubscriptionNotFound
+from .ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
+from .registry import ExecutionContext
+
+log = logging.getLogger("board_outbox.launch")
+
+
+class LaunchHandler:
+    def __init__(
+        self, subs: SubscriptionStore, cards: CardStore, labels: LabelStore, launcher: Launcher
+    ) -> None:
+        self.subs = subs
+        self.cards = cards
+        self.labels = labels
+        self.launcher = launcher
+
+    async def execute(self, row: EffectRow, ctx: ExecutionContext) -> str:
+        if row.sub_id is None or row.event is None:
+            raise PermanentEffectError("launch row without sub_id or event")
+        try:
+            sub = await self.subs.get(row.sub_id)  # StoreUnavailable propagates: retried (M10)
+        except SubscriptionNotFound:
+            return "dropped: subscription deleted"
+        if sub.tenant_id != row.tenant_id:  # M10b
+            raise CrossTenantRow(
+                f"row of tenant {row.tenant_id!r} names subscription {sub.sub_id!r} "
+                f"of tenant {sub.tenant_id!r}"
+            )
+        if not row.consume_marked and not matches(sub, row.event):
+            # Re-verify against the CURRENT rule (M10b). A consume_marked row already spent its
+            # labels for this launch: it launches whatever the rule says now.
+            return "dropped: no longer matches"
+        if sub.consume_labels and not row.consume_marked:
+            try:
+                consumed = await self.labels.consume(
+                    row.tenant_id, row.event.card_id, sub.consume_labels
+                )
+            except CardNotFound:
+                return "dropped: card deleted"
+            if not consumed:
+                return "skipped: labels already consumed"
+            await ctx.mark_consumed()  # M6: persisted between consume and launch
+        launch_id = await self.launcher.launch(
+            LaunchRequest(
+                tenant_id=row.tenant_id,
+                bot=sub.bot,
+                card_id=row.event.card_id,
+                sub_id=sub.sub_id,
+                seq=row.seq,
+                row_key=row.row_key,
+            )
+        )
+        return f"launched {launch_id}"

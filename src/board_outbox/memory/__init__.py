@@ -1,0 +1,41 @@
+"""In-memory twins of every port: the test backend and the demo's embedded default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..faults import FaultInjector
+from .board import MemoryBoard, MemoryLauncher, MemorySubscriptionStore
+from .cursors import MemoryCursorStore, MemoryResumeTokenStore
+from .events import MemoryEventLog
+from .outbox import MemoryEffectOutbox
+from .readmodels import MemoryReadModelStore
+
+__all__ = [
+    "MemoryBackend",
+    "MemoryBoard",
+    "MemoryCursorStore",
+    "MemoryEffectOutbox",
+    "MemoryEventLog",
+    "MemoryLauncher",
+    "MemoryReadModelStore",
+    "MemoryResumeTokenStore",
+    "MemorySubscriptionStore",
+]
+
+
+@dataclass
+class MemoryBackend:
+    """Every in-memory store, sharing one fault injector."""
+
+    faults: FaultInjector = field(default_factory=FaultInjector)
+
+    def __post_init__(self) -> None:
+        self.events = MemoryEventLog(self.faults)
+        self.cursors = MemoryCursorStore(self.faults)
+        self.outbox = MemoryEffectOutbox(self.faults)
+        self.subs = MemorySubscriptionStore(self.faults)
+        self.board = MemoryBoard(self.faults)
+        self.launcher = MemoryLauncher(self.faults)
+        self.tokens = MemoryResumeTokenStore()
+        self.readmodels = MemoryReadModelStore(self.faults)

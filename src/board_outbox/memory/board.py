@@ -1,0 +1,115 @@
+"""In-memory subscriptions, cards (with atomic label consume), launcher and projection store."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from anyio.lowlevel import checkpoint
+
+from ..domain import Card, Subscription, check_id, from_doc, to_doc
+from ..errors import CardNotFound, LaunchFailed, MalformedCard, SubscriptionNotFound
+from ..faults import FaultInjector
+from ..ports import LaunchRequest
+
+
+class MemorySubscriptionStore:
+    def __init__(self, faults: FaultInjector | None = None) -> None:
+        self.faults = faults or FaultInjector()
+        self._subs: dict[str, Subscription] = {}
+
+    async def get(self, sub_id: str) -> Subscription:
+        await checkpoint()
+        self.faults.hit("subs.get")
+        try:
+            return self._subs[sub_id]
+        except KeyError:
+            raise SubscriptionNotFound(sub_id) from None
+
+    async def list_for_tenant(self, tenant_id: str) -> list[Subscription]:
+        await checkpoint()
+        self.faults.hit("subs.list")
+        return [s for s in self._subs.values() if s.tenant_id == tenant_id]
+
+    async def tenants(self) -> set[str]:
+        await checkpoint()
+        self.faults.hit("subs.tenants")
+        return {s.tenant_id for s in self._subs.values() if s.enabled}
+
+    async def put(self, sub: Subscription) -> None:
+        await checkpoint()
+        check_id("tenant_id", sub.tenant_id)
+        check_id("sub_id", sub.sub_id)
+        self._subs[sub.sub_id] = sub
+
+    async def delete(self, sub_id: str) -> None:
+        await checkpoint()
+        self._subs.pop(sub_id, None)
+
+
+class MemoryBoard:
+    """Cards, as a ``CardStore`` and a ``LabelStore`` (labels live on the card)."""
+
+    def __init__(self, faults: FaultInjector | None = None) -> None:
+        self.faults = faults or FaultInjector()
+        self._cards: dict[tuple[str, str], dict[str, Any]] = {}
+        self.consumed: list[tuple[str, str, tuple[str, ...]]] = []
+
+    def put_raw(self, tenant_id: str, card_id: str, doc: dict[str, Any]) -> None:
+        self._cards[(tenant_id, card_id)] = doc
+
+    async def get(self, tenant_id: str, card_id: str) -> Card:
+        await checkpoint()
+        self.faults.hit("cards.get")
+        doc = self._cards.get((tenant_id, card_id))
+        if doc is None:
+            raise CardNotFound(tenant_id, card_id)
+        return from_doc(doc, Card, MalformedCard)
+
+    async def put(self, card: Card) -> None:
+        await checkpoint()
+        self._cards[(card.tenant_id, card.card_id)] = to_doc(card)
+
+    async def delete(self, tenant_id: str, card_id: str) -> None:
+        await checkpoint()
+        self._cards.pop((tenant_id, card_id), None)
+
+    async def consume(self, tenant_id: str, card_id: str, labels: Sequence[str]) -> bool:
+        await checkpoint()
+        self.faults.hit("labels.consume")
+        doc = self._cards.get((tenant_id, card_id))
+        if doc is None:
+            raise CardNotFound(tenant_id, card_id)
+        have = list(doc.get("labels", []))
+        if not set(labels).issubset(have):
+            return False
+        doc["labels"] = [label for label in have if label not in labels]
+        self.consumed.append((tenant_id, card_id, tuple(labels)))
+        self.faults.hit("labels.consume.after")
+        return True
+
+
+class MemoryLauncher:
+    """Records launches. ``fail`` decides per request whether this launch attempt fails."""
+
+    def __init__(
+        self,
+        faults: FaultInjector | None = None,
+        fail: Callable[[LaunchRequest], bool] | None = None,
+    ) -> None:
+        self.faults = faults or FaultInjector()
+        self.fail = fail
+        self.launches: list[LaunchRequest] = []
+        self.attempts = 0
+        self._ids = itertools.count(1)
+
+    async def launch(self, req: LaunchRequest) -> str:
+        await checkpoint()
+        self.attempts += 1
+        self.faults.hit("launcher.launch")
+        if self.fail is not None and self.fail(req):
+            raise LaunchFailed(f"launcher refused {req.bot} for {req.row_key}")
+        self.launches.append(req)
+        self.faults.hit("launcher.launch.after")
+        return f"launch-{next(self._ids)}"

@@ -1,0 +1,223 @@
+"""Ports: what the tail, the worker and the handlers need from the outside world.
+
+Adapters live in ``board_outbox.memory`` (test twins, also the demo backend) and
+``board_outbox.mongo`` (production, pymongo's async API). Both run the same contract suite.
+Every method may raise ``StoreUnavailable`` for a transient failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from .domain import Card, EffectRow, ErrorEntry, Subscription
+
+
+class EventRecord(msgspec.Struct, frozen=True):
+    """A raw ``board_events`` document with its seq (decoding it may still fail: poison)."""
+
+    seq: int
+    doc: Mapping[str, Any]
+
+
+class EventLog(Protocol):
+    async def allocate_seq(self, tenant_id: str) -> int:
+        """Reserve the tenant's next seq ($inc on a counter). The insert comes later, or never."""
+        ...
+
+    async def insert(self, doc: Mapping[str, Any]) -> None:
+        """Insert an event document carrying an allocated seq."""
+        ...
+
+    async def read_after(self, tenant_id: str, after_seq: int, limit: int) -> list[EventRecord]:
+        """Up to ``limit`` inserted events with seq > after_seq, in seq order."""
+        ...
+
+    async def max_inserted_seq(self, tenant_id: str) -> int:
+        """The highest seq actually inserted (0 if none) -- NOT the allocator counter."""
+        ...
+
+    async def allocated_seq(self, tenant_id: str) -> int:
+        """The allocator counter (for lag metrics)."""
+        ...
+
+    async def tenants(self) -> set[str]:
+        """Tenants that have allocated at least one seq."""
+        ...
+
+
+class CursorStore(Protocol):
+    async def get(self, tenant_id: str) -> int | None: ...
+
+    async def seed(self, tenant_id: str, value: int) -> int:
+        """Create the cursor at ``value`` unless it exists; return the cursor's value."""
+        ...
+
+    async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
+        """Advance from ``expected`` to ``new``; False if another replica moved it first."""
+        ...
+
+
+class UpsertResult(msgspec.Struct, frozen=True):
+    inserted: int
+    existing: int
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """A claimed row. ``ref`` is the store's identity for fenced writes; ``row`` is None when the
+    document did not decode (``decode_error`` says why): such a row is parked as failed."""
+
+    ref: Any
+    claim_id: str
+    lease_until: float
+    tenant_id: str
+    row: EffectRow | None
+    decode_error: str | None = None
+    reclaimed: bool = False
+
+
+class RowFilter(msgspec.Struct, frozen=True, kw_only=True):
+    tenant_id: str | None = None
+    states: tuple[str, ...] = ()
+    kind: str | None = None
+    updated_after: float | None = None
+    updated_before: float | None = None
+    limit: int = 100
+
+
+class EffectOutbox(Protocol):
+    async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
+        """One unordered bulk write of ``$setOnInsert`` upserts keyed by ``row_key``."""
+        ...
+
+    async def claim_due(
+        self, tenant_id: str, now: float, lease_seconds: float, limit: int
+    ) -> list[Claim]:
+        """Atomically claim up to ``limit`` rows: pending rows with not_before <= now, and
+        claimed rows whose lease expired (those get ``attempts`` +1 and ``reclaimed``)."""
+        ...
+
+    async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool: ...
+
+    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool: ...
+
+    async def mark_retry(
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
+    ) -> bool:
+        """Back to pending, attempts +1, error appended."""
+        ...
+
+    async def mark_failed(
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, count_attempt: bool
+    ) -> bool:
+        """Park as the dead-letter (state failed), error appended."""
+        ...
+
+    async def release(self, ref: Any, claim_id: str, now: float) -> bool:
+        """Give a claim back (graceful shutdown): pending again, attempts unchanged."""
+        ...
+
+    async def get(self, row_key: str) -> EffectRow | None: ...
+
+    async def find(self, flt: RowFilter) -> list[EffectRow]: ...
+
+    async def count_by_state(self, tenant_id: str | None = None) -> dict[str, int]: ...
+
+    async def live_tenants(self) -> set[str]:
+        """Tenants holding pending or claimed rows."""
+        ...
+
+    async def replay(self, row_key: str, now: float, by: str) -> bool:
+        """A failed row back to pending, attempts reset, error history kept, audit appended."""
+        ...
+
+    async def purge(self, flt: RowFilter) -> int:
+        """Delete failed rows matching the filter (other states are never purged)."""
+        ...
+
+
+class SubscriptionStore(Protocol):
+    async def get(self, sub_id: str) -> Subscription:
+        """Raises ``SubscriptionNotFound`` (definitive) or ``StoreUnavailable`` (transient)."""
+        ...
+
+    async def list_for_tenant(self, tenant_id: str) -> list[Subscription]: ...
+
+    async def tenants(self) -> set[str]:
+        """Tenants with at least one enabled subscription."""
+        ...
+
+    async def put(self, sub: Subscription) -> None: ...
+
+    async def delete(self, sub_id: str) -> None: ...
+
+
+class CardStore(Protocol):
+    async def get(self, tenant_id: str, card_id: str) -> Card:
+        """Raises ``CardNotFound`` (definitive), ``MalformedCard`` or ``StoreUnavailable``."""
+        ...
+
+    async def put(self, card: Card) -> None: ...
+
+    async def delete(self, tenant_id: str, card_id: str) -> None: ...
+
+
+class LabelStore(Protocol):
+    async def consume(self, tenant_id: str, card_id: str, labels: Sequence[str]) -> bool:
+        """Atomically remove ``labels`` from the card iff it carries all of them.
+        False: they were not all there (already consumed). Raises ``CardNotFound``."""
+        ...
+
+
+class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
+    tenant_id: str
+    bot: str
+    card_id: str
+    sub_id: str
+    seq: int
+    row_key: str
+
+
+class Launcher(Protocol):
+    async def launch(self, req: LaunchRequest) -> str:
+        """Start the bot; return a launch id. Raises ``LaunchFailed`` (retried)."""
+        ...
+
+
+class Change(msgspec.Struct, frozen=True):
+    tenant_id: str
+    seq: int
+    token: Any = None
+
+
+class ChangeFeed(Protocol):
+    def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
+        """Inserts into board_events, in commit order, resuming after ``resume_token``.
+        Raises ``ChangeStreamLost`` when the token cannot be resumed, ``StoreUnavailable``
+        on a transient error."""
+        ...
+
+
+class ResumeTokenStore(Protocol):
+    async def load(self) -> Any | None: ...
+
+    async def save(self, token: Any) -> None: ...
+
+    async def clear(self) -> None: ...
+
+
+class ReadModelStore(Protocol):
+    """Documents of projection read models, keyed (model, tenant, key), guarded by seq so that
+    applying an older or repeated event is a no-op (projection rows run in any order)."""
+
+    async def upsert_if_newer(
+        self, model: str, tenant_id: str, key: str, seq: int, doc: Mapping[str, Any]
+    ) -> bool: ...
+
+    async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None: ...
+
+    async def list(self, model: str, tenant_id: str) -> list[dict[str, Any]]: ...
+
+    async def reset(self, model: str, tenant_id: str) -> int: ...

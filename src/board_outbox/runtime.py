@@ -1,0 +1,227 @@
+"""The service runtime: one process runs the change-stream waker, the drain loop and the effect
+worker under one anyio task group. N processes cooperate with no leader (C4): the cursor CAS and
+the leased claims are the only coordination."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from .clock import Clock, RandomSource, SystemClock, seeded_random
+from .config import Config
+from .domain import EffectRow
+from .errors import ChangeStreamLost, StoreUnavailable
+from .launch import LaunchHandler
+from .ports import (
+    CardStore,
+    ChangeFeed,
+    CursorStore,
+    EffectOutbox,
+    EventLog,
+    LabelStore,
+    Launcher,
+    ReadModelStore,
+    ResumeTokenStore,
+    SubscriptionStore,
+)
+from .registry import HandlerRegistry
+from .tail import DrainResult, Tail
+from .worker import EffectWorker, TickResult
+
+log = logging.getLogger("board_outbox.service")
+
+
+@dataclass
+class Stores:
+    """One backend's adapters for every port."""
+
+    events: EventLog
+    cursors: CursorStore
+    outbox: EffectOutbox
+    subs: SubscriptionStore
+    cards: CardStore
+    labels: LabelStore
+    launcher: Launcher
+    readmodels: ReadModelStore
+    feed: ChangeFeed | None = None
+    tokens: ResumeTokenStore | None = None
+
+
+@dataclass
+class Stats:
+    """Counters the runtime keeps for summaries and metrics."""
+
+    drains: int = 0
+    materialized: int = 0
+    rows_inserted: int = 0
+    skipped_deleted: int = 0
+    skipped_poison: int = 0
+    stream_wakes: int = 0
+    poll_wakes: int = 0
+    stream_reopens: int = 0
+    worker: TickResult = field(default_factory=TickResult)
+    last_drain: list[DrainResult] = field(default_factory=list)
+
+
+def build_registry(stores: Stores, projections: list[str]) -> HandlerRegistry:
+    from projections import register_all
+
+    registry = HandlerRegistry()
+    registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels, stores.launcher))
+    register_all(registry, stores.readmodels, projections)
+    return registry
+
+
+class Service:
+    def __init__(
+        self,
+        stores: Stores,
+        config: Config,
+        *,
+        clock: Clock | None = None,
+        rng: RandomSource | None = None,
+        registry: HandlerRegistry | None = None,
+        on_done: Callable[[EffectRow, str], None] | None = None,
+    ) -> None:
+        self.stores = stores
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.registry = registry or build_registry(stores, config.projections)
+        self.tail = Tail(
+            events=stores.events,
+            cursors=stores.cursors,
+            outbox=stores.outbox,
+            subs=stores.subs,
+            cards=stores.cards,
+            clock=self.clock,
+            settings=config.tail_settings(),
+        )
+        self.worker = EffectWorker(
+            outbox=stores.outbox,
+            registry=self.registry,
+            clock=self.clock,
+            tenants=self.tail.tenants,
+            settings=config.worker_settings(),
+            rng=rng or seeded_random(),
+            on_done=on_done,
+        )
+        self.stats = Stats()
+        self._dirty: set[str] = set()
+        self._tail_wake = anyio.Event()
+        self._worker_wake = anyio.Event()
+        self._stopping = anyio.Event()
+        self._worker_exited = anyio.Event()
+
+    # --- control ---------------------------------------------------------------------------
+
+    def wake_tenant(self, tenant_id: str) -> None:
+        self._dirty.add(tenant_id)
+        self._tail_wake.set()
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown: stop claiming; in-flight rows finish or are released."""
+        self.worker.stopping = True
+        self._stopping.set()
+        self._tail_wake.set()
+        self._worker_wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def run(self) -> None:
+        grace = self.config.service.shutdown_grace_seconds
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._tail_loop)
+            tg.start_soon(self._worker_loop)
+            if self.stores.feed is not None and self.config.tail.change_streams:
+                tg.start_soon(self._waker_loop)
+            await self._stopping.wait()
+            # Past the grace period, cancel: the worker releases its claims while cancelled.
+            with anyio.move_on_after(grace):
+                await self._worker_exited.wait()
+            tg.cancel_scope.cancel()
+        log.info("service stopped")
+
+    # --- loops -----------------------------------------------------------------------------
+
+    async def _tail_loop(self) -> None:
+        poll = self.config.tail.poll_interval_seconds
+        full_poll = True
+        while not self.stopping:
+            tenants: list[str] | None
+            if full_poll:
+                tenants = None
+                self.stats.poll_wakes += 1
+            else:
+                tenants = sorted(self._dirty)
+            self._dirty.clear()
+            try:
+                results = await self.tail.drain_all(tenants)
+            except StoreUnavailable as exc:  # tenant list unreadable: next tick
+                log.warning("drain pass aborted: %s", exc)
+                results = []
+            self.stats.drains += 1
+            self.stats.last_drain = results
+            for r in results:
+                self.stats.materialized += r.materialized
+                self.stats.rows_inserted += r.rows_inserted
+                self.stats.skipped_deleted += r.skipped_deleted
+                self.stats.skipped_poison += r.skipped_poison
+            if any(r.rows_inserted for r in results):
+                self._worker_wake.set()
+            if self._dirty:
+                full_poll = False
+                continue
+            self._tail_wake = anyio.Event()
+            with anyio.move_on_after(poll):
+                await self._tail_wake.wait()
+            full_poll = not self._dirty
+
+    async def _worker_loop(self) -> None:
+        idle = self.config.worker.idle_seconds
+        try:
+            while not self.stopping:
+                self._worker_wake = anyio.Event()
+                try:
+                    res = await self.worker.tick()
+                except StoreUnavailable as exc:
+                    log.warning("worker tick failed: %s", exc)
+                    res = TickResult()
+                self.stats.worker.add(res)
+                if res.claimed == 0 and not self.stopping:
+                    with anyio.move_on_after(idle):
+                        await self._worker_wake.wait()
+        finally:
+            self._worker_exited.set()
+
+    async def _waker_loop(self) -> None:
+        feed, tokens = self.stores.feed, self.stores.tokens
+        assert feed is not None
+        token: Any | None = await tokens.load() if tokens else None
+        delay = 0.1
+        while not self.stopping:
+            try:
+                async for change in feed.watch(token):
+                    self.stats.stream_wakes += 1
+                    self.wake_tenant(change.tenant_id)
+                    token = change.token
+                    if tokens is not None:
+                        await tokens.save(token)
+                    delay = 0.1
+            except ChangeStreamLost as exc:
+                log.warning("change stream lost (%s): dropping the resume token, polling reconciles", exc)
+                token = None
+                if tokens is not None:
+                    await tokens.clear()
+                self.stats.stream_reopens += 1
+                self._tail_wake.set()  # a full poll picks up whatever the stream missed
+            except StoreUnavailable as exc:
+                log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
+                self.stats.stream_reopens += 1
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)

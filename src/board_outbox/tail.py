@@ -1,0 +1,276 @@
+"""The per-tenant tail: board events -> effect rows -> cursor (ADR-094 "Materialization order").
+
+drain_tenant, per batch:
+1. read events after the cursor (one query);
+2. keep the contiguous prefix: a young seq gap truncates the batch, an old one is a dead
+   allocation stepped over with one warning (M7); an undecodable event truncates the batch and,
+   once it is at the head for ``poison_ticks`` ticks, is skipped with ONE error log (M11);
+3. normalize + match EVERY event (a ``StoreUnavailable`` aborts the batch, cursor untouched;
+   ``CardNotFound`` skips the event) (M1);
+4. upsert every matched row in one bulk write ($setOnInsert) (M1, M2);
+5. compare-and-set the cursor; losing the CAS means another replica won (M1, C4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+from opentelemetry import trace
+
+from . import telemetry
+from .clock import Clock
+from .domain import (
+    EffectRow,
+    EventSnapshot,
+    Subscription,
+    TraceContext,
+    matches,
+    new_launch_row,
+    new_projection_row,
+)
+from .errors import CardNotFound, MalformedDocument, StoreUnavailable
+from .normalize import decode_event, normalize
+from .ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
+
+log = logging.getLogger("board_outbox.tail")
+
+
+class TailSettings(msgspec.Struct, frozen=True, kw_only=True):
+    batch_size: int = 500
+    young_gap_seconds: float = 30.0
+    poison_ticks: int = 20
+    seed: Literal["latest", "earliest"] = "latest"
+    projections: tuple[str, ...] = ()
+
+
+class DrainResult(msgspec.Struct, kw_only=True):
+    tenant_id: str
+    cursor_before: int = 0
+    cursor_after: int = 0
+    read: int = 0
+    materialized: int = 0  # events whose rows are durable (matched or not)
+    rows: int = 0
+    rows_inserted: int = 0
+    skipped_deleted: int = 0
+    skipped_poison: int = 0
+    stepped_gaps: int = 0
+    stopped: str = ""  # "" | young_gap | poison | aborted | cas_lost
+    error: str = ""
+
+    @property
+    def full(self) -> bool:
+        """More events may be waiting right behind this batch."""
+        return self.stopped == "" and self.read > 0
+
+
+class _GapTracker:
+    """When each missing seq was first seen, per tenant (Marten's high-water-mark ageing)."""
+
+    def __init__(self) -> None:
+        self._first_seen: dict[tuple[str, int], float] = {}
+        self._warned: set[tuple[str, int]] = set()
+
+    def age(self, tenant_id: str, seq: int, now: float) -> float:
+        return now - self._first_seen.setdefault((tenant_id, seq), now)
+
+    def first_warning(self, tenant_id: str, seq: int) -> bool:
+        if (tenant_id, seq) in self._warned:
+            return False
+        self._warned.add((tenant_id, seq))
+        return True
+
+    def forget_below(self, tenant_id: str, seq: int) -> None:
+        for key in [k for k in self._first_seen if k[0] == tenant_id and k[1] <= seq]:
+            del self._first_seen[key]
+            self._warned.discard(key)
+
+
+class _PoisonTracker:
+    """Consecutive ticks that the same head-of-line seq stayed unreadable."""
+
+    def __init__(self) -> None:
+        self._ticks: dict[str, tuple[int, int]] = {}  # tenant -> (seq, ticks)
+
+    def bump(self, tenant_id: str, seq: int) -> int:
+        prev_seq, ticks = self._ticks.get(tenant_id, (seq, 0))
+        ticks = ticks + 1 if prev_seq == seq else 1
+        self._ticks[tenant_id] = (seq, ticks)
+        return ticks
+
+    def clear(self, tenant_id: str) -> None:
+        self._ticks.pop(tenant_id, None)
+
+
+class Tail:
+    def __init__(
+        self,
+        *,
+        events: EventLog,
+        cursors: CursorStore,
+        outbox: EffectOutbox,
+        subs: SubscriptionStore,
+        cards: CardStore,
+        clock: Clock,
+        settings: TailSettings | None = None,
+    ) -> None:
+        self.events = events
+        self.cursors = cursors
+        self.outbox = outbox
+        self.subs = subs
+        self.cards = cards
+        self.clock = clock
+        self.settings = settings or TailSettings()
+        self._gaps = _GapTracker()
+        self._poison = _PoisonTracker()
+        self._tracer = trace.get_tracer("board_outbox.tail")
+
+    async def tenants(self) -> set[str]:
+        """Tenants to drain: with subscriptions, with live rows (M11), and -- when projections
+        are on -- every tenant with events (a projection owes a row for every event)."""
+        found = await self.subs.tenants()
+        found |= await self.outbox.live_tenants()
+        if self.settings.projections:
+            found |= await self.events.tenants()
+        return found
+
+    async def cursor(self, tenant_id: str) -> int:
+        cur = await self.cursors.get(tenant_id)
+        if cur is not None:
+            return cur
+        seed = 0
+        if self.settings.seed == "latest":
+            # max INSERTED seq: seqs allocated but not yet inserted will still be read (M7)
+            seed = await self.events.max_inserted_seq(tenant_id)
+        got = await self.cursors.seed(tenant_id, seed)
+        log.info("cursor seeded", extra={"tenant_id": tenant_id, "seq": got})
+        return got
+
+    async def drain_tenant(self, tenant_id: str) -> DrainResult:
+        with self._tracer.start_as_current_span(
+            telemetry.SPAN_MATERIALIZE, attributes={telemetry.ATTR_TENANT: tenant_id}
+        ) as span:
+            res = DrainResult(tenant_id=tenant_id)
+            try:
+                await self._drain(tenant_id, res, span)
+            except StoreUnavailable as exc:
+                res.stopped, res.error = "aborted", str(exc)
+                span.set_attribute(telemetry.ATTR_OUTCOME, "aborted")
+                log.warning(
+                    "batch aborted, cursor untouched: %s", exc, extra={"tenant_id": tenant_id}
+                )
+                return res
+            span.set_attribute(telemetry.ATTR_OUTCOME, res.stopped or "ok")
+            span.set_attribute(telemetry.ATTR_ROWS, res.rows)
+            return res
+
+    async def _drain(self, tenant_id: str, res: DrainResult, span: trace.Span) -> None:
+        now = self.clock.now()
+        cursor = await self.cursor(tenant_id)
+        res.cursor_before = res.cursor_after = cursor
+        records = await self.events.read_after(tenant_id, cursor, self.settings.batch_size)
+        res.read = len(records)
+        if not records:
+            self._poison.clear(tenant_id)
+            return
+
+        # Step 2+3: the contiguous, readable prefix, normalized.
+        snapshots: list[EventSnapshot] = []
+        advance_to = cursor
+        expected = cursor + 1
+        for rec in records:
+            if rec.seq != expected:
+                missing = expected
+                age = self._gaps.age(tenant_id, missing, now)
+                if age < self.settings.young_gap_seconds:
+                    res.stopped = "young_gap"
+                    break
+                if self._gaps.first_warning(tenant_id, missing):
+                    log.warning(
+                        "stepping over dead allocation seq %d..%d (gap older than %.0fs)",
+                        missing, rec.seq - 1, self.settings.young_gap_seconds,
+                        extra={"tenant_id": tenant_id, "seq": missing},
+                    )
+                res.stepped_gaps += rec.seq - missing
+            try:
+                ev = decode_event(tenant_id, rec)
+                snap = await normalize(self.cards, ev)
+            except CardNotFound:
+                res.skipped_deleted += 1
+            except MalformedDocument as exc:
+                if advance_to != cursor or snapshots:
+                    res.stopped = "poison"  # materialize the prefix; it is the head next tick
+                    break
+                ticks = self._poison.bump(tenant_id, rec.seq)
+                if ticks < self.settings.poison_ticks:
+                    res.stopped = "poison"
+                    break
+                self._poison.clear(tenant_id)
+                res.skipped_poison += 1
+                log.error(
+                    "skipping poison event after %d ticks: %s",
+                    ticks, exc, extra={"tenant_id": tenant_id, "seq": rec.seq},
+                )
+            else:
+                snapshots.append(snap)
+            advance_to = rec.seq
+            expected = rec.seq + 1
+
+        if advance_to == cursor:
+            return
+        if res.stopped != "poison":
+            self._poison.clear(tenant_id)
+
+        # Step 3b: match against the tenant's subscriptions (loaded once per batch).
+        subs = [s for s in await self.subs.list_for_tenant(tenant_id) if s.enabled]
+        rows = self.build_rows(tenant_id, snapshots, subs, now, span)
+
+        # Step 4: one bulk upsert. Step 5: CAS.
+        if rows:
+            result = await self.outbox.upsert_rows(rows)
+            res.rows, res.rows_inserted = len(rows), result.inserted
+        res.materialized = len(snapshots)
+        if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
+            res.cursor_after = advance_to
+            self._gaps.forget_below(tenant_id, advance_to)
+        else:
+            res.stopped = "cas_lost"
+            res.cursor_after = await self.cursors.get(tenant_id) or cursor
+
+    def build_rows(
+        self,
+        tenant_id: str,
+        snapshots: Sequence[EventSnapshot],
+        subs: Sequence[Subscription],
+        now: float,
+        span: trace.Span,
+    ) -> list[EffectRow]:
+        ctx = telemetry.trace_context(span)
+        tc = TraceContext(traceparent=ctx) if ctx else None
+        rows: list[EffectRow] = []
+        for snap in snapshots:
+            for sub in subs:
+                if matches(sub, snap):
+                    row = new_launch_row(tenant_id, snap, sub, now)
+                    row.trace = tc
+                    rows.append(row)
+            for proj in self.settings.projections:
+                row = new_projection_row(tenant_id, snap, proj, now)
+                row.trace = tc
+                rows.append(row)
+        return rows
+
+    async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:
+        """One pass: drain each tenant until it is caught up (or stopped by a gap/poison/error)."""
+        if tenants is None:
+            tenants = sorted(await self.tenants())
+        results: list[DrainResult] = []
+        for tenant in tenants:
+            while True:
+                res = await self.drain_tenant(tenant)
+                results.append(res)
+                if not res.full or res.read < self.settings.batch_size:
+                    break
+        return results

@@ -1,0 +1,48 @@
+"""Span names, attribute keys and W3C trace-context helpers (conventions: tracing/README.md)."""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+SPAN_MATERIALIZE = "board_outbox.materialize"
+SPAN_EXECUTE = "board_outbox.execute"
+
+ATTR_TENANT = "board_outbox.tenant_id"
+ATTR_SEQ = "board_outbox.seq"
+ATTR_KIND = "board_outbox.kind"
+ATTR_SUB = "board_outbox.sub_id"
+ATTR_ROW_KEY = "board_outbox.row_key"
+ATTR_ATTEMPT = "board_outbox.attempt"
+ATTR_OUTCOME = "board_outbox.outcome"
+ATTR_ROWS = "board_outbox.rows"
+
+
+def trace_context(span: trace.Span) -> str | None:
+    """The span's W3C ``traceparent``, or None for a non-recording/invalid span."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def parse_traceparent(value: str | None) -> SpanContext | None:
+    if not value:
+        return None
+    parts = value.split("-")
+    if len(parts) != 4 or parts[0] != "00":
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    ctx = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+    return ctx if ctx.is_valid else None
+
+
+def parent_and_links(traceparent: str | None) -> tuple[trace.Context | None, list[Link]]:
+    """Execute spans are children of, and linked to, the materialization that wrote the row."""
+    ctx = parse_traceparent(traceparent)
+    if ctx is None:
+        return None, []
+    return trace.set_span_in_context(NonRecordingSpan(ctx)), [Link(ctx)]

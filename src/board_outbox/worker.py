@@ -1,0 +1,209 @@
+"""The effect worker (ADR-094 "Execution"): claim due rows with a lease, execute them through the
+handler registry, retry with backoff, park as a dead-letter after the attempt budget.
+
+Every replica runs one. Correctness comes from the store: the atomic claim mints a claim_id and
+every mark is fenced on it (M8), so a worker whose lease was stolen writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+import anyio
+import msgspec
+from opentelemetry import trace
+
+from . import telemetry
+from .backoff import BackoffPolicy
+from .clock import Clock, RandomSource, seeded_random
+from .domain import EffectRow, ErrorEntry
+from .errors import LeaseLost, PermanentEffectError
+from .ports import Claim, EffectOutbox
+from .registry import ExecutionContext, HandlerRegistry
+
+log = logging.getLogger("board_outbox.worker")
+
+
+class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    lease_seconds: float = 30.0
+    max_attempts: int = 8
+    batch_size: int = 20
+    backoff: BackoffPolicy = BackoffPolicy()
+
+
+class TickResult(msgspec.Struct, kw_only=True):
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    skipped_expired: int = 0
+    lease_lost: int = 0
+    released: int = 0
+
+    def add(self, other: TickResult) -> None:
+        for f in self.__struct_fields__:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+class EffectWorker:
+    def __init__(
+        self,
+        *,
+        outbox: EffectOutbox,
+        registry: HandlerRegistry,
+        clock: Clock,
+        tenants: Callable[[], Awaitable[Iterable[str]]],
+        settings: WorkerSettings | None = None,
+        rng: RandomSource | None = None,
+        on_done: Callable[[EffectRow, str], None] | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.registry = registry
+        self.clock = clock
+        self.tenants = tenants
+        self.settings = settings or WorkerSettings()
+        self.rng = rng or seeded_random()
+        self.on_done = on_done
+        self.stopping = False
+        self._tracer = trace.get_tracer("board_outbox.worker")
+
+    async def tick(self, tenants: Iterable[str] | None = None) -> TickResult:
+        """Claim and execute one batch per tenant."""
+        total = TickResult()
+        for tenant in sorted(tenants if tenants is not None else await self.tenants()):
+            if self.stopping:
+                break
+            total.add(await self.tick_tenant(tenant))
+        return total
+
+    async def tick_tenant(self, tenant_id: str) -> TickResult:
+        res = TickResult()
+        s = self.settings
+        claims = await self.outbox.claim_due(
+            tenant_id, self.clock.now(), s.lease_seconds, s.batch_size
+        )
+        res.claimed = len(claims)
+        started = 0
+        try:
+            for claim in claims:
+                if self.stopping:
+                    break
+                started += 1
+                await self.execute(claim, res)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled past the shutdown grace period: the interrupted row and the rest go back.
+            await self._release(claims[max(0, started - 1) :], res)
+            raise
+        if self.stopping:
+            # Graceful shutdown: give back what we did not start, so another replica runs it
+            # now rather than after the lease expires.
+            await self._release(claims[started:], res)
+        return res
+
+    async def _release(self, claims: list[Claim], res: TickResult) -> None:
+        with anyio.CancelScope(shield=True):
+            for claim in claims:
+                if await self.outbox.release(claim.ref, claim.claim_id, self.clock.now()):
+                    res.released += 1
+
+    async def execute(self, claim: Claim, res: TickResult) -> None:
+        now = self.clock.now()
+        if now >= claim.lease_until:
+            res.skipped_expired += 1  # M8: the lease is gone; whoever reclaims it runs it
+            return
+        row = claim.row
+        if row is None:
+            await self._park(claim, res, 1, f"malformed row: {claim.decode_error}", False)
+            return
+        attempt = row.attempts + 1
+        if claim.reclaimed and row.attempts >= self.settings.max_attempts:
+            # M9: a hung effect burned its budget through expired leases.
+            await self._park(claim, res, row.attempts, "attempt budget spent by expired leases",
+                             False, row)
+            return
+        parent, links = telemetry.parent_and_links(row.trace.traceparent if row.trace else None)
+        attrs: dict[str, str | int] = {
+            telemetry.ATTR_TENANT: row.tenant_id,
+            telemetry.ATTR_SEQ: row.seq,
+            telemetry.ATTR_KIND: row.kind,
+            telemetry.ATTR_ROW_KEY: row.row_key,
+            telemetry.ATTR_ATTEMPT: attempt,
+        }
+        if row.sub_id:
+            attrs[telemetry.ATTR_SUB] = row.sub_id
+        with self._tracer.start_as_current_span(
+            telemetry.SPAN_EXECUTE, context=parent, links=links, attributes=attrs
+        ) as span:
+            try:
+                if row.tenant_id != claim.tenant_id:
+                    raise PermanentEffectError(
+                        f"row tenant {row.tenant_id!r} claimed for tenant {claim.tenant_id!r}"
+                    )
+                handler = self.registry.handler(row.kind)
+                outcome = await handler.execute(row, ExecutionContext(claim, self.outbox, self.clock))
+            except LeaseLost as exc:
+                res.lease_lost += 1
+                span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
+                log.warning("lease lost, writing nothing: %s", exc, extra=_ctx(row))
+                return
+            except PermanentEffectError as exc:
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR, str(exc))
+                span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
+                await self._park(claim, res, attempt, f"{type(exc).__name__}: {exc}", True, row)
+                return
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:  # every other failure is retried: nothing is lost
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR, str(exc))
+                await self._retry(claim, res, attempt, exc, row, span)
+                return
+            span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
+            if await self.outbox.mark_done(claim.ref, claim.claim_id, self.clock.now(), outcome):
+                res.done += 1
+                if self.on_done is not None:
+                    self.on_done(row, outcome)
+            else:
+                res.lease_lost += 1
+                log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(row))
+
+    async def _retry(
+        self, claim: Claim, res: TickResult, attempt: int, exc: Exception, row: EffectRow,
+        span: trace.Span,
+    ) -> None:
+        msg = f"{type(exc).__name__}: {exc}"
+        if attempt >= self.settings.max_attempts:
+            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
+            await self._park(claim, res, attempt, msg, True, row)
+            return
+        now = self.clock.now()
+        delay = self.settings.backoff.delay(attempt, self.rng)
+        span.set_attribute(telemetry.ATTR_OUTCOME, "retry")
+        err = ErrorEntry(attempt=attempt, at=now, error=msg)
+        if await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay):
+            res.retried += 1
+            log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
+        else:
+            res.lease_lost += 1
+
+    async def _park(
+        self, claim: Claim, res: TickResult, attempt: int, msg: str, count: bool,
+        row: EffectRow | None = None,
+    ) -> None:
+        now = self.clock.now()
+        err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
+        if await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err, count):
+            res.failed += 1
+            # Warned once: only the fenced transition to failed logs, and it happens once.
+            log.warning(
+                "row parked as dead-letter after attempt %d: %s", attempt, msg,
+                extra=_ctx(row) if row else {"row_ref": str(claim.ref)},
+            )
+        else:
+            res.lease_lost += 1
+
+
+def _ctx(row: EffectRow) -> dict[str, object]:
+    return {"tenant_id": row.tenant_id, "seq": row.seq, "row_key": row.row_key}
