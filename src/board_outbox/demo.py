@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import TextIO
 
 import anyio
+import msgspec
 
 from .config import Config, load_config
 from .domain import Card, MatchRule, Subscription
+from .errors import CardNotFound
 from .memory import MemoryBackend
-from .ports import LaunchRequest
 from .runtime import Service, Stores
 
 COLUMNS = ("inbox", "doing", "review", "done")
@@ -92,13 +93,13 @@ class BoardSimulator:
         card = cards[self.rng.choice(sorted(cards))]
         if roll < 0.55:
             col = self.rng.choice(COLUMNS)
-            await self._write(Card(**{**_fields(card), "column": col}), "card.moved")
+            await self._write(msgspec.structs.replace(card, column=col), "card.moved")
         elif roll < 0.80:
             label = self.rng.choice(("ship", "bug", "ship"))
             labels = tuple(sorted({*card.labels, label}))
-            await self._write(Card(**{**_fields(card), "labels": labels}), "card.labeled")
+            await self._write(msgspec.structs.replace(card, labels=labels), "card.labeled")
         elif roll < 0.95:
-            await self._write(Card(**{**_fields(card), "title": card.title + "!"}), "card.updated")
+            await self._write(msgspec.structs.replace(card, title=card.title + "!"), "card.updated")
         else:
             await self.b.board.delete(t, card.card_id)
             del cards[card.card_id]
@@ -110,8 +111,8 @@ class BoardSimulator:
         try:
             stored = await self.b.board.get(card.tenant_id, card.card_id)
             if etype != "card.labeled":
-                card = Card(**{**_fields(card), "labels": stored.labels})
-        except Exception:
+                card = msgspec.structs.replace(card, labels=stored.labels)
+        except CardNotFound:
             pass
         await self.b.board.put(card)
         self.cards[card.tenant_id][card.card_id] = card
@@ -119,11 +120,10 @@ class BoardSimulator:
         self.emitted += 1
 
 
-def _fields(card: Card) -> dict[str, object]:
-    return {f: getattr(card, f) for f in card.__struct_fields__}
-
-
-async def run_demo(opts: DemoOptions, out: TextIO = sys.stdout, config: Config | None = None) -> int:
+async def run_demo(
+    opts: DemoOptions, out: TextIO | None = None, config: Config | None = None
+) -> int:
+    out = out or sys.stdout
     rng = random.Random(opts.seed)
     backend = MemoryBackend()
     backend.launcher.fail = lambda _req: rng.random() < opts.failure_rate

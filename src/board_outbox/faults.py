@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .errors import StoreUnavailable
 
 
-class Crash(BaseException):  # noqa: N818 - it is not an error, it is the process dying
+class Crash(BaseException):
     """Simulated process death at a fault point. BaseException: no ``except Exception`` eats it."""
 
     def __init__(self, point: str) -> None:
@@ -34,6 +34,7 @@ class FaultInjector:
     def __init__(self) -> None:
         self.hits: Counter[str] = Counter()
         self.fired: Counter[str] = Counter()
+        self.partial: dict[str, int] = {}
         self._rules: list[_Rule] = []
 
     def crash_at(self, point: str, nth: int = 1) -> None:
@@ -56,3 +57,38 @@ class FaultInjector:
                 raise rule.make(point)
 
 
+
+
+class FaultProxy:
+    """Wrap any port so that each async method call passes fault points
+    ``<prefix>.<method>`` (before) and ``<prefix>.<method>.after`` (after it returned).
+
+    ``upsert_rows`` also honours ``faults.partial[<prefix>.upsert_rows] = k``: write only the
+    first k rows, then crash -- a crash in the middle of the bulk write, on any backend.
+    """
+
+    def __init__(self, target: object, prefix: str, faults: FaultInjector) -> None:
+        self._target = target
+        self._prefix = prefix
+        self._faults = faults
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._target, name)
+        if not callable(attr) or name.startswith("_") or name == "watch":
+            return attr
+        point = f"{self._prefix}.{name}"
+        faults = self._faults
+
+        async def call(*args: object, **kwargs: object) -> object:
+            faults.hit(point)
+            keep = faults.partial.pop(point, None)
+            if keep is not None and args:
+                rows = list(args[0])  # type: ignore[call-overload]
+                await attr(rows[:keep], *args[1:], **kwargs)
+                faults.fired[point] += 1
+                raise Crash(f"{point}[{keep}/{len(rows)}]")
+            result = await attr(*args, **kwargs)
+            faults.hit(point + ".after")
+            return result
+
+        return call

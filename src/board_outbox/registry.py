@@ -44,7 +44,8 @@ class EffectHandler(Protocol):
 class Projection(Protocol):
     """A read model fed by ``projection`` rows; applying the same event twice is a no-op."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     async def apply(self, tenant_id: str, event: EventSnapshot) -> str: ...
 

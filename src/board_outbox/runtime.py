@@ -223,5 +223,9 @@ class Service:
             except StoreUnavailable as exc:
                 log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
                 self.stats.stream_reopens += 1
+                if token is None:
+                    # Nothing to resume from: the reopened stream starts at "now", so whatever
+                    # was inserted meanwhile is found by a full poll instead.
+                    self._tail_wake.set()
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 5.0)

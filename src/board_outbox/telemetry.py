@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 SPAN_MATERIALIZE = "board_outbox.materialize"
@@ -40,7 +41,7 @@ def parse_traceparent(value: str | None) -> SpanContext | None:
     return ctx if ctx.is_valid else None
 
 
-def parent_and_links(traceparent: str | None) -> tuple[trace.Context | None, list[Link]]:
+def parent_and_links(traceparent: str | None) -> tuple[Context | None, list[Link]]:
     """Execute spans are children of, and linked to, the materialization that wrote the row."""
     ctx = parse_traceparent(traceparent)
     if ctx is None:

@@ -256,9 +256,9 @@ class MemoryEffectOutbox:
     async def replay(self, row_key: str, now: float, by: str) -> bool:
         await checkpoint()
         ref = self._by_key.get(row_key)
-        doc = None if ref is None else self._docs[ref]
-        if doc is None or doc.get("state") != FAILED:
+        if ref is None or self._docs[ref].get("state") != FAILED:
             return False
+        doc = self._docs[ref]
         doc.update(
             state=PENDING, attempts=0, not_before=now, claim_id=None, lease_until=None,
             updated_at=now, outcome=None,

@@ -1,0 +1,139 @@
+"""Backend kits: one per storage backend, each giving the same ports plus raw access for
+planting malformed documents. The contract suite is written once against a kit."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from board_outbox.clock import ManualClock
+from board_outbox.domain import Card, EffectRow, Subscription
+from board_outbox.faults import FaultInjector, FaultProxy
+from board_outbox.memory import MemoryBackend, MemoryLauncher
+from board_outbox.ports import (
+    CardStore,
+    CursorStore,
+    EffectOutbox,
+    EventLog,
+    LabelStore,
+    ReadModelStore,
+    SubscriptionStore,
+)
+from board_outbox.registry import HandlerRegistry
+from board_outbox.runtime import Stores, build_registry
+from board_outbox.tail import Tail, TailSettings
+from board_outbox.worker import EffectWorker, WorkerSettings
+
+
+@dataclass
+class Kit:
+    """The ports of one backend, wrapped in fault proxies, with a manual clock."""
+
+    name: str
+    events: EventLog
+    cursors: CursorStore
+    outbox: EffectOutbox
+    subs: SubscriptionStore
+    cards: CardStore
+    labels: LabelStore
+    readmodels: ReadModelStore
+    insert_raw_event: Callable[[dict[str, Any]], Awaitable[None]]
+    insert_raw_row: Callable[[dict[str, Any]], Awaitable[None]]
+    put_raw_card: Callable[[str, str, dict[str, Any]], Awaitable[None]]
+    raw_row: Callable[[str], Awaitable[dict[str, Any] | None]]
+    clock: ManualClock = field(default_factory=ManualClock)
+    faults: FaultInjector = field(default_factory=FaultInjector)
+    launcher: MemoryLauncher = field(default_factory=MemoryLauncher)
+
+    def __post_init__(self) -> None:
+        f = self.faults
+        self.events = FaultProxy(self.events, "events", f)  # type: ignore[assignment]
+        self.cursors = FaultProxy(self.cursors, "cursor", f)  # type: ignore[assignment]
+        self.outbox = FaultProxy(self.outbox, "outbox", f)  # type: ignore[assignment]
+        self.subs = FaultProxy(self.subs, "subs", f)  # type: ignore[assignment]
+        self.cards = FaultProxy(self.cards, "cards", f)  # type: ignore[assignment]
+        self.labels = FaultProxy(self.labels, "labels", f)  # type: ignore[assignment]
+        self.launcher.faults = f
+
+    @property
+    def stores(self) -> Stores:
+        return Stores(
+            events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
+            cards=self.cards, labels=self.labels, launcher=self.launcher,
+            readmodels=self.readmodels,
+        )
+
+    # --- building the pipeline ------------------------------------------------------------
+
+    def tail(self, **settings: Any) -> Tail:
+        return Tail(
+            events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
+            cards=self.cards, clock=self.clock, settings=TailSettings(**settings),
+        )
+
+    def registry(self, projections: list[str] | None = None) -> HandlerRegistry:
+        return build_registry(self.stores, projections or [])
+
+    def worker(
+        self, registry: HandlerRegistry | None = None, tail: Tail | None = None, **settings: Any
+    ) -> EffectWorker:
+        import random
+
+        t = tail or self.tail()
+        return EffectWorker(
+            outbox=self.outbox, registry=registry or self.registry(), clock=self.clock,
+            tenants=t.tenants, settings=msgspec.convert(settings, WorkerSettings), rng=random.Random(1),
+        )
+
+    # --- board helpers -------------------------------------------------------------------
+
+    async def emit(self, tenant: str, etype: str, card_id: str) -> int:
+        seq = await self.events.allocate_seq(tenant)
+        await self.events.insert(
+            {"tenant_id": tenant, "seq": seq, "type": etype, "card_id": card_id,
+             "at": self.clock.now()}
+        )
+        return seq
+
+    async def card(self, tenant: str, card_id: str, column: str = "inbox",
+                   labels: tuple[str, ...] = ()) -> Card:
+        card = Card(tenant_id=tenant, card_id=card_id, title=card_id, column=column, labels=labels)
+        await self.cards.put(card)
+        return card
+
+    async def sub(self, sub: Subscription) -> Subscription:
+        await self.subs.put(sub)
+        return sub
+
+    async def rows(self, tenant: str | None = None) -> list[EffectRow]:
+        from board_outbox.ports import RowFilter
+
+        return await self.outbox.find(RowFilter(tenant_id=tenant, limit=100_000))
+
+
+def memory_kit() -> Kit:
+    b = MemoryBackend()
+
+    async def raw_event(doc: dict[str, Any]) -> None:
+        b.events.insert_now(doc)
+
+    async def raw_row(doc: dict[str, Any]) -> None:
+        b.outbox.insert_raw(doc)
+
+    async def raw_card(tenant: str, card_id: str, doc: dict[str, Any]) -> None:
+        b.board.put_raw(tenant, card_id, doc)
+
+    async def get_raw_row(key: str) -> dict[str, Any] | None:
+        return b.outbox.raw(key)
+
+    return Kit(
+        name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
+        cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
+        insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
+    )
+
+
+KitFactory = Callable[[], AsyncIterator[Kit]]

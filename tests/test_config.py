@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from board_outbox.config import load_config
+from board_outbox.errors import ConfigError
+
+
+def test_defaults_are_valid() -> None:
+    cfg = load_config(env={})
+    assert cfg.store.op_timeout_seconds == 10.0 and cfg.tail.young_gap_seconds == 30.0
+    assert cfg.worker_settings().backoff.cap_seconds == 300.0
+    assert cfg.tail_settings().projections == ("board-reflect",)
+
+
+def test_young_gap_must_exceed_store_timeout() -> None:
+    with pytest.raises(ConfigError, match=r"tail.young_gap_seconds \(10\) must exceed store"):
+        load_config(env={}, tail={"young_gap_seconds": 10})
+
+
+def test_toml_file_and_env_override(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[store]\nbackend = "mongo"\ndatabase = "x"\n[worker]\nmax_attempts = 3\n')
+    cfg = load_config(f, env={"BOARD_OUTBOX_WORKER__MAX_ATTEMPTS": "5",
+                              "BOARD_OUTBOX_TAIL__POLL_INTERVAL_SECONDS": "0.5",
+                              "BOARD_OUTBOX_PROJECTIONS": ""})
+    assert cfg.store.backend == "mongo" and cfg.store.database == "x"
+    assert cfg.worker.max_attempts == 5 and cfg.tail.poll_interval_seconds == 0.5
+    assert cfg.projections == []
+
+
+@pytest.mark.parametrize(
+    ("toml", "env", "message"),
+    [
+        ("[worker]\nmax_attempts = 0\n", {}, "worker.max_attempts"),
+        ("[worker]\nmax_atempts = 3\n", {}, "worker.max_atempts: unknown setting"),
+        ('[store]\nbackend = "postgres"\n', {}, "store.backend"),
+        ("[tail\n", {}, "not valid TOML"),
+        ("", {"BOARD_OUTBOX_TAIL__BATCH_SIZE": "lots"}, "tail.batch_size"),
+        ("", {"BOARD_OUTBOX_NOPE": "1"}, "BOARD_OUTBOX_NOPE: not a setting"),
+        ('projections = ["nope"]\n', {}, "unknown projection 'nope'"),
+    ],
+)
+def test_bad_settings_name_the_setting(
+    tmp_path: Path, toml: str, env: dict[str, str], message: str
+) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(toml)
+    with pytest.raises(ConfigError) as err:
+        load_config(f, env=env)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="No such file"):
+        load_config(tmp_path / "absent.toml", env={})
