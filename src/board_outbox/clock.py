@@ -21,8 +21,10 @@ class SystemClock:
 class ManualClock:
     """A clock that only moves when told to."""
 
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self._now = start
+    def __init__(self, start: float | None = None) -> None:
+        # Starts at the real time by default: stores with TTL indexes (Mongo) compare dates
+        # against the real clock, so a manual clock years in the past would expire done rows.
+        self._now = float(int(time.time())) if start is None else start
 
     def now(self) -> float:
         return self._now

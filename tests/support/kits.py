@@ -137,3 +137,34 @@ def memory_kit() -> Kit:
 
 
 KitFactory = Callable[[], AsyncIterator[Kit]]
+
+
+def mongo_kit(db: Any, name: str) -> Kit:
+    """The Mongo adapters over ``db``: a real AsyncDatabase, or the mongomock async face."""
+    from board_outbox.mongo import (
+        MongoBoard,
+        MongoCursorStore,
+        MongoEffectOutbox,
+        MongoEventLog,
+        MongoReadModelStore,
+        MongoSubscriptionStore,
+    )
+
+    board = MongoBoard(db)
+    outbox = MongoEffectOutbox(db)
+
+    async def raw_event(doc: dict[str, Any]) -> None:
+        await db["board_events"].insert_one(dict(doc))
+
+    async def raw_row(doc: dict[str, Any]) -> None:
+        await db["trigger_effects"].insert_one(dict(doc))
+
+    async def raw_card(tenant: str, card_id: str, doc: dict[str, Any]) -> None:
+        await board.put_raw(tenant, card_id, doc)
+
+    return Kit(
+        name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
+        subs=MongoSubscriptionStore(db), cards=board, labels=board,
+        readmodels=MongoReadModelStore(db), insert_raw_event=raw_event, insert_raw_row=raw_row,
+        put_raw_card=raw_card, raw_row=outbox.raw,
+    )

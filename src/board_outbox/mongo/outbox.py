@@ -1,0 +1,241 @@
+"""``trigger_effects``: the durable effect outbox on MongoDB.
+
+- upsert: one unordered ``bulk_write`` of ``$setOnInsert`` upserts keyed by ``row_key``;
+- claim: ``find_one_and_update`` per row, minting a ``claim_id`` and a lease; an expired lease is
+  reclaimed with ``attempts`` +1;
+- every mark filters on ``{_id, state: claimed, claim_id}``: a stolen lease makes it a no-op.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo import DESCENDING, ReturnDocument, UpdateOne
+from pymongo.errors import BulkWriteError
+
+from ..domain import (
+    CLAIMED,
+    DONE,
+    FAILED,
+    LIVE_STATES,
+    PENDING,
+    AuditEntry,
+    EffectRow,
+    ErrorEntry,
+    from_doc,
+    to_doc,
+)
+from ..errors import MalformedDocument, MalformedRow
+from ..ports import Claim, RowFilter, UpsertResult
+from .errors import translated
+
+EFFECTS = "trigger_effects"
+DUPLICATE_KEY = 11000
+
+
+def row_query(flt: RowFilter) -> dict[str, Any]:
+    q: dict[str, Any] = {}
+    if flt.tenant_id is not None:
+        q["tenant_id"] = flt.tenant_id
+    if flt.states:
+        q["state"] = {"$in": list(flt.states)}
+    if flt.kind is not None:
+        # a row without ``kind`` is a launch (the zero value)
+        q["kind"] = {"$in": ["launch", None]} if flt.kind == "launch" else flt.kind
+    upd: dict[str, float] = {}
+    if flt.updated_after is not None:
+        upd["$gte"] = flt.updated_after
+    if flt.updated_before is not None:
+        upd["$lt"] = flt.updated_before
+    if upd:
+        q["updated_at"] = upd
+    return q
+
+
+def _decode(doc: dict[str, Any]) -> EffectRow:
+    return from_doc(doc, EffectRow, MalformedRow)
+
+
+class MongoEffectOutbox:
+    def __init__(self, db: Any) -> None:
+        self.coll = db[EFFECTS]
+
+    @translated
+    async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
+        if not rows:
+            return UpsertResult(0, 0)
+        ops = [
+            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": to_doc(r)}, upsert=True)
+            for r in rows
+        ]
+        try:
+            res = await self.coll.bulk_write(ops, ordered=False)
+            inserted = int(res.upserted_count)
+        except BulkWriteError as exc:
+            # Two replicas racing on one row_key: the loser's upsert may hit the unique index.
+            # The row exists, which is all $setOnInsert wanted; anything else is a real error.
+            details = exc.details
+            others = [e for e in details.get("writeErrors", []) if e.get("code") != DUPLICATE_KEY]
+            if others or details.get("writeConcernErrors"):
+                raise
+            inserted = int(details.get("nUpserted", 0))
+        return UpsertResult(inserted, len(rows) - inserted)
+
+    @translated
+    async def claim_due(
+        self, tenant_id: str, now: float, lease_seconds: float, limit: int
+    ) -> list[Claim]:
+        claims: list[Claim] = []
+        reclaiming = True
+        while len(claims) < limit:
+            claim_id = uuid.uuid4().hex
+            lease_until = now + lease_seconds
+            doc: dict[str, Any] | None = None
+            if reclaiming:
+                doc = await self.coll.find_one_and_update(
+                    {"tenant_id": tenant_id, "state": CLAIMED, "lease_until": {"$lte": now}},
+                    {"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now},
+                     "$inc": {"attempts": 1}},
+                    return_document=ReturnDocument.AFTER,
+                )
+                if doc is None:
+                    reclaiming = False
+                else:
+                    entry = ErrorEntry(attempt=int(doc.get("attempts", 1)), at=now,
+                                       error="lease expired before the attempt finished",
+                                       kind="lease_expired")
+                    await self.coll.update_one(
+                        {"_id": doc["_id"], "claim_id": claim_id},
+                        {"$push": {"errors": to_doc(entry)}},
+                    )
+                    doc.setdefault("errors", []).append(to_doc(entry))
+                    claims.append(self._claim(doc, claim_id, lease_until, True))
+                    continue
+            doc = await self.coll.find_one_and_update(
+                {"tenant_id": tenant_id, "state": PENDING, "not_before": {"$lte": now}},
+                {"$set": {"state": CLAIMED, "claim_id": claim_id, "lease_until": lease_until,
+                          "updated_at": now}},
+                sort=[("not_before", 1)],
+                return_document=ReturnDocument.AFTER,
+            )
+            if doc is None:
+                break
+            claims.append(self._claim(doc, claim_id, lease_until, False))
+        return claims
+
+    @staticmethod
+    def _claim(doc: dict[str, Any], claim_id: str, lease_until: float, reclaimed: bool) -> Claim:
+        row: EffectRow | None = None
+        err: str | None = None
+        try:
+            row = _decode(doc)
+        except MalformedDocument as exc:
+            err = str(exc)
+        return Claim(ref=doc["_id"], claim_id=claim_id, lease_until=lease_until,
+                     tenant_id=str(doc.get("tenant_id")), row=row, decode_error=err,
+                     reclaimed=reclaimed)
+
+    async def _fenced(self, ref: Any, claim_id: str, update: dict[str, Any]) -> bool:
+        res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id}, update)
+        return bool(res.modified_count == 1)
+
+    @translated
+    async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool:
+        return await self._fenced(ref, claim_id,
+                                  {"$set": {"consume_marked": True, "updated_at": now}})
+
+    @translated
+    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:
+        return await self._fenced(ref, claim_id, {"$set": {
+            "state": DONE, "outcome": outcome, "updated_at": now, "lease_until": None,
+            "done_at": datetime.fromtimestamp(now, UTC),  # the TTL index's clock (M11b)
+        }})
+
+    @translated
+    async def mark_retry(
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
+    ) -> bool:
+        return await self._fenced(ref, claim_id, {
+            "$set": {"state": PENDING, "not_before": not_before, "lease_until": None,
+                     "updated_at": now},
+            "$inc": {"attempts": 1},
+            "$push": {"errors": to_doc(error)},
+        })
+
+    @translated
+    async def mark_failed(
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, count_attempt: bool
+    ) -> bool:
+        update: dict[str, Any] = {
+            "$set": {"state": FAILED, "lease_until": None, "updated_at": now, "outcome": "failed"},
+            "$push": {"errors": to_doc(error)},
+        }
+        if count_attempt:
+            update["$inc"] = {"attempts": 1}
+        return await self._fenced(ref, claim_id, update)
+
+    @translated
+    async def release(self, ref: Any, claim_id: str, now: float) -> bool:
+        return await self._fenced(ref, claim_id, {"$set": {
+            "state": PENDING, "claim_id": None, "lease_until": None, "updated_at": now}})
+
+    @translated
+    async def get(self, row_key: str) -> EffectRow | None:
+        doc = await self.coll.find_one({"row_key": row_key})
+        return None if doc is None else _decode(doc)
+
+    async def raw(self, row_key: str) -> dict[str, Any] | None:
+        return await self.coll.find_one({"row_key": row_key})  # type: ignore[no-any-return]
+
+    @translated
+    async def find(self, flt: RowFilter) -> list[EffectRow]:
+        cursor = (
+            self.coll.find(row_query(flt))
+            .sort([("updated_at", DESCENDING), ("row_key", DESCENDING)])
+            .limit(flt.limit)
+        )
+        out: list[EffectRow] = []
+        for doc in await cursor.to_list(None):
+            try:
+                out.append(_decode(doc))
+            except MalformedDocument:
+                continue
+        return out
+
+    @translated
+    async def count_by_state(self, tenant_id: str | None = None) -> dict[str, int]:
+        pipeline: list[dict[str, Any]] = []
+        if tenant_id is not None:
+            pipeline.append({"$match": {"tenant_id": tenant_id}})
+        pipeline.append({"$group": {"_id": "$state", "n": {"$sum": 1}}})
+        cursor = await self.coll.aggregate(pipeline)
+        return {str(d["_id"]): int(d["n"]) for d in await cursor.to_list(None)}
+
+    @translated
+    async def live_tenants(self) -> set[str]:
+        found = await self.coll.distinct("tenant_id", {"state": {"$in": list(LIVE_STATES)}})
+        return {str(t) for t in found}
+
+    @translated
+    async def replay(self, row_key: str, now: float, by: str) -> bool:
+        audit = AuditEntry(at=now, action="replay", by=by, detail="attempts reset")
+        res = await self.coll.update_one(
+            {"row_key": row_key, "state": FAILED},
+            {"$set": {"state": PENDING, "attempts": 0, "not_before": now, "claim_id": None,
+                      "lease_until": None, "updated_at": now, "outcome": None},
+             "$push": {"audit": to_doc(audit)}},
+        )
+        return bool(res.modified_count == 1)
+
+    @translated
+    async def purge(self, flt: RowFilter) -> int:
+        q = row_query(flt)
+        q["state"] = FAILED  # only dead-letters are ever purged
+        ids = [d["_id"] for d in await self.coll.find(q, {"_id": 1}).limit(flt.limit).to_list(None)]
+        if not ids:
+            return 0
+        res = await self.coll.delete_many({"_id": {"$in": ids}, "state": FAILED})
+        return int(res.deleted_count)

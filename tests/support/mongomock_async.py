@@ -1,0 +1,135 @@
+"""An async face over ``mongomock`` with the subset of pymongo's ``AsyncDatabase`` /
+``AsyncCollection`` API the Mongo adapters use, so the adapters run unchanged in CI.
+
+Every operation yields to the event loop first, so concurrent tasks interleave between store
+calls as they would against a server. Operations mongomock lacks raise loudly (NotImplementedError).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import mongomock
+from anyio.lowlevel import checkpoint
+from pymongo import DeleteMany, DeleteOne, InsertOne, ReplaceOne, UpdateMany, UpdateOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+
+class BulkResult:
+    def __init__(self, upserted: int, matched: int, inserted: int) -> None:
+        self.upserted_count = upserted
+        self.matched_count = matched
+        self.inserted_count = inserted
+        self.acknowledged = True
+
+
+class AsyncCursor:
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def sort(self, key: Any, direction: int | None = None) -> AsyncCursor:
+        self._cursor = self._cursor.sort(key, direction) if direction else self._cursor.sort(key)
+        return self
+
+    def limit(self, n: int) -> AsyncCursor:
+        self._cursor = self._cursor.limit(n)
+        return self
+
+    async def to_list(self, length: int | None = None) -> list[dict[str, Any]]:
+        await checkpoint()
+        docs = list(self._cursor)
+        return docs if length is None else docs[:length]
+
+    def __aiter__(self) -> AsyncCursor:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            return next(self._cursor)  # type: ignore[no-any-return]
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+class AsyncMockCollection:
+    def __init__(self, coll: mongomock.Collection) -> None:
+        self._c = coll
+
+    def find(self, *args: Any, **kwargs: Any) -> AsyncCursor:
+        return AsyncCursor(self._c.find(*args, **kwargs))
+
+    async def aggregate(self, pipeline: list[dict[str, Any]], **kwargs: Any) -> AsyncCursor:
+        await checkpoint()
+        return AsyncCursor(iter(list(self._c.aggregate(pipeline, **kwargs))))
+
+    async def bulk_write(self, requests: Sequence[Any], ordered: bool = True) -> BulkResult:
+        # mongomock's own bulk_write does not accept current pymongo operation objects.
+        await checkpoint()
+        upserted = matched = inserted = 0
+        errors: list[dict[str, Any]] = []
+        for i, op in enumerate(requests):
+            try:
+                if isinstance(op, UpdateOne):
+                    r = self._c.update_one(op._filter, op._doc, upsert=op._upsert)
+                    matched += r.matched_count
+                    upserted += 1 if r.upserted_id is not None else 0
+                elif isinstance(op, ReplaceOne):
+                    r = self._c.replace_one(op._filter, op._doc, upsert=op._upsert)
+                    matched += r.matched_count
+                    upserted += 1 if r.upserted_id is not None else 0
+                elif isinstance(op, InsertOne):
+                    self._c.insert_one(op._doc)
+                    inserted += 1
+                elif isinstance(op, (UpdateMany, DeleteOne, DeleteMany)):
+                    raise NotImplementedError(f"bulk {type(op).__name__} is not needed here")
+                else:
+                    raise NotImplementedError(type(op).__name__)
+            except DuplicateKeyError as exc:
+                errors.append({"index": i, "code": 11000, "errmsg": str(exc)})
+                if ordered:
+                    break
+        if errors:
+            raise BulkWriteError({"writeErrors": errors, "writeConcernErrors": [],
+                                  "nUpserted": upserted, "nMatched": matched,
+                                  "nInserted": inserted})
+        return BulkResult(upserted, matched, inserted)
+
+    async def create_indexes(self, models: Sequence[Any]) -> list[str]:
+        # mongomock's create_indexes drops partialFilterExpression; create_index keeps it.
+        await checkpoint()
+        names = []
+        for model in models:
+            spec = dict(model.document)
+            keys = list(spec.pop("key").items())
+            names.append(self._c.create_index(keys, **spec))
+        return names
+
+    async def watch(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("mongomock has no change streams: those tests need a replica set")
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._c, name)
+        if not callable(fn):
+            return fn
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await checkpoint()
+            return fn(*args, **kwargs)
+
+        return call
+
+
+class AsyncMockDatabase:
+    def __init__(self, db: mongomock.Database) -> None:
+        self._db = db
+        self.name = db.name
+
+    def __getitem__(self, name: str) -> AsyncMockCollection:
+        return AsyncMockCollection(self._db[name])
+
+    async def list_collection_names(self) -> list[str]:
+        return list(self._db.list_collection_names())
+
+
+def mock_database(name: str = "board_outbox_test") -> AsyncMockDatabase:
+    return AsyncMockDatabase(mongomock.MongoClient(tz_aware=True)[name])

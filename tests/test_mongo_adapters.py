@@ -1,0 +1,128 @@
+"""Mongo-specific behaviour: error classification, schema, client config (CI, no server needed),
+and the change stream (real replica set only)."""
+
+from __future__ import annotations
+
+import pytest
+from pymongo.errors import (
+    AutoReconnect,
+    DuplicateKeyError,
+    NetworkTimeout,
+    NotPrimaryError,
+    OperationFailure,
+    ServerSelectionTimeoutError,
+)
+
+from board_outbox.config import StoreConfig
+from board_outbox.errors import ConfigError, StoreError, StoreUnavailable
+from board_outbox.mongo import MongoEventLog, ensure_schema, make_client
+from board_outbox.mongo.errors import classify, translated
+from board_outbox.mongo.schema import DONE_TTL_SECONDS
+from board_outbox.ports import RowFilter
+from tests.support.mongomock_async import mock_database
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        AutoReconnect("connection reset"),
+        NetworkTimeout("timed out"),
+        NotPrimaryError("not primary"),
+        ServerSelectionTimeoutError("no servers"),
+        OperationFailure("stepped down", code=189),
+        OperationFailure("interrupted", code=11602),
+        OperationFailure("time limit", code=50),
+    ],
+)
+def test_transient_pymongo_errors_become_store_unavailable(exc: Exception) -> None:
+    assert isinstance(classify(exc, "op"), StoreUnavailable)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [OperationFailure("unauthorized", code=13), DuplicateKeyError("dup", code=11000),
+     OperationFailure("bad query", code=2)],
+)
+def test_other_pymongo_errors_become_store_error(exc: Exception) -> None:
+    err = classify(exc, "op")  # type: ignore[arg-type]
+    assert isinstance(err, StoreError) and not isinstance(err, StoreUnavailable)
+
+
+async def test_translated_lets_no_raw_pymongo_error_out() -> None:
+    class Flaky:
+        @translated
+        async def op(self) -> None:
+            raise AutoReconnect("boom")
+
+    with pytest.raises(StoreUnavailable, match=r"Flaky\.op: AutoReconnect: boom"):
+        await Flaky().op()
+
+
+async def test_adapter_translates_a_failing_driver_call() -> None:
+    class DeadCollection:
+        def find(self, *a: object, **k: object) -> object:
+            raise ServerSelectionTimeoutError("no primary")
+
+    class DeadDb:
+        def __getitem__(self, name: str) -> DeadCollection:
+            return DeadCollection()
+
+    with pytest.raises(StoreUnavailable, match="no primary"):
+        await MongoEventLog(DeadDb()).read_after("t", 0, 10)
+
+
+async def test_ensure_schema_is_idempotent_and_has_the_ttl_and_unique_indexes() -> None:
+    db = mock_database()
+    await ensure_schema(db)
+    await ensure_schema(db)  # again: no error, nothing duplicated
+    info = await db["trigger_effects"].index_information()
+    assert info["row_key_unique"]["unique"] is True
+    assert list(info["tenant_state_not_before"]["key"]) == [
+        ("tenant_id", 1), ("state", 1), ("not_before", 1)]
+    ttl = info["done_ttl"]
+    assert ttl["expireAfterSeconds"] == DONE_TTL_SECONDS == 7 * 24 * 3600
+    assert ttl["partialFilterExpression"] == {"state": "done"}  # failed rows never expire
+    assert (await db["board_events"].index_information())["tenant_seq_unique"]["unique"]
+
+
+def test_client_passes_uri_options_through_and_applies_timeouts() -> None:
+    client = make_client(StoreConfig(
+        uri="mongodb://u:p@127.0.0.1:1/?replicaSet=rs0&tls=true&tlsAllowInvalidCertificates=true",
+        op_timeout_seconds=7))
+    opts = client.options
+    assert opts.replica_set_name == "rs0" and opts.timeout == 7.0
+    assert opts.pool_options._ssl_context is not None  # TLS configured from the URI
+
+
+@pytest.mark.parametrize("uri", ["http://nope", "mongodb://h:notaport/"])
+def test_bad_uri_is_a_config_error(uri: str) -> None:
+    with pytest.raises(ConfigError, match="store"):
+        make_client(StoreConfig(uri=uri))
+
+
+async def test_done_rows_expire_and_dead_letters_never_do() -> None:
+    """M11b on mongomock, which runs TTL expiry on read: a done row whose done_at is older than
+    7 days disappears; a failed row of the same age stays (it never carries done_at, and the
+    TTL index is partial on state=done besides)."""
+    from board_outbox.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
+    from board_outbox.mongo import MongoEffectOutbox
+
+    db = mock_database()
+    await ensure_schema(db)
+    outbox = MongoEffectOutbox(db)
+    sub = Subscription(sub_id="s", tenant_id="t", bot="b")
+    rows = [new_launch_row("t", EventSnapshot(seq=i, type="x", card_id="c"), sub, 0.0)
+            for i in (1, 2, 3)]
+    await outbox.upsert_rows(rows)
+    import time
+
+    long_ago = time.time() - DONE_TTL_SECONDS - 3600
+    c1, c2, c3 = await outbox.claim_due("t", long_ago, 30, 3)
+    assert await outbox.mark_done(c1.ref, c1.claim_id, long_ago, "ok")
+    err = ErrorEntry(attempt=1, at=long_ago, error="x")
+    assert await outbox.mark_failed(c2.ref, c2.claim_id, long_ago, err, True)
+    assert await outbox.mark_done(c3.ref, c3.claim_id, time.time(), "ok")
+    left = {r.seq: r.state for r in await outbox.find(RowFilter(tenant_id="t"))}
+    assert left == {2: "failed", 3: "done"}
