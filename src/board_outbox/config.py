@@ -52,11 +52,18 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     idle_seconds: Pos = 0.25
 
 
+class LauncherConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    kind: Literal["log", "http"] = "log"
+    url: str = ""
+    timeout_seconds: Pos = 10.0
+
+
 class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     shutdown_grace_seconds: Pos = 10.0
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     replica_name: str = ""
+    metrics_interval_seconds: Pos = 10.0
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -64,6 +71,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     tail: TailConfig = TailConfig()
     worker: WorkerConfig = WorkerConfig()
     service: ServiceConfig = ServiceConfig()
+    launcher: LauncherConfig = LauncherConfig()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
 
     def tail_settings(self) -> TailSettings:
@@ -101,6 +109,8 @@ def validate(cfg: Config) -> Config:
         )
     if cfg.worker.backoff_cap_seconds < cfg.worker.backoff_base_seconds:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
+    if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):
+        raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
     from projections import AVAILABLE  # the projection names a deployment can enable
 
     for name in cfg.projections:
@@ -110,7 +120,7 @@ def validate(cfg: Config) -> Config:
 
 
 ENV_PREFIX = "BOARD_OUTBOX_"
-_SECTIONS = {"store", "tail", "worker", "service"}
+_SECTIONS = {"store", "tail", "worker", "service", "launcher"}
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

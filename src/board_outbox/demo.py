@@ -39,18 +39,7 @@ class DemoOptions:
 
 
 def stores_for(backend: MemoryBackend) -> Stores:
-    return Stores(
-        events=backend.events,
-        cursors=backend.cursors,
-        outbox=backend.outbox,
-        subs=backend.subs,
-        cards=backend.board,
-        labels=backend.board,
-        launcher=backend.launcher,
-        readmodels=backend.readmodels,
-        feed=backend.events,
-        tokens=backend.tokens,
-    )
+    return backend.stores()
 
 
 def demo_subscriptions(tenant: str) -> list[Subscription]:

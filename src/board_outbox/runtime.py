@@ -16,6 +16,7 @@ from .config import Config
 from .domain import EffectRow
 from .errors import ChangeStreamLost, StoreUnavailable
 from .launch import LaunchHandler
+from .metrics import Metrics
 from .ports import (
     CardStore,
     ChangeFeed,
@@ -110,6 +111,8 @@ class Service:
             on_done=on_done,
         )
         self.stats = Stats()
+        self.metrics = Metrics()
+        self.worker.metrics = self.metrics
         self._dirty: set[str] = set()
         self._tail_wake = anyio.Event()
         self._worker_wake = anyio.Event()
@@ -140,6 +143,7 @@ class Service:
             tg.start_soon(self._worker_loop)
             if self.stores.feed is not None and self.config.tail.change_streams:
                 tg.start_soon(self._waker_loop)
+            tg.start_soon(self._metrics_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
@@ -157,6 +161,7 @@ class Service:
             if full_poll:
                 tenants = None
                 self.stats.poll_wakes += 1
+                self.metrics.wake("poll")
             else:
                 tenants = sorted(self._dirty)
             self._dirty.clear()
@@ -199,6 +204,23 @@ class Service:
         finally:
             self._worker_exited.set()
 
+    async def refresh_gauges(self) -> None:
+        """Tail lag per tenant (allocated seq - cursor) and rows by state, for the gauges."""
+        lag: dict[str, int] = {}
+        for tenant in await self.tail.tenants():
+            cursor = await self.stores.cursors.get(tenant) or 0
+            lag[tenant] = max(0, await self.stores.events.allocated_seq(tenant) - cursor)
+        self.metrics.lag = lag
+        self.metrics.rows = await self.stores.outbox.count_by_state()
+
+    async def _metrics_loop(self) -> None:
+        while not self.stopping:
+            try:
+                await self.refresh_gauges()
+            except StoreUnavailable as exc:
+                log.warning("metrics refresh failed: %s", exc)
+            await anyio.sleep(self.config.service.metrics_interval_seconds)
+
     async def _waker_loop(self) -> None:
         feed, tokens = self.stores.feed, self.stores.tokens
         assert feed is not None
@@ -208,6 +230,7 @@ class Service:
             try:
                 async for change in feed.watch(token):
                     self.stats.stream_wakes += 1
+                    self.metrics.wake("stream")
                     self.wake_tenant(change.tenant_id)
                     token = change.token
                     if tokens is not None:

@@ -19,6 +19,7 @@ from .backoff import BackoffPolicy
 from .clock import Clock, RandomSource, seeded_random
 from .domain import EffectRow, ErrorEntry
 from .errors import LeaseLost, PermanentEffectError
+from .metrics import Metrics
 from .ports import Claim, EffectOutbox
 from .registry import ExecutionContext, HandlerRegistry
 
@@ -57,6 +58,7 @@ class EffectWorker:
         settings: WorkerSettings | None = None,
         rng: RandomSource | None = None,
         on_done: Callable[[EffectRow, str], None] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.outbox = outbox
         self.registry = registry
@@ -65,6 +67,7 @@ class EffectWorker:
         self.settings = settings or WorkerSettings()
         self.rng = rng or seeded_random()
         self.on_done = on_done
+        self.metrics = metrics
         self.stopping = False
         self._tracer = trace.get_tracer("board_outbox.worker")
 
@@ -161,8 +164,11 @@ class EffectWorker:
                 await self._retry(claim, res, attempt, exc, row, span)
                 return
             span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
-            if await self.outbox.mark_done(claim.ref, claim.claim_id, self.clock.now(), outcome):
+            done_at = self.clock.now()
+            if await self.outbox.mark_done(claim.ref, claim.claim_id, done_at, outcome):
                 res.done += 1
+                if self.metrics is not None:
+                    self.metrics.row_done(row, done_at)
                 if self.on_done is not None:
                     self.on_done(row, outcome)
             else:
@@ -196,6 +202,8 @@ class EffectWorker:
         err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
         if await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err, count):
             res.failed += 1
+            if self.metrics is not None:
+                self.metrics.row_failed(row.kind if row else "malformed")
             # Warned once: only the fenced transition to failed logs, and it happens once.
             log.warning(
                 "row parked as dead-letter after attempt %d: %s", attempt, msg,

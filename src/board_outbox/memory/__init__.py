@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..faults import FaultInjector
 from .board import MemoryBoard, MemoryLauncher, MemorySubscriptionStore
@@ -10,6 +11,10 @@ from .cursors import MemoryCursorStore, MemoryResumeTokenStore
 from .events import MemoryEventLog
 from .outbox import MemoryEffectOutbox
 from .readmodels import MemoryReadModelStore
+
+if TYPE_CHECKING:
+    from ..ports import Launcher
+    from ..runtime import Stores
 
 __all__ = [
     "MemoryBackend",
@@ -39,3 +44,13 @@ class MemoryBackend:
         self.launcher = MemoryLauncher(self.faults)
         self.tokens = MemoryResumeTokenStore()
         self.readmodels = MemoryReadModelStore(self.faults)
+
+    def stores(self, launcher: Launcher | None = None) -> Stores:
+        """Every port of this backend (the event log doubles as the change feed)."""
+        from ..runtime import Stores
+
+        return Stores(
+            events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
+            cards=self.board, labels=self.board, launcher=launcher or self.launcher,
+            readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
+        )

@@ -1,0 +1,133 @@
+"""Operator tools: the dead-letter queue (B1) and projection rebuilds (B3)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import msgspec
+
+from .clock import Clock
+from .domain import EffectRow
+from .errors import CardNotFound, MalformedDocument
+from .normalize import decode_event, normalize
+from .ports import CardStore, EffectOutbox, EventLog, RowFilter
+from .registry import HandlerRegistry
+
+log = logging.getLogger("board_outbox.admin")
+
+_REL = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_when(text: str, now: float | None = None) -> float:
+    """``2026-12-01``, ``2026-12-01T10:00:00`` (UTC unless an offset is given), ``90m``/``2h``/
+    ``7d`` (that long ago), or epoch seconds."""
+    now = time.time() if now is None else now
+    t = text.strip()
+    m = _REL.match(t)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a time: use an ISO date/time, an age like 90m, 2h or 7d, "
+            "or epoch seconds"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def dead_letter_filter(
+    tenant: str | None, since: float | None, until: float | None, limit: int
+) -> RowFilter:
+    return RowFilter(tenant_id=tenant, states=("failed",), updated_after=since,
+                     updated_before=until, limit=limit)
+
+
+def row_json(row: EffectRow) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(row), indent=2)
+
+
+async def replay_rows(outbox: EffectOutbox, keys: list[str], clock: Clock, by: str) -> list[str]:
+    """Replay each failed row; return the keys that were replayed (others were not failed)."""
+    done = []
+    for key in keys:
+        if await outbox.replay(key, clock.now(), by):
+            log.info("replayed dead-letter", extra={"row_key": key})
+            done.append(key)
+    return done
+
+
+class RebuildResult(msgspec.Struct, kw_only=True):
+    tenant_id: str
+    projection: str
+    head: int = 0
+    cursor: int = 0
+    applied: int = 0
+    skipped_deleted: int = 0
+    skipped_malformed: int = 0
+    stepped_gaps: int = 0
+    stopped_at_gap: int | None = None
+
+
+async def rebuild_projection(
+    *,
+    name: str,
+    tenant_id: str,
+    registry: HandlerRegistry,
+    events: EventLog,
+    cards: CardStore,
+    clock: Clock,
+    young_gap_seconds: float,
+    batch_size: int = 1000,
+    progress: Callable[[int, int], None] | None = None,
+) -> RebuildResult:
+    """Reset a projection's read model for one tenant and replay it from seq 0.
+
+    A gap whose next event is younger than ``young_gap_seconds`` may still be filling in: the
+    rebuild stops there (the running service's projection rows continue from it) instead of
+    stepping over. An older gap is a dead allocation and is stepped over.
+    """
+    proj = registry.projection(name)  # UnknownEffectKind for a bad name, before any reset
+    res = RebuildResult(tenant_id=tenant_id, projection=name)
+    res.head = await events.max_inserted_seq(tenant_id)
+    await proj.reset(tenant_id)
+    cursor = 0
+    while True:
+        records = await events.read_after(tenant_id, cursor, batch_size)
+        if not records:
+            break
+        for rec in records:
+            if rec.seq != cursor + 1:
+                at = rec.doc.get("at") if isinstance(rec.doc.get("at"), (int, float)) else 0.0
+                if clock.now() - float(at or 0.0) < young_gap_seconds:
+                    res.stopped_at_gap = cursor + 1
+                    res.cursor = cursor
+                    return res
+                res.stepped_gaps += rec.seq - cursor - 1
+            try:
+                snap = await normalize(cards, decode_event(tenant_id, rec))
+            except CardNotFound:
+                res.skipped_deleted += 1
+            except MalformedDocument as exc:
+                res.skipped_malformed += 1
+                log.error("rebuild skips a malformed event: %s", exc,
+                          extra={"tenant_id": tenant_id, "seq": rec.seq})
+            else:
+                await proj.apply(tenant_id, snap)
+                res.applied += 1
+            cursor = rec.seq
+            if progress is not None:
+                progress(cursor, res.head)
+    res.cursor = cursor
+    return res
