@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from opentelemetry import trace
 
 from .clock import Clock, RandomSource, SystemClock, seeded_random
 from .config import Config
@@ -87,6 +88,7 @@ class Service:
         rng: RandomSource | None = None,
         registry: HandlerRegistry | None = None,
         on_done: Callable[[EffectRow, str], None] | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.stores = stores
         self.config = config
@@ -100,6 +102,7 @@ class Service:
             cards=stores.cards,
             clock=self.clock,
             settings=config.tail_settings(),
+            tracer_provider=tracer_provider,
         )
         self.worker = EffectWorker(
             outbox=stores.outbox,
@@ -109,6 +112,7 @@ class Service:
             settings=config.worker_settings(),
             rng=rng or seeded_random(),
             on_done=on_done,
+            tracer_provider=tracer_provider,
         )
         self.stats = Stats()
         self.metrics = Metrics()

@@ -115,6 +115,7 @@ class Tail:
         cards: CardStore,
         clock: Clock,
         settings: TailSettings | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.events = events
         self.cursors = cursors
@@ -125,7 +126,7 @@ class Tail:
         self.settings = settings or TailSettings()
         self._gaps = _GapTracker()
         self._poison = _PoisonTracker()
-        self._tracer = trace.get_tracer("board_outbox.tail")
+        self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
         """Tenants to drain: with subscriptions, with live rows (M11), and -- when projections
@@ -249,6 +250,7 @@ class Tail:
     ) -> list[EffectRow]:
         ctx = telemetry.trace_context(span)
         tc = TraceContext(traceparent=ctx) if ctx else None
+        recording = span.is_recording()
         rows: list[EffectRow] = []
         for snap in snapshots:
             for sub in subs:
@@ -260,6 +262,14 @@ class Tail:
                 row = new_projection_row(tenant_id, snap, proj, now)
                 row.trace = tc
                 rows.append(row)
+        if recording:
+            for row in rows:  # one span event per row: the row's birth inside this batch
+                span.add_event("row", {
+                    telemetry.ATTR_ROW_KEY: row.row_key, telemetry.ATTR_SEQ: row.seq,
+                    telemetry.ATTR_KIND: row.kind, telemetry.ATTR_SUB: row.sub_id or "",
+                })
+            if snapshots:
+                span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
         return rows
 
     async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:

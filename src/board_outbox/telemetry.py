@@ -21,7 +21,10 @@ ATTR_ROWS = "board_outbox.rows"
 
 def trace_context(span: trace.Span) -> str | None:
     """The span's W3C ``traceparent``, or None for a non-recording/invalid span."""
-    ctx = span.get_span_context()
+    return trace_context_of(span.get_span_context())
+
+
+def trace_context_of(ctx: SpanContext) -> str | None:
     if not ctx.is_valid:
         return None
     return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"

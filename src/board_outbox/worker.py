@@ -59,6 +59,7 @@ class EffectWorker:
         rng: RandomSource | None = None,
         on_done: Callable[[EffectRow, str], None] | None = None,
         metrics: Metrics | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.outbox = outbox
         self.registry = registry
@@ -69,7 +70,7 @@ class EffectWorker:
         self.on_done = on_done
         self.metrics = metrics
         self.stopping = False
-        self._tracer = trace.get_tracer("board_outbox.worker")
+        self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
 
     async def tick(self, tenants: Iterable[str] | None = None) -> TickResult:
         """Claim and execute one batch per tenant."""
