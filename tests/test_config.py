@@ -57,3 +57,13 @@ def test_bad_settings_name_the_setting(
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="No such file"):
         load_config(tmp_path / "absent.toml", env={})
+
+
+def test_example_config_is_valid() -> None:
+    cfg = load_config(Path(__file__).parent.parent / "board-outbox.example.toml", env={})
+    assert cfg.store.backend == "mongo" and cfg.launcher.kind == "http"
+
+
+def test_http_launcher_needs_a_url() -> None:
+    with pytest.raises(ConfigError, match="launcher.url"):
+        load_config(env={"BOARD_OUTBOX_LAUNCHER__KIND": "http"})

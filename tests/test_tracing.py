@@ -184,3 +184,11 @@ async def test_metrics_record_latency_attempts_dead_letters_and_gauges() -> None
     assert lag == {T: 1}
     rows = {p.attributes["state"]: p.value for p in points["board_outbox.rows"]}
     assert rows == {"done": 1}
+
+
+def test_shared_endpoint_enables_traces_but_not_metrics() -> None:
+    from board_outbox.otel import metric_exporter
+
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    assert span_exporter(env) is not None and metric_exporter(env) is None
+    assert metric_exporter({**env, "OTEL_METRICS_EXPORTER": "otlp"}) is not None

@@ -106,6 +106,12 @@ def _value(v: Any) -> Any:
 def _http_handler(sink: SpanSink) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            if self.path == "/v1/metrics":  # accepted and dropped: this receiver keeps traces
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if self.path != "/v1/traces":
                 self.send_error(404)
                 return

@@ -162,15 +162,18 @@ def render_png(chain: list[Span], row_key: str, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     t0 = min(s.start_ns for s in chain)
+    total_ms = max(s.end_ns for s in chain) / 1e6 - t0 / 1e6
+    min_w = max(total_ms * 0.008, 0.05)  # keep sub-millisecond attempts visible
     fig, ax = plt.subplots(figsize=(10, 1.0 + 0.5 * len(chain)))
     for i, s in enumerate(chain):
         color = "#4c72b0" if s.name == MATERIALIZE else ("#c44e52" if s.error else "#55a868")
-        ax.barh(i, max(s.ms, 0.05), left=(s.start_ns - t0) / 1e6, color=color)
+        ax.barh(i, max(s.ms, min_w), left=(s.start_ns - t0) / 1e6, color=color, height=0.6)
         attempt = s.attributes.get("board_outbox.attempt")
         name = "materialize" if s.name == MATERIALIZE else f"execute #{attempt}"
         ax.text((s.end_ns - t0) / 1e6, i, f"  {name} ({s.service}) "
                 f"{s.attributes.get('board_outbox.outcome', '')}", va="center", fontsize=8)
     ax.set_yticks([])
+    ax.set_xlim(0, total_ms * 1.45 + min_w)
     ax.invert_yaxis()
     ax.set_xlabel("ms since materialization")
     ax.set_title(f"row {row_key}", fontsize=10)

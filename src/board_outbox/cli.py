@@ -376,11 +376,17 @@ def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None
         if args.command == "demo":
             from .demo import DemoOptions, run_demo
 
+            from .otel import setup_telemetry
+
             opts = DemoOptions(
                 tenants=args.tenants, events=args.events, rate=args.rate,
                 failure_rate=args.failure_rate, seed=args.seed, timeout=args.timeout,
             )
-            return anyio.run(run_demo, opts)
+            tel = setup_telemetry(replica="demo")  # exports only when OTEL_* asks for it
+            try:
+                return anyio.run(run_demo, opts)
+            finally:
+                tel.shutdown()
         return anyio.run(COMMANDS[args.command], args, factory or _default_factory)
     except (ConfigError, _UsageError) as exc:
         print(f"board-outbox: {'config error: ' if isinstance(exc, ConfigError) else ''}{exc}",

@@ -1,8 +1,9 @@
 """OpenTelemetry SDK setup from the standard OTEL_* environment variables (C3, C5).
 
 Traces are exported when ``OTEL_TRACES_EXPORTER`` is ``otlp`` or ``console``, or when an OTLP
-endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``..._TRACES_ENDPOINT``); metrics likewise with
-``OTEL_METRICS_EXPORTER``. The protocol follows ``OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]PROTOCOL``:
+endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``..._TRACES_ENDPOINT``); metrics only when
+asked for (``OTEL_METRICS_EXPORTER`` or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``), since Jaeger
+takes no metrics. The protocol follows ``OTEL_EXPORTER_OTLP_[TRACES_|METRICS_]PROTOCOL``:
 ``http/protobuf`` (default; Jaeger's OTLP/HTTP receiver on :4318) or ``grpc`` (:4317). Endpoints,
 headers, timeouts and TLS are read by the exporters themselves from the same variables.
 """
@@ -48,7 +49,10 @@ def _wanted(env: Mapping[str, str], signal: str) -> str | None:
         return exporter
     if exporter:
         raise ConfigError(f"OTEL_{signal.upper()}_EXPORTER: {exporter!r} is not otlp, console or none")
-    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"):
+    if env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"):
+        return "otlp"
+    # The shared endpoint turns on traces only: Jaeger, the usual target, takes no metrics.
+    if signal == "traces" and env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         return "otlp"
     return None
 
