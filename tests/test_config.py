@@ -65,5 +65,5 @@ def test_example_config_is_valid() -> None:
 
 
 def test_http_launcher_needs_a_url() -> None:
-    with pytest.raises(ConfigError, match="launcher.url"):
+    with pytest.raises(ConfigError, match=r"launcher\.url"):
         load_config(env={"BOARD_OUTBOX_LAUNCHER__KIND": "http"})

@@ -21,7 +21,7 @@ def bot_runner() -> Iterator[tuple[str, list[tuple[dict[str, object], str]], lis
     statuses: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             got.append((msgspec.json.decode(body), self.headers["Idempotency-Key"]))
             status = statuses.pop(0) if statuses else 200

@@ -375,7 +375,6 @@ def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None
     try:
         if args.command == "demo":
             from .demo import DemoOptions, run_demo
-
             from .otel import setup_telemetry
 
             opts = DemoOptions(
