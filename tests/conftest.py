@@ -66,3 +66,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     if live_available():
         return "live MongoDB tests: ON (MONGODB_URI or mongod on PATH)"
     return f"live MongoDB tests: SKIPPED - {SKIP_REASON}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say once, loudly, how many live-Mongo tests were skipped and why."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if "live_mongo" in getattr(r, "keywords", {})]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} live MongoDB tests skipped: {SKIP_REASON}", yellow=True, bold=True)

@@ -223,3 +223,25 @@ def from_doc(
         if isinstance(doc, Mapping):
             ref = doc.get("row_key") or doc.get("seq") or doc.get("_id")
         raise error(ref, str(exc)) from None
+
+
+class SubscriptionIndex:
+    """A tenant's enabled subscriptions indexed by (event type, column), so matching an event
+    costs what its candidates cost, not what the tenant's subscription count costs."""
+
+    def __init__(self, subs: list[Subscription]) -> None:
+        self._by: dict[tuple[str | None, str | None], list[Subscription]] = {}
+        for sub in subs:
+            if not sub.enabled:
+                continue
+            for etype in sub.rule.event_types or (None,):
+                self._by.setdefault((etype, sub.rule.column), []).append(sub)
+
+    def matching(self, ev: EventSnapshot) -> list[Subscription]:
+        out: list[Subscription] = []
+        get = self._by.get
+        for key in ((ev.type, ev.column), (ev.type, None), (None, ev.column), (None, None)):
+            for sub in get(key, ()):
+                if matches(sub, ev):
+                    out.append(sub)
+        return out

@@ -7,12 +7,13 @@ Every method may raise ``StoreUnavailable`` for a transient failure.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import msgspec
 
 from .domain import Card, EffectRow, ErrorEntry, Subscription
+from .errors import MalformedDocument
 
 
 class EventRecord(msgspec.Struct, frozen=True):
@@ -157,6 +158,13 @@ class SubscriptionStore(Protocol):
 class CardStore(Protocol):
     async def get(self, tenant_id: str, card_id: str) -> Card:
         """Raises ``CardNotFound`` (definitive), ``MalformedCard`` or ``StoreUnavailable``."""
+        ...
+
+    async def get_many(
+        self, tenant_id: str, card_ids: Collection[str]
+    ) -> dict[str, Card | MalformedDocument]:
+        """One round trip for a batch: found cards (or the decode error of a malformed one);
+        a card id missing from the result is definitively deleted."""
         ...
 
     async def put(self, card: Card) -> None: ...

@@ -23,16 +23,16 @@ from opentelemetry import trace
 from . import telemetry
 from .clock import Clock
 from .domain import (
+    BoardEvent,
     EffectRow,
     EventSnapshot,
-    Subscription,
+    SubscriptionIndex,
     TraceContext,
-    matches,
     new_launch_row,
     new_projection_row,
 )
 from .errors import CardNotFound, MalformedDocument, StoreUnavailable
-from .normalize import decode_event, normalize
+from .normalize import card_ids, decode_event, snapshot
 from .ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
 
 log = logging.getLogger("board_outbox.tail")
@@ -177,58 +177,48 @@ class Tail:
             self._poison.clear(tenant_id)
             return
 
-        # Step 2+3: the contiguous, readable prefix, normalized.
-        snapshots: list[EventSnapshot] = []
-        advance_to = cursor
+        # Pass 1: the contiguous, decodable prefix. ``consumed`` holds every record the cursor may
+        # pass, in order: a decoded event, or None for a poison event skipped for good.
+        consumed: list[tuple[int, BoardEvent | None]] = []
         expected = cursor + 1
         for rec in records:
-            if rec.seq != expected:
-                missing = expected
-                age = self._gaps.age(tenant_id, missing, now)
-                if age < self.settings.young_gap_seconds:
-                    res.stopped = "young_gap"
-                    break
-                if self._gaps.first_warning(tenant_id, missing):
-                    log.warning(
-                        "stepping over dead allocation seq %d..%d (gap older than %.0fs)",
-                        missing, rec.seq - 1, self.settings.young_gap_seconds,
-                        extra={"tenant_id": tenant_id, "seq": missing},
-                    )
-                res.stepped_gaps += rec.seq - missing
+            if rec.seq != expected and not self._gap_is_dead(tenant_id, expected, rec.seq, now, res):
+                res.stopped = "young_gap"
+                break
             try:
-                ev = decode_event(tenant_id, rec)
-                snap = await normalize(self.cards, ev)
-            except CardNotFound:
-                res.skipped_deleted += 1
+                consumed.append((rec.seq, decode_event(tenant_id, rec)))
             except MalformedDocument as exc:
-                if advance_to != cursor or snapshots:
-                    res.stopped = "poison"  # materialize the prefix; it is the head next tick
+                if not self._skip_poison(tenant_id, rec.seq, exc, head=not consumed, res=res):
                     break
-                ticks = self._poison.bump(tenant_id, rec.seq)
-                if ticks < self.settings.poison_ticks:
-                    res.stopped = "poison"
-                    break
-                self._poison.clear(tenant_id)
-                res.skipped_poison += 1
-                log.error(
-                    "skipping poison event after %d ticks: %s",
-                    ticks, exc, extra={"tenant_id": tenant_id, "seq": rec.seq},
-                )
-            else:
-                snapshots.append(snap)
-            advance_to = rec.seq
+                consumed.append((rec.seq, None))
             expected = rec.seq + 1
 
+        # Pass 2: normalize every event against its card, all cards in one round trip.
+        # StoreUnavailable propagates: the batch aborts with the cursor untouched (M1).
+        cards = await self.cards.get_many(
+            tenant_id, card_ids(ev for _, ev in consumed if ev is not None)
+        )
+        snapshots: list[EventSnapshot] = []
+        advance_to = cursor
+        for i, (seq, ev) in enumerate(consumed):
+            if ev is not None:
+                try:
+                    snapshots.append(snapshot(ev, cards))
+                except CardNotFound:
+                    res.skipped_deleted += 1  # definitively deleted: the only skip (M1)
+                except MalformedDocument as exc:  # an unreadable card: the poison path
+                    if not self._skip_poison(tenant_id, seq, exc, head=i == 0, res=res):
+                        break
+            advance_to = seq
         if advance_to == cursor:
             return
         if res.stopped != "poison":
             self._poison.clear(tenant_id)
 
-        # Step 3b: match against the tenant's subscriptions (loaded once per batch).
-        subs = [s for s in await self.subs.list_for_tenant(tenant_id) if s.enabled]
-        rows = self.build_rows(tenant_id, snapshots, subs, now, span)
-
-        # Step 4: one bulk upsert. Step 5: CAS.
+        # Match against the tenant's subscriptions (loaded once per batch), then one bulk
+        # upsert, then the CAS.
+        index = SubscriptionIndex(await self.subs.list_for_tenant(tenant_id))
+        rows = self.build_rows(tenant_id, snapshots, index, now, span)
         if rows:
             result = await self.outbox.upsert_rows(rows)
             res.rows, res.rows_inserted = len(rows), result.inserted
@@ -240,11 +230,44 @@ class Tail:
             res.stopped = "cas_lost"
             res.cursor_after = await self.cursors.get(tenant_id) or cursor
 
+    def _gap_is_dead(
+        self, tenant_id: str, missing: int, next_seq: int, now: float, res: DrainResult
+    ) -> bool:
+        """M7: a young gap may still fill in (stop); an old one is a dead allocation (step)."""
+        if self._gaps.age(tenant_id, missing, now) < self.settings.young_gap_seconds:
+            return False
+        if self._gaps.first_warning(tenant_id, missing):
+            log.warning(
+                "stepping over dead allocation seq %d..%d (gap older than %.0fs)",
+                missing, next_seq - 1, self.settings.young_gap_seconds,
+                extra={"tenant_id": tenant_id, "seq": missing},
+            )
+        res.stepped_gaps += next_seq - missing
+        return True
+
+    def _skip_poison(
+        self, tenant_id: str, seq: int, exc: MalformedDocument, *, head: bool, res: DrainResult
+    ) -> bool:
+        """M11: an unreadable event truncates the batch; once it has been the head of line for
+        ``poison_ticks`` ticks it is skipped, with ONE error log. True: skip it now."""
+        res.stopped = "poison"
+        if not head:
+            return False  # materialize what is before it; it is the head next tick
+        ticks = self._poison.bump(tenant_id, seq)
+        if ticks < self.settings.poison_ticks:
+            return False
+        self._poison.clear(tenant_id)
+        res.skipped_poison += 1
+        res.stopped = ""
+        log.error("skipping poison event after %d ticks: %s", ticks, exc,
+                  extra={"tenant_id": tenant_id, "seq": seq})
+        return True
+
     def build_rows(
         self,
         tenant_id: str,
         snapshots: Sequence[EventSnapshot],
-        subs: Sequence[Subscription],
+        index: SubscriptionIndex,
         now: float,
         span: trace.Span,
     ) -> list[EffectRow]:
@@ -253,11 +276,10 @@ class Tail:
         recording = span.is_recording()
         rows: list[EffectRow] = []
         for snap in snapshots:
-            for sub in subs:
-                if matches(sub, snap):
-                    row = new_launch_row(tenant_id, snap, sub, now)
-                    row.trace = tc
-                    rows.append(row)
+            for sub in index.matching(snap):
+                row = new_launch_row(tenant_id, snap, sub, now)
+                row.trace = tc
+                rows.append(row)
             for proj in self.settings.projections:
                 row = new_projection_row(tenant_id, snap, proj, now)
                 row.trace = tc

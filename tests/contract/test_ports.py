@@ -277,3 +277,15 @@ async def test_read_model_seq_guard(kit: Kit) -> None:
 
 def test_card_struct_is_hashable_value() -> None:
     assert Card(tenant_id="t", card_id="c") == Card(tenant_id="t", card_id="c")
+
+
+async def test_get_many_fetches_a_batch_in_one_call(kit: Kit) -> None:
+    await kit.card(T, "a", column="x")
+    await kit.card(T, "b")
+    await kit.put_raw_card(T, "bad", {"tenant_id": T, "card_id": "bad", "labels": 3})
+    got = await kit.cards.get_many(T, ["a", "b", "bad", "gone"])
+    assert set(got) == {"a", "b", "bad"}  # "gone" is absent: deleted
+    assert isinstance(got["a"], Card) and got["a"].column == "x"
+    assert isinstance(got["bad"], MalformedCard)
+    assert await kit.cards.get_many(T, []) == {}
+    assert kit.faults.hits["cards.get_many"] == 2

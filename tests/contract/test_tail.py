@@ -56,7 +56,7 @@ async def test_transient_store_error_aborts_batch_with_cursor_untouched(kit: Kit
     await board(kit)
     tail = kit.tail(seed="earliest")
     await tail.cursor(T)
-    kit.faults.fail_at("cards.get", nth=3)  # the third event's card read blips
+    kit.faults.fail_at("cards.get_many")  # the batch's card read blips
     res = await tail.drain_tenant(T)
     assert res.stopped == "aborted" and "injected" in res.error
     assert await kit.cursors.get(T) == 0
@@ -128,7 +128,7 @@ async def test_four_racing_tails_write_every_row_exactly_once(kit: Kit) -> None:
 
 CRASH_POINTS = [
     "events.read_after",  # before anything
-    "cards.get",  # mid-normalize
+    "cards.get_many",  # mid-normalize
     "subs.list_for_tenant",  # after normalize, before match
     "outbox.upsert_rows",  # before upsert
     "outbox.upsert_rows.after",  # after upsert, before CAS
@@ -143,7 +143,7 @@ async def test_crash_at_every_point_then_restart_loses_and_doubles_nothing(
 ) -> None:
     await board(kit)
     await kit.tail(seed="earliest").cursor(T)
-    kit.faults.crash_at(point, nth=1 if point != "cards.get" else 2)
+    kit.faults.crash_at(point)
     with pytest.raises(Crash):
         await kit.tail(seed="earliest").drain_tenant(T)
     assert kit.faults.fired[point] == 1  # the fault really fired
@@ -288,7 +288,7 @@ async def test_store_outage_never_counts_as_poison(kit: Kit) -> None:
     await board(kit)
     tail = kit.tail(seed="earliest", poison_ticks=3)
     await tail.cursor(T)
-    kit.faults.fail_at("cards.get", times=10)
+    kit.faults.fail_at("cards.get_many", times=10)
     for _ in range(10):
         assert (await tail.drain_tenant(T)).stopped == "aborted"
     await tail.drain_tenant(T)

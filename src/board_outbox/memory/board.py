@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from anyio.lowlevel import checkpoint
 
 from ..domain import Card, Subscription, check_id, from_doc, to_doc
-from ..errors import CardNotFound, LaunchFailed, MalformedCard, SubscriptionNotFound
+from ..errors import (
+    CardNotFound,
+    LaunchFailed,
+    MalformedCard,
+    MalformedDocument,
+    SubscriptionNotFound,
+)
 from ..faults import FaultInjector
 from ..ports import LaunchRequest
 
@@ -66,6 +72,21 @@ class MemoryBoard:
         if doc is None:
             raise CardNotFound(tenant_id, card_id)
         return from_doc(doc, Card, MalformedCard)
+
+    async def get_many(
+        self, tenant_id: str, card_ids: Collection[str]
+    ) -> dict[str, Card | MalformedDocument]:
+        await checkpoint()
+        self.faults.hit("cards.get_many")
+        out: dict[str, Card | MalformedDocument] = {}
+        for cid in card_ids:
+            doc = self._cards.get((tenant_id, cid))
+            if doc is not None:
+                try:
+                    out[cid] = from_doc(doc, Card, MalformedCard)
+                except MalformedDocument as exc:
+                    out[cid] = exc
+        return out
 
     async def put(self, card: Card) -> None:
         await checkpoint()

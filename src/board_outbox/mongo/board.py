@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pymongo.errors import DuplicateKeyError
@@ -76,6 +76,22 @@ class MongoBoard:
         if doc is None:
             raise CardNotFound(tenant_id, card_id)
         return from_doc(doc, Card, MalformedCard)
+
+    @translated
+    async def get_many(
+        self, tenant_id: str, card_ids: Collection[str]
+    ) -> dict[str, Card | MalformedDocument]:
+        if not card_ids:
+            return {}
+        keys = [_card_id(tenant_id, c) for c in card_ids]
+        out: dict[str, Card | MalformedDocument] = {}
+        for doc in await self.coll.find({"_id": {"$in": keys}}).to_list(None):
+            cid = str(doc["_id"]).split("/", 1)[1]
+            try:
+                out[cid] = from_doc(doc, Card, MalformedCard)
+            except MalformedDocument as exc:
+                out[cid] = exc
+        return out
 
     @translated
     async def put(self, card: Card) -> None:
