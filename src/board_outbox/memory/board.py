@@ -24,6 +24,7 @@ class MemorySubscriptionStore:
     def __init__(self, faults: FaultInjector | None = None) -> None:
         self.faults = faults or FaultInjector()
         self._subs: dict[str, Subscription] = {}
+        self._by_tenant: dict[str, dict[str, Subscription]] = {}
 
     async def get(self, sub_id: str) -> Subscription:
         await checkpoint()
@@ -36,7 +37,7 @@ class MemorySubscriptionStore:
     async def list_for_tenant(self, tenant_id: str) -> list[Subscription]:
         await checkpoint()
         self.faults.hit("subs.list")
-        return [s for s in self._subs.values() if s.tenant_id == tenant_id]
+        return list(self._by_tenant.get(tenant_id, {}).values())
 
     async def tenants(self) -> set[str]:
         await checkpoint()
@@ -47,11 +48,17 @@ class MemorySubscriptionStore:
         await checkpoint()
         check_id("tenant_id", sub.tenant_id)
         check_id("sub_id", sub.sub_id)
+        old = self._subs.get(sub.sub_id)
+        if old is not None:
+            self._by_tenant[old.tenant_id].pop(sub.sub_id, None)
         self._subs[sub.sub_id] = sub
+        self._by_tenant.setdefault(sub.tenant_id, {})[sub.sub_id] = sub
 
     async def delete(self, sub_id: str) -> None:
         await checkpoint()
-        self._subs.pop(sub_id, None)
+        old = self._subs.pop(sub_id, None)
+        if old is not None:
+            self._by_tenant[old.tenant_id].pop(sub_id, None)
 
 
 class MemoryBoard:

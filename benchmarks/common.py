@@ -1,0 +1,169 @@
+"""Shared pieces of the benchmarks: backends, synthetic workloads, timing, result files."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import random
+import statistics
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from board_outbox.domain import Card, MatchRule, Subscription
+from board_outbox.memory import MemoryBackend
+from board_outbox.runtime import Stores
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine_info() -> dict[str, Any]:
+    versions = {}
+    for pkg in ("board-outbox", "pymongo", "anyio", "msgspec", "opentelemetry-sdk"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "processor": _cpu_model(),
+        "versions": versions,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def settle_heap() -> None:
+    """Freeze the setup's objects out of the cyclic GC, as ``Service.run`` does at start, so a
+    measurement does not pay for re-walking the benchmark's own fixture heap."""
+    gc.collect()
+    gc.unfreeze()
+    gc.freeze()
+
+
+def write_result(name: str, doc: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine_info(), **doc}, indent=2) + "\n")
+    return path
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    v = sorted(values)
+    q = statistics.quantiles(v, n=100, method="inclusive") if len(v) > 1 else [v[0]] * 99
+    return {"n": len(v), "p50": q[49], "p95": q[94], "p99": q[98], "max": v[-1], "mean": statistics.fmean(v)}
+
+
+# --- backends ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    name: str
+    stores: Stores
+    memory: MemoryBackend | None = None
+
+    async def insert_events(self, docs: list[dict[str, Any]]) -> None:
+        """Bulk-load pre-allocated events (benchmark setup, not measured)."""
+        if self.memory is not None:
+            for d in docs:
+                self.memory.events.insert_now(d)
+            return
+        events = self.stores.events
+        db = events.events.database  # type: ignore[attr-defined]
+        await db["board_events"].insert_many(docs, ordered=False)
+        counters: dict[str, int] = {}
+        for d in docs:
+            counters[d["tenant_id"]] = max(counters.get(d["tenant_id"], 0), d["seq"])
+        for t, seq in counters.items():
+            await db["board_event_counters"].update_one({"_id": t}, {"$max": {"seq": seq}}, upsert=True)
+
+
+def mongo_uri() -> str | None:
+    return os.environ.get("MONGODB_URI")
+
+
+@asynccontextmanager
+async def backends(with_mongo: bool) -> AsyncIterator[list[str]]:
+    """Names of the backends to measure: memory always; mongo when a replica set is reachable."""
+    names = ["memory"]
+    if with_mongo:
+        names.append("mongo")
+    yield names
+
+
+@asynccontextmanager
+async def open_backend(name: str, uri: str | None = None) -> AsyncIterator[Backend]:
+    if name == "memory":
+        b = MemoryBackend()
+        yield Backend("memory", b.stores(), b)
+        return
+    import uuid
+
+    from pymongo import AsyncMongoClient
+
+    from board_outbox.memory import MemoryLauncher
+    from board_outbox.mongo import ensure_schema, mongo_stores
+
+    assert uri is not None
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri, tz_aware=True)
+    dbname = f"board_outbox_bench_{uuid.uuid4().hex[:8]}"
+    db = client[dbname]
+    await ensure_schema(db)
+    try:
+        yield Backend("mongo", mongo_stores(db, MemoryLauncher()))
+    finally:
+        await client.drop_database(dbname)
+        await client.close()
+
+
+# --- workload ---------------------------------------------------------------------------------
+
+
+async def synthetic_board(
+    backend: Backend, *, tenants: int, subs_per_tenant: int, events: int, cards_per_tenant: int = 200,
+    seed: int = 1, at: float | None = None,
+) -> list[str]:
+    """Tenants with ``subs_per_tenant`` subscriptions (sub i wants column col<i>), cards spread
+    over those columns, and ``events`` events round-robin over tenants. Each event matches
+    exactly one subscription, whatever the subscription count: the count costs matching work."""
+    rng = random.Random(seed)
+    names = [f"t{i:03d}" for i in range(tenants)]
+    for t in names:
+        for i in range(subs_per_tenant):
+            await backend.stores.subs.put(Subscription(
+                sub_id=f"{t}.s{i}", tenant_id=t, bot=f"bot{i}", rule=MatchRule(column=f"col{i}")))
+        for c in range(cards_per_tenant):
+            await backend.stores.cards.put(Card(tenant_id=t, card_id=f"c{c}",
+                                                column=f"col{rng.randrange(subs_per_tenant)}"))
+    now = time.time() if at is None else at
+    docs = []
+    seqs = dict.fromkeys(names, 0)
+    for n in range(events):
+        t = names[n % tenants]
+        seqs[t] += 1
+        docs.append({"tenant_id": t, "seq": seqs[t], "type": "card.updated",
+                     "card_id": f"c{rng.randrange(cards_per_tenant)}", "at": now})
+    await backend.insert_events(docs)
+    return names

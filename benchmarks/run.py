@@ -1,0 +1,159 @@
+"""Run the board-outbox benchmarks and write JSON results + PNG plots to benchmarks/results/.
+
+    ./dev.sh bench                  # everything, small default size (under 2 minutes here)
+    ./dev.sh bench --size full      # larger runs
+    ./dev.sh bench --only worker    # one benchmark
+
+Runs on the in-memory backend everywhere, and also on a real replica set when MONGODB_URI is
+set (or mongod is on PATH: a throw-away single-node replica set is started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import latency, materialize, worker
+from benchmarks.common import RESULTS, write_result
+
+SIZES: dict[str, dict[str, Any]] = {
+    "small": {"events": 10_000, "rows": 10_000, "lat_events": 300, "lat_rate": 200.0},
+    "full": {"events": 100_000, "rows": 50_000, "lat_events": 2000, "lat_rate": 500.0},
+}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+async def main_async(args: argparse.Namespace, uri: str | None) -> None:
+    size = SIZES[args.size]
+    backends = ["memory"] + (["mongo"] if uri else [])
+    only = set(args.only or ["materialize", "worker", "latency"])
+    t0 = time.monotonic()
+    if "materialize" in only:
+        res = await materialize.run(backends, uri, size["events"], [100, 1000, 10000], [1, 10, 100],
+                                    [1, 100], log)
+        write_result("materialize", {"size": args.size, "results": res})
+        plot_materialize(res)
+    if "worker" in only:
+        res = await worker.run(backends, uri, size["rows"], [1, 2, 4], log)
+        write_result("worker", {"size": args.size, "results": res})
+        plot_worker(res)
+    if "latency" in only:
+        res = await latency.run(backends, uri, size["lat_events"], size["lat_rate"],
+                                [0.05, 0.25, 1.0], log)
+        write_result("latency", {"size": args.size, "results": res})
+        plot_latency(res)
+    log(f"done in {time.monotonic() - t0:.0f}s; results in {RESULTS}")
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_materialize(res: list[dict[str, Any]]) -> None:
+    plt = _plt()
+    backends = sorted({r["backend"] for r in res})
+    tenants = sorted({r["tenants"] for r in res})
+    fig, axes = plt.subplots(len(backends), len(tenants), figsize=(6 * len(tenants), 4 * len(backends)),
+                             squeeze=False)
+    for i, be in enumerate(backends):
+        for j, nt in enumerate(tenants):
+            ax = axes[i][j]
+            for k, ns in enumerate(sorted({r["subs_per_tenant"] for r in res})):
+                rows = sorted((r for r in res if r["backend"] == be and r["tenants"] == nt
+                               and r["subs_per_tenant"] == ns), key=lambda r: r["batch_size"])
+                xs = [r["batch_size"] for r in rows]
+                color = f"C{k}"
+                ax.plot(xs, [r["ours_events_per_s"] for r in rows], "o-", color=color,
+                        label=f"ours, {ns} subs")
+                ax.plot(xs, [r["ceiling_events_per_s"] for r in rows], "--", color=color, alpha=0.6,
+                        label=f"ceiling (raw bulk write), {ns} subs")
+                ax.plot(xs, [r["baseline_events_per_s"] for r in rows], ":", color=color, alpha=0.8,
+                        label=f"publish-then-hope, {ns} subs")
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("batch size")
+            ax.set_ylabel("events / s")
+            ax.set_title(f"{be}: {nt} tenant(s)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=6)
+    fig.suptitle("materialization throughput vs batch size")
+    fig.tight_layout()
+    fig.savefig(RESULTS / "materialize.png", dpi=100)
+    plt.close(fig)
+
+
+def plot_worker(res: list[dict[str, Any]]) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k, be in enumerate(sorted({r["backend"] for r in res})):
+        rows = [r for r in res if r["backend"] == be]
+        ax.plot([r["workers"] for r in rows], [r["rows_per_s"] for r in rows], "o-", color=f"C{k}",
+                label=be)
+    ax.set_xlabel("workers in one replica")
+    ax.set_ylabel("rows executed / s (no-op handler)")
+    ax.set_title("worker throughput")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "worker.png", dpi=100)
+    plt.close(fig)
+
+
+def plot_latency(res: list[dict[str, Any]]) -> None:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k, r in enumerate(res):
+        xs = r["done_samples_ms"]
+        if not xs:
+            continue
+        ys = [(i + 1) / len(xs) for i in range(len(xs))]
+        ax.plot(xs, ys, color=f"C{k}", label=f"{r['backend']}: {r['mode']}")
+    ax.set_xscale("log")
+    ax.set_xlabel("insert -> done latency (ms)")
+    ax.set_ylabel("fraction of rows")
+    ax.set_title("latency CDF: change-stream wake vs polling only")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "latency.png", dpi=100)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", choices=sorted(SIZES), default="small")
+    ap.add_argument("--only", action="append", choices=["materialize", "worker", "latency"])
+    args = ap.parse_args()
+    uri = os.environ.get("MONGODB_URI")
+    if uri is None and shutil.which("mongod"):
+        from tests.support.live_mongo import replica_set
+
+        with replica_set() as started:
+            log(f"started a single-node replica set for the benchmarks: {started}")
+            anyio.run(main_async, args, started)
+        return 0
+    if uri is None:
+        log("no MONGODB_URI and no mongod on PATH: measuring the in-memory backend only")
+    anyio.run(main_async, args, uri)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
