@@ -67,3 +67,15 @@ def test_example_config_is_valid() -> None:
 def test_http_launcher_needs_a_url() -> None:
     with pytest.raises(ConfigError, match=r"launcher\.url"):
         load_config(env={"BOARD_OUTBOX_LAUNCHER__KIND": "http"})
+
+
+def test_errors_survive_pickling() -> None:
+    """Errors cross process boundaries (the load test's store server): they must round-trip."""
+    import pickle
+
+    from board_outbox.errors import CardNotFound, MalformedCard, StoreUnavailable, SubscriptionNotFound
+
+    for err in (CardNotFound("t", "c"), SubscriptionNotFound("s"), MalformedCard("r", "bad"),
+                StoreUnavailable("down")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err)

@@ -7,6 +7,8 @@ and retries, the second skips or drops.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BoardOutboxError(Exception):
     """Base of every error board-outbox raises on purpose."""
@@ -28,6 +30,9 @@ class CardNotFound(BoardOutboxError):
         self.tenant_id = tenant_id
         self.card_id = card_id
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.tenant_id, self.card_id))
+
 
 class SubscriptionNotFound(BoardOutboxError):
     """The subscription is definitively gone. Its pending rows are dropped (done, not launched)."""
@@ -35,6 +40,9 @@ class SubscriptionNotFound(BoardOutboxError):
     def __init__(self, sub_id: str) -> None:
         super().__init__(f"subscription {sub_id!r} not found")
         self.sub_id = sub_id
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.sub_id,))
 
 
 class MalformedDocument(BoardOutboxError):
@@ -45,6 +53,16 @@ class MalformedDocument(BoardOutboxError):
         self.what = what
         self.ref = ref
         self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_malformed, (type(self), self.what, self.ref, self.detail))
+
+
+def _rebuild_malformed(cls: type[MalformedDocument], what: str, ref: object, detail: str
+                       ) -> MalformedDocument:
+    err = MalformedDocument.__new__(cls)
+    MalformedDocument.__init__(err, what, ref, detail)
+    return err
 
 
 class MalformedEvent(MalformedDocument):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import logging
 
 from .domain import EffectRow, matches
-from .errors import CardNotFound, CrossTenantRow, PermanentEffectError, SubscriptionNotFound
+from .errors import (
+    CardNotFound,
+    CrossTenantRow,
+    LeaseLost,
+    PermanentEffectError,
+    StoreUnavailable,
+    SubscriptionNotFound,
+)
 from .ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
 from .registry import ExecutionContext
 
@@ -46,13 +53,40 @@ class LaunchHandler:
                 return "dropped: card deleted"
             if not consumed:
                 return "skipped: labels already consumed"
-            await ctx.mark_consumed()  # M6: persisted between consume and launch
+            lost = await self._persist_consumed(row, ctx)
+            if lost is not None:
+                # We hold the spent one-shot and no other worker can take it (its consume finds
+                # the labels gone): launch anyway, then give up the row without writing to it.
+                await self._launch(row, sub.bot, sub.sub_id)
+                raise lost
+        return await self._launch(row, sub.bot, sub.sub_id)
+
+    async def _persist_consumed(self, row: EffectRow, ctx: ExecutionContext) -> LeaseLost | None:
+        """M6: persist consume_marked between the consume and the launch. A transient failure is
+        retried a few times, then the launch goes ahead unmarked; a lost lease is returned so the
+        caller launches and then writes nothing. Either way a spent one-shot gets its launch."""
+        for attempt in range(3):
+            try:
+                await ctx.mark_consumed()
+                return None
+            except LeaseLost as exc:
+                log.warning("lease lost right after consuming the one-shot: launching anyway",
+                            extra={"row_key": row.row_key, "tenant_id": row.tenant_id})
+                return exc
+            except StoreUnavailable as exc:
+                if attempt == 2:
+                    log.warning("could not persist consume_marked (%s): launching anyway", exc,
+                                extra={"row_key": row.row_key, "tenant_id": row.tenant_id})
+        return None
+
+    async def _launch(self, row: EffectRow, bot: str, sub_id: str) -> str:
+        assert row.event is not None
         launch_id = await self.launcher.launch(
             LaunchRequest(
                 tenant_id=row.tenant_id,
-                bot=sub.bot,
+                bot=bot,
                 card_id=row.event.card_id,
-                sub_id=sub.sub_id,
+                sub_id=sub_id,
                 seq=row.seq,
                 row_key=row.row_key,
             )

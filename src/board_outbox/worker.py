@@ -18,7 +18,7 @@ from . import telemetry
 from .backoff import BackoffPolicy
 from .clock import Clock, RandomSource, seeded_random
 from .domain import EffectRow, ErrorEntry
-from .errors import LeaseLost, PermanentEffectError
+from .errors import LeaseLost, PermanentEffectError, StoreUnavailable
 from .metrics import Metrics
 from .ports import Claim, EffectOutbox
 from .registry import ExecutionContext, HandlerRegistry
@@ -166,15 +166,30 @@ class EffectWorker:
                 return
             span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
             done_at = self.clock.now()
-            if await self.outbox.mark_done(claim.ref, claim.claim_id, done_at, outcome):
+            marked = await self._mark_done(claim, row, done_at, outcome)
+            if marked:
                 res.done += 1
                 if self.metrics is not None:
                     self.metrics.row_done(row, done_at)
                 if self.on_done is not None:
                     self.on_done(row, outcome)
-            else:
+            elif marked is not None:
                 res.lease_lost += 1
                 log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(row))
+
+    async def _mark_done(
+        self, claim: Claim, row: EffectRow, now: float, outcome: str
+    ) -> bool | None:
+        """The effect happened: record it, riding out a store blip (a lost mark_done means the
+        row runs again after its lease -- ADR-094's second residual window). None: not recorded."""
+        for attempt in range(3):
+            try:
+                return await self.outbox.mark_done(claim.ref, claim.claim_id, now, outcome)
+            except StoreUnavailable as exc:
+                if attempt == 2:
+                    log.error("effect done but not recorded (%s): the row runs again after its "
+                              "lease", exc, extra=_ctx(row))
+        return None
 
     async def _retry(
         self, claim: Claim, res: TickResult, attempt: int, exc: Exception, row: EffectRow,

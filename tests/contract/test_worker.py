@@ -367,3 +367,46 @@ async def test_malformed_row_is_parked_not_crashing(kit: Kit) -> None:
 
 async def test_launch_failed_is_the_retry_type() -> None:
     assert issubclass(LaunchFailed, Exception)
+
+
+# --- regressions found by the fault-injection harness (tests/harness) ----------------------
+
+
+async def test_lease_lost_right_after_consume_still_launches_exactly_once(kit: Kit) -> None:
+    """Found by the harness: worker A consumed the one-shot, then lost its lease before
+    persisting consume_marked; B's consume found the labels gone and skipped -> no launch at all.
+    Now A, holding the spent one-shot, launches anyway and writes nothing to the row."""
+    await materialize(kit, SHIP, etype="card.labeled", labels=("ship",))
+    a, b = kit.worker(lease_seconds=10), kit.worker(lease_seconds=10)
+    real_consume = kit.labels.consume
+
+    async def consume_then_stall(*args: object) -> bool:
+        ok = await real_consume(*args)  # type: ignore[arg-type]
+        kit.clock.advance(11)  # A stalls past its lease right after the consume ...
+        await b.tick([T])  # ... B reclaims, finds the labels gone, marks the row skipped
+        return ok
+
+    kit.labels.consume = consume_then_stall  # type: ignore[method-assign]
+    res = await a.tick([T])
+    assert res.lease_lost == 1
+    assert [r.bot for r in kit.launcher.launches] == ["shipper"]  # exactly one launch
+
+
+async def test_transient_consume_mark_failure_still_launches(kit: Kit) -> None:
+    """Found by the harness: a store blip on the consume_marked write made the retry skip."""
+    await materialize(kit, SHIP, etype="card.labeled", labels=("ship",))
+    kit.faults.fail_at("outbox.mark_consumed", times=3)
+    res = await kit.worker().tick([T])
+    assert res.done == 1 and len(kit.launcher.launches) == 1
+    assert kit.faults.fired["outbox.mark_consumed"] == 3
+
+
+async def test_transient_mark_done_failure_is_retried_not_relaunched(kit: Kit) -> None:
+    """Found by the harness: a store blip on mark_done left the row claimed; after the lease it
+    ran again -> a double launch with no crash at all. mark_done now rides out the blip."""
+    await materialize(kit)
+    kit.faults.fail_at("outbox.mark_done", times=2)
+    assert (await kit.worker().tick([T])).done == 1
+    kit.clock.advance(100)
+    assert (await kit.worker().tick([T])).claimed == 0
+    assert len(kit.launcher.launches) == 1

@@ -1,0 +1,62 @@
+"""The fault-injection harness (SPEC B2): bounded in CI, and proven able to fail."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, find, given, settings
+from hypothesis import strategies as st
+
+from board_outbox.memory.outbox import MemoryEffectOutbox
+from tests.harness.broken import CursorFirstTail
+from tests.harness.sim import run_choices, run_many
+
+choices = st.lists(st.integers(0, 2**16), min_size=20, max_size=250)
+
+
+def test_200_schedules_hold_every_invariant() -> None:
+    rep = run_many(200)
+    assert rep.violations == []
+    assert rep.schedules == 200
+    for kind in ("transient", "crash_before", "crash_after"):
+        assert rep.faults[kind] > 50, rep.faults  # faults really were injected
+    assert all(rep.env[a] > 0 for a in ("emit", "emit_slow", "jump", "edit_sub", "delete_sub",
+                                         "delete_card", "poison"))
+    assert rep.launches > 100 and rep.rows > rep.launches
+    assert rep.residual["double launch: crash between launch and mark_done"] > 0  # reported
+
+
+def test_harness_catches_the_cursor_first_shape() -> None:
+    rep = run_many(40, tail_cls=CursorFirstTail)
+    assert any("cursor passed" in v and "without a row" in v for v in rep.violations)
+
+
+def test_harness_catches_unfenced_marks(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unfenced(self: MemoryEffectOutbox, ref: object, claim_id: str) -> object:
+        return self._docs.get(ref)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(MemoryEffectOutbox, "_fenced", unfenced)
+    rep = run_many(60)
+    assert any("outside the residual window" in v or "without a launch" in v
+               for v in rep.violations), rep.violations[:5]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(choices)
+def test_hypothesis_schedules_hold_every_invariant(cs: list[int]) -> None:
+    rep = run_choices(cs, trace=True)
+    assert rep.violations == [], "\n".join(rep.trace + rep.violations)
+
+
+def test_a_failing_schedule_shrinks_to_a_readable_step_list() -> None:
+    def fails(cs: list[int]) -> bool:
+        return bool(run_choices(cs, tail_cls=CursorFirstTail, fault_percent=40).violations)
+
+    minimal = find(st.lists(st.integers(0, 2**16), min_size=10, max_size=80), fails,
+                   settings=settings(max_examples=300, database=None, deadline=None))
+    rep = run_choices(minimal, trace=True, tail_cls=CursorFirstTail, fault_percent=40)
+    print("minimal failing schedule:\n" + "\n".join(rep.trace + rep.violations))
+    assert rep.violations and len(minimal) <= 60
+    # shrunk to a handful of readable steps: some events, and the cursor ahead of the rows
+    assert len(rep.trace) <= 12
+    assert any("emit" in line for line in rep.trace)
+    assert any("cursor passed" in v for v in rep.violations)
