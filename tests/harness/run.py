@@ -10,7 +10,14 @@ import argparse
 import sys
 import time
 
-from tests.harness.sim import Report, run_many, run_schedule
+from tests.harness.sim import (
+    Report,
+    recorded_schedule,
+    run_choices,
+    run_many,
+    run_schedule,
+    shrink,
+)
 
 
 def print_report(rep: Report, elapsed: float) -> None:
@@ -39,13 +46,23 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=300, help="fault-phase steps per schedule")
     ap.add_argument("--seed", type=int, help="run this one schedule")
     ap.add_argument("--trace", action="store_true", help="print the schedule's steps")
+    ap.add_argument("--shrink", action="store_true",
+                    help="with --seed: if the schedule fails, shrink it and print the minimal steps")
+    ap.add_argument("--store", choices=["memory", "mongomock"], default="memory",
+                    help="the shared store: the memory twins or the Mongo adapters over mongomock")
     args = ap.parse_args()
     t0 = time.monotonic()
     if args.seed is not None:
-        rep = run_schedule(args.seed, args.steps, trace=args.trace)
+        rep = run_schedule(args.seed, args.steps, trace=args.trace, store=args.store)
         if args.trace:
             print("\n".join(rep.trace))
         print_report(rep, time.monotonic() - t0)
+        if rep.violations and args.shrink:
+            _, recorded = recorded_schedule(args.seed, args.steps)
+            minimal = shrink(recorded, lambda cs: bool(run_choices(cs).violations))
+            small = run_choices(minimal, trace=True)
+            print(f"\nminimal failing schedule ({len(minimal)} choices):")
+            print("\n".join(small.trace + small.violations))
         return 1 if rep.violations else 0
 
     def progress(done: int, total: Report) -> None:
@@ -53,7 +70,7 @@ def main() -> int:
             print(f"  {done}/{args.schedules} schedules, {len(total.violations)} violations, "
                   f"{time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
 
-    rep = run_many(args.schedules, args.first_seed, args.steps, progress)
+    rep = run_many(args.schedules, args.first_seed, args.steps, progress, store=args.store)
     print_report(rep, time.monotonic() - t0)
     return 1 if rep.violations else 0
 

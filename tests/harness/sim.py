@@ -75,6 +75,19 @@ class RandomDecider(Decider):
         return self.left <= 0
 
 
+class RecordingDecider(RandomDecider):
+    """A RandomDecider that keeps its choices, so a failing schedule can be replayed and shrunk."""
+
+    def __init__(self, seed: int, steps: int) -> None:
+        super().__init__(seed, steps)
+        self.record: list[int] = []
+
+    def choose(self, n: int) -> int:
+        c = super().choose(n)
+        self.record.append(c)
+        return c
+
+
 class ListDecider(Decider):
     """Replays a list of choices (Hypothesis draws and shrinks it); 0 once it runs out."""
 
@@ -188,6 +201,82 @@ class SimPort:
         return call
 
 
+class SimStore:
+    """The shared store under the simulation, with the raw (synchronous, turn-free) access the
+    driver needs to act on the world and to audit it."""
+
+    def __init__(self, stores: Stores) -> None:
+        self.stores = stores
+
+    def allocate(self, tenant: str) -> int:
+        raise NotImplementedError
+
+    def insert(self, doc: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def cursors(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def row_docs(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+
+class MemorySimStore(SimStore):
+    def __init__(self) -> None:
+        self.b = MemoryBackend()
+        super().__init__(self.b.stores())
+
+    def allocate(self, tenant: str) -> int:
+        seq = self.b.events._counters.get(tenant, 0) + 1
+        self.b.events._counters[tenant] = seq
+        return seq
+
+    def insert(self, doc: dict[str, Any]) -> None:
+        self.b.events.insert_now(doc)
+
+    def cursors(self) -> dict[str, int]:
+        return dict(self.b.cursors._cursors)
+
+    def row_docs(self) -> list[dict[str, Any]]:
+        return self.b.outbox.all_docs()
+
+
+class MongomockSimStore(SimStore):
+    """The Mongo adapters (pymongo-API code paths) over mongomock."""
+
+    def __init__(self) -> None:
+        from board_outbox.mongo import mongo_stores
+        from tests.support.mongomock_async import mock_database
+
+        self.db = mock_database()
+        self.raw = self.db._db
+        super().__init__(mongo_stores(self.db, MemoryLauncher(), change_feed=False))
+
+    async def prepare(self) -> None:
+        from board_outbox.mongo import ensure_schema
+
+        await ensure_schema(self.db)
+
+    def allocate(self, tenant: str) -> int:
+        from pymongo import ReturnDocument
+
+        doc = self.raw["board_event_counters"].find_one_and_update(
+            {"_id": tenant}, {"$inc": {"seq": 1}}, upsert=True, return_document=ReturnDocument.AFTER)
+        return int(doc["seq"])
+
+    def insert(self, doc: dict[str, Any]) -> None:
+        self.raw["board_events"].insert_one(dict(doc))
+
+    def cursors(self) -> dict[str, int]:
+        return {d["_id"]: d["seq"] for d in self.raw["trigger_cursors"].find({})}
+
+    def row_docs(self) -> list[dict[str, Any]]:
+        return list(self.raw["trigger_effects"].find({}))
+
+
+STORES: dict[str, Callable[[], SimStore]] = {"memory": MemorySimStore, "mongomock": MongomockSimStore}
+
+
 @dataclass
 class EventInfo:
     tenant: str
@@ -202,15 +291,16 @@ class EventInfo:
 class Simulation:
     def __init__(self, decider: Decider, *, replicas: int = 3, tenants: int = 2,
                  fault_percent: int = 8, max_attempts: int = 6, trace: bool = False,
-                 tail_cls: type[Tail] = Tail) -> None:
+                 tail_cls: type[Tail] = Tail, store: str = "memory") -> None:
         self.tail_cls = tail_cls
+        self.store = STORES[store]()
         self.d = decider
         self.n_replicas = replicas
         self.tenants = [f"t{i}" for i in range(tenants)]
         self.fault_percent = fault_percent
         self.max_attempts = max_attempts
-        self.backend = MemoryBackend()
-        self.clock = ManualClock(1_000_000.0)
+        # a fixed instant after today: deterministic, and a TTL index (Mongo) expires nothing
+        self.clock = ManualClock(1_900_000_000.0)
         self.launcher = MemoryLauncher()
         self.turns = Turns()
         self.report = Report(schedules=1)
@@ -278,14 +368,14 @@ class Simulation:
     # --- replicas ---------------------------------------------------------------------------
 
     def _stores(self, rid: int) -> Stores:
-        b = self.backend
+        b = self.store.stores
 
         def w(target: Any, prefix: str) -> Any:
             return SimPort(target, prefix, rid, self)
 
         return Stores(events=w(b.events, "events"), cursors=w(b.cursors, "cursor"),
-                      outbox=w(b.outbox, "outbox"), subs=w(b.subs, "subs"), cards=w(b.board, "cards"),
-                      labels=w(b.board, "labels"), launcher=w(self.launcher, "launcher"),
+                      outbox=w(b.outbox, "outbox"), subs=w(b.subs, "subs"), cards=w(b.cards, "cards"),
+                      labels=w(b.labels, "labels"), launcher=w(self.launcher, "launcher"),
                       readmodels=w(b.readmodels, "readmodel"))
 
     async def _replica(self, rid: int) -> None:
@@ -319,7 +409,10 @@ class Simulation:
     # --- the world ------------------------------------------------------------------------
 
     async def setup(self) -> None:
-        b = self.backend
+        b = self.store.stores
+        prepare = getattr(self.store, "prepare", None)
+        if prepare is not None:
+            await prepare()
         for t in self.tenants:
             specs = [
                 (f"{t}.created", MatchRule(event_types=("card.created",)), ()),
@@ -340,16 +433,15 @@ class Simulation:
         column = ("inbox", "review")[self.d.choose(2)]
         labels = ("ship",) if etype == "card.labeled" else ()
         card = Card(tenant_id=t, card_id=card_id, column=column, labels=labels)
-        seq = self.backend.events._counters.get(t, 0) + 1
-        self.backend.events._counters[t] = seq  # allocate
+        seq = self.store.allocate(t)
         return t, seq, card_id, etype, card
 
     async def env_action(self, action: str) -> None:
-        b = self.backend
+        b = self.store.stores
         self.report.env[action] += 1
         if action in ("emit", "emit_slow"):
             t, seq, card_id, etype, card = self._new_event()
-            await b.board.put(card)
+            await b.cards.put(card)
             self.events[(t, seq)] = EventInfo(t, seq, card_id, "normal",
                                               allocated_at=self.clock.now())
             if action == "emit":
@@ -386,25 +478,24 @@ class Simulation:
         elif action == "delete_card" and self.events:
             key = sorted(self.events)[self.d.choose(len(self.events))]
             info = self.events[key]
-            await b.board.delete(info.tenant, info.card)
+            await b.cards.delete(info.tenant, info.card)
             self.deleted_cards.add((info.tenant, info.card))
             self.log(f"delete card {info.tenant}/{info.card}")
         elif action == "poison":
             t = self.tenants[self.d.choose(len(self.tenants))]
-            seq = b.events._counters.get(t, 0) + 1
-            b.events._counters[t] = seq
-            b.events.insert_now({"tenant_id": t, "seq": seq, "type": 7})  # no card_id, bad type
+            seq = self.store.allocate(t)
+            self.store.insert({"tenant_id": t, "seq": seq, "type": 7})  # no card_id, bad type
             self.events[(t, seq)] = EventInfo(t, seq, "", "poison", self.step)
             self.log(f"poison {t}/{seq}")
 
     def _insert(self, t: str, seq: int, card_id: str, etype: str) -> None:
-        self.backend.events.insert_now({"tenant_id": t, "seq": seq, "type": etype,
+        self.store.insert({"tenant_id": t, "seq": seq, "type": etype,
                                         "card_id": card_id, "at": self.clock.now()})
         self.events[(t, seq)].inserted_step = self.step
         self.events[(t, seq)].inserted_at = self.clock.now()
 
     def _record_cursors(self) -> None:
-        for t, cur in self.backend.cursors._cursors.items():
+        for t, cur in self.store.cursors().items():
             for (tt, seq), _info in self.events.items():
                 if tt == t and seq <= cur and (t, seq) not in self.cursor_passed:
                     self.cursor_passed[(t, seq)] = self.step
@@ -432,11 +523,12 @@ class Simulation:
     def _settled(self) -> bool:
         if self.slow:
             return False
-        for d in self.backend.outbox.all_docs():
+        for d in self.store.row_docs():
             if d.get("state") in ("pending", "claimed"):
                 return False
+        cursors = self.store.cursors()
         for t in self.tenants:
-            if self.backend.cursors._cursors.get(t, 0) < max(
+            if cursors.get(t, 0) < max(
                     (s for (tt, s) in self.events if tt == t), default=0):
                 return False
         return True
@@ -470,7 +562,7 @@ class Simulation:
     def check(self) -> None:
         r = self.report
         v = r.violations
-        docs = self.backend.outbox.all_docs()
+        docs = self.store.row_docs()
         rows: dict[str, dict[str, Any]] = {}
         for d in docs:
             if d["row_key"] in rows:
@@ -480,7 +572,7 @@ class Simulation:
         if not self._settled():
             live = [k for k, d in rows.items() if d.get("state") in ("pending", "claimed")]
             v.append(f"did not settle: {len(live)} live rows {live[:3]}, slow={self.slow}, cursors="
-                     f"{self.backend.cursors._cursors}")
+                     f"{self.store.cursors()}")
         launches = Counter(req.row_key for req in self.launcher.launches)
         r.launches = sum(launches.values())
         r.dead_letters = sum(1 for d in docs if d.get("state") == "failed")
@@ -590,11 +682,12 @@ def quiet() -> None:
 
 
 def run_schedule(seed: int, steps: int = 300, replicas: int | None = None,
-                 trace: bool = False, tail_cls: type[Tail] = Tail) -> Report:
+                 trace: bool = False, tail_cls: type[Tail] = Tail, store: str = "memory") -> Report:
     quiet()
     rng = random.Random(seed)
     n = replicas or rng.choice((2, 3, 4))
-    sim = Simulation(RandomDecider(seed, steps), replicas=n, trace=trace, tail_cls=tail_cls)
+    sim = Simulation(RandomDecider(seed, steps), replicas=n, trace=trace, tail_cls=tail_cls,
+                     store=store)
     return anyio.run(sim.run)
 
 
@@ -606,12 +699,48 @@ def run_choices(choices: Sequence[int], replicas: int = 3, trace: bool = False,
     return anyio.run(sim.run, len(choices) + 1)
 
 
+def recorded_schedule(seed: int, steps: int = 300, replicas: int = 3,
+                      tail_cls: type[Tail] = Tail) -> tuple[Report, list[int]]:
+    """Run a seeded schedule and return its report and its choices, for ``shrink``."""
+    quiet()
+    d = RecordingDecider(seed, steps)
+    sim = Simulation(d, replicas=replicas, tail_cls=tail_cls)
+    return anyio.run(sim.run), d.record
+
+
+def shrink(choices: Sequence[int], fails: Callable[[list[int]], bool]) -> list[int]:
+    """Delta-debugging over the choice list: drop chunks, then zero choices (0 means "first
+    option, no fault"), while the schedule still fails. Deterministic."""
+    cur = list(choices)
+    chunk = max(1, len(cur) // 2)
+    while True:
+        i, changed = 0, False
+        while i < len(cur):
+            cand = cur[:i] + cur[i + chunk:]
+            if cand and fails(cand):
+                cur, changed = cand, True
+            else:
+                i += chunk
+        if not changed:
+            if chunk == 1:
+                break
+            chunk //= 2
+    for i in range(len(cur)):
+        if cur[i] != 0:
+            cand = [*cur[:i], 0, *cur[i + 1:]]
+            if fails(cand):
+                cur = cand
+    while cur and cur[-1] == 0 and fails(cur[:-1]):
+        cur.pop()
+    return cur
+
+
 def run_many(n: int, first_seed: int = 0, steps: int = 300,
              progress: Callable[[int, Report], None] | None = None,
-             tail_cls: type[Tail] = Tail) -> Report:
+             tail_cls: type[Tail] = Tail, store: str = "memory") -> Report:
     total = Report(schedules=0)
     for i in range(n):
-        rep = run_schedule(first_seed + i, steps, tail_cls=tail_cls)
+        rep = run_schedule(first_seed + i, steps, tail_cls=tail_cls, store=store)
         if rep.violations:
             rep.violations = [f"seed {first_seed + i}: {x}" for x in rep.violations]
         total.add(rep)
