@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -28,14 +29,14 @@ def live_uri() -> Iterator[str]:
         yield uri
 
 
-@pytest.fixture
-async def live_db(live_uri: str) -> AsyncIterator[object]:
+@asynccontextmanager
+async def live_database(uri: str) -> AsyncIterator[object]:
     """A fresh database on the real replica set, with the schema, dropped afterwards."""
     from pymongo import AsyncMongoClient
 
     from board_outbox.mongo import ensure_schema
 
-    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(live_uri, tz_aware=True)
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(uri, tz_aware=True)
     name = f"board_outbox_test_{uuid.uuid4().hex[:10]}"
     db = client[name]
     await ensure_schema(db)
@@ -44,6 +45,12 @@ async def live_db(live_uri: str) -> AsyncIterator[object]:
     finally:
         await client.drop_database(name)
         await client.close()
+
+
+@pytest.fixture
+async def live_db(live_uri: str) -> AsyncIterator[object]:
+    async with live_database(live_uri) as db:
+        yield db
 
 
 @pytest.fixture(params=BACKENDS)
@@ -58,8 +65,9 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
         await ensure_schema(db)
         yield mongo_kit(db, "mongomock")
     else:
-        db = request.getfixturevalue("live_db")
-        yield mongo_kit(db, "mongo-live")
+        uri = request.getfixturevalue("live_uri")  # sync, session-scoped: skips with the reason
+        async with live_database(uri) as db:
+            yield mongo_kit(db, "mongo-live")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

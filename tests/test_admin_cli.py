@@ -208,3 +208,35 @@ def test_ensure_schema_needs_mongo() -> None:
     proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "ensure-schema"],
                           capture_output=True, text=True, timeout=30, env={**os.environ})
     assert proc.returncode == 2 and "needs the mongo backend" in proc.stderr
+
+
+def test_run_against_an_unreachable_replica_set_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "BOARD_OUTBOX_STORE__BACKEND": "mongo",
+           "BOARD_OUTBOX_STORE__URI": f"mongodb://127.0.0.1:{port}/?directConnection=true",
+           "BOARD_OUTBOX_STORE__SERVER_SELECTION_TIMEOUT_SECONDS": "1",
+           "BOARD_OUTBOX_STORE__OP_TIMEOUT_SECONDS": "2"}
+    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "run"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "board-outbox: store unavailable:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_store_error_inside_the_running_service_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from board_outbox.errors import StoreError
+
+    backend = MemoryBackend()
+
+    async def refuse() -> set[str]:
+        raise StoreError("not authorized on board_outbox to execute command")
+
+    backend.outbox.live_tenants = refuse  # type: ignore[method-assign]
+    assert run_cli(backend, "run") == 1
+    err = capsys.readouterr().err
+    assert "board-outbox: not authorized" in err and "Traceback" not in err

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import msgspec
 
 from .clock import Clock
-from .domain import EffectRow
+from .domain import BoardEvent, EffectRow
 from .errors import CardNotFound, MalformedDocument
-from .normalize import decode_event, normalize
+from .normalize import card_ids, decode_event, snapshot
 from .ports import CardStore, EffectOutbox, EventLog, RowFilter
 from .registry import HandlerRegistry
 
@@ -107,26 +107,36 @@ async def rebuild_projection(
         records = await events.read_after(tenant_id, cursor, batch_size)
         if not records:
             break
+        decoded: list[tuple[int, BoardEvent | MalformedDocument]] = []
         for rec in records:
-            if rec.seq != cursor + 1:
+            try:
+                decoded.append((rec.seq, decode_event(tenant_id, rec)))
+            except MalformedDocument as exc:
+                decoded.append((rec.seq, exc))
+        batch_cards = await cards.get_many(
+            tenant_id, card_ids(ev for _, ev in decoded if isinstance(ev, BoardEvent)))
+        for rec, (seq, ev) in zip(records, decoded, strict=True):
+            if seq != cursor + 1:
                 at = rec.doc.get("at") if isinstance(rec.doc.get("at"), (int, float)) else 0.0
                 if clock.now() - float(at or 0.0) < young_gap_seconds:
                     res.stopped_at_gap = cursor + 1
                     res.cursor = cursor
                     return res
-                res.stepped_gaps += rec.seq - cursor - 1
+                res.stepped_gaps += seq - cursor - 1
             try:
-                snap = await normalize(cards, decode_event(tenant_id, rec))
+                if isinstance(ev, MalformedDocument):
+                    raise ev
+                snap = snapshot(ev, batch_cards)
             except CardNotFound:
                 res.skipped_deleted += 1
             except MalformedDocument as exc:
                 res.skipped_malformed += 1
                 log.error("rebuild skips a malformed event: %s", exc,
-                          extra={"tenant_id": tenant_id, "seq": rec.seq})
+                          extra={"tenant_id": tenant_id, "seq": seq})
             else:
                 await proj.apply(tenant_id, snap)
                 res.applied += 1
-            cursor = rec.seq
+            cursor = seq
             if progress is not None:
                 progress(cursor, res.head)
     res.cursor = cursor

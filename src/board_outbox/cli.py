@@ -360,6 +360,26 @@ class _UsageError(BoardOutboxError):
     pass
 
 
+def _run_unwrapped(fn: Any, *args: Any) -> int:
+    """Task groups wrap errors in exception groups; a user-facing error must still come out as
+    one line, so a group of board-outbox errors is unwrapped to its first."""
+    try:
+        return int(anyio.run(fn, *args))
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if leaves and all(isinstance(e, (BoardOutboxError, KeyboardInterrupt)) for e in leaves):
+            raise leaves[0] from None
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Any:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
 COMMANDS = {"run": cmd_run, "ensure-schema": cmd_ensure_schema, "dead-letters": cmd_dead_letters,
             "rebuild": cmd_rebuild}
 
@@ -386,7 +406,7 @@ def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None
                 return anyio.run(run_demo, opts)
             finally:
                 tel.shutdown()
-        return anyio.run(COMMANDS[args.command], args, factory or _default_factory)
+        return _run_unwrapped(COMMANDS[args.command], args, factory or _default_factory)
     except (ConfigError, _UsageError) as exc:
         print(f"board-outbox: {'config error: ' if isinstance(exc, ConfigError) else ''}{exc}",
               file=sys.stderr)
