@@ -1,6 +1,7 @@
 """Load test on loopback (SPEC B2): N events across T tenants, 4 replica processes sharing one
-store (the store server; a real replica set when MONGODB_URI is set is future work, see notes),
-one replica SIGKILLed mid-run and restarted. Reports rows, losses, duplicates, time to drain.
+store -- the store server holding the memory backend, or a real replica set (--mongo-uri or
+MONGODB_URI) -- one replica SIGKILLed mid-run and restarted. Reports rows, losses, duplicates,
+time to drain.
 
     python -m tests.harness.loadtest --events 100000 --tenants 50
 """
@@ -32,10 +33,61 @@ def _spawn(module: str, *args: str) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+class MongoAdmin:
+    """The driver's side on a real replica set: the same four calls as the store server's Admin."""
+
+    def __init__(self, uri: str, db_name: str) -> None:
+        from pymongo import AsyncMongoClient
+
+        from board_outbox.memory import MemoryLauncher
+        from board_outbox.mongo import mongo_stores
+
+        self.client: Any = AsyncMongoClient(uri, tz_aware=True)
+        self.db = self.client[db_name]
+        self.stores = mongo_stores(self.db, MemoryLauncher(), change_feed=False)
+        self.seqs: dict[str, int] = {}
+
+    async def setup(self, tenants: int, cards: int) -> list[str]:
+        from board_outbox.mongo import ensure_schema
+        from tests.harness.storeserver import setup_board
+
+        await ensure_schema(self.db)
+        return await setup_board(self.stores, tenants, cards)
+
+    async def emit(self, docs: list[tuple[str, str, str, float]]) -> int:
+        rows = []
+        for tenant, etype, card_id, at in docs:
+            self.seqs[tenant] = self.seqs.get(tenant, 0) + 1
+            rows.append({"tenant_id": tenant, "seq": self.seqs[tenant], "type": etype,
+                         "card_id": card_id, "at": at})
+        for t, seq in self.seqs.items():  # allocate first, then insert: as emit does
+            await self.db["board_event_counters"].update_one({"_id": t}, {"$max": {"seq": seq}},
+                                                              upsert=True)
+        await self.db["board_events"].insert_many(rows, ordered=False)
+        return len(rows)
+
+    async def status(self) -> dict[str, Any]:
+        behind = 0
+        for t, seq in self.seqs.items():
+            behind += seq - (await self.stores.cursors.get(t) or 0)
+        return {"rows": await self.stores.outbox.count_by_state(), "behind": behind,
+                "launches": await self.db["loadtest_launches"].count_documents({})}
+
+    async def audit(self) -> dict[str, Any]:
+        from tests.harness.audit import audit
+
+        docs = await self.db["trigger_effects"].find({}).to_list(None)
+        launched = [d["row_key"] async for d in self.db["loadtest_launches"].find({})]
+        try:
+            return await audit(self.stores, list(self.seqs), docs, launched)
+        finally:
+            await self.client.drop_database(self.db.name)
+            await self.client.close()
+
+
 async def drive(port: int, events: int, tenants: int, replicas: list[Any], spawn_replica: Any,
-                log: Any) -> dict[str, Any]:
-    conn = Connection("127.0.0.1", port)
-    admin = conn.admin()
+                log: Any, mongo: tuple[str, str] | None = None) -> dict[str, Any]:
+    admin: Any = MongoAdmin(*mongo) if mongo else Connection("127.0.0.1", port).admin()
     names = await admin.setup(tenants, 60)
     rng = random.Random(5)
     t0 = time.monotonic()
@@ -83,24 +135,35 @@ async def drive(port: int, events: int, tenants: int, replicas: list[Any], spawn
             "seconds_to_emit": round(emitted, 1), "seconds_to_drain": round(drained, 1)}
 
 
-def run(events: int, tenants: int, n_replicas: int = 4, log: Any = print) -> dict[str, Any]:
+def run(events: int, tenants: int, n_replicas: int = 4, log: Any = print,
+        mongo_uri: str | None = None) -> dict[str, Any]:
+    """Over the store server (memory backend), or over a real replica set with ``mongo_uri``."""
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
-        server = _spawn("tests.harness.storeserver", "--port-file", str(port_file))
+        server = None if mongo_uri else _spawn("tests.harness.storeserver", "--port-file",
+                                               str(port_file))
         replicas: list[subprocess.Popen[bytes]] = []
+        db_name = f"board_outbox_load_{os.getpid()}"
         try:
-            deadline = time.monotonic() + 20
-            while not port_file.exists() or not port_file.read_text():
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("store server did not start")
-                time.sleep(0.05)
-            port = int(port_file.read_text())
+            port = 0
+            if server is not None:
+                deadline = time.monotonic() + 20
+                while not port_file.exists() or not port_file.read_text():
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        raise RuntimeError("store server did not start")
+                    time.sleep(0.05)
+                port = int(port_file.read_text())
 
             def spawn_replica(i: int) -> subprocess.Popen[bytes]:
+                if mongo_uri:
+                    return _spawn("tests.harness.replica", "--mongo-uri", mongo_uri, "--db",
+                                  db_name, "--name", f"r{i}")
                 return _spawn("tests.harness.replica", "--port", str(port), "--name", f"r{i}")
 
             replicas = [spawn_replica(i) for i in range(n_replicas)]
-            result = anyio.run(drive, port, events, tenants, replicas, spawn_replica, log)
+            mongo = (mongo_uri, db_name) if mongo_uri else None
+            result = anyio.run(drive, port, events, tenants, replicas, spawn_replica, log, mongo)
+            result["store"] = "mongo replica set" if mongo_uri else "store server (memory backend)"
         finally:
             for p in replicas:
                 if p.poll() is None:
@@ -110,8 +173,9 @@ def run(events: int, tenants: int, n_replicas: int = 4, log: Any = print) -> dic
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-            server.terminate()
-            server.wait(timeout=10)
+            if server is not None:
+                server.terminate()
+                server.wait(timeout=10)
     return result
 
 
@@ -121,9 +185,13 @@ def main() -> int:
     ap.add_argument("--tenants", type=int, default=50)
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--json", type=Path, help="also write the result here")
+    ap.add_argument("--mongo-uri", default=os.environ.get("MONGODB_URI"),
+                    help="run against this replica set (default: $MONGODB_URI; else the store server)")
     args = ap.parse_args()
-    print(f"load test: {args.events} events, {args.tenants} tenants, {args.replicas} replica processes")
-    res = run(args.events, args.tenants, args.replicas)
+    where = "a real replica set" if args.mongo_uri else "the store server (memory backend)"
+    print(f"load test: {args.events} events, {args.tenants} tenants, {args.replicas} replica "
+          f"processes over {where}")
+    res = run(args.events, args.tenants, args.replicas, mongo_uri=args.mongo_uri)
     print(json.dumps(res, indent=2))
     if args.json:
         args.json.write_text(json.dumps(res, indent=2) + "\n")

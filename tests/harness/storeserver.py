@@ -17,10 +17,9 @@ from typing import Any
 import anyio
 from anyio.abc import SocketStream
 
-from board_outbox.domain import Card, MatchRule, Subscription, matches
+from board_outbox.domain import Card, MatchRule, Subscription
 from board_outbox.errors import StoreUnavailable
 from board_outbox.memory import MemoryBackend
-from board_outbox.normalize import card_ids, decode_event, snapshot
 from board_outbox.runtime import Stores
 
 PORTS = ("events", "cursors", "outbox", "subs", "cards", "labels", "launcher", "readmodels", "admin")
@@ -46,6 +45,20 @@ def _frame(obj: Any) -> bytes:
     return struct.pack(">I", len(data)) + data
 
 
+async def setup_board(stores: Stores, tenants: int, cards: int) -> list[str]:
+    """Each tenant: two subscriptions (card.created; column review) and ``cards`` cards."""
+    names = [f"lt{i:02d}" for i in range(tenants)]
+    for t in names:
+        await stores.subs.put(Subscription(sub_id=f"{t}.created", tenant_id=t, bot="triage",
+                                           rule=MatchRule(event_types=("card.created",))))
+        await stores.subs.put(Subscription(sub_id=f"{t}.review", tenant_id=t, bot="review",
+                                           rule=MatchRule(column="review")))
+        for c in range(cards):
+            col = ("inbox", "doing", "review")[c % 3]
+            await stores.cards.put(Card(tenant_id=t, card_id=f"c{c}", column=col))
+    return names
+
+
 class Admin:
     """Load-test helpers that run inside the server (setup, bulk emit, the final audit)."""
 
@@ -53,16 +66,7 @@ class Admin:
         self.b = b
 
     async def setup(self, tenants: int, cards: int) -> list[str]:
-        names = [f"lt{i:02d}" for i in range(tenants)]
-        for t in names:
-            await self.b.subs.put(Subscription(sub_id=f"{t}.created", tenant_id=t, bot="triage",
-                                               rule=MatchRule(event_types=("card.created",))))
-            await self.b.subs.put(Subscription(sub_id=f"{t}.review", tenant_id=t, bot="review",
-                                               rule=MatchRule(column="review")))
-            for c in range(cards):
-                col = ("inbox", "doing", "review")[c % 3]
-                await self.b.board.put(Card(tenant_id=t, card_id=f"c{c}", column=col))
-        return names
+        return await setup_board(self.b.stores(), tenants, cards)
 
     async def emit(self, docs: list[tuple[str, str, str, float]]) -> int:
         for tenant, etype, card_id, at in docs:
@@ -80,38 +84,10 @@ class Admin:
         return {"rows": counts, "behind": behind, "launches": len(self.b.launcher.launches)}
 
     async def audit(self) -> dict[str, Any]:
-        """Expected rows (every event x every subscription it matches) vs the outbox."""
-        expected: set[str] = set()
-        events = 0
-        for t in sorted(self.b.events._seqs):
-            recs = await self.b.events.read_after(t, 0, 10**9)
-            evs = [decode_event(t, r) for r in recs]
-            events += len(evs)
-            cards = await self.b.board.get_many(t, card_ids(evs))
-            subs = await self.b.subs.list_for_tenant(t)
-            for ev in evs:
-                snap = snapshot(ev, cards)
-                for sub in subs:
-                    if matches(sub, snap):
-                        expected.add(f"{t}/{ev.seq}/sub/{sub.sub_id}")
-        docs = self.b.outbox.all_docs()
-        keys = [d["row_key"] for d in docs if d.get("kind", "launch") == "launch"]
-        actual = set(keys)
-        launches: dict[str, int] = {}
-        for req in self.b.launcher.launches:
-            launches[req.row_key] = launches.get(req.row_key, 0) + 1
-        return {
-            "events": events,
-            "expected_rows": len(expected),
-            "rows": len(keys),
-            "duplicate_rows": len(keys) - len(actual),
-            "lost_rows": len(expected - actual),
-            "unexpected_rows": len(actual - expected),
-            "not_done": sum(1 for d in docs if d.get("state") != "done"),
-            "launches": len(self.b.launcher.launches),
-            "rows_never_launched": sum(1 for k in expected if k not in launches),
-            "rows_launched_twice": sum(1 for n in launches.values() if n > 1),
-        }
+        from tests.harness.audit import audit
+
+        return await audit(self.b.stores(), list(self.b.events._seqs), self.b.outbox.all_docs(),
+                           [req.row_key for req in self.b.launcher.launches])
 
 
 async def serve(port_file: Path, port: int = 0) -> None:
