@@ -1,8 +1,10 @@
-"""Named fault points for the in-memory twins (and the fault-injection harness).
+"""Named fault points for tests and the fault-injection harness.
 
-An adapter calls ``faults.hit("outbox.upsert.row")`` at each step worth breaking; a test arms a
-rule: crash the "process" (``Crash``, a BaseException nobody catches) or raise a transient
-``StoreUnavailable`` at the N-th hit of a point. With no rules armed, ``hit`` only counts.
+``FaultProxy`` wraps any port (memory twin or Mongo adapter) so that every call passes the points
+``<port>.<method>`` and ``<port>.<method>.after``; a few twins also hit points of their own
+(``changefeed.next``, ``launcher.launch[.after]``). A test arms a rule: crash the "process"
+(``Crash``, a BaseException nobody catches) or raise a transient ``StoreUnavailable`` at the N-th
+hit of a point. With no rules armed, ``hit`` only counts.
 """
 
 from __future__ import annotations

@@ -31,19 +31,20 @@ __all__ = [
 
 @dataclass
 class MemoryBackend:
-    """Every in-memory store, sharing one fault injector."""
+    """Every in-memory store. ``faults`` reaches the change feed and the launcher; faults at
+    any port call come from wrapping the ports in ``faults.FaultProxy``."""
 
     faults: FaultInjector = field(default_factory=FaultInjector)
 
     def __post_init__(self) -> None:
         self.events = MemoryEventLog(self.faults)
-        self.cursors = MemoryCursorStore(self.faults)
-        self.outbox = MemoryEffectOutbox(self.faults)
-        self.subs = MemorySubscriptionStore(self.faults)
-        self.board = MemoryBoard(self.faults)
+        self.cursors = MemoryCursorStore()
+        self.outbox = MemoryEffectOutbox()
+        self.subs = MemorySubscriptionStore()
+        self.board = MemoryBoard()
         self.launcher = MemoryLauncher(self.faults)
         self.tokens = MemoryResumeTokenStore()
-        self.readmodels = MemoryReadModelStore(self.faults)
+        self.readmodels = MemoryReadModelStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""

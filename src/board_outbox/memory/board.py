@@ -21,14 +21,12 @@ from ..ports import LaunchRequest
 
 
 class MemorySubscriptionStore:
-    def __init__(self, faults: FaultInjector | None = None) -> None:
-        self.faults = faults or FaultInjector()
+    def __init__(self) -> None:
         self._subs: dict[str, Subscription] = {}
         self._by_tenant: dict[str, dict[str, Subscription]] = {}
 
     async def get(self, sub_id: str) -> Subscription:
         await checkpoint()
-        self.faults.hit("subs.get")
         try:
             return self._subs[sub_id]
         except KeyError:
@@ -36,12 +34,10 @@ class MemorySubscriptionStore:
 
     async def list_for_tenant(self, tenant_id: str) -> list[Subscription]:
         await checkpoint()
-        self.faults.hit("subs.list")
         return list(self._by_tenant.get(tenant_id, {}).values())
 
     async def tenants(self) -> set[str]:
         await checkpoint()
-        self.faults.hit("subs.tenants")
         return {s.tenant_id for s in self._subs.values() if s.enabled}
 
     async def put(self, sub: Subscription) -> None:
@@ -64,8 +60,7 @@ class MemorySubscriptionStore:
 class MemoryBoard:
     """Cards, as a ``CardStore`` and a ``LabelStore`` (labels live on the card)."""
 
-    def __init__(self, faults: FaultInjector | None = None) -> None:
-        self.faults = faults or FaultInjector()
+    def __init__(self) -> None:
         self._cards: dict[tuple[str, str], dict[str, Any]] = {}
         self.consumed: list[tuple[str, str, tuple[str, ...]]] = []
 
@@ -74,7 +69,6 @@ class MemoryBoard:
 
     async def get(self, tenant_id: str, card_id: str) -> Card:
         await checkpoint()
-        self.faults.hit("cards.get")
         doc = self._cards.get((tenant_id, card_id))
         if doc is None:
             raise CardNotFound(tenant_id, card_id)
@@ -84,7 +78,6 @@ class MemoryBoard:
         self, tenant_id: str, card_ids: Collection[str]
     ) -> dict[str, Card | MalformedDocument]:
         await checkpoint()
-        self.faults.hit("cards.get_many")
         out: dict[str, Card | MalformedDocument] = {}
         for cid in card_ids:
             doc = self._cards.get((tenant_id, cid))
@@ -105,7 +98,6 @@ class MemoryBoard:
 
     async def consume(self, tenant_id: str, card_id: str, labels: Sequence[str]) -> bool:
         await checkpoint()
-        self.faults.hit("labels.consume")
         doc = self._cards.get((tenant_id, card_id))
         if doc is None:
             raise CardNotFound(tenant_id, card_id)
@@ -114,7 +106,6 @@ class MemoryBoard:
             return False
         doc["labels"] = [label for label in have if label not in labels]
         self.consumed.append((tenant_id, card_id, tuple(labels)))
-        self.faults.hit("labels.consume.after")
         return True
 
 

@@ -4,31 +4,24 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from ..faults import FaultInjector
-
 
 class MemoryCursorStore:
-    def __init__(self, faults: FaultInjector | None = None) -> None:
-        self.faults = faults or FaultInjector()
+    def __init__(self) -> None:
         self._cursors: dict[str, int] = {}
 
     async def get(self, tenant_id: str) -> int | None:
         await checkpoint()
-        self.faults.hit("cursor.get")
         return self._cursors.get(tenant_id)
 
     async def seed(self, tenant_id: str, value: int) -> int:
         await checkpoint()
-        self.faults.hit("cursor.seed")
         return self._cursors.setdefault(tenant_id, value)
 
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
         await checkpoint()
-        self.faults.hit("cursor.cas")
         if self._cursors.get(tenant_id) != expected:
             return False
         self._cursors[tenant_id] = new
-        self.faults.hit("cursor.cas.after")
         return True
 
 

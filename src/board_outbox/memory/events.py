@@ -32,14 +32,12 @@ class MemoryEventLog:
 
     async def allocate_seq(self, tenant_id: str) -> int:
         await checkpoint()
-        self.faults.hit("events.allocate")
         seq = self._counters.get(tenant_id, 0) + 1
         self._counters[tenant_id] = seq
         return seq
 
     async def insert(self, doc: Mapping[str, Any]) -> None:
         await checkpoint()
-        self.faults.hit("events.insert")
         self.insert_now(doc)
 
     def insert_now(self, doc: Mapping[str, Any]) -> None:
@@ -67,7 +65,6 @@ class MemoryEventLog:
 
     async def read_after(self, tenant_id: str, after_seq: int, limit: int) -> list[EventRecord]:
         await checkpoint()
-        self.faults.hit("events.read")
         seqs = self._seqs.get(tenant_id, [])
         docs = self._docs.get(tenant_id, {})
         i = bisect.bisect_right(seqs, after_seq)
@@ -75,7 +72,6 @@ class MemoryEventLog:
 
     async def max_inserted_seq(self, tenant_id: str) -> int:
         await checkpoint()
-        self.faults.hit("events.max_inserted")
         seqs = self._seqs.get(tenant_id)
         return seqs[-1] if seqs else 0
 
@@ -85,7 +81,6 @@ class MemoryEventLog:
 
     async def tenants(self) -> set[str]:
         await checkpoint()
-        self.faults.hit("events.tenants")
         return set(self._counters)
 
     # --- change feed -----------------------------------------------------------------------

@@ -24,7 +24,6 @@ from ..domain import (
     to_doc,
 )
 from ..errors import MalformedDocument, MalformedRow
-from ..faults import FaultInjector
 from ..ports import Claim, RowFilter, UpsertResult
 
 
@@ -42,8 +41,7 @@ def _matches(doc: dict[str, Any], flt: RowFilter) -> bool:
 
 
 class MemoryEffectOutbox:
-    def __init__(self, faults: FaultInjector | None = None) -> None:
-        self.faults = faults or FaultInjector()
+    def __init__(self) -> None:
         self._docs: dict[int, dict[str, Any]] = {}
         self._by_key: dict[str, int] = {}
         self._live: dict[str, dict[int, None]] = {}  # tenant -> live refs, insertion ordered
@@ -82,10 +80,8 @@ class MemoryEffectOutbox:
 
     async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
         await checkpoint()
-        self.faults.hit("outbox.upsert")
         inserted = existing = 0
         for row in rows:
-            self.faults.hit("outbox.upsert.row")
             if row.row_key in self._by_key:
                 existing += 1
                 continue
@@ -100,7 +96,6 @@ class MemoryEffectOutbox:
         self, tenant_id: str, now: float, lease_seconds: float, limit: int
     ) -> list[Claim]:
         await checkpoint()
-        self.faults.hit("outbox.claim")
         claims: list[Claim] = []
         for ref in list(self._live.get(tenant_id, {})):
             if len(claims) >= limit:
@@ -160,7 +155,6 @@ class MemoryEffectOutbox:
 
     async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool:
         await checkpoint()
-        self.faults.hit("outbox.mark_consumed")
         doc = self._fenced(ref, claim_id)
         if doc is None:
             return False
@@ -169,7 +163,6 @@ class MemoryEffectOutbox:
 
     async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:
         await checkpoint()
-        self.faults.hit("outbox.mark_done")
         doc = self._fenced(ref, claim_id)
         if doc is None:
             return False
@@ -187,7 +180,6 @@ class MemoryEffectOutbox:
         self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
     ) -> bool:
         await checkpoint()
-        self.faults.hit("outbox.mark_retry")
         doc = self._fenced(ref, claim_id)
         if doc is None:
             return False
@@ -201,7 +193,6 @@ class MemoryEffectOutbox:
         self, ref: Any, claim_id: str, now: float, error: ErrorEntry, count_attempt: bool
     ) -> bool:
         await checkpoint()
-        self.faults.hit("outbox.mark_failed")
         doc = self._fenced(ref, claim_id)
         if doc is None:
             return False
@@ -223,7 +214,6 @@ class MemoryEffectOutbox:
 
     async def get(self, row_key: str) -> EffectRow | None:
         await checkpoint()
-        self.faults.hit("outbox.get")
         ref = self._by_key.get(row_key)
         return None if ref is None else from_doc(self._docs[ref], EffectRow, MalformedRow)
 
@@ -250,7 +240,6 @@ class MemoryEffectOutbox:
 
     async def live_tenants(self) -> set[str]:
         await checkpoint()
-        self.faults.hit("outbox.live_tenants")
         return {t for t, refs in self._live.items() if refs}
 
     async def replay(self, row_key: str, now: float, by: str) -> bool:

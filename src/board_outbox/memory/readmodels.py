@@ -5,19 +5,15 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from ..faults import FaultInjector
-
 
 class MemoryReadModelStore:
-    def __init__(self, faults: FaultInjector | None = None) -> None:
-        self.faults = faults or FaultInjector()
+    def __init__(self) -> None:
         self._docs: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 
     async def upsert_if_newer(
         self, model: str, tenant_id: str, key: str, seq: int, doc: Mapping[str, Any]
     ) -> bool:
         await checkpoint()
-        self.faults.hit("readmodel.upsert")
         docs = self._docs.setdefault((model, tenant_id), {})
         cur = docs.get(key)
         if cur is not None and cur["last_seq"] >= seq:
