@@ -41,6 +41,7 @@ class TickResult(msgspec.Struct, kw_only=True):
     skipped_expired: int = 0
     lease_lost: int = 0
     released: int = 0
+    unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
 
     def add(self, other: TickResult) -> None:
         for f in self.__struct_fields__:
@@ -108,8 +109,11 @@ class EffectWorker:
     async def _release(self, claims: list[Claim], res: TickResult) -> None:
         with anyio.CancelScope(shield=True):
             for claim in claims:
-                if await self.outbox.release(claim.ref, claim.claim_id, self.clock.now()):
-                    res.released += 1
+                try:
+                    if await self.outbox.release(claim.ref, claim.claim_id, self.clock.now()):
+                        res.released += 1
+                except StoreUnavailable as exc:  # its lease expires instead
+                    log.warning("could not release claim %s: %s", claim.claim_id, exc)
 
     async def execute(self, claim: Claim, res: TickResult) -> None:
         now = self.clock.now()
@@ -173,7 +177,9 @@ class EffectWorker:
                     self.metrics.row_done(row, done_at)
                 if self.on_done is not None:
                     self.on_done(row, outcome)
-            elif marked is not None:
+            elif marked is None:
+                res.unrecorded += 1
+            else:
                 res.lease_lost += 1
                 log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(row))
 
@@ -204,7 +210,14 @@ class EffectWorker:
         delay = self.settings.backoff.delay(attempt, self.rng)
         span.set_attribute(telemetry.ATTR_OUTCOME, "retry")
         err = ErrorEntry(attempt=attempt, at=now, error=msg)
-        if await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay):
+        try:
+            marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay)
+        except StoreUnavailable as store_exc:
+            # The row stays claimed; when its lease expires a reclaim counts the attempt.
+            res.unrecorded += 1
+            log.warning("could not record the failed attempt (%s)", store_exc, extra=_ctx(row))
+            return
+        if marked:
             res.retried += 1
             log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
         else:
@@ -216,7 +229,14 @@ class EffectWorker:
     ) -> None:
         now = self.clock.now()
         err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
-        if await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err, count):
+        try:
+            marked = await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err, count)
+        except StoreUnavailable as store_exc:
+            res.unrecorded += 1  # reclaimed after the lease, and parked then
+            log.warning("could not park the row (%s)", store_exc,
+                        extra=_ctx(row) if row else {"row_ref": str(claim.ref)})
+            return
+        if marked:
             res.failed += 1
             if self.metrics is not None:
                 self.metrics.row_failed(row.kind if row else "malformed")

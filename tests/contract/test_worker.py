@@ -410,3 +410,17 @@ async def test_transient_mark_done_failure_is_retried_not_relaunched(kit: Kit) -
     kit.clock.advance(100)
     assert (await kit.worker().tick([T])).claimed == 0
     assert len(kit.launcher.launches) == 1
+
+
+async def test_store_blip_on_mark_retry_does_not_stop_the_batch(kit: Kit) -> None:
+    await materialize(kit, n=2)
+    kit.launcher.fail = always_fail
+    kit.faults.fail_at("outbox.mark_retry")  # the first row's failure cannot be recorded
+    res = await kit.worker(lease_seconds=10).tick([T])
+    assert (res.claimed, res.unrecorded, res.retried) == (2, 1, 1)  # the second row still ran
+    kit.clock.advance(11)
+    kit.launcher.fail = None
+    res = await kit.worker(lease_seconds=10).tick([T])
+    assert res.done == 2  # the unrecorded one was reclaimed after its lease
+    rows = {r.seq: r for r in await kit.rows(T)}
+    assert rows[1].attempts == 1 and rows[1].errors[-1].kind == "lease_expired"
