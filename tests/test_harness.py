@@ -20,7 +20,8 @@ def test_200_schedules_hold_every_invariant() -> None:
     for kind in ("transient", "crash_before", "crash_after"):
         assert rep.faults[kind] > 50, rep.faults  # faults really were injected
     assert all(rep.env[a] > 0 for a in ("emit", "emit_slow", "jump", "edit_sub", "delete_sub",
-                                         "delete_card", "poison"))
+                                         "delete_card", "poison", "outage"))
+    assert rep.dead_letters > 0  # the outages really exhaust attempt budgets
     assert rep.launches > 100 and rep.rows > rep.launches
     assert rep.residual["double launch: crash between launch and mark_done"] > 0  # reported
 

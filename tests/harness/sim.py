@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from board_outbox.backoff import BackoffPolicy
 from board_outbox.clock import ManualClock
 from board_outbox.domain import (
     Card,
@@ -44,7 +45,7 @@ LEASE = 10.0
 YOUNG_GAP = 30.0
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
 ENV_ACTIONS = ("emit", "emit_slow", "finish_slow", "tick", "jump", "edit_sub", "delete_sub",
-               "delete_card", "poison")
+               "delete_card", "poison", "outage")
 
 
 # --- decisions ----------------------------------------------------------------------------
@@ -393,7 +394,8 @@ class Simulation:
                 worker = EffectWorker(
                     outbox=stores.outbox, registry=registry, clock=self.clock, tenants=tail.tenants,
                     settings=WorkerSettings(lease_seconds=LEASE, max_attempts=self.max_attempts,
-                                            batch_size=3),
+                                            batch_size=3,
+                                            backoff=BackoffPolicy(base_seconds=0.5, cap_seconds=4)),
                     rng=random.Random(rid))
                 try:
                     while True:
@@ -481,6 +483,17 @@ class Simulation:
             await b.cards.delete(info.tenant, info.card)
             self.deleted_cards.add((info.tenant, info.card))
             self.log(f"delete card {info.tenant}/{info.card}")
+        elif action == "outage":
+            # the bot runner refuses the next launch attempts: enough to dead-letter some rows.
+            # Finite, so it also ends by itself in the settling phase.
+            left = [2 * self.max_attempts]
+
+            def refuse(_req: Any) -> bool:
+                left[0] -= 1
+                return left[0] >= 0
+
+            self.launcher.fail = refuse
+            self.log("launcher outage begins")
         elif action == "poison":
             t = self.tenants[self.d.choose(len(self.tenants))]
             seq = self.store.allocate(t)
