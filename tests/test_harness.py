@@ -23,7 +23,8 @@ def test_200_schedules_hold_every_invariant() -> None:
                                          "delete_card", "poison", "outage"))
     assert rep.dead_letters > 0  # the outages really exhaust attempt budgets
     assert rep.launches > 100 and rep.rows > rep.launches
-    assert rep.residual["double launch: crash between launch and mark_done"] > 0  # reported
+    doubles = sum(n for k, n in rep.residual.items() if k.startswith("double launch"))
+    assert doubles > 0  # the residual window is really visited, and reported apart
 
 
 def test_harness_catches_the_cursor_first_shape() -> None:
