@@ -145,8 +145,19 @@ class Turns:
         self.running = 0
         self.all_parked = anyio.Event()
         self.decisions: dict[int, str] = {}
+        self.closed = False
+
+    def close(self) -> None:
+        """End of schedule: wake every parked replica and stop parking, so that replicas being
+        cancelled can finish their shielded clean-up instead of waiting for a turn forever."""
+        self.closed = True
+        for ev, _point in self.parked.values():
+            ev.set()
+        self.parked.clear()
 
     async def turn(self, rid: int, point: str) -> str:
+        if self.closed:  # the schedule is over: let shielded clean-up (claim release) through
+            return "none"
         ev = anyio.Event()
         self.parked[rid] = (ev, point)
         self.running -= 1
@@ -566,8 +577,9 @@ class Simulation:
                         break
             await self.turns.wait_all_parked()
             self._record_cursors()
+            self.check()  # before the clean-up below touches the store
+            self.turns.close()
             tg.cancel_scope.cancel()
-        self.check()
         return self.report
 
     # --- invariants -------------------------------------------------------------------------
