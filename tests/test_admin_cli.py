@@ -240,3 +240,43 @@ def test_a_store_error_inside_the_running_service_is_one_line(
     assert run_cli(backend, "run") == 1
     err = capsys.readouterr().err
     assert "board-outbox: not authorized" in err and "Traceback" not in err
+
+
+def test_admin_commands_on_the_mongo_adapters(capsys: pytest.CaptureFixture[str]) -> None:
+    """dead-letters and rebuild through the CLI with the Mongo adapters (pymongo API, mongomock)."""
+    from board_outbox.memory import MemoryLauncher
+    from board_outbox.mongo import ensure_schema, mongo_stores
+    from tests.support.mongomock_async import mock_database
+
+    db = mock_database()
+    launcher = MemoryLauncher(fail=lambda _r: True)
+    stores = mongo_stores(db, launcher, change_feed=False)
+
+    async def seed() -> None:
+        await ensure_schema(db)
+        await stores.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+        await stores.cards.put(Card(tenant_id=T, card_id="c", column="review"))
+        for _ in range(2):
+            seq = await stores.events.allocate_seq(T)
+            await stores.events.insert({"tenant_id": T, "seq": seq, "type": "card.created",
+                                        "card_id": "c", "at": time.time() - 3600})
+        cfg = load_config(env={}, tail={"seed": "earliest"}, worker={"max_attempts": 1})
+        service = Service(stores, cfg)
+        await service.tail.drain_all()
+        await service.worker.tick()
+
+    anyio.run(seed)
+
+    @asynccontextmanager
+    async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+        yield stores
+
+    assert main(["dead-letters", "list", "--tenant", T], factory=factory) == 0
+    assert "2 dead-letters" in capsys.readouterr().out
+    assert main(["dead-letters", "replay", "--all"], factory=factory) == 0
+    assert "2 of 2 rows returned to pending" in capsys.readouterr().out
+    assert anyio.run(stores.outbox.count_by_state, T) == {"pending": 2, "done": 2}  # + projections
+    assert main(["rebuild", "board-reflect", "--tenant", T], factory=factory) == 0
+    assert "2 events applied up to seq 2 of 2" in capsys.readouterr().out
+    model = anyio.run(stores.readmodels.list, "board-reflect", T)
+    assert [(d["card_id"], d["column"], d["last_seq"]) for d in model] == [("c", "review", 2)]
