@@ -8,7 +8,6 @@ from .domain import EffectRow, matches
 from .errors import (
     CardNotFound,
     CrossTenantRow,
-    LeaseLost,
     PermanentEffectError,
     StoreUnavailable,
     SubscriptionNotFound,
@@ -46,38 +45,31 @@ class LaunchHandler:
             return "dropped: no longer matches"
         if sub.consume_labels and not row.consume_marked:
             try:
-                consumed = await self.labels.consume(
-                    row.tenant_id, row.event.card_id, sub.consume_labels
+                spent = await self.labels.consume(
+                    row.tenant_id, row.event.card_id, sub.consume_labels, by=row.row_key
                 )
             except CardNotFound:
                 return "dropped: card deleted"
-            if not consumed:
+            if spent == "absent":
                 return "skipped: labels already consumed"
-            lost = await self._persist_consumed(row, ctx)
-            if lost is not None:
-                # We hold the spent one-shot and no other worker can take it (its consume finds
-                # the labels gone): launch anyway, then give up the row without writing to it.
-                await self._launch(row, sub.bot, sub.sub_id)
-                raise lost
+            # "consumed" now, or "already" by this very row on an earlier attempt that died
+            # before persisting consume_marked: either way the launch is owed.
+            await self._persist_consumed(row, ctx)
         return await self._launch(row, sub.bot, sub.sub_id)
 
-    async def _persist_consumed(self, row: EffectRow, ctx: ExecutionContext) -> LeaseLost | None:
-        """M6: persist consume_marked between the consume and the launch. A transient failure is
-        retried a few times, then the launch goes ahead unmarked; a lost lease is returned so the
-        caller launches and then writes nothing. Either way a spent one-shot gets its launch."""
+    async def _persist_consumed(self, row: EffectRow, ctx: ExecutionContext) -> None:
+        """M6: persist consume_marked between the consume and the launch. A lost lease stops
+        here (LeaseLost: the claim's new holder finds the one-shot spent by this row and
+        launches); a store blip is retried, then the launch goes ahead unmarked -- the card's
+        record of who spent the labels makes a later retry launch, not skip."""
         for attempt in range(3):
             try:
                 await ctx.mark_consumed()
-                return None
-            except LeaseLost as exc:
-                log.warning("lease lost right after consuming the one-shot: launching anyway",
-                            extra={"row_key": row.row_key, "tenant_id": row.tenant_id})
-                return exc
+                return
             except StoreUnavailable as exc:
                 if attempt == 2:
                     log.warning("could not persist consume_marked (%s): launching anyway", exc,
                                 extra={"row_key": row.row_key, "tenant_id": row.tenant_id})
-        return None
 
     async def _launch(self, row: EffectRow, bot: str, sub_id: str) -> str:
         assert row.event is not None

@@ -8,7 +8,7 @@ Every method may raise ``StoreUnavailable`` for a transient failure.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -173,10 +173,18 @@ class CardStore(Protocol):
 
 
 class LabelStore(Protocol):
-    async def consume(self, tenant_id: str, card_id: str, labels: Sequence[str]) -> bool:
-        """Atomically remove ``labels`` from the card iff it carries all of them.
-        False: they were not all there (already consumed). Raises ``CardNotFound``."""
+    async def consume(
+        self, tenant_id: str, card_id: str, labels: Sequence[str], by: str
+    ) -> ConsumeOutcome:
+        """Spend a one-shot: atomically remove ``labels`` from the card iff it carries all of
+        them, recording on the card that row ``by`` spent them (same write). Idempotent per row:
+        ``"consumed"`` now; ``"already"`` -- spent earlier by this same row (a retry after a crash
+        or a lost lease: launch, do not consume again); ``"absent"`` -- not there and not spent by
+        this row (skip). Raises ``CardNotFound``."""
         ...
+
+
+ConsumeOutcome = Literal["consumed", "already", "absent"]
 
 
 class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -240,20 +240,33 @@ async def test_cards_and_atomic_label_consume(kit: Kit) -> None:
     assert (await kit.cards.get(T, "c1")).labels == ("ship", "bug")
     with pytest.raises(CardNotFound):
         await kit.cards.get(T, "nope")
-    results: list[bool] = []
+    results: list[str] = []
 
-    async def consume() -> None:
-        results.append(await kit.labels.consume(T, "c1", ["ship"]))
+    async def consume(row: str) -> None:
+        results.append(await kit.labels.consume(T, "c1", ["ship"], by=row))
 
     async with anyio.create_task_group() as tg:
-        for _ in range(4):
-            tg.start_soon(consume)
-    assert sorted(results) == [False, False, False, True]  # spent exactly once
+        for i in range(4):
+            tg.start_soon(consume, f"row{i}")
+    assert sorted(results) == ["absent", "absent", "absent", "consumed"]  # spent exactly once
     assert (await kit.cards.get(T, "c1")).labels == ("bug",)
-    assert not await kit.labels.consume(T, "c1", ["bug", "ship"])  # all-or-nothing
+    assert await kit.labels.consume(T, "c1", ["bug", "ship"], by="other") == "absent"  # all-or-nothing
     assert (await kit.cards.get(T, "c1")).labels == ("bug",)
     with pytest.raises(CardNotFound):
-        await kit.labels.consume(T, "gone", ["x"])
+        await kit.labels.consume(T, "gone", ["x"], by="r")
+
+
+async def test_label_consume_is_idempotent_per_row(kit: Kit) -> None:
+    """A retry of the row that spent the one-shot learns it was its own; a new label added
+    later is not spent a second time by that row."""
+    await kit.card(T, "c1", labels=("ship",))
+    assert await kit.labels.consume(T, "c1", ["ship"], by="rowA") == "consumed"
+    assert await kit.labels.consume(T, "c1", ["ship"], by="rowA") == "already"
+    assert await kit.labels.consume(T, "c1", ["ship"], by="rowB") == "absent"
+    await kit.card(T, "c1", labels=("ship",))  # the board re-labels the card: a new one-shot
+    assert await kit.labels.consume(T, "c1", ["ship"], by="rowA") == "already"  # not re-spent
+    assert (await kit.cards.get(T, "c1")).labels == ("ship",)
+    assert await kit.labels.consume(T, "c1", ["ship"], by="rowB") == "consumed"
     await kit.put_raw_card(T, "bad", {"tenant_id": T, "card_id": "bad", "labels": "oops"})
     with pytest.raises(MalformedCard):
         await kit.cards.get(T, "bad")

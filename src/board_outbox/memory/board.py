@@ -17,7 +17,7 @@ from ..errors import (
     SubscriptionNotFound,
 )
 from ..faults import FaultInjector
-from ..ports import LaunchRequest
+from ..ports import ConsumeOutcome, LaunchRequest
 
 
 class MemorySubscriptionStore:
@@ -89,24 +89,33 @@ class MemoryBoard:
         return out
 
     async def put(self, card: Card) -> None:
+        """Write the card's fields; the record of spent one-shots (``consumed``) is kept."""
         await checkpoint()
-        self._cards[(card.tenant_id, card.card_id)] = to_doc(card)
+        key = (card.tenant_id, card.card_id)
+        old = self._cards.get(key, {})
+        self._cards[key] = {**to_doc(card), "consumed": old.get("consumed", [])}
 
     async def delete(self, tenant_id: str, card_id: str) -> None:
         await checkpoint()
         self._cards.pop((tenant_id, card_id), None)
 
-    async def consume(self, tenant_id: str, card_id: str, labels: Sequence[str]) -> bool:
+    async def consume(
+        self, tenant_id: str, card_id: str, labels: Sequence[str], by: str
+    ) -> ConsumeOutcome:
         await checkpoint()
         doc = self._cards.get((tenant_id, card_id))
         if doc is None:
             raise CardNotFound(tenant_id, card_id)
+        spent = doc.setdefault("consumed", [])
+        if any(rec.get("by") == by for rec in spent):
+            return "already"
         have = list(doc.get("labels", []))
         if not set(labels).issubset(have):
-            return False
+            return "absent"
         doc["labels"] = [label for label in have if label not in labels]
+        spent.append({"by": by, "labels": list(labels)})
         self.consumed.append((tenant_id, card_id, tuple(labels)))
-        return True
+        return "consumed"
 
 
 class MemoryLauncher:

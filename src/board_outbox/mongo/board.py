@@ -10,6 +10,7 @@ from pymongo.errors import DuplicateKeyError
 
 from ..domain import Card, Subscription, check_id, from_doc, to_doc
 from ..errors import CardNotFound, MalformedCard, MalformedDocument, SubscriptionNotFound
+from ..ports import ConsumeOutcome
 from .errors import translated
 
 SUBSCRIPTIONS = "trigger_subscriptions"
@@ -95,8 +96,9 @@ class MongoBoard:
 
     @translated
     async def put(self, card: Card) -> None:
+        """Write the card's fields; the record of spent one-shots (``consumed``) is kept."""
         key = _card_id(card.tenant_id, card.card_id)
-        await self.coll.replace_one({"_id": key}, {"_id": key, **to_doc(card)}, upsert=True)
+        await self.coll.update_one({"_id": key}, {"$set": to_doc(card)}, upsert=True)
 
     async def put_raw(self, tenant_id: str, card_id: str, doc: Mapping[str, Any]) -> None:
         key = _card_id(tenant_id, card_id)
@@ -107,17 +109,25 @@ class MongoBoard:
         await self.coll.delete_one({"_id": _card_id(tenant_id, card_id)})
 
     @translated
-    async def consume(self, tenant_id: str, card_id: str, labels: Sequence[str]) -> bool:
+    async def consume(
+        self, tenant_id: str, card_id: str, labels: Sequence[str], by: str
+    ) -> ConsumeOutcome:
         key = _card_id(tenant_id, card_id)
+        # One write spends the labels AND records which row spent them: a retry of the same row
+        # (after a crash or a lost lease) then knows the one-shot is its own.
         res = await self.coll.update_one(
-            {"_id": key, "labels": {"$all": list(labels)}},
-            {"$pullAll": {"labels": list(labels)}},
+            {"_id": key, "labels": {"$all": list(labels)}, "consumed.by": {"$ne": by}},
+            {"$pullAll": {"labels": list(labels)},
+             "$push": {"consumed": {"by": by, "labels": list(labels)}}},
         )
         if res.modified_count == 1:
-            return True
-        if await self.coll.count_documents({"_id": key}, limit=1) == 0:
+            return "consumed"
+        doc = await self.coll.find_one({"_id": key}, {"consumed": 1})
+        if doc is None:
             raise CardNotFound(tenant_id, card_id)
-        return False
+        if any(rec.get("by") == by for rec in doc.get("consumed", [])):
+            return "already"
+        return "absent"
 
 
 class MongoReadModelStore:
