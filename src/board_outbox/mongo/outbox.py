@@ -1,8 +1,9 @@
 """``trigger_effects``: the durable effect outbox on MongoDB.
 
 - upsert: one unordered ``bulk_write`` of ``$setOnInsert`` upserts keyed by ``row_key``;
-- claim: ``find_one_and_update`` per row, minting a ``claim_id`` and a lease; an expired lease is
-  reclaimed with ``attempts`` +1;
+- claim: due pending rows are claimed as a batch (pick, one ``update_many`` minting a
+  ``claim_id`` and a lease, read back); an expired lease is reclaimed per row with
+  ``find_one_and_update``, ``attempts`` +1;
 - every mark filters on ``{_id, state: claimed, claim_id}``: a stolen lease makes it a no-op.
 """
 
@@ -88,42 +89,64 @@ class MongoEffectOutbox:
     async def claim_due(
         self, tenant_id: str, now: float, lease_seconds: float, limit: int
     ) -> list[Claim]:
+        lease_until = now + lease_seconds
+        claims = await self._reclaim_expired(tenant_id, now, lease_until, limit)
+        if len(claims) < limit:
+            claims += await self._claim_pending(tenant_id, now, lease_until, limit - len(claims))
+        return claims
+
+    async def _reclaim_expired(
+        self, tenant_id: str, now: float, lease_until: float, limit: int
+    ) -> list[Claim]:
+        """Orphaned claims (their lease expired), one atomic find_one_and_update each: rare,
+        and each one $incs attempts (M9) and records why."""
         claims: list[Claim] = []
-        reclaiming = True
         while len(claims) < limit:
             claim_id = uuid.uuid4().hex
-            lease_until = now + lease_seconds
-            doc: dict[str, Any] | None = None
-            if reclaiming:
-                doc = await self.coll.find_one_and_update(
-                    {"tenant_id": tenant_id, "state": CLAIMED, "lease_until": {"$lte": now}},
-                    {"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now},
-                     "$inc": {"attempts": 1}},
-                    return_document=ReturnDocument.AFTER,
-                )
-                if doc is None:
-                    reclaiming = False
-                else:
-                    entry = ErrorEntry(attempt=int(doc.get("attempts", 1)), at=now,
-                                       error="lease expired before the attempt finished",
-                                       kind="lease_expired")
-                    await self.coll.update_one(
-                        {"_id": doc["_id"], "claim_id": claim_id},
-                        {"$push": {"errors": to_doc(entry)}},
-                    )
-                    doc.setdefault("errors", []).append(to_doc(entry))
-                    claims.append(self._claim(doc, claim_id, lease_until, True))
-                    continue
             doc = await self.coll.find_one_and_update(
-                {"tenant_id": tenant_id, "state": PENDING, "not_before": {"$lte": now}},
-                {"$set": {"state": CLAIMED, "claim_id": claim_id, "lease_until": lease_until,
-                          "updated_at": now}},
-                sort=[("not_before", 1)],
+                {"tenant_id": tenant_id, "state": CLAIMED, "lease_until": {"$lte": now}},
+                {"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now},
+                 "$inc": {"attempts": 1}},
                 return_document=ReturnDocument.AFTER,
             )
             if doc is None:
                 break
-            claims.append(self._claim(doc, claim_id, lease_until, False))
+            entry = ErrorEntry(attempt=int(doc.get("attempts", 1)), at=now,
+                               error="lease expired before the attempt finished",
+                               kind="lease_expired")
+            await self.coll.update_one(
+                {"_id": doc["_id"], "claim_id": claim_id}, {"$push": {"errors": to_doc(entry)}}
+            )
+            doc.setdefault("errors", []).append(to_doc(entry))
+            claims.append(self._claim(doc, claim_id, lease_until, True))
+        return claims
+
+    async def _claim_pending(
+        self, tenant_id: str, now: float, lease_until: float, limit: int
+    ) -> list[Claim]:
+        """Due pending rows in three round trips per pass, whatever the batch size: pick
+        candidates, claim those still pending with one update_many under a fresh claim_id (each
+        document update is atomic, so a racing worker gets the others), read back what is ours.
+        Rows lost to a racing worker are replaced by another pass."""
+        due = {"tenant_id": tenant_id, "state": PENDING, "not_before": {"$lte": now}}
+        claims: list[Claim] = []
+        for _ in range(8):
+            want = limit - len(claims)
+            picked = await self.coll.find(due, {"_id": 1}).sort("not_before", 1).limit(want).to_list(None)
+            if not picked:
+                break
+            ids = [d["_id"] for d in picked]
+            claim_id = uuid.uuid4().hex
+            await self.coll.update_many(
+                {**due, "_id": {"$in": ids}},
+                {"$set": {"state": CLAIMED, "claim_id": claim_id, "lease_until": lease_until,
+                          "updated_at": now}},
+            )
+            mine = await self.coll.find({"_id": {"$in": ids}, "claim_id": claim_id}).to_list(None)
+            mine.sort(key=lambda d: (d.get("not_before", 0.0), str(d.get("row_key"))))
+            claims += [self._claim(doc, claim_id, lease_until, False) for doc in mine]
+            if len(mine) == len(ids) or len(claims) >= limit:
+                break  # no race lost (or enough): nothing more to gain from another pass
         return claims
 
     @staticmethod
