@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 
 from tests.support.kits import Kit, memory_kit, mongo_kit
-from tests.support.live_mongo import SKIP_REASON, live_available, replica_set
+from tests.support.live_mongo import SKIP_REASON, LiveServer, live_kind, live_server
 
 BACKENDS = [
     "memory",
@@ -21,12 +21,47 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+_LIVE: dict[str, object] = {}
+
+
+def _live_wanted(config: pytest.Config) -> bool:
+    expr = config.getoption("markexpr", "") or ""
+    return live_kind() is not None and "not live_mongo" not in expr
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the wire server once per session, before the header is printed, so the header can
+    name it (SPEC W1). A run that deselects the live tests starts nothing."""
+    if not _live_wanted(config):
+        return
+    cm = live_server()
+    try:
+        live = cm.__enter__()
+        _LIVE["cm"], _LIVE["server"], _LIVE["desc"] = cm, live, live.describe()
+    except Exception as exc:  # the header and every live test say why
+        _LIVE["error"] = f"{type(exc).__name__}: {exc}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    cm = _LIVE.pop("cm", None)
+    if cm is not None:
+        cm.__exit__(None, None, None)  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
-def live_uri() -> Iterator[str]:
-    if not live_available():
+def live() -> LiveServer:
+    server = _LIVE.get("server")
+    if server is None:
+        if "error" in _LIVE:
+            pytest.fail(f"the wire server did not start: {_LIVE['error']}")
         pytest.skip(SKIP_REASON)
-    with replica_set() as uri:
-        yield uri
+    assert isinstance(server, LiveServer)
+    return server
+
+
+@pytest.fixture(scope="session")
+def live_uri(live: LiveServer) -> str:
+    return live.uri
 
 
 @asynccontextmanager
@@ -71,9 +106,13 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    if live_available():
-        return "live MongoDB tests: ON (MONGODB_URI or mongod on PATH)"
-    return f"live MongoDB tests: SKIPPED - {SKIP_REASON}"
+    if "desc" in _LIVE:
+        return f"live MongoDB-wire tests: ON - {_LIVE['desc']}"
+    if "error" in _LIVE:
+        return f"live MongoDB-wire tests: FAILING - the server did not start: {_LIVE['error']}"
+    if live_kind() is not None:
+        return "live MongoDB-wire tests: deselected by -m"
+    return f"live MongoDB-wire tests: SKIPPED - {SKIP_REASON}"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

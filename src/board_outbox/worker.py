@@ -26,6 +26,11 @@ from .registry import ExecutionContext, HandlerRegistry
 log = logging.getLogger("board_outbox.worker")
 
 
+# Pauses between mark_done attempts after a store blip (about 3 s in all, and never past the
+# lease). Each attempt is itself bounded by the store op timeout.
+MARK_DONE_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True):
     lease_seconds: float = 30.0
     max_attempts: int = 8
@@ -186,16 +191,21 @@ class EffectWorker:
     async def _mark_done(
         self, claim: Claim, row: EffectRow, now: float, outcome: str
     ) -> bool | None:
-        """The effect happened: record it, riding out a store blip (a lost mark_done means the
-        row runs again after its lease -- ADR-094's second residual window). None: not recorded."""
-        for attempt in range(3):
+        """The effect happened: record it, riding out a store outage for as long as the lease
+        lasts (a lost mark_done means the row runs again after its lease -- ADR-094's second
+        residual window -- so giving up early only makes that double certain). None: not
+        recorded."""
+        delays = iter(MARK_DONE_BACKOFF)
+        while True:
             try:
                 return await self.outbox.mark_done(claim.ref, claim.claim_id, now, outcome)
             except StoreUnavailable as exc:
-                if attempt == 2:
+                delay = next(delays, None)
+                if delay is None or self.clock.now() + delay >= claim.lease_until:
                     log.error("effect done but not recorded (%s): the row runs again after its "
                               "lease", exc, extra=_ctx(row))
-        return None
+                    return None
+                await anyio.sleep(delay)
 
     async def _retry(
         self, claim: Claim, res: TickResult, attempt: int, exc: Exception, row: EffectRow,

@@ -1,53 +1,117 @@
-"""A real single-node replica set for the live tests.
+"""A real MongoDB-wire server for the live tests, picked in this order (SPEC W1):
 
-``MONGODB_URI`` set: use that deployment (it must be a replica set for change streams).
-Otherwise, ``mongod`` on PATH: start ``mongod --replSet rs0`` on a free loopback port in a temp
-dir, initiate the set, wait for a primary, and tear it all down at the end of the session.
-Neither: the live tests skip, and say why.
+1. ``MONGODB_URI``: that deployment (it must be a replica set for change streams);
+2. ``mongod`` on PATH: a throw-away ``mongod --replSet rs0`` on a free loopback port;
+3. SecantusDB's ``secantusd-py`` (the dev extra installs it): a separate process on a free
+   loopback port with temp storage and ``--enable-test-commands``;
+4. none of these: the live tests skip, and say why.
+
+The pytest header names the server, its version and its address.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from board_outbox.wireserver import WireServer, find_executable, free_port
 
 SKIP_REASON = (
-    "no real MongoDB: set MONGODB_URI to a replica set, or put mongod on PATH "
-    "(no registry this machine reaches ships a mongod binary)"
+    "no MongoDB-wire server: set MONGODB_URI to a replica set, put mongod on PATH, "
+    "or install the dev extra (SecantusDB's secantusd-py)"
 )
 
 
+def live_kind() -> str | None:
+    if os.environ.get("MONGODB_URI"):
+        return "MONGODB_URI"
+    if shutil.which("mongod"):
+        return "mongod"
+    if find_executable():
+        return "secantus"
+    return None
+
+
 def live_available() -> bool:
-    return bool(os.environ.get("MONGODB_URI")) or shutil.which("mongod") is not None
+    return live_kind() is not None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@dataclass
+class LiveServer:
+    uri: str
+    kind: str  # MONGODB_URI | mongod | secantus
+    server: WireServer | None = None  # set when we started SecantusDB ourselves
+
+    def describe(self) -> str:
+        from pymongo import MongoClient
+
+        client: MongoClient[dict[str, Any]] = MongoClient(self.uri, serverSelectionTimeoutMS=5000)
+        try:
+            status = client.admin.command("serverStatus")
+            hello = client.admin.command("hello")
+            host, port = client.address or ("?", 0)
+        finally:
+            client.close()
+        sec = status.get("secantus")
+        name = f"SecantusDB {sec.get('version')}" if isinstance(sec, dict) else "mongod"
+        return (f"{name} (wire {status.get('version')}, maxWireVersion {hello.get('maxWireVersion')}, "
+                f"replica set {hello.get('setName')!r}) at {host}:{port}, via {self.kind}")
+
+    def failpoints(self) -> bool:
+        """Whether ``configureFailPoint`` works here (test commands enabled)."""
+        from pymongo import MongoClient
+        from pymongo.errors import PyMongoError
+
+        client: MongoClient[dict[str, Any]] = MongoClient(self.uri, serverSelectionTimeoutMS=5000)
+        try:
+            client.admin.command("configureFailPoint", "failCommand", mode="off")
+            return True
+        except PyMongoError:
+            return False
+        finally:
+            client.close()
+
+
+@contextmanager
+def live_server() -> Iterator[LiveServer]:
+    kind = live_kind()
+    if kind == "MONGODB_URI":
+        yield LiveServer(os.environ["MONGODB_URI"], kind)
+    elif kind == "mongod":
+        with _mongod() as uri:
+            yield LiveServer(uri, kind)
+    elif kind == "secantus":
+        with WireServer(test_commands=True) as server:
+            yield LiveServer(server.uri, kind, server)
+    else:
+        raise RuntimeError(SKIP_REASON)
 
 
 @contextmanager
 def replica_set() -> Iterator[str]:
     """Yield a connection URI to a primary of a replica set."""
-    uri = os.environ.get("MONGODB_URI")
-    if uri:
-        yield uri
-        return
+    with live_server() as live:
+        yield live.uri
+
+
+@contextmanager
+def _mongod() -> Iterator[str]:
     mongod = shutil.which("mongod")
     assert mongod is not None
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="board-outbox-mongod-") as tmp:
         log = os.path.join(tmp, "mongod.log")
         proc = subprocess.Popen(
             [mongod, "--replSet", "rs0", "--bind_ip", "127.0.0.1", "--port", str(port),
              "--dbpath", tmp, "--logpath", log, "--oplogSize", "64",
+             "--setParameter", "enableTestCommands=1",
              "--setParameter", "transactionLifetimeLimitSeconds=30"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
