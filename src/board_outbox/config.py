@@ -39,6 +39,8 @@ class TailConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     poison_ticks: PosInt = 20
     seed: Literal["latest", "earliest"] = "latest"
     change_streams: bool = True
+    # the stream's resume token is persisted at most this often (and on shutdown), never per event
+    token_save_seconds: Pos = 5.0
 
 
 class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -203,6 +203,8 @@ class Launcher(Protocol):
 
 
 class Change(msgspec.Struct, frozen=True):
+    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "")."""
+
     tenant_id: str
     seq: int
     token: Any = None

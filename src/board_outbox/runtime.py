@@ -119,12 +119,18 @@ class Service:
         self.metrics = Metrics()
         self.worker.metrics = self.metrics
         self._dirty: set[str] = set()
+        self._full_poll = False
         self._tail_wake = anyio.Event()
         self._worker_wake = anyio.Event()
         self._stopping = anyio.Event()
         self._worker_exited = anyio.Event()
 
     # --- control ---------------------------------------------------------------------------
+
+    def request_full_poll(self) -> None:
+        """Drain every tenant on the next pass (the reconciliation net, on demand)."""
+        self._full_poll = True
+        self._tail_wake.set()
 
     def wake_tenant(self, tenant_id: str) -> None:
         self._dirty.add(tenant_id)
@@ -141,7 +147,14 @@ class Service:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
+    async def preflight(self) -> None:
+        """Reach the store once before the loops start: a store we cannot reach or may not use
+        at start-up ends the process (one line, exit 1); once running, the loops ride out every
+        store error and keep going (R1)."""
+        await self.tail.tenants()
+
     async def run(self) -> None:
+        await self.preflight()
         # Everything built so far lives as long as the process: keep it out of the cyclic GC's
         # full collections, which otherwise re-walk it under load (measured in benchmarks/).
         gc.collect()
@@ -167,7 +180,8 @@ class Service:
         full_poll = True
         while not self.stopping:
             tenants: list[str] | None
-            if full_poll:
+            if full_poll or self._full_poll:
+                self._full_poll = False
                 tenants = None
                 self.stats.poll_wakes += 1
                 self.metrics.wake("poll")
@@ -179,6 +193,10 @@ class Service:
             except StoreUnavailable as exc:  # tenant list unreadable: next tick
                 log.warning("drain pass aborted: %s", exc)
                 results = []
+            except Exception as exc:  # noqa: BLE001 - one bad pass never ends the process
+                log.error("drain pass failed (%s: %s): retrying next tick", type(exc).__name__, exc)
+                results = []
+                await anyio.sleep(min(poll, 1.0))
             self.stats.drains += 1
             self.stats.last_drain = results
             for r in results:
@@ -188,13 +206,13 @@ class Service:
                 self.stats.skipped_poison += r.skipped_poison
             if any(r.rows_inserted for r in results):
                 self._worker_wake.set()
-            if self._dirty:
+            if self._dirty or self._full_poll:
                 full_poll = False
                 continue
             self._tail_wake = anyio.Event()
             with anyio.move_on_after(poll):
                 await self._tail_wake.wait()
-            full_poll = not self._dirty
+            full_poll = not self._dirty or self._full_poll
 
     async def _worker_loop(self) -> None:
         idle = self.config.worker.idle_seconds
@@ -206,6 +224,10 @@ class Service:
                 except StoreUnavailable as exc:
                     log.warning("worker tick failed: %s", exc)
                     res = TickResult()
+                except Exception as exc:  # noqa: BLE001 - one bad tick never ends the process
+                    log.error("worker tick failed (%s: %s): retrying", type(exc).__name__, exc)
+                    res = TickResult()
+                    await anyio.sleep(min(idle * 4, 1.0))
                 self.stats.worker.add(res)
                 if res.claimed == 0 and not self.stopping:
                     with anyio.move_on_after(idle):
@@ -226,38 +248,90 @@ class Service:
         while not self.stopping:
             try:
                 await self.refresh_gauges()
-            except StoreUnavailable as exc:
-                log.warning("metrics refresh failed: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - gauges are best effort
+                log.warning("metrics refresh failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.service.metrics_interval_seconds)
 
     async def _waker_loop(self) -> None:
+        """Wake tenants from the change stream. The resume token is saved at most every
+        ``token_save_seconds`` and on the way out, never per event (S4): a token that lags a
+        little only means some inserts wake their tenant twice after a restart."""
         feed, tokens = self.stores.feed, self.stores.tokens
         assert feed is not None
-        token: Any | None = await tokens.load() if tokens else None
+        every = self.config.tail.token_save_seconds
+        token: Any | None = None
+        saved: Any | None = None
+        last_save = -float("inf")
         delay = 0.1
-        while not self.stopping:
-            try:
-                async for change in feed.watch(token):
-                    self.stats.stream_wakes += 1
-                    self.metrics.wake("stream")
-                    self.wake_tenant(change.tenant_id)
-                    token = change.token
-                    if tokens is not None:
-                        await tokens.save(token)
-                    delay = 0.1
-            except ChangeStreamLost as exc:
-                log.warning("change stream lost (%s): dropping the resume token, polling reconciles", exc)
-                token = None
-                if tokens is not None:
-                    await tokens.clear()
-                self.stats.stream_reopens += 1
-                self._tail_wake.set()  # a full poll picks up whatever the stream missed
-            except StoreUnavailable as exc:
-                log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
-                self.stats.stream_reopens += 1
-                if token is None:
-                    # Nothing to resume from: the reopened stream starts at "now", so whatever
-                    # was inserted meanwhile is found by a full poll instead.
-                    self._tail_wake.set()
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        losses = 0
+        poll_when_open = False  # after a loss: reconcile once the new stream is really open
+
+        async def save(force: bool = False) -> None:
+            nonlocal saved, last_save
+            now = anyio.current_time()
+            if tokens is None or token is None or token == saved or (not force and now - last_save < every):
+                return
+            await tokens.save(token)
+            saved, last_save = token, now
+
+        try:
+            while not self.stopping:
+                try:
+                    if tokens is not None and token is None and saved is None:
+                        token = saved = await tokens.load()
+                    async for change in feed.watch(token):
+                        if poll_when_open:
+                            poll_when_open = False
+                            self.request_full_poll()
+                        losses = 0
+                        token = change.token
+                        if change.tenant_id:
+                            self.stats.stream_wakes += 1
+                            self.metrics.wake("stream")
+                            self.wake_tenant(change.tenant_id)
+                        await save()
+                        delay = 0.1
+                        if self.stopping:
+                            break
+                except ChangeStreamLost as exc:
+                    log.warning("change stream lost (%s): dropping the resume token, polling "
+                                "reconciles", exc)
+                    token = saved = None
+                    self.stats.stream_reopens += 1
+                    # A full poll picks up whatever the stream missed: one now, and one as soon
+                    # as the new stream delivers, for inserts between the loss and the reopen.
+                    self.request_full_poll()
+                    poll_when_open = True
+                    try:
+                        if tokens is not None:
+                            await tokens.clear()
+                    except StoreUnavailable as clear_exc:
+                        log.warning("could not drop the stale resume token (%s)", clear_exc)
+                    losses += 1
+                    await anyio.sleep(0 if losses == 1 else delay)  # a repeat loss backs off
+                    if losses > 1:
+                        delay = min(delay * 2, 5.0)
+                except StoreUnavailable as exc:
+                    log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
+                    self.stats.stream_reopens += 1
+                    if token is None:
+                        # Nothing to resume from: the reopened stream starts at "now", so
+                        # whatever was inserted meanwhile is found by a full poll instead.
+                        self.request_full_poll()
+                        poll_when_open = True
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                except Exception as exc:  # noqa: BLE001 - the waker never takes the process down
+                    log.error("change stream failed (%s: %s): polling carries on, reopening in "
+                              "%.1fs", type(exc).__name__, exc, delay)
+                    self.stats.stream_reopens += 1
+                    self.request_full_poll()
+                    poll_when_open = True
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                try:
+                    await save(force=True)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("could not save the resume token on the way out (%s)", exc)

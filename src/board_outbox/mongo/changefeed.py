@@ -35,7 +35,13 @@ class MongoChangeFeed:
                 PIPELINE, resume_after=resume_token, max_await_time_ms=self.max_await_ms
             )
             async with stream:
-                async for change in stream:
+                while stream.alive:
+                    change = await stream.try_next()
+                    if change is None:
+                        # a quiet batch: hand out the post-batch token, so a persisted token
+                        # keeps up with the oplog even when nothing is inserted (S4)
+                        yield Change("", 0, stream.resume_token)
+                        continue
                     op = change.get("operationType")
                     if op != "insert":
                         raise ChangeStreamLost(f"change stream ended by a {op} event")
@@ -43,6 +49,7 @@ class MongoChangeFeed:
                     tenant, seq = doc.get("tenant_id"), doc.get("seq")
                     if isinstance(tenant, str) and isinstance(seq, int):
                         yield Change(tenant, seq, stream.resume_token)
+                raise ChangeStreamLost("change stream closed by the server")
         except OperationFailure as exc:
             if exc.code in HISTORY_LOST_CODES:
                 raise ChangeStreamLost(f"cannot resume: {exc}") from exc
