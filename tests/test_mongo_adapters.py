@@ -13,9 +13,10 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
+from board_outbox.backends import mongo_client
 from board_outbox.config import StoreConfig
 from board_outbox.errors import ConfigError, StoreError, StoreUnavailable
-from board_outbox.mongo import MongoEventLog, ensure_schema, make_client
+from board_outbox.mongo import MongoEventLog, ensure_schema
 from board_outbox.mongo.errors import classify, translated
 from board_outbox.mongo.schema import DONE_TTL_SECONDS
 from board_outbox.ports import RowFilter
@@ -88,7 +89,7 @@ async def test_ensure_schema_is_idempotent_and_has_the_ttl_and_unique_indexes() 
 
 
 def test_client_passes_uri_options_through_and_applies_timeouts() -> None:
-    client = make_client(StoreConfig(
+    client = mongo_client(StoreConfig(
         uri="mongodb://u:p@127.0.0.1:1/?replicaSet=rs0&tls=true&tlsAllowInvalidCertificates=true",
         op_timeout_seconds=7))
     opts = client.options
@@ -99,7 +100,7 @@ def test_client_passes_uri_options_through_and_applies_timeouts() -> None:
 @pytest.mark.parametrize("uri", ["http://nope", "mongodb://h:notaport/"])
 def test_bad_uri_is_a_config_error(uri: str) -> None:
     with pytest.raises(ConfigError, match="store"):
-        make_client(StoreConfig(uri=uri))
+        mongo_client(StoreConfig(uri=uri))
 
 
 async def test_done_rows_expire_and_dead_letters_never_do() -> None:

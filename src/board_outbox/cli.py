@@ -190,7 +190,7 @@ def _version() -> str:
 
 
 def _default_factory(cfg: Any, *, ensure_schema: bool = False) -> AbstractAsyncContextManager[Any]:
-    from .backend import open_backend
+    from .backends import open_backend
 
     return open_backend(cfg, ensure_schema=ensure_schema)
 
@@ -238,9 +238,10 @@ async def cmd_ensure_schema(args: argparse.Namespace, factory: StoresFactory) ->
     cfg = load_config(args.config)
     if cfg.store.backend != "mongo":
         raise ConfigError("store.backend: ensure-schema needs the mongo backend (it is 'memory')")
-    from .mongo import ensure_schema, make_client
+    from .backends import mongo_client
+    from .mongo import ensure_schema
 
-    client = make_client(cfg.store)
+    client = mongo_client(cfg.store)
     try:
         names = await ensure_schema(client[cfg.store.database])
     finally:

@@ -22,7 +22,8 @@ from .config import Config, load_config
 from .domain import Card, MatchRule, Subscription
 from .errors import CardNotFound
 from .memory import MemoryBackend
-from .runtime import Service, Stores
+from .ports import Stores
+from .runtime import Service
 
 COLUMNS = ("inbox", "doing", "review", "done")
 

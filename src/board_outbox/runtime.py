@@ -19,39 +19,12 @@ from .domain import EffectRow
 from .errors import ChangeStreamLost, StoreUnavailable
 from .launch import LaunchHandler
 from .metrics import Metrics
-from .ports import (
-    CardStore,
-    ChangeFeed,
-    CursorStore,
-    EffectOutbox,
-    EventLog,
-    LabelStore,
-    Launcher,
-    ReadModelStore,
-    ResumeTokenStore,
-    SubscriptionStore,
-)
+from .ports import Stores
 from .registry import HandlerRegistry
 from .tail import DrainResult, Tail
 from .worker import EffectWorker, TickResult
 
 log = logging.getLogger("board_outbox.service")
-
-
-@dataclass
-class Stores:
-    """One backend's adapters for every port."""
-
-    events: EventLog
-    cursors: CursorStore
-    outbox: EffectOutbox
-    subs: SubscriptionStore
-    cards: CardStore
-    labels: LabelStore
-    launcher: Launcher
-    readmodels: ReadModelStore
-    feed: ChangeFeed | None = None
-    tokens: ResumeTokenStore | None = None
 
 
 @dataclass

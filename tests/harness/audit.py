@@ -7,7 +7,7 @@ from typing import Any
 
 from board_outbox.domain import matches
 from board_outbox.normalize import card_ids, decode_event, snapshot
-from board_outbox.runtime import Stores
+from board_outbox.ports import Stores
 
 
 async def audit(stores: Stores, tenants: Iterable[str], row_docs: list[dict[str, Any]],

@@ -34,12 +34,13 @@ from board_outbox.domain import (
     projection_row_key,
 )
 from board_outbox.errors import StoreUnavailable
-from board_outbox.faults import Crash
 from board_outbox.memory import MemoryBackend, MemoryLauncher
+from board_outbox.ports import Stores
 from board_outbox.registry import ExecutionContext
-from board_outbox.runtime import Stores, build_registry
+from board_outbox.runtime import build_registry
 from board_outbox.tail import Tail, TailSettings
 from board_outbox.worker import EffectWorker, WorkerSettings
+from tests.support.faults import Crash
 
 LEASE = 10.0
 YOUNG_GAP = 30.0

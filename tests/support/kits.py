@@ -11,7 +11,6 @@ import msgspec
 
 from board_outbox.clock import ManualClock
 from board_outbox.domain import Card, EffectRow, Subscription
-from board_outbox.faults import FaultInjector, FaultProxy
 from board_outbox.memory import MemoryBackend, MemoryLauncher
 from board_outbox.ports import (
     CardStore,
@@ -20,12 +19,14 @@ from board_outbox.ports import (
     EventLog,
     LabelStore,
     ReadModelStore,
+    Stores,
     SubscriptionStore,
 )
 from board_outbox.registry import HandlerRegistry
-from board_outbox.runtime import Stores, build_registry
+from board_outbox.runtime import build_registry
 from board_outbox.tail import Tail, TailSettings
 from board_outbox.worker import EffectWorker, WorkerSettings
+from tests.support.faults import FaultInjector, FaultProxy
 
 
 @dataclass
