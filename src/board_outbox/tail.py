@@ -21,6 +21,7 @@ import msgspec
 from opentelemetry import trace
 
 from . import telemetry
+from .bounds import Pos, PosInt
 from .clock import Clock
 from .domain import (
     BoardEvent,
@@ -38,12 +39,15 @@ from .ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionS
 log = logging.getLogger("board_outbox.tail")
 
 
-class TailSettings(msgspec.Struct, frozen=True, kw_only=True):
-    batch_size: int = 500
-    young_gap_seconds: float = 30.0
-    poison_ticks: int = 20
+class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The tail's settings; the ``[tail]`` configuration section decodes straight into it."""
+
+    batch_size: PosInt = 500
+    poll_interval_seconds: Pos = 1.0
+    young_gap_seconds: Pos = 30.0
+    poison_ticks: PosInt = 20
     seed: Literal["latest", "earliest"] = "latest"
-    projections: tuple[str, ...] = ()
+    change_streams: bool = True
 
 
 class DrainResult(msgspec.Struct, kw_only=True):
@@ -115,6 +119,7 @@ class Tail:
         cards: CardStore,
         clock: Clock,
         settings: TailSettings | None = None,
+        projections: Sequence[str] = (),
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.events = events
@@ -124,6 +129,8 @@ class Tail:
         self.cards = cards
         self.clock = clock
         self.settings = settings or TailSettings()
+        # The projection kinds come from the handler registry: one row per event per projection.
+        self.projections = tuple(projections)
         self._gaps = _GapTracker()
         self._poison = _PoisonTracker()
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
@@ -133,7 +140,7 @@ class Tail:
         are on -- every tenant with events (a projection owes a row for every event)."""
         found = await self.subs.tenants()
         found |= await self.outbox.live_tenants()
-        if self.settings.projections:
+        if self.projections:
             found |= await self.events.tenants()
         return found
 
@@ -280,7 +287,7 @@ class Tail:
                 row = new_launch_row(tenant_id, snap, sub, now)
                 row.trace = tc
                 rows.append(row)
-            for proj in self.settings.projections:
+            for proj in self.projections:
                 row = new_projection_row(tenant_id, snap, proj, now)
                 row.trace = tc
                 rows.append(row)

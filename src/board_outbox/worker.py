@@ -16,6 +16,7 @@ from opentelemetry import trace
 
 from . import telemetry
 from .backoff import BackoffPolicy
+from .bounds import AtLeastOne, Frac, Pos, PosInt
 from .clock import Clock, RandomSource, seeded_random
 from .domain import EffectRow, ErrorEntry
 from .errors import LeaseLost, PermanentEffectError, StoreUnavailable
@@ -26,11 +27,22 @@ from .registry import ExecutionContext, HandlerRegistry
 log = logging.getLogger("board_outbox.worker")
 
 
-class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True):
-    lease_seconds: float = 30.0
-    max_attempts: int = 8
-    batch_size: int = 20
-    backoff: BackoffPolicy = BackoffPolicy()
+class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The worker's settings; the ``[worker]`` configuration section decodes straight into it."""
+
+    lease_seconds: Pos = 30.0
+    max_attempts: PosInt = 8
+    batch_size: PosInt = 20
+    backoff_base_seconds: Pos = 1.0
+    backoff_factor: AtLeastOne = 2.0
+    backoff_cap_seconds: Pos = 300.0
+    backoff_jitter: Frac = 0.2
+    idle_seconds: Pos = 0.25
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(base_seconds=self.backoff_base_seconds, factor=self.backoff_factor,
+                             cap_seconds=self.backoff_cap_seconds, jitter=self.backoff_jitter)
 
 
 class TickResult(msgspec.Struct, kw_only=True):

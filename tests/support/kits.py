@@ -69,10 +69,11 @@ class Kit:
 
     # --- building the pipeline ------------------------------------------------------------
 
-    def tail(self, **settings: Any) -> Tail:
+    def tail(self, projections: tuple[str, ...] = (), **settings: Any) -> Tail:
         return Tail(
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.cards, clock=self.clock, settings=TailSettings(**settings),
+            projections=projections,
         )
 
     def registry(self, projections: list[str] | None = None) -> HandlerRegistry:
@@ -86,7 +87,8 @@ class Kit:
         t = tail or self.tail()
         return EffectWorker(
             outbox=self.outbox, registry=registry or self.registry(), clock=self.clock,
-            tenants=t.tenants, settings=msgspec.convert(settings, WorkerSettings), rng=random.Random(1),
+            tenants=t.tenants, settings=msgspec.convert(_flat(settings), WorkerSettings),
+            rng=random.Random(1),
         )
 
     # --- board helpers -------------------------------------------------------------------
@@ -113,6 +115,14 @@ class Kit:
         from board_outbox.ports import RowFilter
 
         return await self.outbox.find(RowFilter(tenant_id=tenant, limit=100_000))
+
+
+def _flat(settings: dict[str, Any]) -> dict[str, Any]:
+    """``backoff={"base_seconds": 1}`` -> ``backoff_base_seconds=1`` (WorkerSettings' fields)."""
+    out = dict(settings)
+    for k, v in out.pop("backoff", {}).items():
+        out[f"backoff_{k}"] = v
+    return out
 
 
 def memory_kit() -> Kit:
