@@ -24,7 +24,6 @@ from . import telemetry
 from .bounds import Pos, PosInt
 from .clock import Clock
 from .domain import (
-    BoardEvent,
     EffectRow,
     EventSnapshot,
     SubscriptionIndex,
@@ -32,9 +31,9 @@ from .domain import (
     new_launch_row,
     new_projection_row,
 )
-from .errors import CardNotFound, MalformedDocument, StoreUnavailable
-from .normalize import card_ids, decode_event, snapshot
+from .errors import MalformedDocument, StoreUnavailable
 from .ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
+from .reading import GapTracker, read_batch
 
 log = logging.getLogger("board_outbox.tail")
 
@@ -68,28 +67,6 @@ class DrainResult(msgspec.Struct, kw_only=True):
     def full(self) -> bool:
         """More events may be waiting right behind this batch."""
         return self.stopped == "" and self.read > 0
-
-
-class _GapTracker:
-    """When each missing seq was first seen, per tenant (Marten's high-water-mark ageing)."""
-
-    def __init__(self) -> None:
-        self._first_seen: dict[tuple[str, int], float] = {}
-        self._warned: set[tuple[str, int]] = set()
-
-    def age(self, tenant_id: str, seq: int, now: float) -> float:
-        return now - self._first_seen.setdefault((tenant_id, seq), now)
-
-    def first_warning(self, tenant_id: str, seq: int) -> bool:
-        if (tenant_id, seq) in self._warned:
-            return False
-        self._warned.add((tenant_id, seq))
-        return True
-
-    def forget_below(self, tenant_id: str, seq: int) -> None:
-        for key in [k for k in self._first_seen if k[0] == tenant_id and k[1] <= seq]:
-            del self._first_seen[key]
-            self._warned.discard(key)
 
 
 class _PoisonTracker:
@@ -131,7 +108,7 @@ class Tail:
         self.settings = settings or TailSettings()
         # The projection kinds come from the handler registry: one row per event per projection.
         self.projections = tuple(projections)
-        self._gaps = _GapTracker()
+        self._gaps = GapTracker(self.settings.young_gap_seconds)
         self._poison = _PoisonTracker()
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
@@ -178,45 +155,21 @@ class Tail:
         now = self.clock.now()
         cursor = await self.cursor(tenant_id)
         res.cursor_before = res.cursor_after = cursor
-        records = await self.events.read_after(tenant_id, cursor, self.settings.batch_size)
-        res.read = len(records)
-        if not records:
+        reading = await read_batch(
+            events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
+            limit=self.settings.batch_size, gaps=self._gaps, now=now,
+            on_malformed=lambda seq, exc, head: self._skip_poison(tenant_id, seq, exc, head=head, res=res),
+        )
+        res.read = reading.read
+        res.stepped_gaps += reading.stepped_gaps
+        res.skipped_deleted += reading.deleted
+        if reading.young_gap is not None and not res.stopped:
+            res.stopped = "young_gap"
+        if not reading.read:
             self._poison.clear(tenant_id)
             return
-
-        # Pass 1: the contiguous, decodable prefix. ``consumed`` holds every record the cursor may
-        # pass, in order: a decoded event, or None for a poison event skipped for good.
-        consumed: list[tuple[int, BoardEvent | None]] = []
-        expected = cursor + 1
-        for rec in records:
-            if rec.seq != expected and not self._gap_is_dead(tenant_id, expected, rec.seq, now, res):
-                res.stopped = "young_gap"
-                break
-            try:
-                consumed.append((rec.seq, decode_event(tenant_id, rec)))
-            except MalformedDocument as exc:
-                if not self._skip_poison(tenant_id, rec.seq, exc, head=not consumed, res=res):
-                    break
-                consumed.append((rec.seq, None))
-            expected = rec.seq + 1
-
-        # Pass 2: normalize every event against its card, all cards in one round trip.
-        # StoreUnavailable propagates: the batch aborts with the cursor untouched (M1).
-        cards = await self.cards.get_many(
-            tenant_id, card_ids(ev for _, ev in consumed if ev is not None)
-        )
-        snapshots: list[EventSnapshot] = []
-        advance_to = cursor
-        for i, (seq, ev) in enumerate(consumed):
-            if ev is not None:
-                try:
-                    snapshots.append(snapshot(ev, cards))
-                except CardNotFound:
-                    res.skipped_deleted += 1  # definitively deleted: the only skip (M1)
-                except MalformedDocument as exc:  # an unreadable card: the poison path
-                    if not self._skip_poison(tenant_id, seq, exc, head=i == 0, res=res):
-                        break
-            advance_to = seq
+        snapshots = reading.snapshots
+        advance_to = reading.passed[-1][0] if reading.passed else cursor
         if advance_to == cursor:
             return
         if res.stopped != "poison":
@@ -236,21 +189,6 @@ class Tail:
         else:
             res.stopped = "cas_lost"
             res.cursor_after = await self.cursors.get(tenant_id) or cursor
-
-    def _gap_is_dead(
-        self, tenant_id: str, missing: int, next_seq: int, now: float, res: DrainResult
-    ) -> bool:
-        """M7: a young gap may still fill in (stop); an old one is a dead allocation (step)."""
-        if self._gaps.age(tenant_id, missing, now) < self.settings.young_gap_seconds:
-            return False
-        if self._gaps.first_warning(tenant_id, missing):
-            log.warning(
-                "stepping over dead allocation seq %d..%d (gap older than %.0fs)",
-                missing, next_seq - 1, self.settings.young_gap_seconds,
-                extra={"tenant_id": tenant_id, "seq": missing},
-            )
-        res.stepped_gaps += next_seq - missing
-        return True
 
     def _skip_poison(
         self, tenant_id: str, seq: int, exc: MalformedDocument, *, head: bool, res: DrainResult
