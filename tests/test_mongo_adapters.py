@@ -123,7 +123,7 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     c1, c2, c3 = await outbox.claim_due("t", long_ago, 30, 3)
     assert await outbox.mark_done(c1.ref, c1.claim_id, long_ago, "ok")
     err = ErrorEntry(attempt=1, at=long_ago, error="x")
-    assert await outbox.mark_failed(c2.ref, c2.claim_id, long_ago, err, True)
+    assert await outbox.mark_failed(c2.ref, c2.claim_id, long_ago, err, count_attempt=True)
     assert await outbox.mark_done(c3.ref, c3.claim_id, time.time(), "ok")
     left = {r.seq: r.state for r in await outbox.find(RowFilter(tenant_id="t"))}
     assert left == {2: "failed", 3: "done"}

@@ -112,9 +112,9 @@ class EffectOutbox(Protocol):
         ...
 
     async def mark_failed(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, count_attempt: bool
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, *, count_attempt: bool
     ) -> bool:
-        """Park as the dead-letter (state failed), error appended."""
+        """Park as the dead-letter (state failed), error appended (transitions: ``park``)."""
         ...
 
     async def release(self, ref: Any, claim_id: str, now: float) -> bool:

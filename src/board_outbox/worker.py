@@ -134,13 +134,14 @@ class EffectWorker:
             return
         row = claim.row
         if row is None:
-            await self._park(claim, res, 1, f"malformed row: {claim.decode_error}", False)
+            await self._park(claim, res, attempt=1, msg=f"malformed row: {claim.decode_error}",
+                             count_attempt=False)
             return
         attempt = row.attempts + 1
         if claim.reclaimed and row.attempts >= self.settings.max_attempts:
             # M9: a hung effect burned its budget through expired leases.
-            await self._park(claim, res, row.attempts, "attempt budget spent by expired leases",
-                             False, row)
+            await self._park(claim, res, attempt=row.attempts,
+                             msg="attempt budget spent by expired leases", count_attempt=False, row=row)
             return
         parent, links = telemetry.parent_and_links(row.trace.traceparent if row.trace else None)
         attrs: dict[str, str | int] = {
@@ -171,7 +172,8 @@ class EffectWorker:
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR, str(exc))
                 span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
-                await self._park(claim, res, attempt, f"{type(exc).__name__}: {exc}", True, row)
+                await self._park(claim, res, attempt=attempt, msg=f"{type(exc).__name__}: {exc}",
+                                 count_attempt=True, row=row)
                 return
             except anyio.get_cancelled_exc_class():
                 raise
@@ -216,7 +218,7 @@ class EffectWorker:
         msg = f"{type(exc).__name__}: {exc}"
         if attempt >= self.settings.max_attempts:
             span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
-            await self._park(claim, res, attempt, msg, True, row)
+            await self._park(claim, res, attempt=attempt, msg=msg, count_attempt=True, row=row)
             return
         now = self.clock.now()
         delay = self.settings.backoff.delay(attempt, self.rng)
@@ -236,13 +238,14 @@ class EffectWorker:
             res.lease_lost += 1
 
     async def _park(
-        self, claim: Claim, res: TickResult, attempt: int, msg: str, count: bool,
+        self, claim: Claim, res: TickResult, *, attempt: int, msg: str, count_attempt: bool,
         row: EffectRow | None = None,
     ) -> None:
         now = self.clock.now()
         err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
         try:
-            marked = await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err, count)
+            marked = await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err,
+                                                   count_attempt=count_attempt)
         except StoreUnavailable as store_exc:
             res.unrecorded += 1  # reclaimed after the lease, and parked then
             log.warning("could not park the row (%s)", store_exc,
