@@ -10,7 +10,8 @@ from typing import Protocol
 
 from .clock import Clock
 from .domain import PROJECTION, EffectRow, EventSnapshot
-from .errors import LeaseLost, PermanentEffectError, UnknownEffectKind
+from .errors import LeaseLost, UnknownEffectKind
+from .handlers.projection import ProjectionDispatcher
 from .ports import Claim, EffectOutbox
 
 
@@ -52,24 +53,11 @@ class Projection(Protocol):
     async def reset(self, tenant_id: str) -> None: ...
 
 
-class _ProjectionDispatcher:
-    def __init__(self, projections: dict[str, Projection]) -> None:
-        self._projections = projections
-
-    async def execute(self, row: EffectRow, ctx: ExecutionContext) -> str:
-        proj = self._projections.get(row.projection or "")
-        if proj is None:
-            raise UnknownEffectKind(f"no projection named {row.projection!r} is registered")
-        if row.event is None:
-            raise PermanentEffectError("projection row carries no event")
-        return await proj.apply(row.tenant_id, row.event)
-
-
 class HandlerRegistry:
     def __init__(self) -> None:
         self._handlers: dict[str, EffectHandler] = {}
         self._projections: dict[str, Projection] = {}
-        self._handlers[PROJECTION] = _ProjectionDispatcher(self._projections)
+        self._handlers[PROJECTION] = ProjectionDispatcher(self._projections)
 
     def register(self, kind: str, handler: EffectHandler, *, replace: bool = False) -> None:
         if not kind:

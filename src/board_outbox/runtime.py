@@ -17,12 +17,12 @@ from .clock import Clock, RandomSource, SystemClock, seeded_random
 from .config import Config
 from .domain import EffectRow
 from .errors import ChangeStreamLost, StoreUnavailable
-from .launch import LaunchHandler
-from .metrics import Metrics
+from .handlers import LaunchHandler
 from .ports import Stores
 from .projections import register_all
 from .registry import HandlerRegistry
 from .tail import DrainResult, Tail
+from .telemetry.metrics import Metrics
 from .worker import EffectWorker, TickResult
 
 log = logging.getLogger("board_outbox.service")

@@ -20,9 +20,9 @@ from .bounds import AtLeastOne, Frac, Pos, PosInt
 from .clock import Clock, RandomSource, seeded_random
 from .domain import EffectRow, ErrorEntry
 from .errors import LeaseLost, PermanentEffectError, StoreUnavailable
-from .metrics import Metrics
 from .ports import Claim, EffectOutbox
 from .registry import ExecutionContext, HandlerRegistry
+from .telemetry.metrics import Metrics
 
 log = logging.getLogger("board_outbox.worker")
 

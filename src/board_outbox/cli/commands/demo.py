@@ -10,7 +10,7 @@ from . import StoresFactory
 async def cmd_demo(args: argparse.Namespace, factory: StoresFactory) -> int:
     """The demo wires its own in-memory backend (it reads the twins' records to check itself)."""
     from ...demo import DemoOptions, run_demo
-    from ...otel import setup_telemetry
+    from ...telemetry.sdk import setup_telemetry
 
     opts = DemoOptions(
         tenants=args.tenants, events=args.events, rate=args.rate,

@@ -17,8 +17,8 @@ log = logging.getLogger("board_outbox.cli")
 async def cmd_run(args: argparse.Namespace, factory: StoresFactory) -> int:
     from ...config import load_config
     from ...logs import setup_logging
-    from ...otel import setup_telemetry
     from ...runtime import Service
+    from ...telemetry.sdk import setup_telemetry
 
     cfg = load_config(args.config)
     setup_logging(cfg.service.log_format, cfg.service.log_level)

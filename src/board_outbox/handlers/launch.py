@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from .domain import EffectRow, matches
-from .errors import (
+from ..domain import EffectRow, matches
+from ..errors import (
     CardNotFound,
     CrossTenantRow,
     PermanentEffectError,
     StoreUnavailable,
     SubscriptionNotFound,
 )
-from .ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
-from .registry import ExecutionContext
+from ..ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
+
+if TYPE_CHECKING:
+    from ..registry import ExecutionContext
 
 log = logging.getLogger("board_outbox.launch")
 
