@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from ..domain import EffectRow, matches
 from ..errors import (
@@ -14,9 +13,7 @@ from ..errors import (
     SubscriptionNotFound,
 )
 from ..ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
-
-if TYPE_CHECKING:
-    from ..registry import ExecutionContext
+from .contract import ExecutionContext
 
 log = logging.getLogger("board_outbox.launch")
 

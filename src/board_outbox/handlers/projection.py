@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..domain import EffectRow
 from ..errors import PermanentEffectError, UnknownEffectKind
-
-if TYPE_CHECKING:
-    from ..registry import ExecutionContext, Projection
+from .contract import ExecutionContext, Projection
 
 
 class ProjectionDispatcher:
