@@ -60,6 +60,55 @@ def _when(text: str) -> float:
 # --- parser -------------------------------------------------------------------------------
 
 
+_COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
+    "demo": (
+        "run the whole pipeline on the in-memory backend with a synthetic board",
+        "Run the tail, the change-feed waker and the effect worker on the in-memory backend\n"
+        "while a synthetic board emits card events across several tenants. Prints a live\n"
+        "summary (events, rows by state, launches, projection updates) and checks the\n"
+        "result at the end: exit 0 when every event was materialized once and every row\n"
+        "settled, 1 otherwise.",
+    ),
+    "run": (
+        "run one replica: change-stream waker, drain loop and effect worker",
+        "Run one board-outbox replica until SIGTERM/SIGINT. Start as many replicas as you\n"
+        "like against one replica set: there is no leader; the cursor compare-and-set and\n"
+        "the leased claims keep materialization and execution exactly-once in steady state.\n"
+        "On SIGTERM/SIGINT the worker stops claiming, finishes its in-flight row or gives it\n"
+        "back within service.shutdown_grace_seconds, and the process exits 0. A second\n"
+        "signal cancels at once (claims are still released). The schema is ensured at start.",
+    ),
+    "ensure-schema": (
+        "create the MongoDB indexes (idempotent)",
+        "Create trigger_effects' (tenant_id, state, not_before) index, its unique row-key\n"
+        "index and the partial TTL index expiring done rows after 7 days (failed rows never\n"
+        "expire), plus the board_events and read-model indexes. Safe to run repeatedly.",
+    ),
+    "dead-letters": (
+        "list, show, replay or purge failed rows",
+        "Rows that spent their attempt budget (or failed permanently) park as state=failed:\n"
+        "the dead-letter queue. These commands are safe while workers run: replay only moves\n"
+        "a row that is still failed, and purge only deletes failed rows.",
+    ),
+    "rebuild": (
+        "rebuild a projection's read model from seq 0",
+        "Reset PROJECTION's read model for one tenant and replay the tenant's events from\n"
+        "seq 0, with a progress bar. Stops at a young seq gap (an insert may still be in\n"
+        "flight) rather than stepping over it; older gaps are dead allocations and are\n"
+        "stepped over. Safe while the service runs: its projection rows carry on from there.",
+    ),
+}
+
+
+def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    help_, description = _COMMANDS[name]
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, parents=list(parents), formatter_class=argparse.RawDescriptionHelpFormatter,
+        help=help_, description=description,
+    )
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="board-outbox", description=DESCRIPTION,
@@ -70,17 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", metavar="FILE",
                         help="TOML configuration file (default: $BOARD_OUTBOX_CONFIG, else defaults)")
 
-    demo = sub.add_parser(
-        "demo", formatter_class=fmt,
-        help="run the whole pipeline on the in-memory backend with a synthetic board",
-        description=(
-            "Run the tail, the change-feed waker and the effect worker on the in-memory backend\n"
-            "while a synthetic board emits card events across several tenants. Prints a live\n"
-            "summary (events, rows by state, launches, projection updates) and checks the\n"
-            "result at the end: exit 0 when every event was materialized once and every row\n"
-            "settled, 1 otherwise."
-        ),
-    )
+    demo = _command(sub, "demo")
     demo.add_argument("--tenants", type=_positive_int, default=3, help="tenants (default 3)")
     demo.add_argument("--events", type=_positive_int, default=3000,
                       help="board events to emit (default 3000)")
@@ -92,37 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--timeout", type=_positive_float, default=60.0,
                       help="give up after this many seconds (default 60)")
 
-    sub.add_parser(
-        "run", parents=[common], formatter_class=fmt,
-        help="run one replica: change-stream waker, drain loop and effect worker",
-        description=(
-            "Run one board-outbox replica until SIGTERM/SIGINT. Start as many replicas as you\n"
-            "like against one replica set: there is no leader; the cursor compare-and-set and\n"
-            "the leased claims keep materialization and execution exactly-once in steady state.\n"
-            "On SIGTERM/SIGINT the worker stops claiming, finishes its in-flight row or gives it\n"
-            "back within service.shutdown_grace_seconds, and the process exits 0. A second\n"
-            "signal cancels at once (claims are still released). The schema is ensured at start."
-        ),
-    )
+    _command(sub, "run", common)
 
-    sub.add_parser(
-        "ensure-schema", parents=[common], formatter_class=fmt,
-        help="create the MongoDB indexes (idempotent)",
-        description=(
-            "Create trigger_effects' (tenant_id, state, not_before) index, its unique row-key\n"
-            "index and the partial TTL index expiring done rows after 7 days (failed rows never\n"
-            "expire), plus the board_events and read-model indexes. Safe to run repeatedly."
-        ),
-    )
+    _command(sub, "ensure-schema", common)
 
-    dl = sub.add_parser(
-        "dead-letters", formatter_class=fmt, help="list, show, replay or purge failed rows",
-        description=(
-            "Rows that spent their attempt budget (or failed permanently) park as state=failed:\n"
-            "the dead-letter queue. These commands are safe while workers run: replay only moves\n"
-            "a row that is still failed, and purge only deletes failed rows."
-        ),
-    )
+    dl = _command(sub, "dead-letters")
     dls = dl.add_subparsers(dest="dl_command", metavar="ACTION", required=True)
     filt = argparse.ArgumentParser(add_help=False, parents=[common])
     filt.add_argument("--tenant", help="only this tenant")
@@ -149,16 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "confirmation unless --yes.")
     pg.add_argument("--yes", action="store_true", help="do not ask")
 
-    rb = sub.add_parser(
-        "rebuild", parents=[common], formatter_class=fmt,
-        help="rebuild a projection's read model from seq 0",
-        description=(
-            "Reset PROJECTION's read model for one tenant and replay the tenant's events from\n"
-            "seq 0, with a progress bar. Stops at a young seq gap (an insert may still be in\n"
-            "flight) rather than stepping over it; older gaps are dead allocations and are\n"
-            "stepped over. Safe while the service runs: its projection rows carry on from there."
-        ),
-    )
+    rb = _command(sub, "rebuild", common)
     rb.add_argument("projection", metavar="PROJECTION", help="e.g. board-reflect")
     rb.add_argument("--tenant", required=True, help="the tenant to rebuild")
     rb.add_argument("--batch-size", type=_positive_int, default=1000,
