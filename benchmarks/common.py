@@ -18,7 +18,7 @@ from typing import Any
 
 from board_outbox.domain import Card, MatchRule, Subscription
 from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import Stores
+from board_outbox.ports import Stores
 
 RESULTS = Path(__file__).parent / "results"
 

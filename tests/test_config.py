@@ -6,13 +6,16 @@ import pytest
 
 from board_outbox.config import load_config
 from board_outbox.errors import ConfigError
+from board_outbox.memory import MemoryBackend
+from board_outbox.runtime import build_registry
 
 
 def test_defaults_are_valid() -> None:
     cfg = load_config(env={})
     assert cfg.store.op_timeout_seconds == 10.0 and cfg.tail.young_gap_seconds == 30.0
-    assert cfg.worker_settings().backoff.cap_seconds == 300.0
-    assert cfg.tail_settings().projections == ("board-reflect",)
+    assert cfg.worker.backoff.cap_seconds == 300.0
+    # the tail's projection kinds come from the registry the configuration builds
+    assert build_registry(MemoryBackend().stores(), cfg.projections).projections == ["board-reflect"]
 
 
 def test_young_gap_must_exceed_store_timeout() -> None:

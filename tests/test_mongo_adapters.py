@@ -13,9 +13,10 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
+from board_outbox.backends import mongo_client
 from board_outbox.config import StoreConfig
 from board_outbox.errors import ConfigError, StoreError, StoreUnavailable
-from board_outbox.mongo import MongoEventLog, ensure_schema, make_client
+from board_outbox.mongo import MongoEventLog, ensure_schema
 from board_outbox.mongo.errors import classify, translated
 from board_outbox.mongo.schema import DONE_TTL_SECONDS
 from board_outbox.ports import RowFilter
@@ -88,7 +89,7 @@ async def test_ensure_schema_is_idempotent_and_has_the_ttl_and_unique_indexes() 
 
 
 def test_client_passes_uri_options_through_and_applies_timeouts() -> None:
-    client = make_client(StoreConfig(
+    client = mongo_client(StoreConfig(
         uri="mongodb://u:p@127.0.0.1:1/?replicaSet=rs0&tls=true&tlsAllowInvalidCertificates=true",
         op_timeout_seconds=7))
     opts = client.options
@@ -99,7 +100,7 @@ def test_client_passes_uri_options_through_and_applies_timeouts() -> None:
 @pytest.mark.parametrize("uri", ["http://nope", "mongodb://h:notaport/"])
 def test_bad_uri_is_a_config_error(uri: str) -> None:
     with pytest.raises(ConfigError, match="store"):
-        make_client(StoreConfig(uri=uri))
+        mongo_client(StoreConfig(uri=uri))
 
 
 async def test_done_rows_expire_and_dead_letters_never_do() -> None:
@@ -122,7 +123,7 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     c1, c2, c3 = await outbox.claim_due("t", long_ago, 30, 3)
     assert await outbox.mark_done(c1.ref, c1.claim_id, long_ago, "ok")
     err = ErrorEntry(attempt=1, at=long_ago, error="x")
-    assert await outbox.mark_failed(c2.ref, c2.claim_id, long_ago, err, True)
+    assert await outbox.mark_failed(c2.ref, c2.claim_id, long_ago, err, count_attempt=True)
     assert await outbox.mark_done(c3.ref, c3.claim_id, time.time(), "ok")
     left = {r.seq: r.state for r in await outbox.find(RowFilter(tenant_id="t"))}
     assert left == {2: "failed", 3: "done"}

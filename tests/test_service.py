@@ -15,6 +15,7 @@ from board_outbox.domain import Card, EffectRow, Subscription
 from board_outbox.memory import MemoryBackend
 from board_outbox.registry import ExecutionContext
 from board_outbox.runtime import Service
+from tests.support.faults import FaultInjector
 
 pytestmark = pytest.mark.anyio
 T = "t1"
@@ -90,7 +91,7 @@ async def test_lost_stream_history_drops_token_polls_and_reopens() -> None:
 
 
 async def test_transient_stream_error_resumes_from_token_without_loss() -> None:
-    backend = MemoryBackend()
+    backend = MemoryBackend(faults=FaultInjector())
     service = await setup(backend, tail={"poll_interval_seconds": 60, "seed": "earliest"})
     backend.faults.fail_at("changefeed.next", nth=2)
     async with anyio.create_task_group() as tg:

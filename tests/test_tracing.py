@@ -17,11 +17,11 @@ from opentelemetry.trace import StatusCode
 from board_outbox import telemetry
 from board_outbox.domain import MatchRule, Subscription
 from board_outbox.errors import ConfigError
-from board_outbox.metrics import Metrics
-from board_outbox.otel import setup_telemetry, span_exporter
 from board_outbox.registry import HandlerRegistry
 from board_outbox.runtime import build_registry
 from board_outbox.tail import Tail, TailSettings
+from board_outbox.telemetry.metrics import Metrics
+from board_outbox.telemetry.sdk import setup_telemetry, span_exporter
 from board_outbox.worker import EffectWorker, WorkerSettings
 from tests.support.kits import Kit, memory_kit
 from tracing.otlp_receiver import SpanSink, grpc_receiver, http_receiver
@@ -187,7 +187,7 @@ async def test_metrics_record_latency_attempts_dead_letters_and_gauges() -> None
 
 
 def test_shared_endpoint_enables_traces_but_not_metrics() -> None:
-    from board_outbox.otel import metric_exporter
+    from board_outbox.telemetry.sdk import metric_exporter
 
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
     assert span_exporter(env) is not None and metric_exporter(env) is None

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 import msgspec
 
 from .clock import Clock
-from .domain import BoardEvent, EffectRow
-from .errors import CardNotFound, MalformedDocument
-from .normalize import card_ids, decode_event, snapshot
+from .domain import EffectRow
+from .errors import MalformedDocument
 from .ports import CardStore, EffectOutbox, EventLog, RowFilter
+from .reading import GapTracker, read_batch
 from .registry import HandlerRegistry
 
 log = logging.getLogger("board_outbox.admin")
@@ -102,42 +102,34 @@ async def rebuild_projection(
     res = RebuildResult(tenant_id=tenant_id, projection=name)
     res.head = await events.max_inserted_seq(tenant_id)
     await proj.reset(tenant_id)
+    # The tail's reading step and young-gap rule; a one-shot rebuild has seen no gap before, so
+    # a gap counts as first seen when the event right after it was written.
+    gaps = GapTracker(young_gap_seconds, event_time=True, warn=False)
+
+    def skip_malformed(seq: int, exc: MalformedDocument, head: bool) -> bool:
+        res.skipped_malformed += 1
+        log.error("rebuild skips a malformed event: %s", exc, extra={"tenant_id": tenant_id, "seq": seq})
+        return True
+
     cursor = 0
     while True:
-        records = await events.read_after(tenant_id, cursor, batch_size)
-        if not records:
+        reading = await read_batch(
+            events=events, cards=cards, tenant_id=tenant_id, after=cursor, limit=batch_size,
+            gaps=gaps, now=clock.now(), on_malformed=skip_malformed,
+        )
+        if not reading.read:
             break
-        decoded: list[tuple[int, BoardEvent | MalformedDocument]] = []
-        for rec in records:
-            try:
-                decoded.append((rec.seq, decode_event(tenant_id, rec)))
-            except MalformedDocument as exc:
-                decoded.append((rec.seq, exc))
-        batch_cards = await cards.get_many(
-            tenant_id, card_ids(ev for _, ev in decoded if isinstance(ev, BoardEvent)))
-        for rec, (seq, ev) in zip(records, decoded, strict=True):
-            if seq != cursor + 1:
-                at = rec.doc.get("at") if isinstance(rec.doc.get("at"), (int, float)) else 0.0
-                if clock.now() - float(at or 0.0) < young_gap_seconds:
-                    res.stopped_at_gap = cursor + 1
-                    res.cursor = cursor
-                    return res
-                res.stepped_gaps += seq - cursor - 1
-            try:
-                if isinstance(ev, MalformedDocument):
-                    raise ev
-                snap = snapshot(ev, batch_cards)
-            except CardNotFound:
-                res.skipped_deleted += 1
-            except MalformedDocument as exc:
-                res.skipped_malformed += 1
-                log.error("rebuild skips a malformed event: %s", exc,
-                          extra={"tenant_id": tenant_id, "seq": seq})
-            else:
+        res.skipped_deleted += reading.deleted
+        res.stepped_gaps += reading.stepped_gaps
+        for seq, snap in reading.passed:
+            if snap is not None:
                 await proj.apply(tenant_id, snap)
                 res.applied += 1
             cursor = seq
             if progress is not None:
                 progress(cursor, res.head)
+        if reading.young_gap is not None:
+            res.stopped_at_gap = reading.young_gap
+            break
     res.cursor = cursor
     return res

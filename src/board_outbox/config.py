@@ -7,18 +7,15 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
-from .backoff import BackoffPolicy
+from .bounds import Pos
 from .errors import ConfigError
+from .projections import AVAILABLE  # the projection names a deployment can enable
 from .tail import TailSettings
 from .worker import WorkerSettings
-
-Pos = Annotated[float, msgspec.Meta(gt=0)]
-PosInt = Annotated[int, msgspec.Meta(gt=0)]
-Frac = Annotated[float, msgspec.Meta(ge=0, le=1)]
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -30,28 +27,6 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     connect_timeout_seconds: Pos = 5.0
     server_selection_timeout_seconds: Pos = 10.0
     app_name: str = "board-outbox"
-
-
-class TailConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    batch_size: PosInt = 500
-    poll_interval_seconds: Pos = 1.0
-    young_gap_seconds: Pos = 30.0
-    poison_ticks: PosInt = 20
-    seed: Literal["latest", "earliest"] = "latest"
-    change_streams: bool = True
-    # the stream's resume token is persisted at most this often (and on shutdown), never per event
-    token_save_seconds: Pos = 5.0
-
-
-class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    lease_seconds: Pos = 30.0
-    max_attempts: PosInt = 8
-    batch_size: PosInt = 20
-    backoff_base_seconds: Pos = 1.0
-    backoff_factor: Annotated[float, msgspec.Meta(ge=1)] = 2.0
-    backoff_cap_seconds: Pos = 300.0
-    backoff_jitter: Frac = 0.2
-    idle_seconds: Pos = 0.25
 
 
 class LauncherConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -70,35 +45,11 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
-    tail: TailConfig = TailConfig()
-    worker: WorkerConfig = WorkerConfig()
+    tail: TailSettings = TailSettings()  # the components' own settings: decoded straight in
+    worker: WorkerSettings = WorkerSettings()
     service: ServiceConfig = ServiceConfig()
     launcher: LauncherConfig = LauncherConfig()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
-
-    def tail_settings(self) -> TailSettings:
-        t = self.tail
-        return TailSettings(
-            batch_size=t.batch_size,
-            young_gap_seconds=t.young_gap_seconds,
-            poison_ticks=t.poison_ticks,
-            seed=t.seed,
-            projections=tuple(self.projections),
-        )
-
-    def worker_settings(self) -> WorkerSettings:
-        w = self.worker
-        return WorkerSettings(
-            lease_seconds=w.lease_seconds,
-            max_attempts=w.max_attempts,
-            batch_size=w.batch_size,
-            backoff=BackoffPolicy(
-                base_seconds=w.backoff_base_seconds,
-                factor=w.backoff_factor,
-                cap_seconds=w.backoff_cap_seconds,
-                jitter=w.backoff_jitter,
-            ),
-        )
 
 
 def validate(cfg: Config) -> Config:
@@ -113,8 +64,6 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
     if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):
         raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
-    from projections import AVAILABLE  # the projection names a deployment can enable
-
     for name in cfg.projections:
         if name not in AVAILABLE:
             raise ConfigError(f"projections: unknown projection {name!r} (known: {', '.join(AVAILABLE)})")

@@ -169,33 +169,24 @@ def projection_row_key(tenant_id: str, seq: int, projection: str) -> str:
 def new_launch_row(
     tenant_id: str, ev: EventSnapshot, sub: Subscription, now: float
 ) -> EffectRow:
-    return EffectRow(
-        tenant_id=tenant_id,
-        row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id),
-        seq=ev.seq,
-        kind=LAUNCH,
-        sub_id=sub.sub_id,
-        event=ev,
-        not_before=now,
-        created_at=now,
-        updated_at=now,
-        materialized_at=now,
-    )
+    return _new_row(tenant_id, ev, now, kind=LAUNCH, sub_id=sub.sub_id,
+                    row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id))
 
 
 def new_projection_row(
     tenant_id: str, ev: EventSnapshot, projection: str, now: float
 ) -> EffectRow:
+    return _new_row(tenant_id, ev, now, kind=PROJECTION, projection=projection,
+                    row_key=projection_row_key(tenant_id, ev.seq, projection))
+
+
+def _new_row(
+    tenant_id: str, ev: EventSnapshot, now: float, *, kind: str, row_key: str,
+    sub_id: str | None = None, projection: str | None = None,
+) -> EffectRow:
     return EffectRow(
-        tenant_id=tenant_id,
-        row_key=projection_row_key(tenant_id, ev.seq, projection),
-        seq=ev.seq,
-        kind=PROJECTION,
-        projection=projection,
-        event=ev,
-        not_before=now,
-        created_at=now,
-        updated_at=now,
+        tenant_id=tenant_id, row_key=row_key, seq=ev.seq, kind=kind, sub_id=sub_id,
+        projection=projection, event=ev, not_before=now, created_at=now, updated_at=now,
         materialized_at=now,
     )
 

@@ -8,6 +8,7 @@ Every method may raise ``StoreUnavailable`` for a transient failure.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -111,9 +112,9 @@ class EffectOutbox(Protocol):
         ...
 
     async def mark_failed(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, count_attempt: bool
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, *, count_attempt: bool
     ) -> bool:
-        """Park as the dead-letter (state failed), error appended."""
+        """Park as the dead-letter (state failed), error appended (transitions: ``park``)."""
         ...
 
     async def release(self, ref: Any, claim_id: str, now: float) -> bool:
@@ -239,3 +240,19 @@ class ReadModelStore(Protocol):
     async def list(self, model: str, tenant_id: str) -> list[dict[str, Any]]: ...
 
     async def reset(self, model: str, tenant_id: str) -> int: ...
+
+
+@dataclass
+class Stores:
+    """One backend's adapters for every port (what an adapter package's factory returns)."""
+
+    events: EventLog
+    cursors: CursorStore
+    outbox: EffectOutbox
+    subs: SubscriptionStore
+    cards: CardStore
+    labels: LabelStore
+    launcher: Launcher
+    readmodels: ReadModelStore
+    feed: ChangeFeed | None = None
+    tokens: ResumeTokenStore | None = None

@@ -6,70 +6,19 @@ kinds. Projections register by name and are dispatched by the ``projection`` han
 
 from __future__ import annotations
 
-from typing import Protocol
+from .domain import PROJECTION
+from .errors import UnknownEffectKind
+from .handlers.contract import EffectHandler, ExecutionContext, Projection
+from .handlers.projection import ProjectionDispatcher
 
-from .clock import Clock
-from .domain import PROJECTION, EffectRow, EventSnapshot
-from .errors import LeaseLost, PermanentEffectError, UnknownEffectKind
-from .ports import Claim, EffectOutbox
-
-
-class ExecutionContext:
-    """What a handler may do besides its effect: fenced writes on its own claimed row."""
-
-    def __init__(self, claim: Claim, outbox: EffectOutbox, clock: Clock) -> None:
-        self.claim = claim
-        self.outbox = outbox
-        self.clock = clock
-
-    @property
-    def attempt(self) -> int:
-        assert self.claim.row is not None
-        return self.claim.row.attempts + 1
-
-    async def mark_consumed(self) -> None:
-        """Persist consume_marked (M6). Raises ``LeaseLost`` if our claim was stolen."""
-        ok = await self.outbox.mark_consumed(self.claim.ref, self.claim.claim_id, self.clock.now())
-        if not ok:
-            raise LeaseLost(f"claim {self.claim.claim_id} lost before consume_marked")
-
-
-class EffectHandler(Protocol):
-    async def execute(self, row: EffectRow, ctx: ExecutionContext) -> str:
-        """Perform the effect; return an outcome label. Raise ``EffectError`` to retry,
-        ``PermanentEffectError`` to dead-letter at once."""
-        ...
-
-
-class Projection(Protocol):
-    """A read model fed by ``projection`` rows; applying the same event twice is a no-op."""
-
-    @property
-    def name(self) -> str: ...
-
-    async def apply(self, tenant_id: str, event: EventSnapshot) -> str: ...
-
-    async def reset(self, tenant_id: str) -> None: ...
-
-
-class _ProjectionDispatcher:
-    def __init__(self, projections: dict[str, Projection]) -> None:
-        self._projections = projections
-
-    async def execute(self, row: EffectRow, ctx: ExecutionContext) -> str:
-        proj = self._projections.get(row.projection or "")
-        if proj is None:
-            raise UnknownEffectKind(f"no projection named {row.projection!r} is registered")
-        if row.event is None:
-            raise PermanentEffectError("projection row carries no event")
-        return await proj.apply(row.tenant_id, row.event)
+__all__ = ["EffectHandler", "ExecutionContext", "HandlerRegistry", "Projection"]
 
 
 class HandlerRegistry:
     def __init__(self) -> None:
         self._handlers: dict[str, EffectHandler] = {}
         self._projections: dict[str, Projection] = {}
-        self._handlers[PROJECTION] = _ProjectionDispatcher(self._projections)
+        self._handlers[PROJECTION] = ProjectionDispatcher(self._projections)
 
     def register(self, kind: str, handler: EffectHandler, *, replace: bool = False) -> None:
         if not kind:

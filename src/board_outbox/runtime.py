@@ -17,41 +17,15 @@ from .clock import Clock, RandomSource, SystemClock, seeded_random
 from .config import Config
 from .domain import EffectRow
 from .errors import ChangeStreamLost, StoreUnavailable
-from .launch import LaunchHandler
-from .metrics import Metrics
-from .ports import (
-    CardStore,
-    ChangeFeed,
-    CursorStore,
-    EffectOutbox,
-    EventLog,
-    LabelStore,
-    Launcher,
-    ReadModelStore,
-    ResumeTokenStore,
-    SubscriptionStore,
-)
+from .handlers import LaunchHandler
+from .ports import Stores
+from .projections import register_all
 from .registry import HandlerRegistry
 from .tail import DrainResult, Tail
+from .telemetry.metrics import Metrics
 from .worker import EffectWorker, TickResult
 
 log = logging.getLogger("board_outbox.service")
-
-
-@dataclass
-class Stores:
-    """One backend's adapters for every port."""
-
-    events: EventLog
-    cursors: CursorStore
-    outbox: EffectOutbox
-    subs: SubscriptionStore
-    cards: CardStore
-    labels: LabelStore
-    launcher: Launcher
-    readmodels: ReadModelStore
-    feed: ChangeFeed | None = None
-    tokens: ResumeTokenStore | None = None
 
 
 @dataclass
@@ -71,8 +45,6 @@ class Stats:
 
 
 def build_registry(stores: Stores, projections: list[str]) -> HandlerRegistry:
-    from projections import register_all
-
     registry = HandlerRegistry()
     registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels, stores.launcher))
     register_all(registry, stores.readmodels, projections)
@@ -102,7 +74,8 @@ class Service:
             subs=stores.subs,
             cards=stores.cards,
             clock=self.clock,
-            settings=config.tail_settings(),
+            settings=config.tail,
+            projections=self.registry.projections,
             tracer_provider=tracer_provider,
         )
         self.worker = EffectWorker(
@@ -110,7 +83,7 @@ class Service:
             registry=self.registry,
             clock=self.clock,
             tenants=self.tail.tenants,
-            settings=config.worker_settings(),
+            settings=config.worker,
             rng=rng or seeded_random(),
             on_done=on_done,
             tracer_provider=tracer_provider,

@@ -21,9 +21,9 @@ import msgspec
 from opentelemetry import trace
 
 from . import telemetry
+from .bounds import Pos, PosInt
 from .clock import Clock
 from .domain import (
-    BoardEvent,
     EffectRow,
     EventSnapshot,
     SubscriptionIndex,
@@ -31,19 +31,24 @@ from .domain import (
     new_launch_row,
     new_projection_row,
 )
-from .errors import CardNotFound, MalformedDocument, StoreUnavailable
-from .normalize import card_ids, decode_event, snapshot
+from .errors import MalformedDocument, StoreUnavailable
 from .ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
+from .reading import GapTracker, read_batch
 
 log = logging.getLogger("board_outbox.tail")
 
 
-class TailSettings(msgspec.Struct, frozen=True, kw_only=True):
-    batch_size: int = 500
-    young_gap_seconds: float = 30.0
-    poison_ticks: int = 20
+class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The tail's settings; the ``[tail]`` configuration section decodes straight into it."""
+
+    batch_size: PosInt = 500
+    poll_interval_seconds: Pos = 1.0
+    young_gap_seconds: Pos = 30.0
+    poison_ticks: PosInt = 20
     seed: Literal["latest", "earliest"] = "latest"
-    projections: tuple[str, ...] = ()
+    change_streams: bool = True
+    # the stream's resume token is persisted at most this often (and on shutdown), never per event
+    token_save_seconds: Pos = 5.0
 
 
 class DrainResult(msgspec.Struct, kw_only=True):
@@ -64,28 +69,6 @@ class DrainResult(msgspec.Struct, kw_only=True):
     def full(self) -> bool:
         """More events may be waiting right behind this batch."""
         return self.stopped == "" and self.read > 0
-
-
-class _GapTracker:
-    """When each missing seq was first seen, per tenant (Marten's high-water-mark ageing)."""
-
-    def __init__(self) -> None:
-        self._first_seen: dict[tuple[str, int], float] = {}
-        self._warned: set[tuple[str, int]] = set()
-
-    def age(self, tenant_id: str, seq: int, now: float) -> float:
-        return now - self._first_seen.setdefault((tenant_id, seq), now)
-
-    def first_warning(self, tenant_id: str, seq: int) -> bool:
-        if (tenant_id, seq) in self._warned:
-            return False
-        self._warned.add((tenant_id, seq))
-        return True
-
-    def forget_below(self, tenant_id: str, seq: int) -> None:
-        for key in [k for k in self._first_seen if k[0] == tenant_id and k[1] <= seq]:
-            del self._first_seen[key]
-            self._warned.discard(key)
 
 
 class _PoisonTracker:
@@ -115,6 +98,7 @@ class Tail:
         cards: CardStore,
         clock: Clock,
         settings: TailSettings | None = None,
+        projections: Sequence[str] = (),
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.events = events
@@ -124,7 +108,9 @@ class Tail:
         self.cards = cards
         self.clock = clock
         self.settings = settings or TailSettings()
-        self._gaps = _GapTracker()
+        # The projection kinds come from the handler registry: one row per event per projection.
+        self.projections = tuple(projections)
+        self._gaps = GapTracker(self.settings.young_gap_seconds)
         self._poison = _PoisonTracker()
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
@@ -133,7 +119,7 @@ class Tail:
         are on -- every tenant with events (a projection owes a row for every event)."""
         found = await self.subs.tenants()
         found |= await self.outbox.live_tenants()
-        if self.settings.projections:
+        if self.projections:
             found |= await self.events.tenants()
         return found
 
@@ -171,45 +157,21 @@ class Tail:
         now = self.clock.now()
         cursor = await self.cursor(tenant_id)
         res.cursor_before = res.cursor_after = cursor
-        records = await self.events.read_after(tenant_id, cursor, self.settings.batch_size)
-        res.read = len(records)
-        if not records:
+        reading = await read_batch(
+            events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
+            limit=self.settings.batch_size, gaps=self._gaps, now=now,
+            on_malformed=lambda seq, exc, head: self._skip_poison(tenant_id, seq, exc, head=head, res=res),
+        )
+        res.read = reading.read
+        res.stepped_gaps += reading.stepped_gaps
+        res.skipped_deleted += reading.deleted
+        if reading.young_gap is not None and not res.stopped:
+            res.stopped = "young_gap"
+        if not reading.read:
             self._poison.clear(tenant_id)
             return
-
-        # Pass 1: the contiguous, decodable prefix. ``consumed`` holds every record the cursor may
-        # pass, in order: a decoded event, or None for a poison event skipped for good.
-        consumed: list[tuple[int, BoardEvent | None]] = []
-        expected = cursor + 1
-        for rec in records:
-            if rec.seq != expected and not self._gap_is_dead(tenant_id, expected, rec.seq, now, res):
-                res.stopped = "young_gap"
-                break
-            try:
-                consumed.append((rec.seq, decode_event(tenant_id, rec)))
-            except MalformedDocument as exc:
-                if not self._skip_poison(tenant_id, rec.seq, exc, head=not consumed, res=res):
-                    break
-                consumed.append((rec.seq, None))
-            expected = rec.seq + 1
-
-        # Pass 2: normalize every event against its card, all cards in one round trip.
-        # StoreUnavailable propagates: the batch aborts with the cursor untouched (M1).
-        cards = await self.cards.get_many(
-            tenant_id, card_ids(ev for _, ev in consumed if ev is not None)
-        )
-        snapshots: list[EventSnapshot] = []
-        advance_to = cursor
-        for i, (seq, ev) in enumerate(consumed):
-            if ev is not None:
-                try:
-                    snapshots.append(snapshot(ev, cards))
-                except CardNotFound:
-                    res.skipped_deleted += 1  # definitively deleted: the only skip (M1)
-                except MalformedDocument as exc:  # an unreadable card: the poison path
-                    if not self._skip_poison(tenant_id, seq, exc, head=i == 0, res=res):
-                        break
-            advance_to = seq
+        snapshots = reading.snapshots
+        advance_to = reading.passed[-1][0] if reading.passed else cursor
         if advance_to == cursor:
             return
         if res.stopped != "poison":
@@ -229,21 +191,6 @@ class Tail:
         else:
             res.stopped = "cas_lost"
             res.cursor_after = await self.cursors.get(tenant_id) or cursor
-
-    def _gap_is_dead(
-        self, tenant_id: str, missing: int, next_seq: int, now: float, res: DrainResult
-    ) -> bool:
-        """M7: a young gap may still fill in (stop); an old one is a dead allocation (step)."""
-        if self._gaps.age(tenant_id, missing, now) < self.settings.young_gap_seconds:
-            return False
-        if self._gaps.first_warning(tenant_id, missing):
-            log.warning(
-                "stepping over dead allocation seq %d..%d (gap older than %.0fs)",
-                missing, next_seq - 1, self.settings.young_gap_seconds,
-                extra={"tenant_id": tenant_id, "seq": missing},
-            )
-        res.stepped_gaps += next_seq - missing
-        return True
 
     def _skip_poison(
         self, tenant_id: str, seq: int, exc: MalformedDocument, *, head: bool, res: DrainResult
@@ -280,7 +227,7 @@ class Tail:
                 row = new_launch_row(tenant_id, snap, sub, now)
                 row.trace = tc
                 rows.append(row)
-            for proj in self.settings.projections:
+            for proj in self.projections:
                 row = new_projection_row(tenant_id, snap, proj, now)
                 row.trace = tc
                 rows.append(row)

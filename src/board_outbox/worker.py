@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from typing import Literal
 
 import anyio
 import msgspec
@@ -16,12 +17,13 @@ from opentelemetry import trace
 
 from . import telemetry
 from .backoff import BackoffPolicy
+from .bounds import AtLeastOne, Frac, Pos, PosInt
 from .clock import Clock, RandomSource, seeded_random
 from .domain import EffectRow, ErrorEntry
 from .errors import LeaseLost, PermanentEffectError, StoreUnavailable
-from .metrics import Metrics
 from .ports import Claim, EffectOutbox
 from .registry import ExecutionContext, HandlerRegistry
+from .telemetry.metrics import Metrics
 
 log = logging.getLogger("board_outbox.worker")
 
@@ -31,11 +33,26 @@ log = logging.getLogger("board_outbox.worker")
 MARK_DONE_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
-class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True):
-    lease_seconds: float = 30.0
-    max_attempts: int = 8
-    batch_size: int = 20
-    backoff: BackoffPolicy = BackoffPolicy()
+class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The worker's settings; the ``[worker]`` configuration section decodes straight into it."""
+
+    lease_seconds: Pos = 30.0
+    max_attempts: PosInt = 8
+    batch_size: PosInt = 20
+    backoff_base_seconds: Pos = 1.0
+    backoff_factor: AtLeastOne = 2.0
+    backoff_cap_seconds: Pos = 300.0
+    backoff_jitter: Frac = 0.2
+    idle_seconds: Pos = 0.25
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(base_seconds=self.backoff_base_seconds, factor=self.backoff_factor,
+                             cap_seconds=self.backoff_cap_seconds, jitter=self.backoff_jitter)
+
+
+# What became of one claimed row: the worker applies it to its tally (a ``TickResult`` field).
+Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded"]
 
 
 class TickResult(msgspec.Struct, kw_only=True):
@@ -47,6 +64,9 @@ class TickResult(msgspec.Struct, kw_only=True):
     lease_lost: int = 0
     released: int = 0
     unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
+
+    def count(self, outcome: Outcome) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
 
     def add(self, other: TickResult) -> None:
         for f in self.__struct_fields__:
@@ -100,41 +120,44 @@ class EffectWorker:
                 if self.stopping:
                     break
                 started += 1
-                await self.execute(claim, res)
+                res.count(await self.execute(claim))
         except anyio.get_cancelled_exc_class():
             # Cancelled past the shutdown grace period: the interrupted row and the rest go back.
-            await self._release(claims[max(0, started - 1) :], res)
+            res.released += await self._release(claims[max(0, started - 1) :])
             raise
         if self.stopping:
             # Graceful shutdown: give back what we did not start, so another replica runs it
             # now rather than after the lease expires.
-            await self._release(claims[started:], res)
+            res.released += await self._release(claims[started:])
         return res
 
-    async def _release(self, claims: list[Claim], res: TickResult) -> None:
+    async def _release(self, claims: list[Claim]) -> int:
+        """Give claims back; how many were released."""
+        released = 0
         with anyio.CancelScope(shield=True):
             for claim in claims:
                 try:
                     if await self.outbox.release(claim.ref, claim.claim_id, self.clock.now()):
-                        res.released += 1
+                        released += 1
                 except StoreUnavailable as exc:  # its lease expires instead
                     log.warning("could not release claim %s: %s", claim.claim_id, exc)
+        return released
 
-    async def execute(self, claim: Claim, res: TickResult) -> None:
+    async def execute(self, claim: Claim) -> Outcome:
+        """Run one claimed row and record what became of it; return that outcome."""
         now = self.clock.now()
         if now >= claim.lease_until:
-            res.skipped_expired += 1  # M8: the lease is gone; whoever reclaims it runs it
-            return
+            return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
         row = claim.row
         if row is None:
-            await self._park(claim, res, 1, f"malformed row: {claim.decode_error}", False)
-            return
+            return await self._park(claim, attempt=1, msg=f"malformed row: {claim.decode_error}",
+                                    count_attempt=False)
         attempt = row.attempts + 1
         if claim.reclaimed and row.attempts >= self.settings.max_attempts:
             # M9: a hung effect burned its budget through expired leases.
-            await self._park(claim, res, row.attempts, "attempt budget spent by expired leases",
-                             False, row)
-            return
+            return await self._park(claim, attempt=row.attempts,
+                                    msg="attempt budget spent by expired leases", count_attempt=False,
+                                    row=row)
         parent, links = telemetry.parent_and_links(row.trace.traceparent if row.trace else None)
         attrs: dict[str, str | int] = {
             telemetry.ATTR_TENANT: row.tenant_id,
@@ -156,37 +179,34 @@ class EffectWorker:
                 handler = self.registry.handler(row.kind)
                 outcome = await handler.execute(row, ExecutionContext(claim, self.outbox, self.clock))
             except LeaseLost as exc:
-                res.lease_lost += 1
                 span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
                 log.warning("lease lost, writing nothing: %s", exc, extra=_ctx(row))
-                return
+                return "lease_lost"
             except PermanentEffectError as exc:
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR, str(exc))
                 span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
-                await self._park(claim, res, attempt, f"{type(exc).__name__}: {exc}", True, row)
-                return
+                return await self._park(claim, attempt=attempt, msg=f"{type(exc).__name__}: {exc}",
+                                        count_attempt=True, row=row)
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # every other failure is retried: nothing is lost
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR, str(exc))
-                await self._retry(claim, res, attempt, exc, row, span)
-                return
+                return await self._retry(claim, attempt=attempt, exc=exc, row=row, span=span)
             span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
             done_at = self.clock.now()
             marked = await self._mark_done(claim, row, done_at, outcome)
-            if marked:
-                res.done += 1
-                if self.metrics is not None:
-                    self.metrics.row_done(row, done_at)
-                if self.on_done is not None:
-                    self.on_done(row, outcome)
-            elif marked is None:
-                res.unrecorded += 1
-            else:
-                res.lease_lost += 1
+            if marked is None:
+                return "unrecorded"
+            if not marked:
                 log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(row))
+                return "lease_lost"
+            if self.metrics is not None:
+                self.metrics.row_done(row, done_at)
+            if self.on_done is not None:
+                self.on_done(row, outcome)
+            return "done"
 
     async def _mark_done(
         self, claim: Claim, row: EffectRow, now: float, outcome: str
@@ -208,14 +228,12 @@ class EffectWorker:
                 await anyio.sleep(delay)
 
     async def _retry(
-        self, claim: Claim, res: TickResult, attempt: int, exc: Exception, row: EffectRow,
-        span: trace.Span,
-    ) -> None:
+        self, claim: Claim, *, attempt: int, exc: Exception, row: EffectRow, span: trace.Span
+    ) -> Outcome:
         msg = f"{type(exc).__name__}: {exc}"
         if attempt >= self.settings.max_attempts:
             span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
-            await self._park(claim, res, attempt, msg, True, row)
-            return
+            return await self._park(claim, attempt=attempt, msg=msg, count_attempt=True, row=row)
         now = self.clock.now()
         delay = self.settings.backoff.delay(attempt, self.rng)
         span.set_attribute(telemetry.ATTR_OUTCOME, "retry")
@@ -224,39 +242,37 @@ class EffectWorker:
             marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay)
         except StoreUnavailable as store_exc:
             # The row stays claimed; when its lease expires a reclaim counts the attempt.
-            res.unrecorded += 1
             log.warning("could not record the failed attempt (%s)", store_exc, extra=_ctx(row))
-            return
-        if marked:
-            res.retried += 1
-            log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
-        else:
-            res.lease_lost += 1
+            return "unrecorded"
+        if not marked:
+            return "lease_lost"
+        log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
+        return "retried"
 
     async def _park(
-        self, claim: Claim, res: TickResult, attempt: int, msg: str, count: bool,
+        self, claim: Claim, *, attempt: int, msg: str, count_attempt: bool,
         row: EffectRow | None = None,
-    ) -> None:
+    ) -> Outcome:
         now = self.clock.now()
         err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
         try:
-            marked = await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err, count)
+            marked = await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err,
+                                                   count_attempt=count_attempt)
         except StoreUnavailable as store_exc:
-            res.unrecorded += 1  # reclaimed after the lease, and parked then
+            # reclaimed after the lease, and parked then
             log.warning("could not park the row (%s)", store_exc,
                         extra=_ctx(row) if row else {"row_ref": str(claim.ref)})
-            return
-        if marked:
-            res.failed += 1
-            if self.metrics is not None:
-                self.metrics.row_failed(row.kind if row else "malformed")
-            # Warned once: only the fenced transition to failed logs, and it happens once.
-            log.warning(
-                "row parked as dead-letter after attempt %d: %s", attempt, msg,
-                extra=_ctx(row) if row else {"row_ref": str(claim.ref)},
-            )
-        else:
-            res.lease_lost += 1
+            return "unrecorded"
+        if not marked:
+            return "lease_lost"
+        if self.metrics is not None:
+            self.metrics.row_failed(row.kind if row else "malformed")
+        # Warned once: only the fenced transition to failed logs, and it happens once.
+        log.warning(
+            "row parked as dead-letter after attempt %d: %s", attempt, msg,
+            extra=_ctx(row) if row else {"row_ref": str(claim.ref)},
+        )
+        return "failed"
 
 
 def _ctx(row: EffectRow) -> dict[str, object]:

@@ -172,7 +172,7 @@ async def test_fencing_and_reclaim(kit: Kit) -> None:
     assert not await kit.outbox.mark_consumed(first.ref, first.claim_id, now + 12)
     err = ErrorEntry(attempt=1, at=now, error="x")
     assert not await kit.outbox.mark_retry(first.ref, first.claim_id, now + 12, err, now)
-    assert not await kit.outbox.mark_failed(first.ref, first.claim_id, now + 12, err, True)
+    assert not await kit.outbox.mark_failed(first.ref, first.claim_id, now + 12, err, count_attempt=True)
     assert not await kit.outbox.release(first.ref, first.claim_id, now + 12)
     assert await kit.outbox.mark_done(second.ref, second.claim_id, now + 12, "ok")
     row = await kit.outbox.get(_row(1).row_key)
@@ -187,7 +187,7 @@ async def test_retry_failed_release_and_consume_marks(kit: Kit) -> None:
     assert await kit.outbox.mark_consumed(c1.ref, c1.claim_id, now)
     err = ErrorEntry(attempt=1, at=now, error="boom")
     assert await kit.outbox.mark_retry(c1.ref, c1.claim_id, now, err, now + 5)
-    assert await kit.outbox.mark_failed(c2.ref, c2.claim_id, now, err, True)
+    assert await kit.outbox.mark_failed(c2.ref, c2.claim_id, now, err, count_attempt=True)
     assert await kit.outbox.release(c3.ref, c3.claim_id, now)
     r1 = await kit.outbox.get(_row(1).row_key)
     r2 = await kit.outbox.get(_row(2).row_key)
@@ -206,7 +206,7 @@ async def test_retry_failed_release_and_consume_marks(kit: Kit) -> None:
     assert [e.error for e in again.errors] == ["boom"] and again.audit[-1].by == "tester"
     assert not await kit.outbox.replay(_row(1).row_key, now, "x")  # not failed: refused
     (c,) = await kit.outbox.claim_due(T, now + 1, 30.0, 1)
-    assert await kit.outbox.mark_failed(c.ref, c.claim_id, now + 2, err, True)
+    assert await kit.outbox.mark_failed(c.ref, c.claim_id, now + 2, err, count_attempt=True)
     assert await kit.outbox.purge(RowFilter(tenant_id=T)) == 1
     assert await kit.outbox.count_by_state(T) == {"pending": 2}
 

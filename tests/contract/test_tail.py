@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from board_outbox.domain import MatchRule, Subscription, launch_row_key, projection_row_key
-from board_outbox.faults import Crash
+from tests.support.faults import Crash
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

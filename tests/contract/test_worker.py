@@ -9,9 +9,9 @@ import pytest
 
 from board_outbox.domain import EffectRow, MatchRule, Subscription
 from board_outbox.errors import LaunchFailed
-from board_outbox.faults import Crash
 from board_outbox.ports import LaunchRequest
 from board_outbox.registry import ExecutionContext
+from tests.support.faults import Crash
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from board_outbox.domain import matches
-from board_outbox.normalize import card_ids, decode_event, snapshot
-from board_outbox.runtime import Stores
+from board_outbox.ports import Stores
+from board_outbox.reading import card_ids, decode_event, snapshot
 
 
 async def audit(stores: Stores, tenants: Iterable[str], row_docs: list[dict[str, Any]],

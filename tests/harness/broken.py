@@ -6,7 +6,7 @@ from opentelemetry import trace
 
 from board_outbox.domain import SubscriptionIndex
 from board_outbox.errors import CardNotFound
-from board_outbox.normalize import card_ids, decode_event, snapshot
+from board_outbox.reading import card_ids, decode_event, snapshot
 from board_outbox.tail import DrainResult, Tail
 
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import anyio
 
-from board_outbox.backoff import BackoffPolicy
 from board_outbox.clock import ManualClock
 from board_outbox.domain import (
     Card,
@@ -34,12 +33,13 @@ from board_outbox.domain import (
     projection_row_key,
 )
 from board_outbox.errors import StoreUnavailable
-from board_outbox.faults import Crash
 from board_outbox.memory import MemoryBackend, MemoryLauncher
+from board_outbox.ports import Stores
 from board_outbox.registry import ExecutionContext
-from board_outbox.runtime import Stores, build_registry
+from board_outbox.runtime import build_registry
 from board_outbox.tail import Tail, TailSettings
 from board_outbox.worker import EffectWorker, WorkerSettings
+from tests.support.faults import Crash
 
 LEASE = 10.0
 YOUNG_GAP = 30.0
@@ -400,13 +400,13 @@ class Simulation:
                 tail = self.tail_cls(events=stores.events, cursors=stores.cursors, outbox=stores.outbox,
                             subs=stores.subs, cards=stores.cards, clock=self.clock,
                             settings=TailSettings(batch_size=4, young_gap_seconds=YOUNG_GAP,
-                                                  poison_ticks=3, seed="earliest",
-                                                  projections=("board-reflect",)))
+                                                  poison_ticks=3, seed="earliest"),
+                            projections=registry.projections)
                 worker = EffectWorker(
                     outbox=stores.outbox, registry=registry, clock=self.clock, tenants=tail.tenants,
                     settings=WorkerSettings(lease_seconds=LEASE, max_attempts=self.max_attempts,
                                             batch_size=3,
-                                            backoff=BackoffPolicy(base_seconds=0.5, cap_seconds=4)),
+                                            backoff_base_seconds=0.5, backoff_cap_seconds=4),
                     rng=random.Random(rid))
                 try:
                     while True:

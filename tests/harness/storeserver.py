@@ -20,7 +20,7 @@ from anyio.abc import SocketStream
 from board_outbox.domain import Card, MatchRule, Subscription
 from board_outbox.errors import StoreUnavailable
 from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import Stores
+from board_outbox.ports import Stores
 
 PORTS = ("events", "cursors", "outbox", "subs", "cards", "labels", "launcher", "readmodels", "admin")
 

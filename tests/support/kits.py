@@ -11,7 +11,6 @@ import msgspec
 
 from board_outbox.clock import ManualClock
 from board_outbox.domain import Card, EffectRow, Subscription
-from board_outbox.faults import FaultInjector, FaultProxy
 from board_outbox.memory import MemoryBackend, MemoryLauncher
 from board_outbox.ports import (
     CardStore,
@@ -20,12 +19,14 @@ from board_outbox.ports import (
     EventLog,
     LabelStore,
     ReadModelStore,
+    Stores,
     SubscriptionStore,
 )
 from board_outbox.registry import HandlerRegistry
-from board_outbox.runtime import Stores, build_registry
+from board_outbox.runtime import build_registry
 from board_outbox.tail import Tail, TailSettings
 from board_outbox.worker import EffectWorker, WorkerSettings
+from tests.support.faults import FaultInjector, FaultProxy
 
 
 @dataclass
@@ -68,10 +69,11 @@ class Kit:
 
     # --- building the pipeline ------------------------------------------------------------
 
-    def tail(self, **settings: Any) -> Tail:
+    def tail(self, projections: tuple[str, ...] = (), **settings: Any) -> Tail:
         return Tail(
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.cards, clock=self.clock, settings=TailSettings(**settings),
+            projections=projections,
         )
 
     def registry(self, projections: list[str] | None = None) -> HandlerRegistry:
@@ -85,7 +87,8 @@ class Kit:
         t = tail or self.tail()
         return EffectWorker(
             outbox=self.outbox, registry=registry or self.registry(), clock=self.clock,
-            tenants=t.tenants, settings=msgspec.convert(settings, WorkerSettings), rng=random.Random(1),
+            tenants=t.tenants, settings=msgspec.convert(_flat(settings), WorkerSettings),
+            rng=random.Random(1),
         )
 
     # --- board helpers -------------------------------------------------------------------
@@ -112,6 +115,14 @@ class Kit:
         from board_outbox.ports import RowFilter
 
         return await self.outbox.find(RowFilter(tenant_id=tenant, limit=100_000))
+
+
+def _flat(settings: dict[str, Any]) -> dict[str, Any]:
+    """``backoff={"base_seconds": 1}`` -> ``backoff_base_seconds=1`` (WorkerSettings' fields)."""
+    out = dict(settings)
+    for k, v in out.pop("backoff", {}).items():
+        out[f"backoff_{k}"] = v
+    return out
 
 
 def memory_kit() -> Kit:

@@ -1,22 +1,27 @@
-"""In-memory twins of every port: the test backend and the demo's embedded default."""
+"""In-memory twins of every port: the test backend and the demo's embedded default.
+
+``open_stores`` is this package's factory (the runtime picks it by name); ``MemoryBackend``
+holds every twin for tests that plant documents or read the twins' records."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ..faults import FaultInjector
-from .board import MemoryBoard, MemoryLauncher, MemorySubscriptionStore
-from .cursors import MemoryCursorStore, MemoryResumeTokenStore
+from ..ports import Launcher, Stores
+from .cards import MemoryBoard
+from .cursors import MemoryCursorStore
 from .events import MemoryEventLog
+from .launcher import MemoryLauncher
 from .outbox import MemoryEffectOutbox
+from .probes import FaultPoints, NoFaults
 from .readmodels import MemoryReadModelStore
-
-if TYPE_CHECKING:
-    from ..ports import Launcher
-    from ..runtime import Stores
+from .subscriptions import MemorySubscriptionStore
+from .tokens import MemoryResumeTokenStore
 
 __all__ = [
+    "FaultPoints",
     "MemoryBackend",
     "MemoryBoard",
     "MemoryCursorStore",
@@ -26,15 +31,16 @@ __all__ = [
     "MemoryReadModelStore",
     "MemoryResumeTokenStore",
     "MemorySubscriptionStore",
+    "open_stores",
 ]
 
 
 @dataclass
 class MemoryBackend:
     """Every in-memory store. ``faults`` reaches the change feed and the launcher; faults at
-    any port call come from wrapping the ports in ``faults.FaultProxy``."""
+    any port call come from wrapping the ports from outside (tests/support/faults.FaultProxy)."""
 
-    faults: FaultInjector = field(default_factory=FaultInjector)
+    faults: FaultPoints = field(default_factory=NoFaults)
 
     def __post_init__(self) -> None:
         self.events = MemoryEventLog(self.faults)
@@ -48,10 +54,14 @@ class MemoryBackend:
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
-        from ..runtime import Stores
-
         return Stores(
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.board, labels=self.board, launcher=launcher or self.launcher,
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
         )
+
+
+@asynccontextmanager
+async def open_stores(*, launcher: Launcher | None = None) -> AsyncIterator[Stores]:
+    """The factory: a fresh in-memory backend's ports (``launcher`` replaces its recorder)."""
+    yield MemoryBackend().stores(launcher)

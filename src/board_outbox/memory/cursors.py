@@ -1,6 +1,6 @@
-from __future__ import annotations
+"""In-memory ``trigger_cursors``."""
 
-from typing import Any
+from __future__ import annotations
 
 from anyio.lowlevel import checkpoint
 
@@ -23,17 +23,3 @@ class MemoryCursorStore:
             return False
         self._cursors[tenant_id] = new
         return True
-
-
-class MemoryResumeTokenStore:
-    def __init__(self) -> None:
-        self.token: Any | None = None
-
-    async def load(self) -> Any | None:
-        return self.token
-
-    async def save(self, token: Any) -> None:
-        self.token = token
-
-    async def clear(self) -> None:
-        self.token = None

@@ -10,8 +10,8 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 from ..errors import ChangeStreamLost
-from ..faults import FaultInjector
 from ..ports import Change, EventRecord
+from .probes import FaultPoints, NoFaults
 
 
 class MemoryEventLog:
@@ -21,8 +21,8 @@ class MemoryEventLog:
     resume token (the history index). ``forget_history`` simulates an oplog that rolled over.
     """
 
-    def __init__(self, faults: FaultInjector | None = None) -> None:
-        self.faults = faults or FaultInjector()
+    def __init__(self, faults: FaultPoints | None = None) -> None:
+        self.faults: FaultPoints = faults or NoFaults()
         self._counters: dict[str, int] = {}
         self._docs: dict[str, dict[int, dict[str, Any]]] = {}
         self._seqs: dict[str, list[int]] = {}

@@ -6,23 +6,12 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from ..domain import (
-    CLAIMED,
-    DONE,
-    FAILED,
-    LIVE_STATES,
-    PENDING,
-    AuditEntry,
-    EffectRow,
-    ErrorEntry,
-    from_doc,
-    to_doc,
-)
+from .. import outbox_transitions as T
+from ..domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from ..errors import MalformedDocument, MalformedRow
 from ..ports import Claim, RowFilter, UpsertResult
 
@@ -40,7 +29,18 @@ def _matches(doc: dict[str, Any], flt: RowFilter) -> bool:
     return not (flt.updated_before is not None and not upd < flt.updated_before)
 
 
-class MemoryEffectOutbox:
+def _apply(doc: dict[str, Any], t: T.Transition) -> None:
+    """A transition as a dict update."""
+    doc.update(t.set)
+    if t.count_attempt:
+        doc["attempts"] = doc.get("attempts", 0) + 1
+    if t.error is not None:
+        doc.setdefault("errors", []).append(to_doc(t.error))
+    if t.audit is not None:
+        doc.setdefault("audit", []).append(to_doc(t.audit))
+
+
+class MemoryEffectOutbox(T.FencedMarks):
     def __init__(self) -> None:
         self._docs: dict[int, dict[str, Any]] = {}
         self._by_key: dict[str, int] = {}
@@ -110,42 +110,15 @@ class MemoryEffectOutbox:
             else:
                 continue
             claim_id = uuid.uuid4().hex
-            doc.update(state=CLAIMED, claim_id=claim_id, lease_until=now + lease_seconds)
-            doc["updated_at"] = now
+            lease_until = now + lease_seconds
             if reclaimed:
-                doc["attempts"] = doc.get("attempts", 0) + 1
-                doc.setdefault("errors", []).append(
-                    to_doc(
-                        ErrorEntry(
-                            attempt=doc["attempts"],
-                            at=now,
-                            error="lease expired before the attempt finished",
-                            kind="lease_expired",
-                        )
-                    )
-                )
-            claims.append(self._claim(ref, doc, claim_id, now + lease_seconds, reclaimed))
+                _apply(doc, T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
+                _apply(doc, T.lease_expired(attempt=doc["attempts"], now=now))
+            else:
+                _apply(doc, T.claim(claim_id=claim_id, now=now, lease_until=lease_until))
+            claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
+                                     reclaimed=reclaimed))
         return claims
-
-    @staticmethod
-    def _claim(
-        ref: Any, doc: dict[str, Any], claim_id: str, lease_until: float, reclaimed: bool
-    ) -> Claim:
-        row: EffectRow | None = None
-        err: str | None = None
-        try:
-            row = from_doc(doc, EffectRow, MalformedRow)
-        except MalformedDocument as exc:
-            err = str(exc)
-        return Claim(
-            ref=ref,
-            claim_id=claim_id,
-            lease_until=lease_until,
-            tenant_id=str(doc.get("tenant_id")),
-            row=row,
-            decode_error=err,
-            reclaimed=reclaimed,
-        )
 
     def _fenced(self, ref: Any, claim_id: str) -> dict[str, Any] | None:
         doc = self._docs.get(ref)
@@ -153,62 +126,21 @@ class MemoryEffectOutbox:
             return None
         return doc
 
-    async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool:
+    async def _apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:
         await checkpoint()
         doc = self._fenced(ref, claim_id)
         if doc is None:
             return False
-        doc.update(consume_marked=True, updated_at=now)
-        return True
-
-    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:
-        await checkpoint()
-        doc = self._fenced(ref, claim_id)
-        if doc is None:
-            return False
-        doc.update(
-            state=DONE,
-            outcome=outcome,
-            updated_at=now,
-            lease_until=None,
-            done_at=datetime.fromtimestamp(now, UTC),
-        )
+        _apply(doc, t)
         self._track(ref)
         return True
 
-    async def mark_retry(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
-    ) -> bool:
+    async def _apply_failed(self, row_key: str, t: T.Transition) -> bool:
         await checkpoint()
-        doc = self._fenced(ref, claim_id)
-        if doc is None:
+        ref = self._by_key.get(row_key)
+        if ref is None or self._docs[ref].get("state") != FAILED:
             return False
-        doc.update(state=PENDING, not_before=not_before, lease_until=None, updated_at=now)
-        doc["attempts"] = doc.get("attempts", 0) + 1
-        doc.setdefault("errors", []).append(to_doc(error))
-        self._track(ref)
-        return True
-
-    async def mark_failed(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, count_attempt: bool
-    ) -> bool:
-        await checkpoint()
-        doc = self._fenced(ref, claim_id)
-        if doc is None:
-            return False
-        doc.update(state=FAILED, lease_until=None, updated_at=now, outcome="failed")
-        if count_attempt:
-            doc["attempts"] = doc.get("attempts", 0) + 1
-        doc.setdefault("errors", []).append(to_doc(error))
-        self._track(ref)
-        return True
-
-    async def release(self, ref: Any, claim_id: str, now: float) -> bool:
-        await checkpoint()
-        doc = self._fenced(ref, claim_id)
-        if doc is None:
-            return False
-        doc.update(state=PENDING, claim_id=None, lease_until=None, updated_at=now)
+        _apply(self._docs[ref], t)
         self._track(ref)
         return True
 
@@ -241,22 +173,6 @@ class MemoryEffectOutbox:
     async def live_tenants(self) -> set[str]:
         await checkpoint()
         return {t for t, refs in self._live.items() if refs}
-
-    async def replay(self, row_key: str, now: float, by: str) -> bool:
-        await checkpoint()
-        ref = self._by_key.get(row_key)
-        if ref is None or self._docs[ref].get("state") != FAILED:
-            return False
-        doc = self._docs[ref]
-        doc.update(
-            state=PENDING, attempts=0, not_before=now, claim_id=None, lease_until=None,
-            updated_at=now, outcome=None,
-        )
-        doc.setdefault("audit", []).append(
-            to_doc(AuditEntry(at=now, action="replay", by=by, detail="attempts reset"))
-        )
-        self._track(ref)
-        return True
 
     async def purge(self, flt: RowFilter) -> int:
         await checkpoint()

@@ -2,32 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from pymongo import AsyncMongoClient
 from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
 
-from ..config import StoreConfig
 from ..errors import ConfigError
-from ..ports import Launcher
-from ..runtime import Stores
-from .board import MongoBoard, MongoReadModelStore, MongoSubscriptionStore
+from ..ports import Launcher, Stores
+from .cards import MongoBoard
 from .changefeed import MongoChangeFeed
-from .cursors import MongoCursorStore, MongoResumeTokenStore
+from .cursors import MongoCursorStore
 from .events import MongoEventLog
 from .outbox import MongoEffectOutbox
+from .readmodels import MongoReadModelStore
+from .schema import ensure_schema as ensure
+from .subscriptions import MongoSubscriptionStore
+from .tokens import MongoResumeTokenStore
 
 
-def make_client(cfg: StoreConfig) -> AsyncMongoClient[dict[str, Any]]:
+def make_client(
+    uri: str,
+    *,
+    app_name: str = "board-outbox",
+    op_timeout_seconds: float = 10.0,
+    connect_timeout_seconds: float = 5.0,
+    server_selection_timeout_seconds: float = 10.0,
+) -> AsyncMongoClient[dict[str, Any]]:
     """TLS, auth and replica-set options travel in the URI and reach pymongo untouched."""
     try:
         return AsyncMongoClient(
-            cfg.uri,
+            uri,
             tz_aware=True,
-            appname=cfg.app_name,
-            timeoutMS=int(cfg.op_timeout_seconds * 1000),
-            connectTimeoutMS=int(cfg.connect_timeout_seconds * 1000),
-            serverSelectionTimeoutMS=int(cfg.server_selection_timeout_seconds * 1000),
+            appname=app_name,
+            timeoutMS=int(op_timeout_seconds * 1000),
+            connectTimeoutMS=int(connect_timeout_seconds * 1000),
+            serverSelectionTimeoutMS=int(server_selection_timeout_seconds * 1000),
             retryWrites=True,
             retryReads=True,
         )
@@ -38,6 +49,7 @@ def make_client(cfg: StoreConfig) -> AsyncMongoClient[dict[str, Any]]:
 
 
 def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> Stores:
+    """Every Mongo adapter over an open database."""
     board = MongoBoard(db)
     return Stores(
         events=MongoEventLog(db),
@@ -51,3 +63,31 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         feed=MongoChangeFeed(db) if change_feed else None,
         tokens=MongoResumeTokenStore(db),
     )
+
+
+@asynccontextmanager
+async def open_stores(
+    *,
+    launcher: Launcher,
+    uri: str,
+    database: str,
+    app_name: str = "board-outbox",
+    op_timeout_seconds: float = 10.0,
+    connect_timeout_seconds: float = 5.0,
+    server_selection_timeout_seconds: float = 10.0,
+    change_feed: bool = True,
+    ensure_schema: bool = False,
+) -> AsyncIterator[Stores]:
+    """The factory: connect, optionally ensure the indexes, yield the ports, close."""
+    client = make_client(
+        uri, app_name=app_name, op_timeout_seconds=op_timeout_seconds,
+        connect_timeout_seconds=connect_timeout_seconds,
+        server_selection_timeout_seconds=server_selection_timeout_seconds,
+    )
+    try:
+        db = client[database]
+        if ensure_schema:
+            await ensure(db)
+        yield mongo_stores(db, launcher, change_feed=change_feed)
+    finally:
+        await client.close()

@@ -4,31 +4,21 @@
 - claim: due pending rows are claimed as a batch (pick, one ``update_many`` minting a
   ``claim_id`` and a lease, read back); an expired lease is reclaimed per row with
   ``find_one_and_update``, ``attempts`` +1;
-- every mark filters on ``{_id, state: claimed, claim_id}``: a stolen lease makes it a no-op.
+- every mark applies an ``outbox_transitions`` transition filtered on ``{_id, state: claimed,
+  claim_id}``: a stolen lease makes it a no-op.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError
 
-from ..domain import (
-    CLAIMED,
-    DONE,
-    FAILED,
-    LIVE_STATES,
-    PENDING,
-    AuditEntry,
-    EffectRow,
-    ErrorEntry,
-    from_doc,
-    to_doc,
-)
+from .. import outbox_transitions as T
+from ..domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from ..errors import MalformedDocument, MalformedRow
 from ..ports import Claim, RowFilter, UpsertResult
 from .errors import translated
@@ -60,7 +50,24 @@ def _decode(doc: dict[str, Any]) -> EffectRow:
     return from_doc(doc, EffectRow, MalformedRow)
 
 
-class MongoEffectOutbox:
+def update_of(t: T.Transition) -> dict[str, Any]:
+    """A transition as a MongoDB update document."""
+    update: dict[str, Any] = {}
+    if t.set:
+        update["$set"] = dict(t.set)
+    if t.count_attempt:
+        update["$inc"] = {"attempts": 1}
+    push: dict[str, Any] = {}
+    if t.error is not None:
+        push["errors"] = to_doc(t.error)
+    if t.audit is not None:
+        push["audit"] = to_doc(t.audit)
+    if push:
+        update["$push"] = push
+    return update
+
+
+class MongoEffectOutbox(T.FencedMarks):
     def __init__(self, db: Any) -> None:
         self.coll = db[EFFECTS]
 
@@ -105,20 +112,17 @@ class MongoEffectOutbox:
             claim_id = uuid.uuid4().hex
             doc = await self.coll.find_one_and_update(
                 {"tenant_id": tenant_id, "state": CLAIMED, "lease_until": {"$lte": now}},
-                {"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now},
-                 "$inc": {"attempts": 1}},
+                update_of(T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until)),
                 return_document=ReturnDocument.AFTER,
             )
             if doc is None:
                 break
-            entry = ErrorEntry(attempt=int(doc.get("attempts", 1)), at=now,
-                               error="lease expired before the attempt finished",
-                               kind="lease_expired")
-            await self.coll.update_one(
-                {"_id": doc["_id"], "claim_id": claim_id}, {"$push": {"errors": to_doc(entry)}}
-            )
-            doc.setdefault("errors", []).append(to_doc(entry))
-            claims.append(self._claim(doc, claim_id, lease_until, True))
+            why = T.lease_expired(attempt=int(doc.get("attempts", 1)), now=now)
+            await self.coll.update_one({"_id": doc["_id"], "claim_id": claim_id}, update_of(why))
+            assert why.error is not None
+            doc.setdefault("errors", []).append(to_doc(why.error))
+            claims.append(T.claim_of(doc["_id"], doc, claim_id=claim_id, lease_until=lease_until,
+                                     reclaimed=True))
         return claims
 
     async def _claim_pending(
@@ -139,71 +143,26 @@ class MongoEffectOutbox:
             claim_id = uuid.uuid4().hex
             await self.coll.update_many(
                 {**due, "_id": {"$in": ids}},
-                {"$set": {"state": CLAIMED, "claim_id": claim_id, "lease_until": lease_until,
-                          "updated_at": now}},
+                update_of(T.claim(claim_id=claim_id, now=now, lease_until=lease_until)),
             )
             mine = await self.coll.find({"_id": {"$in": ids}, "claim_id": claim_id}).to_list(None)
             mine.sort(key=lambda d: (d.get("not_before", 0.0), str(d.get("row_key"))))
-            claims += [self._claim(doc, claim_id, lease_until, False) for doc in mine]
+            claims += [T.claim_of(doc["_id"], doc, claim_id=claim_id, lease_until=lease_until,
+                                  reclaimed=False) for doc in mine]
             if len(mine) == len(ids) or len(claims) >= limit:
                 break  # no race lost (or enough): nothing more to gain from another pass
         return claims
 
-    @staticmethod
-    def _claim(doc: dict[str, Any], claim_id: str, lease_until: float, reclaimed: bool) -> Claim:
-        row: EffectRow | None = None
-        err: str | None = None
-        try:
-            row = _decode(doc)
-        except MalformedDocument as exc:
-            err = str(exc)
-        return Claim(ref=doc["_id"], claim_id=claim_id, lease_until=lease_until,
-                     tenant_id=str(doc.get("tenant_id")), row=row, decode_error=err,
-                     reclaimed=reclaimed)
-
-    async def _fenced(self, ref: Any, claim_id: str, update: dict[str, Any]) -> bool:
-        res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id}, update)
+    @translated
+    async def _apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:
+        res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id},
+                                         update_of(t))
         return bool(res.modified_count == 1)
 
     @translated
-    async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool:
-        return await self._fenced(ref, claim_id,
-                                  {"$set": {"consume_marked": True, "updated_at": now}})
-
-    @translated
-    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:
-        return await self._fenced(ref, claim_id, {"$set": {
-            "state": DONE, "outcome": outcome, "updated_at": now, "lease_until": None,
-            "done_at": datetime.fromtimestamp(now, UTC),  # the TTL index's clock (M11b)
-        }})
-
-    @translated
-    async def mark_retry(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
-    ) -> bool:
-        return await self._fenced(ref, claim_id, {
-            "$set": {"state": PENDING, "not_before": not_before, "lease_until": None,
-                     "updated_at": now},
-            "$inc": {"attempts": 1},
-            "$push": {"errors": to_doc(error)},
-        })
-
-    @translated
-    async def mark_failed(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, count_attempt: bool
-    ) -> bool:
-        update: dict[str, Any] = {
-            "$set": {"state": FAILED, "lease_until": None, "updated_at": now, "outcome": "failed"},
-            "$push": {"errors": to_doc(error)},
-        }
-        if count_attempt:
-            update["$inc"] = {"attempts": 1}
-        return await self._fenced(ref, claim_id, update)
-
-    @translated
-    async def release(self, ref: Any, claim_id: str, now: float) -> bool:
-        return await self._fenced(ref, claim_id, {"$set": {
-            "state": PENDING, "claim_id": None, "lease_until": None, "updated_at": now}})
+    async def _apply_failed(self, row_key: str, t: T.Transition) -> bool:
+        res = await self.coll.update_one({"row_key": row_key, "state": FAILED}, update_of(t))
+        return bool(res.modified_count == 1)
 
     @translated
     async def get(self, row_key: str) -> EffectRow | None:
@@ -241,17 +200,6 @@ class MongoEffectOutbox:
     async def live_tenants(self) -> set[str]:
         found = await self.coll.distinct("tenant_id", {"state": {"$in": list(LIVE_STATES)}})
         return {str(t) for t in found}
-
-    @translated
-    async def replay(self, row_key: str, now: float, by: str) -> bool:
-        audit = AuditEntry(at=now, action="replay", by=by, detail="attempts reset")
-        res = await self.coll.update_one(
-            {"row_key": row_key, "state": FAILED},
-            {"$set": {"state": PENDING, "attempts": 0, "not_before": now, "claim_id": None,
-                      "lease_until": None, "updated_at": now, "outcome": None},
-             "$push": {"audit": to_doc(audit)}},
-        )
-        return bool(res.modified_count == 1)
 
     @translated
     async def purge(self, flt: RowFilter) -> int:

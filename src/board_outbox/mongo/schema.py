@@ -8,10 +8,11 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import OperationFailure
 
 from ..errors import StoreError
-from .board import READ_MODELS, SUBSCRIPTIONS
 from .errors import translated
 from .events import EVENTS
 from .outbox import EFFECTS
+from .readmodels import READ_MODELS
+from .subscriptions import SUBSCRIPTIONS
 
 DONE_TTL_SECONDS = 7 * 24 * 3600
 

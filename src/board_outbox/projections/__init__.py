@@ -6,9 +6,8 @@ Each projection registers with the handler registry (``register_all``); the tail
 
 from __future__ import annotations
 
-from board_outbox.ports import ReadModelStore
-from board_outbox.registry import HandlerRegistry
-
+from ..ports import ReadModelStore
+from ..registry import HandlerRegistry
 from .board_reflect import BoardReflect
 
 AVAILABLE = {BoardReflect.name: BoardReflect}

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from .domain import EffectRow
+from ..domain import EffectRow
 
 
 class Metrics:

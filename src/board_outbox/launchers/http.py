@@ -1,34 +1,20 @@
-"""Production launchers: where a ``launch`` row's bot start goes.
+"""The ``http`` launcher: POST the launch request as JSON to a bot-runner endpoint.
 
-- ``log``: write one structured log line per launch (dry runs, staging);
-- ``http``: POST the launch request as JSON to a bot-runner endpoint. 2xx is a launch (the body's
-  ``launch_id`` if any); 5xx, 408, 429 and network errors retry (``LaunchFailed``); any other 4xx
-  can never succeed and dead-letters at once (``PermanentEffectError``).
+2xx is a launch (the body's ``launch_id`` if any); 5xx, 408, 429 and network errors retry
+(``LaunchFailed``); any other 4xx can never succeed and dead-letters at once
+(``PermanentEffectError``).
 """
 
 from __future__ import annotations
 
-import logging
 import urllib.error
 import urllib.request
-import uuid
 
 import anyio.to_thread
 import msgspec
 
-from .errors import LaunchFailed, PermanentEffectError
-from .ports import LaunchRequest
-
-log = logging.getLogger("board_outbox.launcher")
-
-
-class LogLauncher:
-    async def launch(self, req: LaunchRequest) -> str:
-        launch_id = uuid.uuid4().hex[:12]
-        log.info("launch %s for %s", req.bot, req.row_key,
-                 extra={"tenant_id": req.tenant_id, "seq": req.seq, "row_key": req.row_key,
-                        "launch_id": launch_id})
-        return launch_id
+from ..errors import LaunchFailed, PermanentEffectError
+from ..ports import LaunchRequest
 
 
 class HttpLauncher:

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import logging
 
-from .domain import EffectRow, matches
-from .errors import (
+from ..domain import EffectRow, matches
+from ..errors import (
     CardNotFound,
     CrossTenantRow,
     PermanentEffectError,
     StoreUnavailable,
     SubscriptionNotFound,
 )
-from .ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
-from .registry import ExecutionContext
+from ..ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
+from .contract import ExecutionContext
 
 log = logging.getLogger("board_outbox.launch")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from board_outbox.domain import EventSnapshot
-from board_outbox.ports import ReadModelStore
+from ..domain import EventSnapshot
+from ..ports import ReadModelStore
 
 
 class BoardReflect:

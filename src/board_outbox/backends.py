@@ -1,0 +1,63 @@
+"""Choosing a backend is a table lookup: a backend's name -> the factory that opens its ports.
+
+Each adapter package exposes one factory taking plain settings (``memory.open_stores``,
+``mongo.open_stores``); this module is the only place that reads the configuration for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from .config import Config, LauncherConfig, StoreConfig
+from .launchers import HttpLauncher, LogLauncher
+from .ports import Launcher, Stores
+
+Opener = Callable[[Config, Launcher, bool], AbstractAsyncContextManager[Stores]]
+
+
+def _memory(cfg: Config, launcher: Launcher, ensure_schema: bool) -> AbstractAsyncContextManager[Stores]:
+    from .memory import open_stores
+
+    return open_stores(launcher=launcher)
+
+
+def _mongo(cfg: Config, launcher: Launcher, ensure_schema: bool) -> AbstractAsyncContextManager[Stores]:
+    from .mongo import open_stores
+
+    s = cfg.store
+    return open_stores(
+        launcher=launcher, uri=s.uri, database=s.database, app_name=s.app_name,
+        op_timeout_seconds=s.op_timeout_seconds, connect_timeout_seconds=s.connect_timeout_seconds,
+        server_selection_timeout_seconds=s.server_selection_timeout_seconds,
+        change_feed=cfg.tail.change_streams, ensure_schema=ensure_schema,
+    )
+
+
+def mongo_client(s: StoreConfig) -> Any:
+    """An ``AsyncMongoClient`` for the store settings (``ensure-schema`` needs the bare client)."""
+    from .mongo import make_client
+
+    return make_client(
+        s.uri, app_name=s.app_name, op_timeout_seconds=s.op_timeout_seconds,
+        connect_timeout_seconds=s.connect_timeout_seconds,
+        server_selection_timeout_seconds=s.server_selection_timeout_seconds,
+    )
+
+
+BACKENDS: dict[str, Opener] = {"memory": _memory, "mongo": _mongo}
+
+LAUNCHERS: dict[str, Callable[[LauncherConfig], Launcher]] = {
+    "log": lambda _cfg: LogLauncher(),
+    "http": lambda cfg: HttpLauncher(cfg.url, cfg.timeout_seconds),
+}
+
+
+def make_launcher(cfg: LauncherConfig) -> Launcher:
+    return LAUNCHERS[cfg.kind](cfg)
+
+
+def open_backend(cfg: Config, *, ensure_schema: bool = False) -> AbstractAsyncContextManager[Stores]:
+    """The configured backend's ports, as an async context manager."""
+    return BACKENDS[cfg.store.backend](cfg, make_launcher(cfg.launcher), ensure_schema)

@@ -1,0 +1,55 @@
+"""``trigger_subscriptions`` on MongoDB."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ..domain import Subscription, check_id, from_doc, to_doc
+from ..errors import MalformedDocument, SubscriptionNotFound
+from .errors import translated
+
+SUBSCRIPTIONS = "trigger_subscriptions"
+
+log = logging.getLogger("board_outbox.mongo")
+
+
+def _malformed_sub(ref: object, detail: str) -> MalformedDocument:
+    return MalformedDocument("subscription", ref, detail)
+
+
+class MongoSubscriptionStore:
+    def __init__(self, db: Any) -> None:
+        self.coll = db[SUBSCRIPTIONS]
+
+    @translated
+    async def get(self, sub_id: str) -> Subscription:
+        doc = await self.coll.find_one({"_id": sub_id})
+        if doc is None:
+            raise SubscriptionNotFound(sub_id)
+        return from_doc(doc, Subscription, _malformed_sub)
+
+    @translated
+    async def list_for_tenant(self, tenant_id: str) -> list[Subscription]:
+        out: list[Subscription] = []
+        for doc in await self.coll.find({"tenant_id": tenant_id}).sort("_id", 1).to_list(None):
+            try:
+                out.append(from_doc(doc, Subscription, _malformed_sub))
+            except MalformedDocument as exc:  # one bad subscription must not stall the tenant
+                log.error("ignoring malformed subscription: %s", exc, extra={"tenant_id": tenant_id})
+        return out
+
+    @translated
+    async def tenants(self) -> set[str]:
+        return {str(t) for t in await self.coll.distinct("tenant_id", {"enabled": {"$ne": False}})}
+
+    @translated
+    async def put(self, sub: Subscription) -> None:
+        check_id("tenant_id", sub.tenant_id)
+        check_id("sub_id", sub.sub_id)
+        await self.coll.replace_one({"_id": sub.sub_id}, {"_id": sub.sub_id, **to_doc(sub)},
+                                    upsert=True)
+
+    @translated
+    async def delete(self, sub_id: str) -> None:
+        await self.coll.delete_one({"_id": sub_id})
