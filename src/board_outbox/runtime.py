@@ -166,7 +166,7 @@ class Service:
             except StoreUnavailable as exc:  # tenant list unreadable: next tick
                 log.warning("drain pass aborted: %s", exc)
                 results = []
-            except Exception as exc:  # noqa: BLE001 - one bad pass never ends the process
+            except Exception as exc:
                 log.error("drain pass failed (%s: %s): retrying next tick", type(exc).__name__, exc)
                 results = []
                 await anyio.sleep(min(poll, 1.0))
@@ -197,7 +197,7 @@ class Service:
                 except StoreUnavailable as exc:
                     log.warning("worker tick failed: %s", exc)
                     res = TickResult()
-                except Exception as exc:  # noqa: BLE001 - one bad tick never ends the process
+                except Exception as exc:
                     log.error("worker tick failed (%s: %s): retrying", type(exc).__name__, exc)
                     res = TickResult()
                     await anyio.sleep(min(idle * 4, 1.0))
@@ -221,7 +221,7 @@ class Service:
         while not self.stopping:
             try:
                 await self.refresh_gauges()
-            except Exception as exc:  # noqa: BLE001 - gauges are best effort
+            except Exception as exc:
                 log.warning("metrics refresh failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.service.metrics_interval_seconds)
 
@@ -294,7 +294,7 @@ class Service:
                         poll_when_open = True
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 5.0)
-                except Exception as exc:  # noqa: BLE001 - the waker never takes the process down
+                except Exception as exc:
                     log.error("change stream failed (%s: %s): polling carries on, reopening in "
                               "%.1fs", type(exc).__name__, exc, delay)
                     self.stats.stream_reopens += 1
@@ -306,5 +306,5 @@ class Service:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
                     await save(force=True)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     log.warning("could not save the resume token on the way out (%s)", exc)

