@@ -9,7 +9,7 @@ import msgspec
 
 from ..domain import Card, MatchRule, Subscription
 from ..errors import CardNotFound
-from ..memory import MemoryBackend
+from ..ports import Stores
 
 COLUMNS = ("inbox", "doing", "review", "done")
 
@@ -32,10 +32,11 @@ def demo_subscriptions(tenant: str) -> list[Subscription]:
 
 
 class BoardSimulator:
-    """Plays random but plausible board activity and writes events through the event log."""
+    """Plays random but plausible board activity and writes events through the event log, the
+    way an upstream writer does: allocate the seq, then insert (on any backend)."""
 
-    def __init__(self, backend: MemoryBackend, tenants: list[str], rng: random.Random) -> None:
-        self.b = backend
+    def __init__(self, stores: Stores, tenants: list[str], rng: random.Random) -> None:
+        self.s = stores
         self.tenants = tenants
         self.rng = rng
         self.cards: dict[str, dict[str, Card]] = {t: {} for t in tenants}
@@ -62,20 +63,24 @@ class BoardSimulator:
         elif roll < 0.95:
             await self._write(msgspec.structs.replace(card, title=card.title + "!"), "card.updated")
         else:
-            await self.b.board.delete(t, card.card_id)
+            await self.s.cards.delete(t, card.card_id)
             del cards[card.card_id]
-            await self.b.events.emit(t, "card.deleted", card.card_id, time.time())
-            self.emitted += 1
+            await self._emit(t, "card.deleted", card.card_id)
 
     async def _write(self, card: Card, etype: str) -> None:
         # Labels may have been consumed by a bot meanwhile: the store is the truth.
         try:
-            stored = await self.b.board.get(card.tenant_id, card.card_id)
+            stored = await self.s.cards.get(card.tenant_id, card.card_id)
             if etype != "card.labeled":
                 card = msgspec.structs.replace(card, labels=stored.labels)
         except CardNotFound:
             pass
-        await self.b.board.put(card)
+        await self.s.cards.put(card)
         self.cards[card.tenant_id][card.card_id] = card
-        await self.b.events.emit(card.tenant_id, etype, card.card_id, time.time())
+        await self._emit(card.tenant_id, etype, card.card_id)
+
+    async def _emit(self, tenant: str, etype: str, card_id: str) -> None:
+        seq = await self.s.events.allocate_seq(tenant)
+        await self.s.events.insert(
+            {"tenant_id": tenant, "seq": seq, "type": etype, "card_id": card_id, "at": time.time()})
         self.emitted += 1

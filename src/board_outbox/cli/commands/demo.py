@@ -1,4 +1,5 @@
-"""``board-outbox demo``: the whole pipeline on the in-memory backend with a synthetic board."""
+"""``board-outbox demo``: the whole pipeline with a synthetic board, on the embedded wire server
+(default) or the in-memory backend."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from . import StoresFactory
 
 
 async def cmd_demo(args: argparse.Namespace, factory: StoresFactory) -> int:
-    """The demo wires its own in-memory backend (it reads the twins' records to check itself)."""
+    """The demo wires its own backend: an embedded wire server or the in-memory twin."""
     from ...demo import DemoOptions, run_demo
     from ...telemetry.sdk import setup_telemetry
 
     opts = DemoOptions(
         tenants=args.tenants, events=args.events, rate=args.rate,
         failure_rate=args.failure_rate, seed=args.seed, timeout=args.timeout,
+        store=args.store, storage=args.storage,
     )
     tel = setup_telemetry(replica="demo")  # exports only when OTEL_* asks for it
     try:
