@@ -88,7 +88,7 @@ async def test_stale_token_gets_a_real_286_then_poll_and_reopen_lose_nothing(
     await emit()
     await db["filler"].insert_many([{"i": i} for i in range(1100)], ordered=True)
     await emit()
-    with pytest.raises(ChangeStreamLost, match="286|ChangeStreamHistoryLost"):
+    with pytest.raises(ChangeStreamLost, match=r"286|ChangeStreamHistoryLost"):
         async for _ in feed.watch(token):
             break
 
