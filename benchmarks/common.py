@@ -114,7 +114,8 @@ async def backends(with_mongo: bool) -> AsyncIterator[list[str]]:
 
 
 @asynccontextmanager
-async def open_backend(name: str, uri: str | None = None) -> AsyncIterator[Backend]:
+async def open_backend(name: str, uri: str | None = None,
+                       listeners: list[Any] | None = None) -> AsyncIterator[Backend]:
     if name == "memory":
         b = MemoryBackend()
         yield Backend("memory", b.stores(), b)
@@ -127,7 +128,8 @@ async def open_backend(name: str, uri: str | None = None) -> AsyncIterator[Backe
     from board_outbox.mongo import ensure_schema, mongo_stores
 
     assert uri is not None
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri, tz_aware=True)
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        uri, tz_aware=True, event_listeners=listeners or [])
     dbname = f"board_outbox_bench_{uuid.uuid4().hex[:8]}"
     db = client[dbname]
     await ensure_schema(db)

@@ -4,8 +4,9 @@
     ./dev.sh bench --size full      # larger runs
     ./dev.sh bench --only worker    # one benchmark
 
-Runs on the in-memory backend everywhere, and also on a real replica set when MONGODB_URI is
-set (or mongod is on PATH: a throw-away single-node replica set is started).
+Runs on the in-memory backend and on a real MongoDB-wire server: MONGODB_URI when set, else a
+throw-away mongod replica set when mongod is on PATH, else SecantusDB's secantusd-py started as a
+child process (temp storage). The JSON records which server it was (name, version, address).
 """
 
 from __future__ import annotations
@@ -22,13 +23,19 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import latency, materialize, worker
+from benchmarks import costs, latency, materialize, worker
 from benchmarks.common import RESULTS, write_result
 
 SIZES: dict[str, dict[str, Any]] = {
-    "small": {"events": 10_000, "rows": 10_000, "lat_events": 300, "lat_rate": 200.0},
-    "full": {"events": 100_000, "rows": 50_000, "lat_events": 2000, "lat_rate": 500.0},
+    "small": {"events": 10_000, "rows": 10_000, "lat_events": 300, "lat_rate": 200.0,
+              "wire_events": 5_000, "wire_rows": 1_000, "wire_lat_events": 150, "wire_lat_rate": 20.0,
+              "cost_events": 1_000},
+    "full": {"events": 100_000, "rows": 50_000, "lat_events": 2000, "lat_rate": 500.0,
+             "wire_events": 10_000, "wire_rows": 5_000, "wire_lat_events": 500, "wire_lat_rate": 50.0,
+             "cost_events": 5_000},
 }
+
+SERVER: dict[str, str] = {}  # the wire server measured: name, version, address
 
 
 def log(msg: str) -> None:
@@ -37,23 +44,35 @@ def log(msg: str) -> None:
 
 async def main_async(args: argparse.Namespace, uri: str | None) -> None:
     size = SIZES[args.size]
-    backends = ["memory"] + (["mongo"] if uri else [])
-    only = set(args.only or ["materialize", "worker", "latency"])
+    wire = ["mongo"] if uri else []
+    only = set(args.only or ["materialize", "worker", "latency", "costs"])
     t0 = time.monotonic()
+    meta = {"size": args.size, "wire_server": SERVER}
     if "materialize" in only:
-        res = await materialize.run(backends, uri, size["events"], [100, 1000, 10000], [1, 10, 100],
-                                    [1, 100], log)
-        write_result("materialize", {"size": args.size, "results": res})
+        res = await materialize.run(["memory"], None, size["events"], [100, 1000, 10000],
+                                    [1, 10, 100], [1, 100], log)
+        if wire:  # the wire server is slow per command: a smaller grid, one run each
+            res += await materialize.run(wire, uri, size["wire_events"], [100, 1000, 5000],
+                                         [1, 10], [1], log, repeats=1)
+        write_result("materialize", {**meta, "results": res})
         plot_materialize(res)
     if "worker" in only:
-        res = await worker.run(backends, uri, size["rows"], [1, 2, 4], log)
-        write_result("worker", {"size": args.size, "results": res})
+        res = await worker.run(["memory"], None, size["rows"], [1, 2, 4], log)
+        if wire:
+            res += await worker.run(wire, uri, size["wire_rows"], [1, 2, 4], log)
+        write_result("worker", {**meta, "results": res})
         plot_worker(res)
     if "latency" in only:
-        res = await latency.run(backends, uri, size["lat_events"], size["lat_rate"],
+        res = await latency.run(["memory"], None, size["lat_events"], size["lat_rate"],
                                 [0.05, 0.25, 1.0], log)
-        write_result("latency", {"size": args.size, "results": res})
+        if wire:
+            res += await latency.run(wire, uri, size["wire_lat_events"], size["wire_lat_rate"],
+                                     [0.25], log)
+        write_result("latency", {**meta, "results": res})
         plot_latency(res)
+    if "costs" in only and uri:
+        res = await costs.run(uri, size["cost_events"], 5, 500, log)
+        write_result("costs", {**meta, "results": res})
     log(f"done in {time.monotonic() - t0:.0f}s; results in {RESULTS}")
 
 
@@ -139,19 +158,37 @@ def plot_latency(res: list[dict[str, Any]]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", choices=sorted(SIZES), default="small")
-    ap.add_argument("--only", action="append", choices=["materialize", "worker", "latency"])
+    ap.add_argument("--only", action="append",
+                    choices=["materialize", "worker", "latency", "costs"])
+    ap.add_argument("--memory-only", action="store_true", help="skip the wire server")
     args = ap.parse_args()
     uri = os.environ.get("MONGODB_URI")
-    if uri is None and shutil.which("mongod"):
+    if args.memory_only:
+        anyio.run(main_async, args, None)
+        return 0
+    if uri:
+        SERVER.update({"server": "MONGODB_URI", "address": uri.split("@")[-1].split("/")[0]})
+        anyio.run(main_async, args, uri)
+        return 0
+    if shutil.which("mongod"):
         from tests.support.live_mongo import replica_set
 
         with replica_set() as started:
+            SERVER.update({"server": "mongod", "address": started})
             log(f"started a single-node replica set for the benchmarks: {started}")
             anyio.run(main_async, args, started)
         return 0
-    if uri is None:
-        log("no MONGODB_URI and no mongod on PATH: measuring the in-memory backend only")
-    anyio.run(main_async, args, uri)
+    from board_outbox.wireserver import WireServer, WireServerUnavailable
+
+    try:
+        with WireServer() as server:
+            SERVER.update(server.info())
+            log(f"measuring on {SERVER['server']} {SERVER['server_version']} at {SERVER['address']} "
+                "(a child process, temp storage) and on the in-memory backend")
+            anyio.run(main_async, args, server.uri)
+    except WireServerUnavailable as exc:
+        log(f"no wire server ({exc}): measuring the in-memory backend only")
+        anyio.run(main_async, args, None)
     return 0
 
 

@@ -23,6 +23,6 @@ def test_sigkilled_replica_loses_nothing() -> None:
 @pytest.mark.live_mongo
 def test_sigkilled_replica_on_a_real_replica_set(live_uri: str) -> None:
     """The same over a real replica set (skipped, with the reason, when there is none)."""
-    res = run(events=4000, tenants=5, n_replicas=4, log=lambda _m: None, mongo_uri=live_uri)
+    res = run(events=600, tenants=4, n_replicas=4, log=lambda _m: None, mongo_uri=live_uri)
     assert res["lost_rows"] == 0 and res["duplicate_rows"] == 0 and res["not_done"] == 0
     assert res["rows_launched_twice"] <= 4

@@ -94,7 +94,7 @@ async def drive(port: int, events: int, tenants: int, replicas: list[Any], spawn
     kill_at = events // 2
     killed = restarted = False
     sent = 0
-    chunk = 2000
+    chunk = min(2000, max(50, events // 10))
     while sent < events:
         n = min(chunk, events - sent)
         docs = [(rng.choice(names), rng.choice(("card.created", "card.moved", "card.updated")),

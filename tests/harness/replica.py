@@ -41,7 +41,10 @@ async def run(port: int, name: str, mongo_uri: str | None = None, db_name: str =
     cfg = load_config(env={}, projections=[],
                       tail={"poll_interval_seconds": 0.5 if mongo_uri else 0.05, "seed": "earliest",
                             "batch_size": 500, "change_streams": bool(mongo_uri)},
-                      worker={"lease_seconds": 3, "idle_seconds": 0.05, "batch_size": 50,
+                      # on a real server a claim batch must fit within its lease (the wire server
+                      # is far slower per command than the loopback store server)
+                      worker={"lease_seconds": 15 if mongo_uri else 3, "idle_seconds": 0.05,
+                              "batch_size": 10 if mongo_uri else 50,
                               "backoff_base_seconds": 0.1, "backoff_cap_seconds": 1},
                       service={"replica_name": name, "shutdown_grace_seconds": 2})
     service = Service(stores, cfg)

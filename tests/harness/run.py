@@ -48,8 +48,10 @@ def main() -> int:
     ap.add_argument("--trace", action="store_true", help="print the schedule's steps")
     ap.add_argument("--shrink", action="store_true",
                     help="with --seed: if the schedule fails, shrink it and print the minimal steps")
-    ap.add_argument("--store", choices=["memory", "mongomock"], default="memory",
-                    help="the shared store: the memory twins or the Mongo adapters over mongomock")
+    ap.add_argument("--store", choices=["memory", "mongomock", "wire"], default="memory",
+                    help="the shared store: the memory twins, the Mongo adapters over mongomock, "
+                         "or over a real wire server with failCommand failpoints armed between "
+                         "turns (MONGODB_URI, else secantusd-py started here)")
     args = ap.parse_args()
     t0 = time.monotonic()
     if args.seed is not None:

@@ -286,7 +286,14 @@ class MongomockSimStore(SimStore):
         return list(self.raw["trigger_effects"].find({}))
 
 
-STORES: dict[str, Callable[[], SimStore]] = {"memory": MemorySimStore, "mongomock": MongomockSimStore}
+def _wire_store() -> SimStore:
+    from tests.harness.wire import WireSimStore
+
+    return WireSimStore()  # type: ignore[return-value]
+
+
+STORES: dict[str, Callable[[], SimStore]] = {"memory": MemorySimStore, "mongomock": MongomockSimStore,
+                                             "wire": _wire_store}
 
 
 @dataclass
@@ -531,6 +538,9 @@ class Simulation:
         self._record_cursors()
         parked = sorted(self.turns.parked)
         if allow_env and self.d.choose(4) == 0:
+            disarm = getattr(self.store, "disarm", None)
+            if disarm is not None:  # the world's own writes are never the wire faults' target
+                disarm()
             await self.env_action(ENV_ACTIONS[self.d.choose(len(ENV_ACTIONS))])
             return
         if not parked:
@@ -540,6 +550,12 @@ class Simulation:
         if self.faults_on and self.d.choose(100) < self.fault_percent:
             fault = FAULT_KINDS[1 + self.d.choose(3)]
             self.report.faults[fault] += 1
+        between = getattr(self.store, "between_turns", None)
+        if between is not None:  # the wire store arms real failpoints on the server
+            armed = between(self.d.choose, self.faults_on)
+            if armed:
+                self.report.faults[armed] += 1
+                self.log(armed)
         point = self.turns.resume(rid, fault)
         if fault != "none":
             self.log(f"replica {rid} {point}: {fault}")
@@ -580,6 +596,9 @@ class Simulation:
             self.check()  # before the clean-up below touches the store
             self.turns.close()
             tg.cancel_scope.cancel()
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            await close()
         return self.report
 
     # --- invariants -------------------------------------------------------------------------
