@@ -24,7 +24,7 @@ import pytest
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 
 from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
+from board_outbox.domain import Card, EffectRow, Subscription
 from board_outbox.errors import StoreError, StoreUnavailable
 from board_outbox.memory import MemoryLauncher
 from board_outbox.mongo import ensure_schema, mongo_stores
@@ -196,6 +196,15 @@ async def test_write_concern_error_on_the_bulk_upsert_is_transient_and_aborts(
         wire: Wire, failpoints: FailPoints) -> None:
     k = wire.kit
     await board(k)
+    rows = [EffectRow(tenant_id=T, seq=1, row_key=f"{T}/1/x", sub_id="x")]
+    with failpoints.arm(["update"], WRITE_CONCERN), pytest.raises(StoreUnavailable):
+        await k.outbox.upsert_rows(rows)  # a wtimeout: the write may or may not be durable
+    unsatisfiable = {"writeConcernError": {"code": 100, "codeName": "UnsatisfiableWriteConcern",
+                                           "errmsg": "not enough data-bearing nodes"}}
+    with failpoints.arm(["update"], unsatisfiable), pytest.raises(StoreError) as info:
+        await k.outbox.upsert_rows(rows)  # a deployment that can never satisfy the concern
+    assert not isinstance(info.value, StoreUnavailable)
+    await wire.check["trigger_effects"].delete_many({})
     tail = k.tail(seed="earliest")
     with failpoints.arm(["update"], WRITE_CONCERN):
         res = await tail.drain_tenant(T)
