@@ -10,7 +10,6 @@ import anyio
 import pytest
 
 from board_outbox.config import load_config
-from board_outbox.demo import stores_for
 from board_outbox.domain import Card, EffectRow, Subscription
 from board_outbox.memory import MemoryBackend
 from board_outbox.registry import ExecutionContext
@@ -31,7 +30,7 @@ async def setup(backend: MemoryBackend, **cfg: object) -> Service:
     await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
     await backend.board.put(Card(tenant_id=T, card_id="c"))
     config = load_config(env={}, **cfg)  # type: ignore[arg-type]
-    return Service(stores_for(backend), config, rng=random.Random(1))
+    return Service(backend.stores(), config, rng=random.Random(1))
 
 
 def rows(backend: MemoryBackend, state: str | None = None) -> list[dict[str, object]]:

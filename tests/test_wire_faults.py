@@ -173,6 +173,10 @@ async def _call(w: Wire, command: str) -> None:
         await k.outbox.count_by_state(T)
     elif command == "distinct":
         await k.outbox.live_tenants()
+    elif command == "getMore":  # a read longer than the first batch (101 documents)
+        await w.check["board_events"].insert_many(
+            [{"tenant_id": T, "seq": i, "type": "x", "card_id": "c"} for i in range(1, 151)])
+        await k.events.read_after(T, 0, 500)
     else:  # pragma: no cover
         raise AssertionError(command)
 
@@ -183,6 +187,13 @@ async def test_transient_fault_is_store_unavailable(
         wire: Wire, failpoints: FailPoints, command: str, fault: str) -> None:
     with failpoints.arm([command], TRANSIENT[fault]), pytest.raises(StoreUnavailable):
         await _call(wire, command)
+
+
+@pytest.mark.parametrize("code", [43, 237])  # CursorNotFound, CursorKilled: a restart mid-read
+async def test_a_cursor_lost_mid_read_is_transient(
+        wire: Wire, failpoints: FailPoints, code: int) -> None:
+    with failpoints.arm(["getMore"], {"errorCode": code}), pytest.raises(StoreUnavailable):
+        await _call(wire, "getMore")
 
 
 async def test_permanent_error_is_store_error_not_unavailable(

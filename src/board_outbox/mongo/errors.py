@@ -25,9 +25,12 @@ from pymongo.errors import (
 
 from ..errors import BoardOutboxError, StoreError, StoreUnavailable
 
-# Server error codes that mean "try again": network, step-down, shutdown, time limits.
+# Server error codes that mean "try again": network, step-down, shutdown, time limits, and a
+# cursor the server lost under us (a restart or a killOp between a find and its getMore: 43,
+# 175, 237) or a write conflict (112): each is gone on the next attempt.
 TRANSIENT_CODES = frozenset({
-    6, 7, 50, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
+    6, 7, 24, 43, 50, 89, 91, 112, 134, 175, 189, 237, 262, 9001, 10107, 11600, 11601, 11602,
+    13435, 13436,
 })
 HISTORY_LOST_CODES = frozenset({286, 280, 260})  # ChangeStreamHistoryLost, Fatal, InvalidResumeToken
 
