@@ -103,7 +103,10 @@ class Wire:
         self.failures = FailedCommands()
         self.client: Any = AsyncMongoClient(
             uri, appname=APP, tz_aware=True, timeoutMS=OP_TIMEOUT_MS, retryWrites=True,
-            retryReads=True, serverSelectionTimeoutMS=5000, event_listeners=[self.failures])
+            retryReads=True, serverSelectionTimeoutMS=5000, event_listeners=[self.failures],
+            # after a not-primary error the driver re-discovers the primary; its monitor then
+            # waits up to one heartbeat (10 s by default) -- keep the suite quick
+            heartbeatFrequencyMS=500)
         self.clean: Any = AsyncMongoClient(uri, tz_aware=True)
         self.db = self.client[self.name]
         self.check = self.clean[self.name]
