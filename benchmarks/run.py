@@ -28,11 +28,11 @@ from benchmarks.common import RESULTS, write_result
 
 SIZES: dict[str, dict[str, Any]] = {
     "small": {"events": 10_000, "rows": 10_000, "lat_events": 300, "lat_rate": 200.0,
-              "wire_events": 5_000, "wire_rows": 1_000, "wire_lat_events": 150, "wire_lat_rate": 20.0,
-              "cost_events": 1_000},
+              "wire_events": 1_000, "wire_batches": [100, 1000], "wire_rows": 500,
+              "wire_lat_events": 150, "wire_lat_rate": 20.0, "cost_events": 1_000},
     "full": {"events": 100_000, "rows": 50_000, "lat_events": 2000, "lat_rate": 500.0,
-             "wire_events": 10_000, "wire_rows": 5_000, "wire_lat_events": 500, "wire_lat_rate": 50.0,
-             "cost_events": 5_000},
+             "wire_events": 10_000, "wire_batches": [100, 1000, 10000], "wire_rows": 5_000,
+             "wire_lat_events": 500, "wire_lat_rate": 50.0, "cost_events": 5_000},
 }
 
 SERVER: dict[str, str] = {}  # the wire server measured: name, version, address
@@ -52,7 +52,7 @@ async def main_async(args: argparse.Namespace, uri: str | None) -> None:
         res = await materialize.run(["memory"], None, size["events"], [100, 1000, 10000],
                                     [1, 10, 100], [1, 100], log)
         if wire:  # the wire server is slow per command: a smaller grid, one run each
-            res += await materialize.run(wire, uri, size["wire_events"], [100, 1000, 5000],
+            res += await materialize.run(wire, uri, size["wire_events"], size["wire_batches"],
                                          [1, 10], [1], log, repeats=1)
         write_result("materialize", {**meta, "results": res})
         plot_materialize(res)
