@@ -94,9 +94,14 @@ def plot_materialize(res: list[dict[str, Any]]) -> None:
     for i, be in enumerate(backends):
         for j, nt in enumerate(tenants):
             ax = axes[i][j]
+            if not any(r["backend"] == be and r["tenants"] == nt for r in res):
+                ax.set_visible(False)  # the wire grid measures one tenant only
+                continue
             for k, ns in enumerate(sorted({r["subs_per_tenant"] for r in res})):
                 rows = sorted((r for r in res if r["backend"] == be and r["tenants"] == nt
                                and r["subs_per_tenant"] == ns), key=lambda r: r["batch_size"])
+                if not rows:
+                    continue
                 xs = [r["batch_size"] for r in rows]
                 color = f"C{k}"
                 ax.plot(xs, [r["ours_events_per_s"] for r in rows], "o-", color=color,
