@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from opentelemetry import trace
 
 from .clock import Clock, RandomSource, SystemClock, seeded_random
@@ -236,6 +237,7 @@ class Service:
         token: Any | None = await tokens.load() if tokens else None
         delay = 0.1
         while not self.stopping:
+            await anyio.lowlevel.checkpoint()  # yield every iteration: a hot loop stays cancellable
             try:
                 async for change in feed.watch(token):
                     self.stats.stream_wakes += 1
