@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPY = ("src", "projections", "tests", "tracing", "pyproject.toml")
+COPY = ("src", "projections", "tests", "tracing", "pyproject.toml", "board-outbox.example.toml")
 SEARCH = ("src", "projections")
 UNIT_TIMEOUT = 900.0
 HARNESS_TIMEOUT = 600.0
@@ -108,9 +108,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "if rule.column is not None and ev.column != rule.column:", "if False:", "domain"),
     Mutant("domain-disabled-subscription-matches", "domain",
            "if not sub.enabled or ev.deleted:", "if ev.deleted:", "domain"),
-    Mutant("domain-index-keeps-disabled", "domain",
-           "            if not sub.enabled:\n                continue",
-           "            if False:\n                continue", "domain"),
+    Mutant("domain-index-misses-column-only-rules", "domain",
+           "for key in ((ev.type, ev.column), (ev.type, None), (None, ev.column), (None, None)):",
+           "for key in ((ev.type, ev.column), (ev.type, None), (None, None)):", "domain"),
     Mutant("domain-one-shot-labels-not-required", "domain",
            "return not (sub.consume_labels and not set(sub.consume_labels).issubset(ev.labels))",
            "return True", "domain"),
@@ -310,9 +310,10 @@ def run_mutant(m: Mutant, unit: bool, harness: bool) -> Result:
     return res
 
 
-def preflight() -> None:
+def preflight(baseline: bool) -> None:
     """The copy, not the editable install, must be what the subprocesses import: a copy whose
-    domain module raises at import must fail, and ``board_outbox`` must resolve inside it."""
+    domain module raises at import must fail, and ``board_outbox`` must resolve inside it. With
+    ``baseline``, the unmutated copy must also pass the unit suite."""
     for m in MUTANTS:
         locate(m)  # every snippet found exactly once, before spending minutes
     with tempfile.TemporaryDirectory(prefix="mutant-preflight-") as tmp:
@@ -325,6 +326,11 @@ def preflight() -> None:
         files = out.split()
         if rc != 0 or len(files) != 3 or not all(f.startswith(str(copy)) for f in files):
             raise SystemExit(f"preflight: the copy is not what gets imported: {out.strip()}")
+        if baseline:  # the unmutated copy must pass, or every "kill" below means nothing
+            rc, out = run(UNIT, copy, UNIT_TIMEOUT)
+            if rc != 0:
+                raise SystemExit(f"preflight: the unmutated copy fails ({first_failure(out)}):\n"
+                                 + out[-2000:])
         domain = locate(Mutant("preflight-probe", "", "class Subscription(msgspec.Struct", "",
                                "domain"))
         probe = copy / domain.relative_to(ROOT)
@@ -366,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the mutants and where they apply")
     ap.add_argument("--no-unit", action="store_true", help="skip the unit suite")
     ap.add_argument("--no-harness", action="store_true", help="skip the harness")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the unmutated copy's unit run (it must pass)")
     ap.add_argument("--out", type=Path, help="also write the table to this file")
     args = ap.parse_args(argv)
     if args.list:
@@ -383,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown mutant(s): {', '.join(unknown)}")
         chosen = [m for m in MUTANTS if m.name in args.only]
-    preflight()
+    preflight(baseline=not args.no_unit and not args.no_baseline)
     t0 = time.monotonic()
     done: list[Result] = []
 
@@ -395,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = list(pool.map(one, chosen))
-    text = table(done) + f"\n\n{len(done)} mutants in {time.monotonic() - t0:.0f}s, jobs={args.jobs}"
+    text = table(done) + (f"\n\n{len(done)} mutants in {time.monotonic() - t0:.0f}s, jobs={args.jobs}"
+                          f"; unmutated copy passed first: {not args.no_unit and not args.no_baseline}")
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
