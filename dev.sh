@@ -7,6 +7,7 @@
 #   ./dev.sh lint           ruff + mypy --strict on src/
 #   ./dev.sh bench [ARGS]   the benchmarks (benchmarks/run.py)
 #   ./dev.sh cli ARGS       any board-outbox command, e.g. ./dev.sh cli --help
+#   ./dev.sh mutate [ARGS]  the mutation campaign (tests/mutations.py; --only NAME, --jobs 2)
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${BOARD_OUTBOX_VENV:-.venv}
@@ -46,6 +47,7 @@ case "$cmd" in
   lint)  bootstrap; "$VENV/bin/ruff" check src tests tracing benchmarks; "$VENV/bin/mypy" src ;;
   bench) bootstrap; exec "$VENV/bin/python" benchmarks/run.py "$@" ;;
   cli)   bootstrap; exec "$VENV/bin/board-outbox" "$@" ;;
-  help|-h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' ;;
+  mutate) bootstrap; exec "$VENV/bin/python" -m tests.mutations "$@" ;;
+  help|-h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "dev.sh: unknown command '$cmd' (try ./dev.sh help)" >&2; exit 2 ;;
 esac

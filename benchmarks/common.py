@@ -90,6 +90,8 @@ class Backend:
             for d in docs:
                 self.memory.events.insert_now(d)
             return
+        if not docs:
+            return
         events = self.stores.events
         db = events.events.database  # type: ignore[attr-defined]
         await db["board_events"].insert_many(docs, ordered=False)

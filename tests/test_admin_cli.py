@@ -180,17 +180,27 @@ def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('[service]\nlog_format = "json"\nreplica_name = "r1"\n'
                    '[tail]\npoll_interval_seconds = 0.1\n')
-    proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
-                            stderr=subprocess.PIPE, text=True)
+    errf = tmp_path / "stderr"
+    with errf.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+            stderr=sink, text=True)
     try:
-        time.sleep(1.5)
+        # wait until the service says it runs (a loaded machine imports slowly), then a beat
+        # for the signal receiver to open
+        deadline = time.monotonic() + 60
+        while "running on" not in errf.read_text():
+            assert proc.poll() is None, errf.read_text()
+            assert time.monotonic() < deadline, "the service never started"
+            time.sleep(0.05)
+        time.sleep(0.5)
         assert proc.poll() is None  # still running
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=15)
     finally:
         if proc.poll() is None:
             proc.kill()
-    err = proc.stderr.read() if proc.stderr else ""
+    err = errf.read_text()
     assert rc == 0, err
     assert '"msg":"SIGTERM: shutting down gracefully"' in err and "service stopped" in err
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,3 +38,37 @@ def test_index_equals_brute_force(ss: list[Subscription], ev: EventSnapshot) -> 
     want = sorted(s.sub_id for s in ss if matches(s, ev))
     got = sorted(s.sub_id for s in SubscriptionIndex(ss).matching(ev))
     assert got == want
+
+
+SHIP_SUB = Subscription(sub_id="s", tenant_id="t", bot="b",
+                        rule=MatchRule(event_types=("card.labeled",), column="review",
+                                       labels_all=("bug",)),
+                        consume_labels=("ship",))
+HIT = EventSnapshot(seq=1, type="card.labeled", card_id="c", column="review",
+                    labels=("bug", "ship"))
+
+
+@pytest.mark.parametrize(
+    ("why", "sub", "ev", "want"),
+    [
+        ("every condition holds", SHIP_SUB, HIT, True),
+        ("another event type", SHIP_SUB, msgspec.structs.replace(HIT, type="card.moved"), False),
+        ("another column", SHIP_SUB, msgspec.structs.replace(HIT, column="inbox"), False),
+        ("a labels_all label missing", SHIP_SUB, msgspec.structs.replace(HIT, labels=("ship",)),
+         False),
+        ("the one-shot label already spent", SHIP_SUB,
+         msgspec.structs.replace(HIT, labels=("bug",)), False),
+        ("a deleted card", SHIP_SUB, msgspec.structs.replace(HIT, deleted=True), False),
+        ("a disabled subscription", msgspec.structs.replace(SHIP_SUB, enabled=False), HIT, False),
+        ("a column-only rule", Subscription(sub_id="r", tenant_id="t", bot="b",
+                                            rule=MatchRule(column="review")), HIT, True),
+        ("an empty rule matches anything live", Subscription(sub_id="a", tenant_id="t", bot="b"),
+         EventSnapshot(seq=1, type="card.moved", card_id="c"), True),
+    ],
+)
+def test_matches_checks_each_condition(why: str, sub: Subscription, ev: EventSnapshot,
+                                       want: bool) -> None:
+    """Each condition of ``matches`` on its own: the index test above compares the index with
+    ``matches`` and cannot see a condition both of them lose."""
+    assert matches(sub, ev) is want, why
+    assert bool(SubscriptionIndex([sub]).matching(ev)) is want, why

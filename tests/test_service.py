@@ -71,21 +71,31 @@ async def test_without_change_feed_only_the_poll_finds_events() -> None:
 
 
 async def test_lost_stream_history_drops_token_polls_and_reopens() -> None:
-    backend = MemoryBackend()
+    """The events only the catch-up poll can find: inserted AFTER the startup poll, while the
+    stream is down, then the history is lost. The next poll is 60 s away, so without the poll
+    that follows ChangeStreamLost they would stay unmaterialized."""
+    backend = MemoryBackend(faults=FaultInjector())
     service = await setup(backend, tail={"poll_interval_seconds": 60, "seed": "earliest"})
     await backend.events.emit(T, "card.created", "c")  # seq 1, token 0
     await backend.tokens.save(0)
-    await backend.events.emit(T, "card.created", "c")  # seq 2: only in the lost history
-    backend.events.forget_history()
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
-        await eventually(lambda: _count(backend, "done", 2))  # the reconciling poll found both
-        assert service.stats.stream_reopens == 1
+        await eventually(lambda: _count(backend, "done", 1))  # the startup poll found seq 1
+        assert service.stats.poll_wakes == 1
+        # the stream breaks at its next change: seq 2 is not delivered, the token stays at 0
+        backend.faults.fail_at("changefeed.next")
+        await backend.events.emit(T, "card.created", "c")  # seq 2
+        await backend.events.emit(T, "card.created", "c")  # seq 3
+        backend.events.forget_history()  # ... and the oplog rolls over before it resumes
+        await eventually(lambda: _count(backend, "done", 3))  # only the catch-up poll finds them
+        assert service.stats.stream_reopens == 2  # the interruption, then the lost history
+        assert service.stats.stream_wakes == 0 and service.stats.poll_wakes == 2
+        assert backend.tokens.token is None  # the stale token was dropped
         await backend.events.emit(T, "card.created", "c")  # the reopened stream wakes the tail
-        await eventually(lambda: _count(backend, "done", 3), timeout=2.0)
-        # start-up poll, the reconciling poll on the loss, and one more once the new stream is
-        # open (it covers inserts between the loss and the reopen)
-        assert service.stats.stream_wakes == 1 and service.stats.poll_wakes <= 3
+        await eventually(lambda: _count(backend, "done", 4), timeout=2.0)
+        # plus one reconciling poll once the new stream delivers (it covers inserts between the
+        # loss and the reopen)
+        assert service.stats.stream_wakes == 1 and service.stats.poll_wakes == 3
         service.stop()
 
 

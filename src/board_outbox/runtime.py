@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from opentelemetry import trace
 
 from .clock import Clock, RandomSource, SystemClock, seeded_random
@@ -249,6 +250,7 @@ class Service:
 
         try:
             while not self.stopping:
+                await anyio.lowlevel.checkpoint()  # yield every iteration: a hot loop stays cancellable
                 try:
                     if tokens is not None and token is None and saved is None:
                         token = saved = await tokens.load()

@@ -235,8 +235,20 @@ async def test_cursor_seed_is_max_inserted_not_allocator(kit: Kit) -> None:
 
 
 async def test_earliest_seed_replays_history(kit: Kit) -> None:
+    """Events inserted before the tail ever ran are materialized: rows for the old events."""
     await board(kit)
-    assert await kit.tail(seed="earliest").cursor(T) == 0
+    tail = kit.tail(seed="earliest")
+    assert await tail.cursor(T) == 0
+    assert await keys(kit) == []  # nothing materialized before the first drain
+    await tail.drain_all([T])
+    assert await keys(kit) == sorted(expected_keys())  # every old event got its rows
+    assert await kit.cursors.get(T) == 4
+    # the other seed mode, on a tenant with history, skips it (so the check above can fail)
+    await kit.sub(Subscription(sub_id="all2", tenant_id="t2", bot="bot-a"))
+    await kit.card("t2", "c1")
+    await kit.emit("t2", "card.created", "c1")
+    await kit.tail(seed="latest").drain_all(["t2"])
+    assert await kit.rows("t2") == [] and await kit.cursors.get("t2") == 1
 
 
 # --- M11: poison and liveness ------------------------------------------------------------

@@ -368,8 +368,30 @@ async def test_malformed_row_is_parked_not_crashing(kit: Kit) -> None:
     assert "malformed row" in raw["errors"][-1]["error"]
 
 
-async def test_launch_failed_is_the_retry_type() -> None:
-    assert issubclass(LaunchFailed, Exception)
+async def test_launch_failed_is_the_retry_type(kit: Kit) -> None:
+    """A LaunchFailed is retried with backoff: the row goes back to pending, one attempt counted,
+    due after the backoff delay, and the next attempt launches. It is never parked at once."""
+    await materialize(kit)
+    refusals = iter([True])
+
+    def refuse_once(req: LaunchRequest) -> bool:
+        if next(refusals, False):
+            raise LaunchFailed(f"bot runner refused {req.row_key}")
+        return False
+
+    kit.launcher.fail = refuse_once
+    worker = kit.worker(max_attempts=5, backoff={"base_seconds": 3.0, "jitter": 0.0})
+    before = kit.clock.now()
+    res = await worker.tick([T])
+    assert (res.retried, res.failed, res.done) == (1, 0, 0)
+    row = await only_row(kit)
+    assert row.state == "pending" and row.attempts == 1
+    assert row.not_before == before + 3.0  # the backoff's first delay, not "now"
+    assert [e.kind for e in row.errors] == ["error"] and "LaunchFailed" in row.errors[0].error
+    assert (await worker.tick([T])).claimed == 0  # not due before its backoff
+    kit.clock.advance(3.0)
+    assert (await worker.tick([T])).done == 1
+    assert [r.row_key for r in kit.launcher.launches] == [row.row_key]
 
 
 # --- regressions found by the fault-injection harness (tests/harness) ----------------------

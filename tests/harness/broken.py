@@ -2,40 +2,64 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 from opentelemetry import trace
 
-from board_outbox.domain import SubscriptionIndex
-from board_outbox.errors import CardNotFound
-from board_outbox.reading import card_ids, decode_event, snapshot
+from board_outbox.domain import EffectRow
+from board_outbox.ports import UpsertResult
 from board_outbox.tail import DrainResult, Tail
 
 
 class CursorFirstTail(Tail):
     """The shape ADR-094 replaced: advance the cursor, then write the rows. A crash between the
-    two loses the batch for good."""
+    two loses the batch for good. Everything else (gaps, poison, matching) is the real tail's:
+    its upsert is only held back until the cursor CAS has succeeded."""
 
     async def _drain(self, tenant_id: str, res: DrainResult, span: trace.Span) -> None:
-        cursor = await self.cursor(tenant_id)
-        records = await self.events.read_after(tenant_id, cursor, self.settings.batch_size)
-        res.read = len(records)
-        if not records:
-            return
-        if not await self.cursors.compare_and_set(tenant_id, cursor, records[-1].seq):
-            return
-        evs = []
-        for rec in records:
-            try:
-                evs.append(decode_event(tenant_id, rec))
-            except Exception:
-                continue
-        cards = await self.cards.get_many(tenant_id, card_ids(evs))
-        snaps = []
-        for ev in evs:
-            try:
-                snaps.append(snapshot(ev, cards))
-            except (CardNotFound, Exception):
-                continue
-        index = SubscriptionIndex(await self.subs.list_for_tenant(tenant_id))
-        rows = self.build_rows(tenant_id, snaps, index, self.clock.now(), span)
-        if rows:
-            await self.outbox.upsert_rows(rows)
+        outbox, cursors = self.outbox, self.cursors
+        held: list[EffectRow] = []
+
+        class Held:
+            async def upsert_rows(self, rows: list[EffectRow]) -> UpsertResult:
+                held.extend(rows)
+                return UpsertResult(len(rows), 0)
+
+        class CasFirst:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(cursors, name)
+
+            async def compare_and_set(self, tenant: str, expected: int, new: int) -> bool:
+                ok = await cursors.compare_and_set(tenant, expected, new)
+                if ok and held:
+                    await outbox.upsert_rows(held)  # too late: the cursor already moved
+                return ok
+
+        self.outbox, self.cursors = Held(), CasFirst()  # type: ignore[assignment]
+        try:
+            await super()._drain(tenant_id, res, span)
+        finally:
+            self.outbox, self.cursors = outbox, cursors
+
+
+class EagerPoisonTail(Tail):
+    """Skips a poison event at its first head-of-line tick instead of after ``poison_ticks``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settings = msgspec.structs.replace(self.settings, poison_ticks=1)
+
+
+class AllocatorSeedTail(Tail):
+    """Seeds a ``latest`` cursor from the seq allocator instead of the highest INSERTED seq, so
+    an event allocated but not yet inserted is skipped."""
+
+    async def cursor(self, tenant_id: str) -> int:
+        cur = await self.cursors.get(tenant_id)
+        if cur is not None:
+            return cur
+        seed = 0
+        if self.settings.seed == "latest":
+            seed = await self.events.allocated_seq(tenant_id)
+        return await self.cursors.seed(tenant_id, seed)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +28,12 @@ from board_outbox.clock import ManualClock
 from board_outbox.domain import (
     Card,
     EffectRow,
+    EventSnapshot,
     MatchRule,
     Subscription,
     launch_row_key,
+    matches,
+    new_launch_row,
     projection_row_key,
 )
 from board_outbox.errors import StoreUnavailable
@@ -43,9 +47,29 @@ from tests.support.faults import Crash
 
 LEASE = 10.0
 YOUNG_GAP = 30.0
+POISON_TICKS = 3
+SEED_MODES = ("earliest", "latest")
+MARKS = ("outbox.mark_consumed", "outbox.mark_done", "outbox.mark_retry", "outbox.mark_failed",
+         "outbox.release")
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
 ENV_ACTIONS = ("emit", "emit_slow", "finish_slow", "tick", "jump", "edit_sub", "delete_sub",
-               "delete_card", "poison", "outage")
+               "delete_card", "poison", "outage", "cross_tenant")
+# Each invariant violation is reported as "[kind] detail"; the self-tests assert on the kind.
+VIOLATION_KINDS = (
+    "duplicate-row", "not-settled", "lost-event", "young-gap-stepped", "poison-row",
+    "poison-early", "seed", "missing-row", "double-launch", "phantom-launch", "no-launch",
+    "one-shot-lost", "one-shot-count", "labels-consumed-twice", "consume-again", "cross-tenant",
+    "stale-rule", "budget", "parked-early", "reclaim-uncounted", "outage-not-parked", "unfenced",
+)
+
+
+def violation_kinds(violations: Sequence[str]) -> Counter[str]:
+    """How many violations of each kind (``[kind]`` in each message)."""
+    out: Counter[str] = Counter()
+    for v in violations:
+        m = re.search(r"\[([a-z-]+)\]", v)
+        out[m.group(1) if m else "?"] += 1
+    return out
 
 
 # --- decisions ----------------------------------------------------------------------------
@@ -203,8 +227,11 @@ class SimPort:
             if fault == "crash_before":
                 sim.note_crash(rid, point, "before")
                 raise Crash(point)
+            before = sim.store.row_by_ref(args[0]) if point in MARKS else None
             result = await attr(*args, **kwargs)
-            sim.observe(rid, point, args, result)
+            if point in MARKS:
+                sim.check_fenced(point, args, result, before)
+            sim.observe(rid, point, args, kwargs, result)
             if fault == "crash_after":
                 sim.note_crash(rid, point, "after")
                 raise Crash(point + ".after")
@@ -232,6 +259,10 @@ class SimStore:
     def row_docs(self) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def row_by_ref(self, ref: Any) -> dict[str, Any] | None:
+        """The stored row a mark's ``ref`` names, as it is now (a copy)."""
+        raise NotImplementedError
+
 
 class MemorySimStore(SimStore):
     def __init__(self) -> None:
@@ -251,6 +282,10 @@ class MemorySimStore(SimStore):
 
     def row_docs(self) -> list[dict[str, Any]]:
         return self.b.outbox.all_docs()
+
+    def row_by_ref(self, ref: Any) -> dict[str, Any] | None:
+        doc = self.b.outbox._docs.get(ref)
+        return None if doc is None else dict(doc)
 
 
 class MongomockSimStore(SimStore):
@@ -285,6 +320,10 @@ class MongomockSimStore(SimStore):
     def row_docs(self) -> list[dict[str, Any]]:
         return list(self.raw["trigger_effects"].find({}))
 
+    def row_by_ref(self, ref: Any) -> dict[str, Any] | None:
+        doc = self.raw["trigger_effects"].find_one({"_id": ref})
+        return None if doc is None else dict(doc)
+
 
 def _wire_store() -> SimStore:
     from tests.harness.wire import WireSimStore
@@ -310,8 +349,10 @@ class EventInfo:
 class Simulation:
     def __init__(self, decider: Decider, *, replicas: int = 3, tenants: int = 2,
                  fault_percent: int = 8, max_attempts: int = 6, trace: bool = False,
-                 tail_cls: type[Tail] = Tail, store: str = "memory") -> None:
+                 tail_cls: type[Tail] = Tail, store: str = "memory",
+                 seed_mode: str | None = None) -> None:
         self.tail_cls = tail_cls
+        self.seed_mode = seed_mode  # None: drawn by the decider (both modes get drawn)
         self.store = STORES[store]()
         self.d = decider
         self.n_replicas = replicas
@@ -342,6 +383,18 @@ class Simulation:
         self.cursor_passed: dict[tuple[str, int], int] = {}
         self.cross_tenant: list[str] = []
         self.n_cards = 0
+        self.cursor_passed_at: dict[tuple[str, int], float] = {}
+        self.seeded: dict[str, int] = {}  # tenant -> the cursor's seed
+        self.head_reads: Counter[tuple[int, str, int]] = Counter()  # (replica, tenant, seq)
+        self.claim_attempts: dict[str, int] = {}  # row_key -> attempts at its last claim
+        self.claimed: dict[int, dict[str, EffectRow]] = {}  # replica -> rows of its last claims
+        self.sub_read: dict[int, Subscription] = {}  # replica -> the subscription it last read
+        self.planted: set[str] = set()  # cross-tenant rows planted by the driver
+        self.planted_subs: set[str] = set()  # the subscriptions they name
+        self.moved_subs: set[str] = set()  # subscriptions moved to another tenant
+        self.outage_left = 0
+        self.launcher.fail = self._refuse
+        self.live_violations: list[str] = []  # found while the schedule runs
 
     # --- observation hooks (called by SimPort) ----------------------------------------------
 
@@ -366,15 +419,75 @@ class Simulation:
             if self.done_blips[row] >= 3:  # every retry of the done mark failed
                 self.window2.add(row)
 
-    def observe(self, rid: int, point: str, args: tuple[Any, ...], result: Any) -> None:
+    def check_fenced(self, point: str, args: tuple[Any, ...], result: Any,
+                     before: dict[str, Any] | None) -> None:
+        """Every mark is fenced by claim_id: it writes only while the row is claimed under the
+        caller's claim_id, and a refused mark writes nothing."""
+        ref, claim_id = args[0], args[1]
+        after = self.store.row_by_ref(ref)
+        key = (before or after or {}).get("row_key")
+        held = before is not None and before.get("state") == "claimed" and \
+            before.get("claim_id") == claim_id
+        if result and not held:
+            b = before or {}
+            self.live_violations.append(
+                f"[unfenced] {point} by claim {claim_id} wrote row {key}, which was "
+                f"{b.get('state')} under claim {b.get('claim_id')}")
+        elif not result and before is not None and after is not None:
+            fields = ("state", "outcome", "attempts", "consume_marked", "claim_id", "not_before")
+            if any(before.get(f) != after.get(f) for f in fields):
+                self.live_violations.append(
+                    f"[unfenced] {point} by claim {claim_id} was refused but changed row {key}")
+
+    def observe(self, rid: int, point: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                result: Any) -> None:
+        if point == "cursor.seed":
+            self._observe_seed(args[0], args[1], result)
+        if point == "events.read_after" and result:
+            head = result[0].seq
+            info = self.events.get((args[0], head))
+            if head > args[1] and info is not None and info.kind == "poison":
+                self.head_reads[(rid, args[0], head)] += 1  # a head-of-line tick of a poison
+        if point == "outbox.claim_due":
+            mine = self.claimed[rid] = {}
+            for claim in result:
+                if claim.row is None:
+                    continue
+                key = claim.row.row_key
+                prev = self.claim_attempts.get(key)
+                if claim.reclaimed and prev is not None and claim.row.attempts <= prev:
+                    self.live_violations.append(
+                        f"[reclaim-uncounted] row {key} reclaimed after its lease expired with "
+                        f"attempts {claim.row.attempts}, as at its previous claim")
+                self.claim_attempts[key] = claim.row.attempts
+                mine[key] = claim.row
+        if point == "subs.get":
+            self.sub_read[rid] = result
+        if point == "labels.consume":
+            by = kwargs.get("by", args[3] if len(args) > 3 else "")
+            row = self.claimed.get(rid, {}).get(by)
+            if row is not None and row.consume_marked:
+                self.live_violations.append(
+                    f"[consume-again] row {by} already spent its one-shot (consume_marked) and "
+                    f"consumed again on a retry ({result})")
         if point == "labels.consume" and result == "consumed":
             self.consumed[(args[0], args[1])] += 1
         if point == "launcher.launch":
             req = args[0]
             row_tenant = req.row_key.split("/", 1)[0]
-            sub = self.subs.get(req.sub_id)
+            sub = self.sub_read.get(rid)
+            if sub is None or sub.sub_id != req.sub_id:
+                sub = self.subs.get(req.sub_id)
             if req.tenant_id != row_tenant or (sub is not None and sub.tenant_id != req.tenant_id):
                 self.cross_tenant.append(req.row_key)
+            row = self.claimed.get(rid, {}).get(req.row_key)
+            # Execution decides by the subscription as read at execution time (a row that
+            # already spent its one-shot launches whatever the rule says now).
+            if (row is not None and sub is not None and row.event is not None
+                    and not row.consume_marked and not matches(sub, row.event)):
+                self.live_violations.append(
+                    f"[stale-rule] row {req.row_key} launched though subscription {sub.sub_id} "
+                    f"(enabled={sub.enabled}, rule={sub.rule}) no longer matches its event")
         if point == "outbox.mark_consumed" and result is False:
             row = self.current_row.get(rid)
             if row is not None:
@@ -383,6 +496,27 @@ class Simulation:
             row = self.current_row.get(rid)
             if row is not None and any(r.row_key == row for r in self.launcher.launches):
                 self.window2_lease.add(row)  # lease lost after the launch: the mark was fenced out
+
+    def _observe_seed(self, tenant: str, proposed: int, got: int) -> None:
+        inserted = [seq for (t, seq), info in self.events.items()
+                    if t == tenant and info.inserted_step is not None]
+        top = max(inserted, default=0)
+        mode = self.seed_mode
+        if mode == "earliest" and proposed != 0:
+            self.live_violations.append(f"[seed] earliest seed of {tenant} is {proposed}, not 0")
+        if mode == "latest" and proposed > top:
+            self.live_violations.append(
+                f"[seed] latest seed of {tenant} is {proposed}, past the highest inserted seq "
+                f"{top}: allocated events not yet inserted would be skipped")
+        self.seeded.setdefault(tenant, got)
+
+    def _refuse(self, req: Any) -> bool:
+        """The launcher: bot ``broken`` is refused forever (a permanent outage); an ``outage``
+        refuses the next few launches of any bot."""
+        if req.bot == "broken":
+            return True
+        self.outage_left -= 1
+        return self.outage_left >= 0
 
     # --- replicas ---------------------------------------------------------------------------
 
@@ -407,7 +541,8 @@ class Simulation:
                 tail = self.tail_cls(events=stores.events, cursors=stores.cursors, outbox=stores.outbox,
                             subs=stores.subs, cards=stores.cards, clock=self.clock,
                             settings=TailSettings(batch_size=4, young_gap_seconds=YOUNG_GAP,
-                                                  poison_ticks=3, seed="earliest"),
+                                                  poison_ticks=POISON_TICKS,
+                                                  seed=self.seed_mode),  # type: ignore[arg-type]
                             projections=registry.projections)
                 worker = EffectWorker(
                     outbox=stores.outbox, registry=registry, clock=self.clock, tenants=tail.tenants,
@@ -433,20 +568,30 @@ class Simulation:
         prepare = getattr(self.store, "prepare", None)
         if prepare is not None:
             await prepare()
+        if self.seed_mode is None:
+            self.seed_mode = SEED_MODES[self.d.choose(len(SEED_MODES))]
         for t in self.tenants:
             specs = [
                 (f"{t}.created", MatchRule(event_types=("card.created",)), ()),
                 (f"{t}.review", MatchRule(column="review"), ()),
                 (f"{t}.ship", MatchRule(event_types=("card.labeled",)), ("ship",)),
+                # its bot runner refuses every launch: a permanent outage, its rows must park
+                (f"{t}.broken", MatchRule(event_types=("card.moved",)), ()),
             ]
             for sid, rule, consume in specs:
                 sub = Subscription(sub_id=sid, tenant_id=t, bot=sid.split(".")[1], rule=rule,
                                    consume_labels=consume)
                 await b.subs.put(sub)
                 self.subs[sid] = sub
+            # History from before the service ran: two inserted events, and the highest
+            # allocated seq still being inserted (a slow insert). ``earliest`` must replay the
+            # history; ``latest`` seeds at the highest INSERTED seq, so the slow one is read.
+            for kind in ("emit", "emit", "emit_slow"):
+                await self._emit(kind, t, quiet=True)
+        self.log(f"seed mode {self.seed_mode}; history per tenant: 1, 2 inserted, 3 slow")
 
-    def _new_event(self) -> tuple[str, int, str, str, Card]:
-        t = self.tenants[self.d.choose(len(self.tenants))]
+    def _new_event(self, tenant: str | None = None) -> tuple[str, int, str, str, Card]:
+        t = tenant or self.tenants[self.d.choose(len(self.tenants))]
         self.n_cards += 1
         card_id = f"c{self.n_cards}"
         etype = ("card.created", "card.moved", "card.labeled")[self.d.choose(3)]
@@ -460,15 +605,7 @@ class Simulation:
         b = self.store.stores
         self.report.env[action] += 1
         if action in ("emit", "emit_slow"):
-            t, seq, card_id, etype, card = self._new_event()
-            await b.cards.put(card)
-            self.events[(t, seq)] = EventInfo(t, seq, card_id, "normal",
-                                              allocated_at=self.clock.now())
-            if action == "emit":
-                self._insert(t, seq, card_id, etype)
-            else:
-                self.slow.append((t, seq, etype))
-            self.log(f"{action} {t}/{seq} {etype} {card.column} {card.labels}")
+            await self._emit(action)
         elif action == "finish_slow" and self.slow:
             t, seq, etype = self.slow.pop(0)
             self._insert(t, seq, self.events[(t, seq)].card, etype)
@@ -483,13 +620,17 @@ class Simulation:
             if sid in self.deleted_subs:
                 return
             old = self.subs[sid]
-            new = Subscription(sub_id=sid, tenant_id=old.tenant_id, bot=old.bot,
-                               rule=MatchRule(event_types=("card.moved",)),
-                               consume_labels=old.consume_labels)
+            if self.d.choose(3) == 0:  # disabled: none of its rows may launch from now on
+                new = Subscription(sub_id=sid, tenant_id=old.tenant_id, bot=old.bot,
+                                   rule=old.rule, consume_labels=old.consume_labels, enabled=False)
+            else:
+                new = Subscription(sub_id=sid, tenant_id=old.tenant_id, bot=old.bot,
+                                   rule=MatchRule(event_types=("card.moved",)),
+                                   consume_labels=old.consume_labels, enabled=old.enabled)
             await b.subs.put(new)
             self.subs[sid] = new
             self.edited_subs.add(sid)
-            self.log(f"edit {sid}")
+            self.log(f"edit {sid} (enabled={new.enabled})")
         elif action == "delete_sub":
             sid = sorted(self.subs)[self.d.choose(len(self.subs))]
             await b.subs.delete(sid)
@@ -504,13 +645,7 @@ class Simulation:
         elif action == "outage":
             # the bot runner refuses the next launch attempts: enough to dead-letter some rows.
             # Finite, so it also ends by itself in the settling phase.
-            left = [2 * self.max_attempts]
-
-            def refuse(_req: Any) -> bool:
-                left[0] -= 1
-                return left[0] >= 0
-
-            self.launcher.fail = refuse
+            self.outage_left = 2 * self.max_attempts
             self.log("launcher outage begins")
         elif action == "poison":
             t = self.tenants[self.d.choose(len(self.tenants))]
@@ -518,6 +653,53 @@ class Simulation:
             self.store.insert({"tenant_id": t, "seq": seq, "type": 7})  # no card_id, bad type
             self.events[(t, seq)] = EventInfo(t, seq, "", "poison", self.step)
             self.log(f"poison {t}/{seq}")
+        elif action == "cross_tenant":
+            await self._plant_cross_tenant()
+
+    async def _emit(self, action: str, tenant: str | None = None, quiet: bool = False) -> None:
+        t, seq, card_id, etype, card = self._new_event(tenant)
+        await self.store.stores.cards.put(card)
+        self.events[(t, seq)] = EventInfo(t, seq, card_id, "normal", allocated_at=self.clock.now())
+        if action == "emit":
+            self._insert(t, seq, card_id, etype)
+        else:
+            self.slow.append((t, seq, etype))
+        if not quiet:
+            self.log(f"{action} {t}/{seq} {etype} {card.column} {card.labels}")
+
+    async def _plant_cross_tenant(self) -> None:
+        """A row of one tenant naming another tenant's subscription (planted), or a subscription
+        moved to another tenant (its rows already materialized now name a foreign one). Neither
+        may ever launch."""
+        b = self.store.stores
+        t = self.tenants[self.d.choose(len(self.tenants))]
+        other = next(x for x in self.tenants if x != t)
+        if self.d.choose(2) == 0:
+            sub = self.subs[f"{other}.created"]
+            if sub.sub_id in self.moved_subs:
+                return
+            self.planted_subs.add(sub.sub_id)
+            self.n_cards += 1
+            card = Card(tenant_id=t, card_id=f"c{self.n_cards}", column="inbox")
+            await b.cards.put(card)
+            ev = EventSnapshot(seq=10_000 + self.n_cards, type="card.created",
+                               card_id=card.card_id, column="inbox")
+            row = new_launch_row(t, ev, sub, self.clock.now())
+            await b.outbox.upsert_rows([row])
+            self.planted.add(row.row_key)
+            self.log(f"plant cross-tenant row {row.row_key}")
+        else:
+            sid = f"{t}.created"
+            if sid in self.deleted_subs or sid in self.moved_subs or sid in self.planted_subs:
+                return
+            old = self.subs[sid]
+            new = Subscription(sub_id=sid, tenant_id=other, bot=old.bot, rule=old.rule,
+                               consume_labels=old.consume_labels, enabled=old.enabled)
+            await b.subs.put(new)
+            self.subs[sid] = new
+            self.moved_subs.add(sid)
+            self.edited_subs.add(sid)
+            self.log(f"move subscription {sid} to tenant {other}")
 
     def _insert(self, t: str, seq: int, card_id: str, etype: str) -> None:
         self.store.insert({"tenant_id": t, "seq": seq, "type": etype,
@@ -530,6 +712,7 @@ class Simulation:
             for (tt, seq), _info in self.events.items():
                 if tt == t and seq <= cur and (t, seq) not in self.cursor_passed:
                     self.cursor_passed[(t, seq)] = self.step
+                    self.cursor_passed_at[(t, seq)] = self.clock.now()
 
     async def _one_step(self, allow_env: bool) -> None:
         await self.turns.wait_all_parked()
@@ -560,6 +743,11 @@ class Simulation:
         if fault != "none":
             self.log(f"replica {rid} {point}: {fault}")
 
+    def _runaway(self) -> bool:
+        """A row far past its attempt budget will not settle: stop early (check reports it)."""
+        return any(int(d.get("attempts") or 0) > self.max_attempts + 2
+                   for d in self.store.row_docs())
+
     def _settled(self) -> bool:
         if self.slow:
             return False
@@ -589,7 +777,7 @@ class Simulation:
                 await self._one_step(allow_env=False)
                 if i % 50 == 49:
                     self.clock.advance(YOUNG_GAP + 1)  # expire leases and gaps, pass backoffs
-                    if self._settled():
+                    if self._settled() or self._runaway():
                         break
             await self.turns.wait_all_parked()
             self._record_cursors()
@@ -606,29 +794,41 @@ class Simulation:
     def check(self) -> None:
         r = self.report
         v = r.violations
+        v += self.live_violations
         docs = self.store.row_docs()
         rows: dict[str, dict[str, Any]] = {}
         for d in docs:
             if d["row_key"] in rows:
-                v.append(f"duplicate row {d['row_key']}")
+                v.append(f"[duplicate-row] duplicate row {d['row_key']}")
             rows[d["row_key"]] = d
         r.rows = len(rows)
         if not self._settled():
             live = [k for k, d in rows.items() if d.get("state") in ("pending", "claimed")]
-            v.append(f"did not settle: {len(live)} live rows {live[:3]}, slow={self.slow}, cursors="
-                     f"{self.store.cursors()}")
+            v.append(f"[not-settled] did not settle: {len(live)} live rows {live[:3]}, "
+                     f"slow={self.slow}, cursors={self.store.cursors()}")
         launches = Counter(req.row_key for req in self.launcher.launches)
         r.launches = sum(launches.values())
         r.dead_letters = sum(1 for d in docs if d.get("state") == "failed")
+        latest = self.seed_mode == "latest"
 
         for (t, seq), info in sorted(self.events.items()):
             proj = projection_row_key(t, seq, "board-reflect")
             passed = self.cursor_passed.get((t, seq))
             if passed is None:
                 continue  # reported by "did not settle"
+            if latest and seq <= self.seeded.get(t, 0):
+                if proj in rows:
+                    v.append(f"[seed] {t}/{seq}, before the latest seed, has a row")
+                r.residual["skipped: before the latest seed"] += 1
+                continue
             if info.kind == "poison":
                 if proj in rows:
-                    v.append(f"poison event {t}/{seq} has a row")
+                    v.append(f"[poison-row] poison event {t}/{seq} has a row")
+                ticks = max((n for (_rid, tt, sq), n in self.head_reads.items()
+                             if tt == t and sq == seq), default=0)
+                if ticks < POISON_TICKS:
+                    v.append(f"[poison-early] poison {t}/{seq} skipped after {ticks} head-of-line "
+                             f"ticks of one replica (poison_ticks={POISON_TICKS})")
                 continue
             card_gone = (t, info.card) in self.deleted_cards
             dead_alloc = info.inserted_step is None or info.inserted_step >= passed
@@ -640,11 +840,16 @@ class Simulation:
                 if card_gone:
                     r.residual["skipped: card deleted before materialization"] += 1
                 elif dead_alloc:
-                    r.residual["skipped: dead allocation (never inserted before the cursor)"] += 1
+                    age = self.cursor_passed_at[(t, seq)] - info.allocated_at
+                    if age < YOUNG_GAP:
+                        v.append(f"[young-gap-stepped] cursor stepped over {t}/{seq} {age:.0f}s "
+                                 f"after its allocation (young gap window {YOUNG_GAP:.0f}s)")
+                    else:
+                        r.residual["skipped: dead allocation (never inserted before the cursor)"] += 1
                 elif too_slow:
                     r.residual["lost: insert slower than the young-gap window"] += 1
                 else:
-                    v.append(f"cursor passed {t}/{seq} without a row (inserted at step "
+                    v.append(f"[lost-event] cursor passed {t}/{seq} without a row (inserted at step "
                              f"{info.inserted_step}, passed at {passed})")
                 continue
             # launch rows: static subscriptions must have their row, exactly once
@@ -653,25 +858,40 @@ class Simulation:
                 if sub.tenant_id != t or sid in self.edited_subs or sid in self.deleted_subs:
                     continue
                 if _matches_initial(sid, ev) and launch_row_key(t, seq, sid) not in rows:
-                    v.append(f"missing row {launch_row_key(t, seq, sid)}")
+                    v.append(f"[missing-row] missing row {launch_row_key(t, seq, sid)}")
 
         for key, d in rows.items():
+            attempts = int(d.get("attempts") or 0)
+            if attempts > self.max_attempts:
+                v.append(f"[budget] row {key} has {attempts} attempts, budget {self.max_attempts}")
             if d.get("kind", "launch") != "launch":
                 continue
             n = launches.get(key, 0)
             outcome = str(d.get("outcome") or "")
             sid = d.get("sub_id")
+            foreign = key in self.planted or sid in self.moved_subs
+            if key in self.planted and d.get("state") != "failed" and not (
+                    sid in self.deleted_subs and outcome == "dropped: subscription deleted"):
+                v.append(f"[cross-tenant] planted cross-tenant row {key} ended {d.get('state')} "
+                         f"({outcome}), not refused")
+            if d.get("state") == "failed" and attempts < self.max_attempts and not foreign:
+                v.append(f"[parked-early] row {key} dead-lettered after {attempts} attempts "
+                         f"(budget {self.max_attempts}): {d.get('errors', [{}])[-1]}")
             if n > 1:
                 if key in self.window2:
                     r.residual["double launch: crash between launch and mark_done"] += 1
                 elif key in self.window2_lease:
                     r.residual["double launch: lease expired between launch and mark_done"] += 1
                 else:
-                    v.append(f"row {key} launched {n} times outside the residual window")
+                    v.append(f"[double-launch] row {key} launched {n} times outside the residual "
+                             f"window")
             if d.get("state") == "done" and outcome.startswith("launched") and n == 0:
-                v.append(f"row {key} says launched but nothing was launched")
+                v.append(f"[phantom-launch] row {key} says launched but nothing was launched")
             static = sid not in self.edited_subs and sid not in self.deleted_subs
             card_gone = (d["tenant_id"], d["event"]["card_id"]) in self.deleted_cards
+            if static and sid and sid.endswith(".broken") and d.get("state") != "failed":
+                v.append(f"[outage-not-parked] row {key} of a permanently refused bot ended "
+                         f"{d.get('state')} ({outcome})")
             if static and not card_gone and d.get("state") == "done" and n == 0:
                 if outcome == "skipped: labels already consumed":
                     # ADR-094 accepts this after a crash between consume and consume_marked;
@@ -679,20 +899,21 @@ class Simulation:
                     why = ("after a crash between consume and consume_marked"
                            if key in self.window1 else
                            "after a lease loss there" if key in self.window1_lease else "")
-                    v.append(f"row {key}: its one-shot was spent but it never launched {why}")
-                elif not outcome.startswith("dropped"):
-                    v.append(f"row {key} done ({outcome}) without a launch")
+                    v.append(f"[one-shot-lost] row {key}: its one-shot was spent but it never "
+                             f"launched {why}")
+                else:  # a static subscription, a live card: nothing may drop the launch
+                    v.append(f"[no-launch] row {key} done ({outcome}) without a launch")
             if d.get("state") == "failed" and n > 0:
                 r.residual["dead-lettered after launching"] += 1
             spent = self.consumed[(d["tenant_id"], d["event"]["card_id"])]
             one_shot = bool(sid and sid.endswith(".ship") and static and not card_gone)
             if one_shot and d.get("state") == "done" and spent != 1:
-                v.append(f"one-shot of {key} consumed {spent} times")
+                v.append(f"[one-shot-count] one-shot of {key} consumed {spent} times")
         for key, n in self.consumed.items():
             if n > 1:
-                v.append(f"labels of card {key} consumed {n} times")
+                v.append(f"[labels-consumed-twice] labels of card {key} consumed {n} times")
         for key in self.cross_tenant:
-            v.append(f"cross-tenant execution of {key}")
+            v.append(f"[cross-tenant] cross-tenant execution of {key}")
 
 
 def _matches_initial(sid: str, ev: dict[str, Any]) -> bool:
@@ -704,6 +925,8 @@ def _matches_initial(sid: str, ev: dict[str, Any]) -> bool:
         return bool(ev["type"] == "card.created")
     if kind == "review":
         return bool(ev["column"] == "review")
+    if kind == "broken":
+        return bool(ev["type"] == "card.moved")
     return bool(ev["type"] == "card.labeled" and "ship" in ev.get("labels", []))
 
 
@@ -730,8 +953,9 @@ def run_schedule(seed: int, steps: int = 300, replicas: int | None = None,
     quiet()
     rng = random.Random(seed)
     n = replicas or rng.choice((2, 3, 4))
+    mode = rng.choice(SEED_MODES)  # both seed modes are drawn
     sim = Simulation(RandomDecider(seed, steps), replicas=n, trace=trace, tail_cls=tail_cls,
-                     store=store)
+                     store=store, seed_mode=mode)
     return anyio.run(sim.run)
 
 

@@ -90,6 +90,7 @@ class MemoryEventLog:
         self._history_floor = len(self._history)
 
     async def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
+        await checkpoint()  # every (re)open yields, even one that fails at once
         if resume_token is None:
             pos = len(self._history)
         else:
@@ -102,5 +103,6 @@ class MemoryEventLog:
                 change = self._history[pos]
                 pos += 1
                 yield change
+                await checkpoint()  # a busy feed still yields once per change
             else:
                 await self._changed.wait()

@@ -1,0 +1,446 @@
+"""A small, deterministic mutation campaign (issue 15): do the tests catch what they claim?
+
+    ./dev.sh mutate                      # every mutant, unit suite + harness, one job
+    ./dev.sh mutate --jobs 2             # two mutants at a time
+    ./dev.sh mutate --only launch-no-reverify --only tail-poison-first-tick
+    ./dev.sh mutate --list               # the mutants, and where each snippet is found
+
+Each mutant is (name, original snippet, replacement, optional path hint). The file is found by
+searching every ``.py`` under ``src/`` (and ``projections/``) for the snippet, so the campaign
+survives modules being moved; a snippet that is not found, or found more than once (and not
+narrowed by the hint), fails loudly so the mutant can be retargeted.
+
+For each mutant the repository (src/, projections/, tests/, tracing/, pyproject.toml) is copied
+to a temporary directory, the snippet replaced there, and run with ``PYTHONPATH`` pointing at
+the copy (so the copy, not the editable install, is imported -- checked before the campaign):
+
+(a) the unit suite: ``pytest -m "not live_mongo" -x -q -p no:cacheprovider``; the first failing
+    test id is what caught the mutant;
+(b) the harness alone: the fault-injection simulation (200 schedules on the memory twins, 40
+    over the Mongo adapters on mongomock); the violation kinds are what caught it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COPY = ("src", "projections", "tests", "tracing", "pyproject.toml", "board-outbox.example.toml")
+SEARCH = ("src", "projections")
+UNIT_TIMEOUT = 900.0
+HARNESS_TIMEOUT = 600.0
+HARNESS_SCHEDULES = (200, 40)  # memory, mongomock
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    group: str  # tail | worker | launch: the 14 the harness must see; then the others
+    original: str
+    replacement: str
+    hint: str = ""  # a path fragment, used only to pick between several files with the snippet
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # --- the tail --------------------------------------------------------------------------
+    Mutant("tail-poison-first-tick", "tail",
+           "if ticks < self.settings.poison_ticks:", "if ticks < 1:", "tail"),
+    Mutant("tail-seed-from-allocator", "tail",
+           "seed = await self.events.max_inserted_seq(tenant_id)",
+           "seed = await self.events.allocated_seq(tenant_id)", "tail"),
+    Mutant("tail-young-gap-stepped-at-once", "tail",
+           "if self._gaps.age(tenant_id, missing, now) < self.settings.young_gap_seconds:",
+           "if self._gaps.age(tenant_id, missing, now) < 0:", "tail"),
+    Mutant("tail-first-event-of-batch-unmatched", "tail",
+           "        for snap in snapshots:\n            for sub in index.matching(snap):",
+           "        for snap in snapshots[1:]:\n            for sub in index.matching(snap):", "tail"),
+    # --- the worker and the outbox's fencing -------------------------------------------------
+    Mutant("worker-reclaim-no-attempt-memory", "worker",
+           '            if reclaimed:\n                doc["attempts"] = doc.get("attempts", 0) + 1',
+           '            if reclaimed:\n                doc["attempts"] = doc.get("attempts", 0)',
+           "memory"),
+    Mutant("worker-never-parks", "worker",
+           "        if attempt >= self.settings.max_attempts:\n"
+           '            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")',
+           "        if False:\n"
+           '            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")', "worker"),
+    Mutant("worker-budget-off-by-one", "worker",
+           "if attempt >= self.settings.max_attempts:",
+           "if attempt > self.settings.max_attempts:", "worker"),
+    Mutant("worker-mark-done-unfenced-memory", "worker",
+           "    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:\n"
+           "        await checkpoint()\n"
+           "        doc = self._fenced(ref, claim_id)",
+           "    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:\n"
+           "        await checkpoint()\n"
+           "        doc = self._docs.get(ref)", "memory"),
+    Mutant("worker-mark-done-unfenced-mongo", "worker",
+           '        return await self._fenced(ref, claim_id, {"$set": {\n'
+           '            "state": DONE, "outcome": outcome,',
+           '        return await self._unfenced(ref, claim_id, {"$set": {\n'
+           '            "state": DONE, "outcome": outcome,', "mongo"),
+    # --- the launch handler ----------------------------------------------------------------
+    Mutant("launch-no-reverify", "launch",
+           "if not row.consume_marked and not matches(sub, row.event):", "if False:", "launch"),
+    Mutant("launch-no-cross-tenant-check", "launch",
+           "if sub.tenant_id != row.tenant_id:  # M10b", "if False:  # M10b", "launch"),
+    Mutant("launch-consume-again-on-retry", "launch",
+           "if sub.consume_labels and not row.consume_marked:", "if sub.consume_labels:", "launch"),
+    Mutant("launch-own-consume-taken-as-absent", "launch",
+           'if spent == "absent":', 'if spent != "consumed":', "launch"),
+    Mutant("launch-transient-sub-read-drops", "launch",
+           '        except SubscriptionNotFound:\n            return "dropped: subscription deleted"',
+           "        except (SubscriptionNotFound, StoreUnavailable):\n"
+           '            return "dropped: subscription deleted"', "launch"),
+    # --- others: domain, error classification, runtime, adapters ---------------------------
+    Mutant("domain-matches-ignores-column", "domain",
+           "if rule.column is not None and ev.column != rule.column:", "if False:", "domain"),
+    Mutant("domain-disabled-subscription-matches", "domain",
+           "if not sub.enabled or ev.deleted:", "if ev.deleted:", "domain"),
+    Mutant("domain-index-misses-column-only-rules", "domain",
+           "for key in ((ev.type, ev.column), (ev.type, None), (None, ev.column), (None, None)):",
+           "for key in ((ev.type, ev.column), (ev.type, None), (None, None)):", "domain"),
+    Mutant("domain-one-shot-labels-not-required", "domain",
+           "return not (sub.consume_labels and not set(sub.consume_labels).issubset(ev.labels))",
+           "return True", "domain"),
+    Mutant("domain-labels-all-ignored", "domain",
+           "if rule.labels_all and not set(rule.labels_all).issubset(ev.labels):", "if False:",
+           "domain"),
+    Mutant("errors-launch-failed-is-permanent", "errors",
+           "class LaunchFailed(EffectError):", "class LaunchFailed(PermanentEffectError):",
+           "errors"),
+    Mutant("errors-mongo-transient-codes-permanent", "errors",
+           "return isinstance(exc, OperationFailure) and exc.code in TRANSIENT_CODES",
+           "return False", "mongo"),
+    Mutant("runtime-stale-token-kept-after-lost-stream", "runtime",
+           "                token = None\n                if tokens is not None:\n"
+           "                    await tokens.clear()",
+           "                if tokens is not None:\n                    pass", "runtime"),
+    Mutant("runtime-no-catch-up-poll-after-lost-stream", "runtime",
+           "self._tail_wake.set()  # a full poll picks up whatever the stream missed",
+           "pass  # mutant: no catch-up poll", "runtime"),
+    Mutant("runtime-stream-change-wakes-nothing", "runtime",
+           "self.wake_tenant(change.tenant_id)", "pass", "runtime"),
+    Mutant("worker-retry-without-backoff", "worker+",
+           "marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay)",
+           "marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now)",
+           "worker"),
+    Mutant("worker-expired-lease-still-executes", "worker+",
+           "if now >= claim.lease_until:", "if False:", "worker"),
+    Mutant("cursor-cas-always-wins-memory", "adapters",
+           "        if self._cursors.get(tenant_id) != expected:\n            return False",
+           "        if False:\n            return False", "memory"),
+    Mutant("worker-reclaim-no-attempt-mongo", "adapters",
+           '{"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now},\n'
+           '                 "$inc": {"attempts": 1}},',
+           '{"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now}},',
+           "mongo"),
+    Mutant("launch-consume-mark-not-persisted", "launch+",
+           "            await self._persist_consumed(row, ctx)", "            pass", "launch"),
+    Mutant("backoff-no-growth", "worker+",
+           "self.base_seconds * self.factor ** max(0, attempt - 1)", "self.base_seconds",
+           "backoff"),
+)
+HARNESS_GROUPS = ("tail", "worker", "launch")
+
+# The Mongo mark_done mutant calls this helper, added next to ``_fenced``: an update by _id only.
+MONGO_UNFENCED_HELPER = '''
+    async def _unfenced(self, ref: Any, claim_id: str, update: dict[str, Any]) -> bool:
+        res = await self.coll.update_one({"_id": ref}, update)
+        return bool(res.matched_count == 1)
+'''
+
+
+class MutantError(Exception):
+    pass
+
+
+def candidate_files(root: Path) -> list[Path]:
+    out: list[Path] = []
+    for top in SEARCH:
+        out += sorted(p for p in (root / top).rglob("*.py") if "__pycache__" not in p.parts)
+    return out
+
+
+def locate(m: Mutant, root: Path = ROOT) -> Path:
+    """The one file holding the mutant's snippet exactly once."""
+    hits = [(p, p.read_text().count(m.original)) for p in candidate_files(root)]
+    hits = [(p, n) for p, n in hits if n]
+    if not hits:
+        raise MutantError(f"mutant {m.name}: snippet not found under {SEARCH} -- retarget it:\n"
+                          f"{m.original}")
+    if len(hits) > 1 and m.hint:
+        narrowed = [(p, n) for p, n in hits if m.hint in str(p.relative_to(root))]
+        hits = narrowed or hits
+    if len(hits) > 1 or hits[0][1] > 1:
+        where = ", ".join(f"{p.relative_to(root)} (x{n})" for p, n in hits)
+        raise MutantError(f"mutant {m.name}: snippet ambiguous ({where}) -- make it unique")
+    return hits[0][0]
+
+
+def make_copy(dest: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
+    for name in COPY:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+
+
+def apply(m: Mutant, copy: Path) -> Path:
+    target = copy / locate(m).relative_to(ROOT)
+    text = target.read_text()
+    if text.count(m.original) != 1:
+        raise MutantError(f"mutant {m.name}: snippet not unique in the copy of {target.name}")
+    text = text.replace(m.original, m.replacement)
+    if "self._unfenced(" in m.replacement:
+        anchor = "    async def _fenced("
+        if anchor not in text:
+            raise MutantError(f"mutant {m.name}: no _fenced helper to put _unfenced next to")
+        text = text.replace(anchor, MONGO_UNFENCED_HELPER.lstrip("\n") + "\n" + anchor, 1)
+    target.write_text(text)
+    return target
+
+
+def env_for(copy: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(copy / "src"), str(copy)])
+    env.pop("MONGODB_URI", None)  # the live tests stay skipped: the campaign is about logic
+    return env
+
+
+def run(cmd: list[str], copy: Path, timeout: float) -> tuple[int | None, str]:
+    try:
+        p = subprocess.run(cmd, cwd=copy, env=env_for(copy), capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        return None, out
+    return p.returncode, p.stdout + p.stderr
+
+
+# Not run against mutants: it SIGTERMs a `board-outbox run` subprocess after a fixed 1.5 s sleep,
+# and in the temp copy that subprocess is not up yet (rc -15, even alone, even unmutated), so it
+# would "kill" every mutant it reaches. It tests the CLI's signal wiring, which no mutant touches.
+UNIT_DESELECT = ("tests/test_admin_cli.py::test_run_stops_gracefully_on_sigterm",)
+UNIT = [sys.executable, "-m", "pytest", "-m", "not live_mongo", "-x", "-q", "-p", "no:cacheprovider",
+        *(f"--deselect={t}" for t in UNIT_DESELECT)]
+
+HARNESS_SCRIPT = """
+import json, sys
+from tests.harness.sim import run_many, violation_kinds
+out = {{}}
+for store, n in (("memory", {}), ("mongomock", {})):
+    rep = run_many(n, store=store)
+    out[store] = {{"kinds": dict(violation_kinds(rep.violations)), "first": rep.violations[:1]}}
+print("HARNESS-RESULT " + json.dumps(out))
+""".format(*HARNESS_SCHEDULES)
+
+
+def first_failure(out: str) -> str:
+    for line in out.splitlines():
+        m = re.match(r"(FAILED|ERROR) (\S+)", line)
+        if m:
+            return m.group(2)
+    if "Timeout" in out:
+        return "timeout"
+    return "exit status"
+
+
+@dataclass
+class Result:
+    mutant: Mutant
+    where: str = ""
+    unit: str = "-"  # killed | survived | error | -
+    unit_by: str = ""
+    harness: str = "-"
+    harness_by: str = ""
+    seconds: float = 0.0
+
+
+def unit_run(res: Result, copy: Path) -> None:
+    """The unit suite against the mutant. A kill is confirmed by re-running the failing test
+    alone on the mutant: a test that then passes failed for another reason (a timing test under
+    load), so it is deselected and the suite runs again -- it does not count as the catch."""
+    flaky: list[str] = []
+    for _ in range(3):
+        rc, out = run([*UNIT, *(f"--deselect={t}" for t in flaky)], copy, UNIT_TIMEOUT)
+        if rc == 0:
+            res.unit = "survived"
+            break
+        if rc is None:
+            res.unit, res.unit_by = "killed", "suite timeout (hang)"
+            break
+        test = first_failure(out)
+        if "::" not in test:
+            res.unit, res.unit_by = "killed", test
+            break
+        rc_alone, _ = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                          copy, 300)
+        if rc_alone != 0:
+            res.unit, res.unit_by = "killed", test
+            break
+        flaky.append(test)
+    else:
+        res.unit, res.unit_by = "survived", "only failures that pass alone"
+    if flaky:
+        res.unit_by += f" (not counted, passed alone: {', '.join(t.split('::')[-1] for t in flaky)})"
+
+
+def run_mutant(m: Mutant, unit: bool, harness: bool) -> Result:
+    res = Result(m)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{m.name}-") as tmp:
+        copy = Path(tmp)
+        make_copy(copy)
+        try:
+            res.where = str(apply(m, copy).relative_to(copy))
+        except MutantError as exc:
+            res.unit = res.harness = "error"
+            res.unit_by = str(exc).splitlines()[0]
+            return res
+        if unit:
+            unit_run(res, copy)
+        if harness:
+            rc, out = run([sys.executable, "-c", HARNESS_SCRIPT], copy, HARNESS_TIMEOUT)
+            line = next((x for x in out.splitlines() if x.startswith("HARNESS-RESULT ")), None)
+            if rc is None:
+                res.harness, res.harness_by = "killed", "harness timeout"
+            elif line is None:
+                tail = [x for x in out.strip().splitlines() if x.strip()][-1:] or ["?"]
+                res.harness, res.harness_by = "killed", f"harness crashed: {tail[0][:80]}"
+            else:
+                data = json.loads(line.split(" ", 1)[1])
+                kinds: dict[str, int] = {}
+                for store in data.values():
+                    for k, n in store["kinds"].items():
+                        kinds[k] = kinds.get(k, 0) + n
+                if kinds:
+                    res.harness = "killed"
+                    res.harness_by = ", ".join(
+                        f"{k}:{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+                else:
+                    res.harness = "survived"
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def preflight(baseline: bool) -> None:
+    """The copy, not the editable install, must be what the subprocesses import: a copy whose
+    domain module raises at import must fail, and ``board_outbox`` must resolve inside it. With
+    ``baseline``, the unmutated copy must also pass the unit suite."""
+    for m in MUTANTS:
+        locate(m)  # every snippet found exactly once, before spending minutes
+    with tempfile.TemporaryDirectory(prefix="mutant-preflight-") as tmp:
+        copy = Path(tmp)
+        make_copy(copy)
+        rc, out = run([sys.executable, "-c",
+                       "import board_outbox, projections, tests; "
+                       "print(board_outbox.__file__, projections.__file__, tests.__file__)"],
+                      copy, 60)
+        files = out.split()
+        if rc != 0 or len(files) != 3 or not all(f.startswith(str(copy)) for f in files):
+            raise SystemExit(f"preflight: the copy is not what gets imported: {out.strip()}")
+        if baseline:  # the unmutated copy must pass, or every "kill" below means nothing
+            base = Result(Mutant("baseline", "", "", ""))
+            unit_run(base, copy)
+            if base.unit != "survived":
+                raise SystemExit(f"preflight: the unmutated copy fails: {base.unit_by}")
+            print(f"preflight: the unmutated copy passes the unit suite {base.unit_by}",
+                  file=sys.stderr, flush=True)
+        domain = locate(Mutant("preflight-probe", "", "class Subscription(msgspec.Struct", "",
+                               "domain"))
+        probe = copy / domain.relative_to(ROOT)
+        probe.write_text(probe.read_text() + '\nraise RuntimeError("mutation preflight")\n')
+        rc, out = run([*UNIT, "tests/test_matching.py"], copy, 120)
+        if rc == 0 or "mutation preflight" not in out:
+            raise SystemExit("preflight: an obviously broken copy was not killed:\n" + out[-2000:])
+
+
+def table(results: list[Result]) -> str:
+    lines = [f"{'mutant':44} {'group':8} {'unit suite':10} {'harness':9} caught by (unit | harness)"]
+    for r in results:
+        lines.append(f"{r.mutant.name:44} {r.mutant.group:8} {r.unit:10} {r.harness:9} "
+                     f"{r.unit_by} | {r.harness_by}")
+    unit = [r for r in results if r.unit != "-"]
+    unit_killed = sum(r.unit == "killed" for r in unit)
+    core = [r for r in results if r.mutant.group in HARNESS_GROUPS and r.harness != "-"]
+    core_killed = sum(r.harness == "killed" for r in core)
+    allh = [r for r in results if r.harness != "-"]
+    lines.append("")
+    lines.append(f"unit suite: {unit_killed}/{len(unit)} killed, "
+                 f"{sum(r.unit == 'survived' for r in unit)} survived, "
+                 f"{sum(r.unit == 'error' for r in unit)} not applied")
+    survivors = [r.mutant.name for r in unit if r.unit == "survived"]
+    if survivors:
+        lines.append("  survivors: " + ", ".join(survivors))
+    lines.append(f"harness alone: {core_killed}/{len(core)} of the tail/worker/launch mutants "
+                 f"caught; {sum(r.harness == 'killed' for r in allh)}/{len(allh)} overall")
+    missed = [r.mutant.name for r in core if r.harness != "killed"]
+    if missed:
+        lines.append("  missed by the harness: " + ", ".join(missed))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", action="append", default=[], help="run this mutant (repeatable)")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--list", action="store_true", help="list the mutants and where they apply")
+    ap.add_argument("--no-unit", action="store_true", help="skip the unit suite")
+    ap.add_argument("--no-harness", action="store_true", help="skip the harness")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the unmutated copy's unit run (it must pass)")
+    ap.add_argument("--out", type=Path, help="also write the table to this file")
+    args = ap.parse_args(argv)
+    if args.list:
+        for m in MUTANTS:
+            try:
+                where = str(locate(m).relative_to(ROOT))
+            except MutantError as exc:
+                where = f"ERROR {exc}"
+            print(f"{m.name:44} {m.group:8} {where}")
+        return 0
+    chosen = list(MUTANTS)
+    if args.only:
+        names = {m.name for m in MUTANTS}
+        unknown = [n for n in args.only if n not in names]
+        if unknown:
+            raise SystemExit(f"unknown mutant(s): {', '.join(unknown)}")
+        chosen = [m for m in MUTANTS if m.name in args.only]
+    preflight(baseline=not args.no_unit and not args.no_baseline)
+    t0 = time.monotonic()
+    done: list[Result] = []
+
+    def one(m: Mutant) -> Result:
+        r = run_mutant(m, unit=not args.no_unit, harness=not args.no_harness)
+        print(f"  {m.name:44} unit {r.unit:9} {r.unit_by[:50]:50} harness {r.harness:9} "
+              f"{r.harness_by[:60]}  ({r.seconds:.0f}s)", file=sys.stderr, flush=True)
+        return r
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = list(pool.map(one, chosen))
+    text = table(done) + (f"\n\n{len(done)} mutants in {time.monotonic() - t0:.0f}s, jobs={args.jobs}"
+                          f"; unmutated copy passed first: {not args.no_unit and not args.no_baseline}")
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    bad = any(r.unit in ("survived", "error") for r in done)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
