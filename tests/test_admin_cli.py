@@ -182,15 +182,21 @@ def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
                    '[tail]\npoll_interval_seconds = 0.1\n')
     proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
                             stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
     try:
-        time.sleep(1.5)
+        assert proc.stderr is not None
+        for line in proc.stderr:  # up and running (signal handlers installed) before SIGTERM
+            lines.append(line)
+            if "running on memory" in line:
+                break
+        time.sleep(0.5)
         assert proc.poll() is None  # still running
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=15)
     finally:
         if proc.poll() is None:
             proc.kill()
-    err = proc.stderr.read() if proc.stderr else ""
+    err = "".join(lines) + (proc.stderr.read() if proc.stderr else "")
     assert rc == 0, err
     assert '"msg":"SIGTERM: shutting down gracefully"' in err and "service stopped" in err
 

@@ -35,6 +35,7 @@ class DemoOptions:
     seed: int = 7
     interval: float = 0.5
     timeout: float = 60.0
+    projections: tuple[str, ...] = ()  # run besides board-reflect (names, topics, entry points)
 
 
 def stores_for(backend: MemoryBackend) -> Stores:
@@ -58,6 +59,7 @@ async def run_demo(
         worker={"backoff_base_seconds": 0.05, "backoff_cap_seconds": 1.0, "idle_seconds": 0.05,
                 "max_attempts": 10, "batch_size": 50},
         service={"shutdown_grace_seconds": 2.0},
+        projections=["board-reflect", *opts.projections],
     )
     service = Service(stores_for(backend), cfg, rng=random.Random(opts.seed + 1))
     sim = BoardSimulator(backend, tenants, rng)

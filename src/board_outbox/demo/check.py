@@ -35,11 +35,12 @@ async def verify(
     events = 0
     for t in tenants:
         events += await backend.events.max_inserted_seq(t)
-    proj_rows = sum(1 for d in docs if d.get("kind") == "projection")
     skipped = service.stats.skipped_deleted
-    if proj_rows + skipped != events:
-        problems.append(f"{proj_rows} projection rows + {skipped} events of deleted cards "
-                        f"!= {events} events")
+    for name in service.registry.projections:  # one row per event per projection
+        rows = sum(1 for d in docs if d.get("kind") == "projection" and d.get("projection") == name)
+        if rows + skipped != events:
+            problems.append(f"{rows} {name} rows + {skipped} events of deleted cards "
+                            f"!= {events} events")
     for t in tenants:
         model = {d["card_id"]: d for d in await backend.readmodels.list("board-reflect", t)
                  if not d["deleted"]}
@@ -65,6 +66,11 @@ async def verify(
     print(f"launches {len(backend.launcher.launches)} after {backend.launcher.attempts} attempts "
           f"(failed attempts retried with backoff); labels consumed {len(backend.board.consumed)}",
           file=out)
+    lag: dict[str, int] = {}
+    for (_t, name), n in service.metrics.projection_lag().items():
+        lag[name] = lag.get(name, 0) + n
+    print("projection lag (materialized seq - applied seq, summed over tenants): "
+          + (", ".join(f"{k} {v}" for k, v in sorted(lag.items())) or "none"), file=out)
     if timed_out:
         problems.append("timed out before the pipeline settled")
     if problems:

@@ -15,6 +15,7 @@ async def cmd_demo(args: argparse.Namespace, factory: StoresFactory) -> int:
     opts = DemoOptions(
         tenants=args.tenants, events=args.events, rate=args.rate,
         failure_rate=args.failure_rate, seed=args.seed, timeout=args.timeout,
+        projections=tuple(args.projection),
     )
     tel = setup_telemetry(replica="demo")  # exports only when OTEL_* asks for it
     try:
