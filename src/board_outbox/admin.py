@@ -14,8 +14,10 @@ from .clock import Clock
 from .domain import EffectRow
 from .errors import MalformedDocument
 from .ports import CardStore, EffectOutbox, EventLog, RowFilter
+from .projection_batch import apply_batch
 from .reading import GapTracker, read_batch
 from .registry import HandlerRegistry
+from .telemetry.metrics import Metrics
 
 log = logging.getLogger("board_outbox.admin")
 
@@ -91,6 +93,7 @@ async def rebuild_projection(
     young_gap_seconds: float,
     batch_size: int = 1000,
     progress: Callable[[int, int], None] | None = None,
+    metrics: Metrics | None = None,
 ) -> RebuildResult:
     """Reset a projection's read model for one tenant and replay it from seq 0.
 
@@ -121,13 +124,17 @@ async def rebuild_projection(
             break
         res.skipped_deleted += reading.deleted
         res.stepped_gaps += reading.stepped_gaps
-        for seq, snap in reading.passed:
-            if snap is not None:
-                await proj.apply(tenant_id, snap)
-                res.applied += 1
-            cursor = seq
+        # one apply_many (one read-model bulk write) per batch read, when the projection has it
+        snaps = [snap for _seq, snap in reading.passed if snap is not None]
+        if snaps:
+            await apply_batch(registry, name, tenant_id, snaps)
+            res.applied += len(snaps)
+        if reading.passed:
+            cursor = reading.passed[-1][0]
             if progress is not None:
                 progress(cursor, res.head)
+            if metrics is not None:
+                metrics.rebuild_progress(tenant_id, name, cursor, res.head)
         if reading.young_gap is not None:
             res.stopped_at_gap = reading.young_gap
             break

@@ -13,7 +13,6 @@ import msgspec
 
 from .bounds import Pos
 from .errors import ConfigError
-from .projections import AVAILABLE  # the projection names a deployment can enable
 from .tail import TailSettings
 from .worker import WorkerSettings
 
@@ -50,6 +49,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     service: ServiceConfig = ServiceConfig()
     launcher: LauncherConfig = LauncherConfig()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
+    # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
+    handlers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 def validate(cfg: Config) -> Config:
@@ -64,14 +65,15 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
     if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):
         raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
-    for name in cfg.projections:
-        if name not in AVAILABLE:
-            raise ConfigError(f"projections: unknown projection {name!r} (known: {', '.join(AVAILABLE)})")
+    from .plugins import resolve_handlers, resolve_projections  # imports user code: P1
+
+    resolve_projections(cfg.projections)
+    resolve_handlers(cfg.handlers)
     return cfg
 
 
 ENV_PREFIX = "BOARD_OUTBOX_"
-_SECTIONS = {"store", "tail", "worker", "service", "launcher"}
+_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers"}
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

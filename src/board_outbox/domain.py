@@ -70,6 +70,7 @@ class EventSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     column: str = ""
     labels: tuple[str, ...] = ()
     deleted: bool = False
+    actor: str | None = None  # who caused the event (``BoardEvent.actor``), when the board said
 
 
 class MatchRule(msgspec.Struct, frozen=True, kw_only=True):

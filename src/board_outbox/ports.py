@@ -105,6 +105,14 @@ class EffectOutbox(Protocol):
 
     async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool: ...
 
+    async def mark_done_many(
+        self, refs: Sequence[Any], claim_id: str, now: float, outcome: str
+    ) -> list[Any]:
+        """``mark_done`` for rows of one claim sharing one outcome, in as few writes as the store
+        allows (Mongo: one ``update_many`` fenced on ``{_id in refs, state: claimed, claim_id}``);
+        returns the refs it marked (a row whose lease was stolen is left alone)."""
+        ...
+
     async def mark_retry(
         self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
     ) -> bool:
@@ -227,6 +235,29 @@ class ResumeTokenStore(Protocol):
     async def clear(self) -> None: ...
 
 
+class UpsertIfNewer(msgspec.Struct, frozen=True, kw_only=True):
+    """A batch write: replace ``key``'s document by ``doc`` unless it holds a seq >= ``seq``."""
+
+    key: str
+    seq: int
+    doc: Mapping[str, Any]
+
+
+class PushRecent(msgspec.Struct, frozen=True, kw_only=True):
+    """A batch write: merge ``entry`` (stored with ``seq``) into ``key``'s list ``field``, kept
+    newest-first, at most ``keep`` long, one entry per seq. Re-applying an entry, or one older
+    than the ``keep`` newest, changes nothing; ``last_seq`` is the highest seq merged."""
+
+    key: str
+    seq: int
+    entry: Mapping[str, Any]
+    keep: int
+    field: str = "recent"
+
+
+ReadModelOp = UpsertIfNewer | PushRecent
+
+
 class ReadModelStore(Protocol):
     """Documents of projection read models, keyed (model, tenant, key), guarded by seq so that
     applying an older or repeated event is a no-op (projection rows run in any order)."""
@@ -234,6 +265,13 @@ class ReadModelStore(Protocol):
     async def upsert_if_newer(
         self, model: str, tenant_id: str, key: str, seq: int, doc: Mapping[str, Any]
     ) -> bool: ...
+
+    async def write_many(
+        self, model: str, tenant_id: str, ops: Sequence[ReadModelOp]
+    ) -> list[bool]:
+        """Apply a batch of writes in one bulk write (Mongo: one unordered ``bulk_write``); for
+        each op, True if it changed the model, False if it was stale or already applied."""
+        ...
 
     async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None: ...
 

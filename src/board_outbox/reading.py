@@ -35,7 +35,8 @@ def decode_event(tenant_id: str, rec: EventRecord) -> BoardEvent:
 def snapshot(ev: BoardEvent, cards: Mapping[str, Card | MalformedDocument]) -> EventSnapshot:
     """Normalize against a batch of cards fetched in one round trip (``CardStore.get_many``)."""
     if ev.type in DELETED_TYPES:
-        return EventSnapshot(seq=ev.seq, type=ev.type, card_id=ev.card_id, at=ev.at, deleted=True)
+        return EventSnapshot(seq=ev.seq, type=ev.type, card_id=ev.card_id, at=ev.at, deleted=True,
+                             actor=ev.actor)
     card = cards.get(ev.card_id)
     if card is None:
         raise CardNotFound(ev.tenant_id, ev.card_id)
@@ -43,7 +44,7 @@ def snapshot(ev: BoardEvent, cards: Mapping[str, Card | MalformedDocument]) -> E
         raise card
     return EventSnapshot(
         seq=ev.seq, type=ev.type, card_id=ev.card_id, at=ev.at,
-        title=card.title, column=card.column, labels=card.labels,
+        title=card.title, column=card.column, labels=card.labels, actor=ev.actor,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from .config import Config
 from .domain import EffectRow
 from .errors import ChangeStreamLost, StoreUnavailable
 from .handlers import LaunchHandler
+from .plugins import build_handlers
 from .ports import Stores
 from .projections import register_all
 from .registry import HandlerRegistry
@@ -45,10 +46,16 @@ class Stats:
     last_drain: list[DrainResult] = field(default_factory=list)
 
 
-def build_registry(stores: Stores, projections: list[str]) -> HandlerRegistry:
+def build_registry(
+    stores: Stores, projections: list[str], handlers: Mapping[str, str] | None = None
+) -> HandlerRegistry:
+    """The built-in handlers, the named projections and the user effect kinds (``[handlers]``
+    and the ``board_outbox.handlers`` entry points; see ``plugins``)."""
     registry = HandlerRegistry()
     registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels, stores.launcher))
     register_all(registry, stores.readmodels, projections)
+    for kind, handler in build_handlers(handlers or {}, stores).items():
+        registry.register(kind, handler)
     return registry
 
 
@@ -67,7 +74,7 @@ class Service:
         self.stores = stores
         self.config = config
         self.clock = clock or SystemClock()
-        self.registry = registry or build_registry(stores, config.projections)
+        self.registry = registry or build_registry(stores, config.projections, config.handlers)
         self.tail = Tail(
             events=stores.events,
             cursors=stores.cursors,
@@ -174,6 +181,7 @@ class Service:
             self.stats.drains += 1
             self.stats.last_drain = results
             for r in results:
+                self.metrics.projection_materialized(r.tenant_id, self.tail.projections, r.cursor_after)
                 self.stats.materialized += r.materialized
                 self.stats.rows_inserted += r.rows_inserted
                 self.stats.skipped_deleted += r.skipped_deleted

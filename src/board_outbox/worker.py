@@ -22,6 +22,7 @@ from .clock import Clock, RandomSource, seeded_random
 from .domain import EffectRow, ErrorEntry
 from .errors import LeaseLost, PermanentEffectError, StoreUnavailable
 from .ports import Claim, EffectOutbox
+from .projection_batch import execute_batch, plan
 from .registry import ExecutionContext, HandlerRegistry
 from .telemetry.metrics import Metrics
 
@@ -44,6 +45,8 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     backoff_cap_seconds: Pos = 300.0
     backoff_jitter: Frac = 0.2
     idle_seconds: Pos = 0.25
+    # P2: a tick's projection rows of one projection apply as one batch (projection_batch.py)
+    projection_batching: bool = True
 
     @property
     def backoff(self) -> BackoffPolicy:
@@ -114,16 +117,23 @@ class EffectWorker:
             tenant_id, self.clock.now(), s.lease_seconds, s.batch_size
         )
         res.claimed = len(claims)
-        started = 0
+        units = (plan(claims, set(self.registry.projections), s.max_attempts)
+                 if s.projection_batching else [[c] for c in claims])
+        claims = [c for unit in units for c in unit]
+        started = begun = 0
         try:
-            for claim in claims:
+            for unit in units:
                 if self.stopping:
                     break
-                started += 1
-                res.count(await self.execute(claim))
+                begun, started = started, started + len(unit)
+                if len(unit) == 1:
+                    res.count(await self.execute(unit[0]))
+                else:
+                    for outcome in await execute_batch(self, unit):
+                        res.count(outcome)
         except anyio.get_cancelled_exc_class():
-            # Cancelled past the shutdown grace period: the interrupted row and the rest go back.
-            res.released += await self._release(claims[max(0, started - 1) :])
+            # Cancelled past the shutdown grace period: the interrupted unit and the rest go back.
+            res.released += await self._release(claims[begun:])
             raise
         if self.stopping:
             # Graceful shutdown: give back what we did not start, so another replica runs it

@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     demo.add_argument("--timeout", type=_positive_float, default=60.0,
                       help="give up after this many seconds (default 60)")
+    demo.add_argument("--projection", action="append", default=[], metavar="NAME",
+                      help="also run this projection besides board-reflect: a built-in name "
+                           "(card-activity), a module:Class topic or an entry-point name; repeatable")
 
     _command(sub, "run", common)
 

@@ -45,6 +45,7 @@ class DemoOptions:
     timeout: float = 60.0
     store: str = "embedded"  # embedded | memory
     storage: str | None = None  # embedded: keep the server's data here (default: a temp dir)
+    projections: tuple[str, ...] = ()  # run besides board-reflect (names, topics, entry points)
 
 
 def _memory_stores(launcher: MemoryLauncher) -> AbstractAsyncContextManager[Stores]:
@@ -103,6 +104,7 @@ async def _run(
         worker={"backoff_base_seconds": 0.05, "backoff_cap_seconds": 1.0, "idle_seconds": 0.05,
                 "max_attempts": 10, "batch_size": 50},
         service={"shutdown_grace_seconds": 2.0},
+        projections=["board-reflect", *opts.projections],
     )
     done_by_kind: dict[str, int] = {}
 

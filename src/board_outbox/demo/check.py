@@ -44,11 +44,12 @@ async def verify(
     events = 0
     for t in tenants:
         events += await stores.events.max_inserted_seq(t)
-    proj_rows = sum(1 for r in rows if r.kind == "projection")
     skipped = service.stats.skipped_deleted
-    if proj_rows + skipped != events:
-        problems.append(f"{proj_rows} projection rows + {skipped} events of deleted cards "
-                        f"!= {events} events")
+    for name in service.registry.projections:  # one row per event per projection
+        n = sum(1 for r in rows if r.kind == "projection" and r.projection == name)
+        if n + skipped != events:
+            problems.append(f"{n} {name} rows + {skipped} events of deleted cards "
+                            f"!= {events} events")
     for t in tenants:
         model = {d["card_id"]: d for d in await stores.readmodels.list("board-reflect", t)
                  if not d["deleted"]}
@@ -75,6 +76,11 @@ async def verify(
     print(f"launches {len(launcher.launches)} after {launcher.attempts} attempts "
           f"(failed attempts retried with backoff); one-shot labels consumed {consumed}",
           file=out)
+    lag: dict[str, int] = {}
+    for (_t, name), n in service.metrics.projection_lag().items():
+        lag[name] = lag.get(name, 0) + n
+    print("projection lag (materialized seq - applied seq, summed over tenants): "
+          + (", ".join(f"{k} {v}" for k, v in sorted(lag.items())) or "none"), file=out)
     if elapsed > 0:
         print(f"throughput: {events / elapsed:,.0f} events/s and {len(rows) / elapsed:,.0f} "
               f"rows/s end to end ({events} events settled in {elapsed:.1f} s)", file=out)

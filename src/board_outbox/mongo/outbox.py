@@ -160,6 +160,20 @@ class MongoEffectOutbox(T.FencedMarks):
         return bool(res.modified_count == 1)
 
     @translated
+    async def _apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: T.Transition) -> list[Any]:
+        """One fenced ``update_many``; only when a lease was stolen from some of the rows, one
+        more read to learn which ones this claim moved (the moved rows keep our claim_id)."""
+        if not refs:
+            return []
+        ids = list(refs)
+        res = await self.coll.update_many({"_id": {"$in": ids}, "state": CLAIMED, "claim_id": claim_id},
+                                          update_of(t))
+        if res.modified_count == len(ids):
+            return ids
+        moved = {"_id": {"$in": ids}, "claim_id": claim_id, "state": t.set.get("state", CLAIMED)}
+        return [d["_id"] for d in await self.coll.find(moved, {"_id": 1}).to_list(None)]
+
+    @translated
     async def _apply_failed(self, row_key: str, t: T.Transition) -> bool:
         res = await self.coll.update_one({"row_key": row_key, "state": FAILED}, update_of(t))
         return bool(res.modified_count == 1)

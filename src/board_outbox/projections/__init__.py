@@ -1,7 +1,8 @@
 """Projection handlers: read models fed by ``projection`` effect rows.
 
-Each projection registers with the handler registry (``register_all``); the tail writes one
-``projection`` row per event per enabled projection.
+The built-in projections (``AVAILABLE``) live here, one module each; user projections load by
+name (``board_outbox.plugins``). Each projection registers with the handler registry; the tail
+writes one ``projection`` row per event per enabled projection.
 """
 
 from __future__ import annotations
@@ -9,18 +10,20 @@ from __future__ import annotations
 from ..ports import ReadModelStore
 from ..registry import HandlerRegistry
 from .board_reflect import BoardReflect
+from .card_activity import CardActivity
 
-AVAILABLE = {BoardReflect.name: BoardReflect}
+AVAILABLE: dict[str, type[BoardReflect] | type[CardActivity]] = {
+    BoardReflect.name: BoardReflect, CardActivity.name: CardActivity,
+}
 
 
 def register_all(registry: HandlerRegistry, store: ReadModelStore, names: list[str]) -> None:
-    """Register the named projections; an unknown name is a clear ``ValueError``."""
-    for name in names:
-        cls = AVAILABLE.get(name)
-        if cls is None:
-            known = ", ".join(sorted(AVAILABLE))
-            raise ValueError(f"unknown projection {name!r} (known: {known})")
-        registry.register_projection(cls(store))
+    """Register the named projections (built-in names, ``module:Class`` topics, entry points);
+    a bad name is a one-line ``ConfigError`` naming the setting."""
+    from ..plugins import build_projections
+
+    for proj in build_projections(names, store):
+        registry.register_projection(proj)
 
 
-__all__ = ["AVAILABLE", "BoardReflect", "register_all"]
+__all__ = ["AVAILABLE", "BoardReflect", "CardActivity", "register_all"]

@@ -17,6 +17,7 @@ async def cmd_demo(args: argparse.Namespace, factory: StoresFactory) -> int:
         tenants=args.tenants, events=args.events, rate=args.rate,
         failure_rate=args.failure_rate, seed=args.seed, timeout=args.timeout,
         store=args.store, storage=args.storage,
+        projections=tuple(args.projection),
     )
     tel = setup_telemetry(replica="demo")  # exports only when OTEL_* asks for it
     try:

@@ -1,0 +1,160 @@
+"""Projections on every backend (memory, mongomock, the wire): the read-model store's batch
+writes, the second built-in projection ``card-activity``, and the worker's batched apply (P2)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, ClassVar
+
+import pytest
+
+from board_outbox.domain import EventSnapshot
+from board_outbox.ports import PushRecent, UpsertIfNewer
+from board_outbox.projection_batch import execute_batch, plan
+from board_outbox.projections import BoardReflect, CardActivity
+from tests.support.kits import Kit
+
+pytestmark = pytest.mark.anyio
+
+T = "t1"
+
+
+def ev(seq: int, card: str = "c1", actor: str | None = None, etype: str = "card.updated") -> EventSnapshot:
+    return EventSnapshot(seq=seq, type=etype, card_id=card, at=100.0 + seq, actor=actor or f"u{seq}",
+                         column=f"col{seq % 2}", title=f"t{seq}")
+
+
+async def test_write_many_upsert_if_newer_and_push_recent(kit: Kit) -> None:
+    rm = kit.readmodels
+    assert await rm.write_many("m", T, [
+        UpsertIfNewer(key="a", seq=5, doc={"v": 5}),
+        UpsertIfNewer(key="a", seq=3, doc={"v": 3}),  # same new key, older: stale whatever the order
+        PushRecent(key="b", seq=2, entry={"x": 2}, keep=2),
+        PushRecent(key="b", seq=4, entry={"x": 4}, keep=2),
+    ]) == [True, False, True, True]
+    assert (await rm.get("m", T, "a") or {})["v"] == 5
+    # repeated and older entries change nothing; a newer one pushes the oldest out
+    assert await rm.write_many("m", T, [
+        PushRecent(key="b", seq=4, entry={"x": 4}, keep=2),
+        PushRecent(key="b", seq=9, entry={"x": 9}, keep=2),
+        UpsertIfNewer(key="a", seq=5, doc={"v": 55}),
+    ]) == [False, True, False]
+    b = await rm.get("m", T, "b") or {}
+    assert [(e["seq"], e["x"]) for e in b["recent"]] == [(9, 9), (4, 4)] and b["last_seq"] == 9
+    assert await rm.write_many("m", T, []) == []
+
+
+async def test_card_activity_keeps_the_last_n_with_who_and_when(kit: Kit) -> None:
+    await kit.card(T, "c1", column="inbox")
+    for actor in ("ann", "bob", "cy"):
+        seq = await kit.events.allocate_seq(T)
+        await kit.events.insert({"tenant_id": T, "seq": seq, "type": "card.updated", "card_id": "c1",
+                                 "at": kit.clock.now() + seq, "actor": actor})
+    await kit.tail(seed="earliest", projections=("card-activity",)).drain_all([T])
+    worker = kit.worker(registry=kit.registry(["card-activity"]))
+    assert (await worker.tick([T])).done == 3
+    recent = await CardActivity(kit.readmodels).activity(T, "c1")
+    assert [(e["seq"], e["actor"], e["type"], e["column"]) for e in recent] == [
+        (3, "cy", "card.updated", "inbox"), (2, "bob", "card.updated", "inbox"),
+        (1, "ann", "card.updated", "inbox")]
+    assert recent[0]["at"] == kit.clock.now() + 3
+
+
+class Last3(CardActivity):
+    name: ClassVar[str] = "last-3"
+    keep: ClassVar[int] = 3
+
+
+async def test_card_activity_converges_under_repeats_and_any_order(kit: Kit) -> None:
+    events = [ev(s, card=f"c{s % 2}") for s in range(1, 11)]
+    reference = Last3(kit.readmodels)
+    for e in events:
+        await reference.apply("ref", e)
+    want = {c: await reference.activity("ref", c) for c in ("c0", "c1")}
+    assert [e["seq"] for e in want["c0"]] == [10, 8, 6]
+    rng = random.Random(3)
+    proj = Last3(kit.readmodels)
+    shuffled = events + rng.sample(events, 6)  # every event once, six of them twice
+    rng.shuffle(shuffled)
+    await proj.apply_many(T, shuffled[:7])
+    for e in shuffled[7:12]:
+        await proj.apply(T, e)
+    await proj.apply_many(T, shuffled[12:])
+    assert {c: await proj.activity(T, c) for c in ("c0", "c1")} == want
+
+
+async def test_board_reflect_apply_many_equals_apply_one_by_one(kit: Kit) -> None:
+    events = [ev(s, card=f"c{s % 3}") for s in range(1, 13)]
+    one = BoardReflect(kit.readmodels)
+    for e in events:
+        await one.apply("ref", e)
+    many = BoardReflect(kit.readmodels)
+    rng = random.Random(5)
+    shuffled = rng.sample(events, len(events))
+    labels = await many.apply_many(T, shuffled[:8]) + await many.apply_many(T, shuffled[8:])
+    assert len(labels) == 12 and sum(x == "applied" for x in labels) >= 3
+
+    def strip(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in d.items() if k != "tenant_id"} for d in docs]
+
+    assert strip(await kit.readmodels.list("board-reflect", T)) == strip(
+        await kit.readmodels.list("board-reflect", "ref"))
+
+
+async def test_worker_applies_a_projection_batch_and_marks_it_fenced(kit: Kit) -> None:
+    await kit.card(T, "c1")
+    await kit.card(T, "c2")
+    for i in range(6):
+        await kit.emit(T, "card.updated", f"c{1 + i % 2}")
+    await kit.tail(seed="earliest", projections=("board-reflect", "card-activity")).drain_all([T])
+    reg = kit.registry(["board-reflect", "card-activity"])
+    worker = kit.worker(registry=reg, batch_size=50)
+    claims = await kit.outbox.claim_due(T, kit.clock.now(), 30.0, 50)
+    units = plan(claims, set(reg.projections), 8)
+    assert sorted(len(u) for u in units) == [6, 6]
+    reflect = next(u for u in units if u[0].row is not None and u[0].row.projection == "board-reflect")
+    # another worker steals one row of the batch (released, then claimed under its own claim_id)
+    stolen = reflect[2]
+    assert await kit.outbox.release(stolen.ref, stolen.claim_id, kit.clock.now())
+    theirs = await kit.outbox.claim_due(T, kit.clock.now(), 30.0, 50)
+    assert [c.ref for c in theirs] == [stolen.ref]
+    outcomes = await execute_batch(worker, reflect)
+    assert outcomes == ["done", "done", "lease_lost", "done", "done", "done"]
+    assert stolen.row is not None
+    raw = await kit.raw_row(stolen.row.row_key)
+    assert raw is not None and raw["state"] == "claimed" and raw["claim_id"] == theirs[0].claim_id
+    done = await kit.raw_row(reflect[0].row.row_key)  # type: ignore[union-attr]
+    assert done is not None and done["state"] == "done" and done["outcome"].startswith(
+        ("applied", "superseded"))
+    assert await execute_batch(worker, [c for u in units if u is not reflect for c in u]) == ["done"] * 6
+    model = {d["card_id"]: d["last_seq"] for d in await kit.readmodels.list("board-reflect", T)}
+    assert model == {"c1": 5, "c2": 6}
+    assert [e["seq"] for e in await CardActivity(kit.readmodels).activity(T, "c2")] == [6, 4, 2]
+
+
+class Flaky(BoardReflect):
+    """apply_many always fails; apply fails only for seq 2: the batch falls back to row by row,
+    and only the poison row pays (retry with backoff)."""
+
+    name: ClassVar[str] = "flaky"
+
+    async def apply_many(self, tenant_id: str, events: Any) -> list[str]:
+        raise RuntimeError("bulk write refused")
+
+    async def apply(self, tenant_id: str, event: EventSnapshot) -> str:
+        if event.seq == 2:
+            raise RuntimeError("poison")
+        return await super().apply(tenant_id, event)
+
+
+async def test_failed_batch_falls_back_to_rows_and_only_the_bad_row_retries(kit: Kit) -> None:
+    await kit.card(T, "c1")
+    for _ in range(3):
+        await kit.emit(T, "card.updated", "c1")
+    await kit.tail(seed="earliest", projections=("flaky",)).drain_all([T])
+    reg = kit.registry()
+    reg.register_projection(Flaky(kit.readmodels))
+    res = await kit.worker(registry=reg).tick([T])
+    assert (res.claimed, res.done, res.retried) == (3, 2, 1)
+    states = sorted((r.seq, r.state, r.attempts) for r in await kit.rows(T))
+    assert states == [(1, "done", 0), (2, "pending", 1), (3, "done", 0)]
