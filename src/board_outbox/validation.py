@@ -15,7 +15,16 @@ from typing import Any, TypeGuard
 
 import msgspec
 
-from .domain import CLAIMED, DONE, FAILED, PENDING, EffectRow, ErrorEntry, check_id
+from .domain import (
+    CLAIMED,
+    DONE,
+    FAILED,
+    PENDING,
+    EffectRow,
+    ErrorEntry,
+    Subscription,
+    check_id,
+)
 from .errors import InvalidId
 
 MAX_ERROR_CHARS = 2000  # every logged or stored error text is capped at this
@@ -49,6 +58,16 @@ def tenant_problem(tenant_id: object) -> str | None:
         check_id("tenant_id", tenant_id)
     except InvalidId as exc:
         return str(exc)
+    return None
+
+
+def subscription_problem(sub: Subscription) -> str | None:
+    """Why a decoded subscription must not be used (None: it may). Its label lists are bounded:
+    a 10,000-label consume is a pathological write that would pause the whole store."""
+    for name, labels in (("consume_labels", sub.consume_labels),
+                         ("rule.labels_all", sub.rule.labels_all)):
+        if len(labels) > MAX_LABELS:
+            return f"{name} has {len(labels)} entries (at most {MAX_LABELS})"
     return None
 
 
