@@ -97,7 +97,7 @@ def stuck_reason(doc: Mapping[str, Any], now: float,
 
 
 _DEFAULTS: dict[str, Any] = {
-    "tenant_id": "", "row_key": "", "seq": 0, "kind": "launch", "sub_id": None,
+    "tenant_id": "", "row_key": "", "seq": 0, "kind": "launch", "state": FAILED, "sub_id": None,
     "projection": None, "event": None, "attempts": 0, "not_before": 0.0, "claim_id": None,
     "lease_until": None, "consume_marked": False, "errors": [], "audit": [], "outcome": None,
     "trace": None, "created_at": 0.0, "updated_at": 0.0, "materialized_at": 0.0,
