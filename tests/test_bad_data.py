@@ -53,7 +53,7 @@ class Rig:
 
     @property
     def prefix(self) -> str:
-        return "m" if self.backend is not None else "x"
+        return {"memory": "m", "mongomock": "x"}.get(self.name, "w")
 
     # --- planting ---------------------------------------------------------------------------
 
@@ -352,12 +352,23 @@ CASES: list[Case] = [
 ]
 
 
+# the cases that also run on the wire server (each costs a fresh database there)
+LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-healthy",
+        "sub-id-differs-from-sub-id", "row-reclaim-attempts-string", "row-state-weird",
+        "cursor-seq-string", "tenant-id-with-slash"}
+
+
 def _params() -> list[Any]:
     out = []
     for case in CASES:
-        for backend in ("memory", "mongomock"):
+        for backend in ("memory", "mongomock", "mongo-live"):
             if (case.mongo_only and backend == "memory") or (
                     case.memory_only and backend != "memory"):
+                continue
+            if backend == "mongo-live":
+                if case.id in LIVE:
+                    out.append(pytest.param(case, backend, id=f"{backend}-{case.id}",
+                                            marks=pytest.mark.live_mongo))
                 continue
             out.append(pytest.param(case, backend, id=f"{backend}-{case.id}"))
     return out
@@ -370,8 +381,19 @@ def test_the_corpus_is_big_enough() -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize(("case", "backend"), _params())
-async def test_bad_document(case: Case, backend: str, caplog: pytest.LogCaptureFixture) -> None:
-    rig = _memory_rig() if backend == "memory" else await _mongomock_rig()
+async def test_bad_document(case: Case, backend: str, caplog: pytest.LogCaptureFixture,
+                            request: pytest.FixtureRequest) -> None:
+    if backend == "mongo-live":
+        from tests.conftest import live_database
+
+        async with live_database(request.getfixturevalue("live_uri")) as db:
+            await _run_case(case, Rig("mongo-live", mongo_kit(db, "mongo-live"), db=db), caplog)
+        return
+    await _run_case(case, _memory_rig() if backend == "memory" else await _mongomock_rig(),
+                    caplog)
+
+
+async def _run_case(case: Case, rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
     # unique per backend: the once-per-problem logs are per process
     t = f"{rig.prefix}-{case.id}-{random.randrange(10**6)}"
     healthy = f"{rig.prefix}-healthy-{random.randrange(10**6)}"

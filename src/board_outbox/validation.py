@@ -45,8 +45,9 @@ def cap(text: object, limit: int = MAX_ERROR_CHARS) -> str:
 
 
 def is_seq(value: object) -> bool:
-    """A true int (not bool, float, Decimal128...) in the counter's range."""
-    return type(value) is int and 0 <= value <= MAX_SEQ
+    """A true int (not bool, float, Decimal128...) in the counter's range. BSON longs decode as
+    ``bson.Int64``, an int subclass: those are ints."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEQ
 
 
 def tenant_problem(tenant_id: object) -> str | None:

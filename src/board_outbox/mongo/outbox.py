@@ -21,7 +21,7 @@ from .. import outbox_transitions as T
 from ..domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from ..errors import BrokenRow, MalformedDocument, MalformedRow
 from ..ports import Claim, RowFilter, UpsertResult
-from ..validation import LEASE_HORIZON_SECONDS, ROW_STATES, cap, park_fields
+from ..validation import LEASE_HORIZON_SECONDS, ROW_STATES, cap, is_seq, park_fields
 from .errors import is_transient, translated
 
 EFFECTS = "trigger_effects"
@@ -129,7 +129,7 @@ class MongoEffectOutbox(T.FencedMarks):
             if doc is None:
                 continue  # another worker reclaimed it first
             attempts = doc.get("attempts", 1)
-            why = T.lease_expired(attempt=attempts if type(attempts) is int else 0, now=now)
+            why = T.lease_expired(attempt=attempts if is_seq(attempts) else 0, now=now)
             try:
                 await self.coll.update_one({"_id": doc["_id"], "claim_id": claim_id},
                                            update_of(why))
