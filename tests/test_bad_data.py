@@ -459,6 +459,40 @@ async def test_store_refusals_park_the_row_on_the_wire(live_db: Any) -> None:
         assert len(raw["errors"][-1]["error"]) <= 2000
 
 
+@pytest.mark.anyio
+@pytest.mark.live_mongo
+async def test_huge_card_and_decimal_seq_on_the_wire(live_db: Any,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 14 items 1 and 2: a huge card title (reported at 16 MiB minus 400 characters, where
+    the row upsert exceeded 16 MB; 4 MiB here to keep the suite fast -- anything over
+    ``MAX_CARD_TITLE`` takes the same path) and a NumberDecimal seq. Each costs its one event, with one line each;
+    the tenant's later events and the healthy tenant flow."""
+    from bson import Decimal128
+
+    rig = Rig("mongo-live", mongo_kit(live_db, "mongo-live"), db=live_db)
+    healthy, t = "healthy", "bad"
+    rig.healthy = healthy
+    for x in (healthy, t):
+        await rig.tenant(x)
+    await rig.emit(t)  # seq 1
+    await rig.card(t, "huge", {"tenant_id": t, "card_id": "huge", "title": "t" * 2**22})
+    await rig.emit(t, "huge")  # seq 2
+    await live_db["board_events"].insert_one(_ev(t, seq=Decimal128("2.5")))
+    rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2)
+    rig.worker = rig.kit.worker(tail=rig.tail)
+    caplog.set_level(logging.WARNING, logger="board_outbox")
+    await rig.passes(healthy, 3)
+    await rig.emit(t)  # seq 3
+    await rig.passes(healthy, 2)
+    assert rig.launched(healthy) == 5
+    assert sorted(r.seq for r in rig.kit.launcher.launches if r.tenant_id == t) == [1, 3]
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2, lines
+    assert any("is not an integer seq" in m for m in lines)
+    assert any("poison" in m and f"title of {2**22} characters" in m for m in lines)
+    assert all(len(m) < 3000 for m in lines)
+
+
 # --- config and CLI ----------------------------------------------------------------------------
 
 
