@@ -465,8 +465,8 @@ async def test_huge_card_and_decimal_seq_on_the_wire(live_db: Any,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     """Issue 14 items 1 and 2: a huge card title (reported at 16 MiB minus 400 characters, where
     the row upsert exceeded 16 MB; 4 MiB here to keep the suite fast -- anything over
-    ``MAX_CARD_TITLE`` takes the same path) and a NumberDecimal seq. Each costs its one event, with one line each;
-    the tenant's later events and the healthy tenant flow."""
+    ``MAX_CARD_TITLE`` takes the same path) and a NumberDecimal seq. Each costs its one event,
+    with one line each; the tenant's later events and the healthy tenant flow."""
     from bson import Decimal128
 
     rig = Rig("mongo-live", mongo_kit(live_db, "mongo-live"), db=live_db)
