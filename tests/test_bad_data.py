@@ -14,7 +14,7 @@ twins and on the Mongo adapters (mongomock):
 
 The config and CLI cases check one line on stderr, exit 2 and no traceback.
 
-Note table (input -> before -> after): see the report of issue 14 and ``NOTES`` at the bottom.
+The note table (input -> behaviour before -> behaviour after) is at the bottom of this file.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from board_outbox.admin import dead_letter_filter
@@ -493,6 +494,110 @@ async def test_huge_card_and_decimal_seq_on_the_wire(live_db: Any,
     assert all(len(m) < 3000 for m in lines)
 
 
+@pytest.mark.anyio
+async def test_a_batch_of_nothing_but_non_int_seqs_ends_the_drain(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rig = _memory_rig()
+    await rig.tenant("t")
+    await rig.emit("t")
+    for x in (1.25, 1.5, 1.75):
+        await rig.event(_ev("t", seq=x), allocate=False)
+    tail = rig.kit.tail(seed="earliest", batch_size=2)
+    with anyio.fail_after(5):
+        results = await tail.drain_all(["t"])
+    assert results[-1].cursor_after == 1 and results[-1].stopped == "poison"
+    assert sum("is not an integer seq" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.anyio
+async def test_rebuild_stops_at_poison_seqs_instead_of_looping() -> None:
+    from board_outbox.admin import rebuild_projection
+
+    rig = _memory_rig()
+    await rig.tenant("t")
+    await rig.emit("t")
+    await rig.event(_ev("t", seq=1.5), allocate=False)
+    await rig.event(_ev("t", seq=2**63 - 1), allocate=False)
+    with anyio.fail_after(5):
+        res = await rebuild_projection(
+            name="board-reflect", tenant_id="t", registry=rig.kit.registry(["board-reflect"]),
+            events=rig.kit.events, cards=rig.kit.cards, clock=rig.kit.clock,
+            young_gap_seconds=30.0)
+    assert (res.applied, res.cursor) == (1, 1)
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_data_error_stalls_one_tenant_not_the_pass(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rig = _memory_rig()
+    for t in ("good", "odd"):
+        await rig.tenant(t)
+        await rig.emit(t)
+    assert rig.backend is not None
+    real = rig.backend.board.get_many
+
+    async def get_many(tenant_id: str, card_ids: Any) -> Any:
+        if tenant_id == "odd":
+            raise TypeError("'<' not supported between instances of 'str' and 'int'")
+        return await real(tenant_id, card_ids)
+
+    rig.backend.board.get_many = get_many  # type: ignore[method-assign]
+    tail = rig.kit.tail(seed="earliest")
+    worker = rig.kit.worker(tail=tail)
+    for _ in range(3):
+        await tail.drain_all()
+        await worker.tick()
+    assert rig.launched("good") == 1 and rig.launched("odd") == 0
+    assert tail.stalled["odd"].startswith("TypeError")
+    assert sum("tenant stalled" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.anyio
+async def test_the_running_service_outlives_the_worst_documents(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The inputs that used to end the process, planted into a running ``Service`` (memory
+    backend, real loops): it keeps running and the healthy tenant's events keep launching."""
+    from board_outbox.config import load_config
+    from board_outbox.demo import stores_for
+    from board_outbox.runtime import Service
+
+    b = MemoryBackend()
+    for t in ("healthy", "r1", "c1", "e1"):
+        await b.subs.put(Subscription(sub_id=f"{t}-sub", tenant_id=t, bot="b"))
+        await b.board.put(Card(tenant_id=t, card_id="ok", title="ok"))
+    b.outbox.insert_raw({"tenant_id": "r1", "row_key": "r1/k", "seq": 1, "state": "claimed",
+                         "claim_id": "x", "lease_until": 0.0, "attempts": "3", "errors": "boom",
+                         "not_before": 0.0, "sub_id": "r1-sub"})
+    b.cursors._cursors["c1"] = "abc"  # type: ignore[assignment]
+    await b.events.emit("c1", "card.created", "ok")
+    await b.events.emit("e1", "card.created", "ok")
+    b.events.insert_now(_ev("e1", seq=2**63 - 1), allocated=False)
+    b.events.insert_now(_ev("e1", seq=1.5), allocated=False)
+    config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest"},
+                         worker={"idle_seconds": 0.02})
+    service = Service(stores_for(b), config, rng=random.Random(1))
+
+    def launched(t: str) -> int:
+        return sum(1 for r in b.launcher.launches if r.tenant_id == t)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(10):
+            for i in range(1, 4):
+                await b.events.emit("healthy", "card.created", "ok")
+                while launched("healthy") < i:
+                    await anyio.sleep(0.01)
+            await b.events.emit("e1", "card.created", "ok")  # seq 2: after the poison, flows
+            while launched("e1") < 2:
+                await anyio.sleep(0.01)
+            while b.outbox.raw("r1/k")["state"] != "failed":  # type: ignore[index]
+                await anyio.sleep(0.01)
+        assert not service.stopping
+        service.stop()
+    assert "c1" in service.tail.stalled
+    assert launched("c1") == 0
+
+
 # --- config and CLI ----------------------------------------------------------------------------
 
 
@@ -535,3 +640,41 @@ def test_bad_cli_argument_is_a_usage_error(args: list[str],
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "error: argument" in err and "Traceback" not in err
+
+
+# --- note table (issue 14): input -> behaviour before -> behaviour after ---------------------
+#
+# row claimed, lease past, attempts:"3"   -> reclaim $inc StoreError ends the process, crash-loops
+#                                          -> BrokenRow names it; parked with one $set, one line
+# row errors:"boom" parked / reclaimed    -> $push StoreError ends the process, crash-loops
+#                                          -> parked with one $set (errors list rebuilt), one line
+# card title 16 MiB - 400 chars + event   -> 16 MB upsert StoreError, 33 MB message, process exits
+#                                          -> card over 64K title chars is malformed: poison path,
+#                                             one line; every store error text capped at 2,000
+# trigger_cursors seq:"abc" (or 2.5, true)-> ValueError traceback, process exits
+#                                          -> that tenant stalls (Tail.stalled), one line; others flow
+# event seq NumberDecimal / 2.5           -> TypeError in the gap check / CAS never succeeds
+#                                          -> event left out with one line; later events flow
+# event seq 2^63-1 or another counter's   -> stepped over as dead allocation, cursor jumps, tenant lost
+#                                          -> poison beyond the counter: never stepped to, one line
+# tenant_id "c05/x"                       -> every event silently skipped as "card deleted"
+#                                          -> tenant not drained, one line (card keys mapped, not split)
+# subscription _id != sub_id              -> every launch "dropped: subscription deleted"
+#                                          -> found by sub_id: launches
+# row state:"weird", not_before:"soon",   -> stuck forever, no log
+#   tenant_id:5, claimed w/o lease_until,  -> swept (every 60 s) and parked with one line; the
+#   lease_until:1e12, state missing           parked row decodes (bad fields replaced)
+# pending row attempts:"3"                -> parked but invisible to dead-letters list/purge
+#                                          -> parked with bad fields replaced: listed and purgeable
+# subscription tenant_id:[t, healthy]     -> ERROR on every batch of the healthy tenant
+#                                          -> one ERROR per distinct problem
+# consume_labels of 10,000 entries        -> 5 s consume, whole service pauses on NetworkTimeouts
+#                                          -> malformed (> 100 entries): ignored with one line; a row
+#                                             naming it parks at once (PermanentEffectError)
+# an unexpected TypeError in one tenant   -> whole drain pass aborted, every tenant waits
+#                                          -> that tenant stalls, one line; others flow
+# store.uri tlss=true / tlsCAFil= / tls=maybe -> UserWarning only, runs WITHOUT TLS
+#                                          -> one-line config error, exit 2
+# store.uri tlsCAFile missing, database "bad.name" / "" -> traceback -> one line, exit 2
+# dead-letters list --limit 10^23         -> OverflowError traceback -> usage error, exit 2
+# dead-letters list --since nan           -> "no dead-letters"       -> usage error, exit 2

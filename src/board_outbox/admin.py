@@ -136,5 +136,7 @@ async def rebuild_projection(
         if reading.young_gap is not None:
             res.stopped_at_gap = reading.young_gap
             break
+        if reading.beyond_counter is not None or not reading.passed:
+            break  # R2: a poison seq past the counter, or nothing left but non-int seqs
     res.cursor = cursor
     return res

@@ -167,7 +167,7 @@ class Tail:
                     "batch aborted, cursor untouched: %s", exc, extra={"tenant_id": tenant_id}
                 )
                 return res
-            except (StoreError, MalformedDocument) as exc:
+            except (StoreError, MalformedDocument, ValueError, TypeError, KeyError) as exc:
                 # R1: a document this tenant's batch cannot get past (a row over 16 MB, a
                 # cursor that is not an int...): this tenant stalls with the reason, the
                 # others flow. Logged once per distinct problem.
@@ -207,6 +207,8 @@ class Tail:
         snapshots = reading.snapshots
         advance_to = reading.passed[-1][0] if reading.passed else cursor
         if advance_to == cursor:
+            if not res.stopped:
+                res.stopped = "poison"  # nothing passable was read (non-int seqs only)
             return
         if res.stopped != "poison":
             self._poison.clear(tenant_id)

@@ -118,10 +118,11 @@ class EffectWorker:
                 break
             try:
                 total.add(await self.tick_tenant(tenant))
-            except StoreError as exc:  # R1: this tenant waits a tick; the others carry on
+            except (StoreError, ValueError, TypeError, KeyError) as exc:
+                # R1: this tenant waits a tick; the others carry on
                 self._once(("tick", tenant, str(exc)), logging.ERROR,
-                           "worker tick failed for this tenant (%s): other tenants carry on", exc,
-                           extra={"tenant_id": tenant})
+                           "worker tick failed for this tenant (%s: %s): other tenants carry on",
+                           type(exc).__name__, exc, extra={"tenant_id": tenant})
         return total
 
     async def sweep(self) -> TickResult:
