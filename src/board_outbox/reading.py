@@ -43,11 +43,14 @@ def snapshot(ev: BoardEvent, cards: Mapping[str, Card | MalformedDocument]) -> E
         raise CardNotFound(ev.tenant_id, ev.card_id)
     if isinstance(card, MalformedDocument):
         raise card
-    if len(card.title) > MAX_CARD_TITLE or len(card.labels) > MAX_CARD_LABELS:
+    label_chars = sum(len(label) for label in card.labels)
+    if (len(card.title) > MAX_CARD_TITLE or len(card.column) > MAX_CARD_TITLE
+            or len(card.labels) > MAX_CARD_LABELS or label_chars > MAX_CARD_TITLE):
         # R2: every row embeds the card; one near 16 MB would fail the whole batch's upsert
-        raise MalformedCard(ev.card_id, f"title of {len(card.title)} characters or "
-                            f"{len(card.labels)} labels (limits {MAX_CARD_TITLE}, "
-                            f"{MAX_CARD_LABELS})")
+        raise MalformedCard(ev.card_id, f"title of {len(card.title)} characters, column of "
+                            f"{len(card.column)}, {len(card.labels)} labels of {label_chars} "
+                            f"characters (limits {MAX_CARD_TITLE} characters, "
+                            f"{MAX_CARD_LABELS} labels)")
     return EventSnapshot(
         seq=ev.seq, type=ev.type, card_id=ev.card_id, at=ev.at,
         title=card.title, column=card.column, labels=card.labels,
