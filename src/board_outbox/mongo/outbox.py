@@ -113,23 +113,23 @@ class MongoEffectOutbox(T.FencedMarks):
         claims: list[Claim] = []
         expired = {"tenant_id": tenant_id, "state": CLAIMED, "lease_until": {"$lte": now}}
         while len(claims) < limit:
-            # pick one first: if its document refuses the reclaim, we know which row it was
-            picked = await self.coll.find_one(expired, {"_id": 1})
-            if picked is None:
-                break
             claim_id = uuid.uuid4().hex
             try:
                 doc = await self.coll.find_one_and_update(
-                    {**expired, "_id": picked["_id"]},
+                    expired,
                     update_of(T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until)),
                     return_document=ReturnDocument.AFTER,
                 )
             except PyMongoError as exc:  # R1: a row whose shape refuses $inc is named, not fatal
-                if is_transient(exc):
+                # the refused update changed nothing (a twin that applied part of it has set
+                # our claim_id): either way one query finds the row
+                bad = None if is_transient(exc) else await self.coll.find_one(
+                    {"$or": [expired, {"tenant_id": tenant_id, "claim_id": claim_id}]}, {"_id": 1})
+                if bad is None:
                     raise
-                raise BrokenRow(picked["_id"], f"reclaim: {cap(exc, 500)}") from exc
+                raise BrokenRow(bad["_id"], f"reclaim: {cap(exc, 500)}") from exc
             if doc is None:
-                continue  # another worker reclaimed it first
+                break
             attempts = doc.get("attempts", 1)
             why = T.lease_expired(attempt=attempts if is_seq(attempts) else 0, now=now)
             try:
