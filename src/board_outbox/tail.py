@@ -179,7 +179,9 @@ class Tail:
                            "tenant stalled, cursor untouched: %s", reason,
                            extra={"tenant_id": tenant_id})
                 return res
-            if self.stalled.pop(tenant_id, None) is not None:
+            was = self.stalled.pop(tenant_id, None)
+            if was is not None:
+                self._once.forget(("stalled", tenant_id, was))  # a relapse is logged again
                 log.warning("tenant no longer stalled", extra={"tenant_id": tenant_id})
             span.set_attribute(telemetry.ATTR_OUTCOME, res.stopped or "ok")
             span.set_attribute(telemetry.ATTR_ROWS, res.rows)
