@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -34,9 +35,13 @@ def parse_when(text: str, now: float | None = None) -> float:
     if m:
         return now - float(m.group(1)) * _UNITS[m.group(2)]
     try:
-        return float(t)
+        value = float(t)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value):
+            raise ValueError(f"{text!r} is not a time: epoch seconds must be a finite number")
+        return value
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
@@ -138,5 +143,7 @@ async def rebuild_projection(
         if reading.young_gap is not None:
             res.stopped_at_gap = reading.young_gap
             break
+        if reading.beyond_counter is not None or not reading.passed:
+            break  # R2: a poison seq past the counter, or nothing left but non-int seqs
     res.cursor = cursor
     return res

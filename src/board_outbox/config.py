@@ -61,6 +61,10 @@ def validate(cfg: Config) -> Config:
             f"store.op_timeout_seconds ({cfg.store.op_timeout_seconds:g}): a seq whose insert is "
             "still within the store timeout would otherwise be stepped over as a dead allocation"
         )
+    db = cfg.store.database
+    if not db or len(db.encode()) > 63 or any(c in db for c in '/\\. "$\0'):
+        raise ConfigError(f"store.database: {db!r} is not a MongoDB database name (1-63 bytes, "
+                          "none of / \\ . \" $ or spaces)")
     if cfg.worker.backoff_cap_seconds < cfg.worker.backoff_base_seconds:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
     if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):

@@ -22,6 +22,20 @@ class StoreError(BoardOutboxError):
     """A store rejected an operation for a non-transient reason (bad query, auth, schema...)."""
 
 
+class BrokenRow(StoreError):
+    """A row document whose shape makes a transition fail (``$inc`` on a string ``attempts``,
+    ``$push`` on a non-array ``errors``...): the store names it by ``ref`` so that the worker can
+    park that one row and carry on (R1)."""
+
+    def __init__(self, ref: object, detail: str) -> None:
+        super().__init__(f"row {ref!r}: {detail}")
+        self.ref = ref
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type, tuple[object, str]]:
+        return (type(self), (self.ref, self.detail))
+
+
 class CardNotFound(BoardOutboxError):
     """The card is definitively gone (deleted). Events about it are skipped."""
 

@@ -129,6 +129,22 @@ class EffectOutbox(Protocol):
         """Give a claim back (graceful shutdown): pending again, attempts unchanged."""
         ...
 
+    async def park_broken(
+        self, ref: Any, now: float, error: str, *, claim_id: str | None = None
+    ) -> bool:
+        """Park a row whose document broke a transition or can never be claimed (R1): one
+        ``$set`` of a clean failed state (``validation.park_fields``: bad fields replaced, the
+        error appended), fenced on ``claim_id`` when given. False: no such row (or claim)."""
+        ...
+
+    async def stuck_rows(
+        self, now: float, limit: int, horizon: float = ...
+    ) -> list[tuple[Any, dict[str, Any]]]:
+        """Live-looking rows no claim can ever pick (``validation.stuck_reason``): a state
+        outside the enum, a non-string tenant, a non-numeric not_before or lease_until, a lease
+        beyond ``horizon`` seconds. (ref, raw document) pairs."""
+        ...
+
     async def get(self, row_key: str) -> EffectRow | None: ...
 
     async def find(self, flt: RowFilter) -> list[EffectRow]: ...

@@ -15,10 +15,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .domain import BoardEvent, Card, EventSnapshot, from_doc
-from .errors import CardNotFound, MalformedDocument, MalformedEvent
+from .errors import CardNotFound, MalformedCard, MalformedDocument, MalformedEvent
 from .ports import CardStore, EventLog, EventRecord
+from .validation import MAX_CARD_LABELS, MAX_CARD_TITLE, OnceLog, cap, is_seq
 
 log = logging.getLogger("board_outbox.tail")
+_once = OnceLog(log)
 
 DELETED_TYPES = frozenset({"card.deleted"})
 
@@ -42,6 +44,14 @@ def snapshot(ev: BoardEvent, cards: Mapping[str, Card | MalformedDocument]) -> E
         raise CardNotFound(ev.tenant_id, ev.card_id)
     if isinstance(card, MalformedDocument):
         raise card
+    label_chars = sum(len(label) for label in card.labels)
+    if (len(card.title) > MAX_CARD_TITLE or len(card.column) > MAX_CARD_TITLE
+            or len(card.labels) > MAX_CARD_LABELS or label_chars > MAX_CARD_TITLE):
+        # R2: every row embeds the card; one near 16 MB would fail the whole batch's upsert
+        raise MalformedCard(ev.card_id, f"title of {len(card.title)} characters, column of "
+                            f"{len(card.column)}, {len(card.labels)} labels of {label_chars} "
+                            f"characters (limits {MAX_CARD_TITLE} characters, "
+                            f"{MAX_CARD_LABELS} labels)")
     return EventSnapshot(
         seq=ev.seq, type=ev.type, card_id=ev.card_id, at=ev.at,
         title=card.title, column=card.column, labels=card.labels, actor=ev.actor,
@@ -107,6 +117,7 @@ class Reading:
     deleted: int = 0
     stepped_gaps: int = 0
     young_gap: int | None = None  # the missing seq a young gap stopped the prefix at
+    beyond_counter: int | None = None  # a seq past the tenant's allocated counter stopped it
 
     @property
     def snapshots(self) -> list[EventSnapshot]:
@@ -133,8 +144,27 @@ async def read_batch(
     # Pass 1: the contiguous, decodable prefix (None: a malformed event skipped for good).
     decoded: list[tuple[int, BoardEvent | None]] = []
     expected = after + 1
+    counter: int | None = None
     for rec in records:
+        if not is_seq(rec.seq):
+            # R2: a seq that is not a true int (2.5, Decimal128, "7", true) cannot be a cursor
+            # position: the event is left out, with one error line per event.
+            _once((tenant_id, "seq", repr(rec.seq)), logging.ERROR,
+                  "ignoring a poison event: seq %s (%s) is not an integer seq", cap(repr(rec.seq), 100),
+                  type(rec.seq).__name__, extra={"tenant_id": tenant_id})
+            continue
         if rec.seq != expected:
+            if counter is None:
+                counter = await events.allocated_seq(tenant_id)
+            if rec.seq > counter:
+                # R2: beyond the tenant's allocated counter: not a dead allocation but poison.
+                # Never step the cursor there; later (real) seqs sort before it and still flow.
+                _once((tenant_id, "beyond", rec.seq), logging.ERROR,
+                      "poison event: seq %d is beyond the tenant's allocated counter %d; the "
+                      "cursor will not pass it", rec.seq, counter,
+                      extra={"tenant_id": tenant_id, "seq": rec.seq})
+                out.beyond_counter = rec.seq
+                break
             if not gaps.is_dead(tenant_id, expected, rec, now):
                 out.young_gap = expected
                 break

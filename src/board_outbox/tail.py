@@ -31,9 +31,10 @@ from .domain import (
     new_launch_row,
     new_projection_row,
 )
-from .errors import MalformedDocument, StoreUnavailable
+from .errors import MalformedDocument, StoreError, StoreUnavailable
 from .ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
 from .reading import GapTracker, read_batch
+from .validation import OnceLog, cap, tenant_problem
 
 log = logging.getLogger("board_outbox.tail")
 
@@ -62,7 +63,7 @@ class DrainResult(msgspec.Struct, kw_only=True):
     skipped_deleted: int = 0
     skipped_poison: int = 0
     stepped_gaps: int = 0
-    stopped: str = ""  # "" | young_gap | poison | aborted | cas_lost
+    stopped: str = ""  # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter
     error: str = ""
 
     @property
@@ -115,6 +116,10 @@ class Tail:
         # tenant -> (cursor after our last CAS, subscription index), only within a drain_all pass
         self._backlog: dict[str, tuple[int, SubscriptionIndex]] = {}
         self._in_pass: str | None = None
+        self._once = OnceLog(log)
+        # R1: tenants whose last batch hit a non-transient store error, with the reason (for
+        # status and readiness); cleared by the tenant's next clean batch.
+        self.stalled: dict[str, str] = {}
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -124,7 +129,17 @@ class Tail:
         found |= await self.outbox.live_tenants()
         if self.projections:
             found |= await self.events.tenants()
-        return found
+        return {t for t in found if self._drainable(t)}
+
+    def _drainable(self, tenant_id: str) -> bool:
+        """R2: a tenant id that cannot be embedded in card and row keys (a "/" in it would read
+        another tenant's keys) is left alone, with one error line."""
+        problem = tenant_problem(tenant_id)
+        if problem is None:
+            return True
+        self._once(("tenant", tenant_id), logging.ERROR, "tenant not drained: %s", problem,
+                   extra={"tenant_id": cap(tenant_id, 200)})
+        return False
 
     async def cursor(self, tenant_id: str) -> int:
         cur = await self.cursors.get(tenant_id)
@@ -132,8 +147,11 @@ class Tail:
             return cur
         seed = 0
         if self.settings.seed == "latest":
-            # max INSERTED seq: seqs allocated but not yet inserted will still be read (M7)
+            # max INSERTED seq: seqs allocated but not yet inserted will still be read (M7);
+            # never past the counter (a planted seq beyond it is poison, not a head: R2)
             seed = await self.events.max_inserted_seq(tenant_id)
+            if seed > 0:
+                seed = min(seed, await self.events.allocated_seq(tenant_id))
         got = await self.cursors.seed(tenant_id, seed)
         log.info("cursor seeded", extra={"tenant_id": tenant_id, "seq": got})
         return got
@@ -152,6 +170,22 @@ class Tail:
                     "batch aborted, cursor untouched: %s", exc, extra={"tenant_id": tenant_id}
                 )
                 return res
+            except (StoreError, MalformedDocument, ValueError, TypeError, KeyError) as exc:
+                # R1: a document this tenant's batch cannot get past (a row over 16 MB, a
+                # cursor that is not an int...): this tenant stalls with the reason, the
+                # others flow. Logged once per distinct problem.
+                reason = cap(f"{type(exc).__name__}: {exc}")
+                res.stopped, res.error = "stalled", reason
+                span.set_attribute(telemetry.ATTR_OUTCOME, "stalled")
+                self.stalled[tenant_id] = reason
+                self._once(("stalled", tenant_id, reason), logging.ERROR,
+                           "tenant stalled, cursor untouched: %s", reason,
+                           extra={"tenant_id": tenant_id})
+                return res
+            was = self.stalled.pop(tenant_id, None)
+            if was is not None:
+                self._once.forget(("stalled", tenant_id, was))  # a relapse is logged again
+                log.warning("tenant no longer stalled", extra={"tenant_id": tenant_id})
             span.set_attribute(telemetry.ATTR_OUTCOME, res.stopped or "ok")
             span.set_attribute(telemetry.ATTR_ROWS, res.rows)
             return res
@@ -176,12 +210,16 @@ class Tail:
         res.skipped_deleted += reading.deleted
         if reading.young_gap is not None and not res.stopped:
             res.stopped = "young_gap"
+        if reading.beyond_counter is not None and not res.stopped:
+            res.stopped = "beyond_counter"
         if not reading.read:
             self._poison.clear(tenant_id)
             return
         snapshots = reading.snapshots
         advance_to = reading.passed[-1][0] if reading.passed else cursor
         if advance_to == cursor:
+            if not res.stopped:
+                res.stopped = "poison"  # nothing passable was read (non-int seqs only)
             return
         if res.stopped != "poison":
             self._poison.clear(tenant_id)

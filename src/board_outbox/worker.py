@@ -20,11 +20,12 @@ from .backoff import BackoffPolicy
 from .bounds import AtLeastOne, Frac, Pos, PosInt
 from .clock import Clock, RandomSource, seeded_random
 from .domain import EffectRow, ErrorEntry
-from .errors import LeaseLost, PermanentEffectError, StoreUnavailable
+from .errors import BrokenRow, LeaseLost, PermanentEffectError, StoreError, StoreUnavailable
 from .ports import Claim, EffectOutbox
 from .projection_batch import execute_batch, plan
 from .registry import ExecutionContext, HandlerRegistry
 from .telemetry.metrics import Metrics
+from .validation import OnceLog, cap, stuck_reason
 
 log = logging.getLogger("board_outbox.worker")
 
@@ -32,6 +33,13 @@ log = logging.getLogger("board_outbox.worker")
 # Pauses between mark_done attempts after a store blip (about 3 s in all, and never past the
 # lease). Each attempt is itself bounded by the store op timeout.
 MARK_DONE_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+# R1/R2: how often the worker looks for rows no claim can ever pick (a state outside the enum, a
+# non-string tenant, a non-numeric not_before or lease...), how many it parks per look, and how
+# many broken rows one tenant's claim may name in one tick before the tenant waits a tick.
+SWEEP_SECONDS = 60.0
+SWEEP_LIMIT = 100
+BROKEN_PER_TICK = 8
 
 
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -100,22 +108,61 @@ class EffectWorker:
         self.metrics = metrics
         self.stopping = False
         self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
+        self._once = OnceLog(log)
+        self._next_sweep = -float("inf")
 
     async def tick(self, tenants: Iterable[str] | None = None) -> TickResult:
         """Claim and execute one batch per tenant."""
         total = TickResult()
+        if tenants is None:
+            total.add(await self.sweep())
         for tenant in sorted(tenants if tenants is not None else await self.tenants()):
             if self.stopping:
                 break
-            total.add(await self.tick_tenant(tenant))
+            try:
+                total.add(await self.tick_tenant(tenant))
+            except (StoreError, ValueError, TypeError, KeyError) as exc:
+                # R1: this tenant waits a tick; the others carry on
+                self._once(("tick", tenant, str(exc)), logging.ERROR,
+                           "worker tick failed for this tenant (%s: %s): other tenants carry on",
+                           type(exc).__name__, exc, extra={"tenant_id": tenant})
         return total
+
+    async def sweep(self) -> TickResult:
+        """Park the rows no claim can ever pick, one line each (R2); at most every
+        ``SWEEP_SECONDS``. A store error only postpones the sweep."""
+        res = TickResult()
+        now = self.clock.now()
+        if now < self._next_sweep:
+            return res
+        self._next_sweep = now + SWEEP_SECONDS
+        try:
+            stuck = await self.outbox.stuck_rows(now, SWEEP_LIMIT)
+        except StoreError as exc:
+            self._once(("sweep", str(exc)), logging.ERROR, "stuck-row sweep failed: %s", exc)
+            return res
+        for ref, doc in stuck:
+            reason = stuck_reason(doc, now)
+            if reason is None:
+                continue
+            res.count(await self._park_broken(ref, None, f"unclaimable row: {reason}",
+                                              _doc_ctx(ref, doc)))
+        return res
 
     async def tick_tenant(self, tenant_id: str) -> TickResult:
         res = TickResult()
         s = self.settings
-        claims = await self.outbox.claim_due(
-            tenant_id, self.clock.now(), s.lease_seconds, s.batch_size
-        )
+        claims: list[Claim] = []
+        for _ in range(BROKEN_PER_TICK):
+            try:
+                claims = await self.outbox.claim_due(
+                    tenant_id, self.clock.now(), s.lease_seconds, s.batch_size
+                )
+                break
+            except BrokenRow as exc:  # R1: park that one row, then claim again
+                res.count(await self._park_broken(
+                    exc.ref, None, f"row broke its claim: {exc.detail}",
+                    {"tenant_id": tenant_id, "row_ref": str(exc.ref)}))
         res.claimed = len(claims)
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
                  if s.projection_batching else [[c] for c in claims])
@@ -159,9 +206,10 @@ class EffectWorker:
         if now >= claim.lease_until:
             return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
         row = claim.row
-        if row is None:
-            return await self._park(claim, attempt=1, msg=f"malformed row: {claim.decode_error}",
-                                    count_attempt=False)
+        if row is None:  # parked with its bad fields replaced, so dead-letters can list it (R2)
+            return await self._park_broken(claim.ref, claim.claim_id,
+                                           f"malformed row: {claim.decode_error}",
+                                           {"tenant_id": claim.tenant_id, "row_ref": str(claim.ref)})
         attempt = row.attempts + 1
         if claim.reclaimed and row.attempts >= self.settings.max_attempts:
             # M9: a hung effect burned its budget through expired leases.
@@ -206,7 +254,12 @@ class EffectWorker:
                 return await self._retry(claim, attempt=attempt, exc=exc, row=row, span=span)
             span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
             done_at = self.clock.now()
-            marked = await self._mark_done(claim, row, done_at, outcome)
+            try:
+                marked = await self._mark_done(claim, row, done_at, outcome)
+            except StoreError as exc:  # R1: the row's document refuses the write
+                return await self._park_broken(
+                    claim.ref, claim.claim_id,
+                    f"effect done ({outcome}) but mark_done failed: {exc}", _ctx(row))
             if marked is None:
                 return "unrecorded"
             if not marked:
@@ -254,6 +307,9 @@ class EffectWorker:
             # The row stays claimed; when its lease expires a reclaim counts the attempt.
             log.warning("could not record the failed attempt (%s)", store_exc, extra=_ctx(row))
             return "unrecorded"
+        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
+            return await self._park_broken(
+                claim.ref, claim.claim_id, f"{msg}; then mark_retry failed: {store_exc}", _ctx(row))
         if not marked:
             return "lease_lost"
         log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
@@ -273,17 +329,49 @@ class EffectWorker:
             log.warning("could not park the row (%s)", store_exc,
                         extra=_ctx(row) if row else {"row_ref": str(claim.ref)})
             return "unrecorded"
+        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
+            return await self._park_broken(
+                claim.ref, claim.claim_id, f"{msg}; then mark_failed failed: {store_exc}",
+                _ctx(row) if row else {"row_ref": str(claim.ref)})
         if not marked:
             return "lease_lost"
         if self.metrics is not None:
             self.metrics.row_failed(row.kind if row else "malformed")
         # Warned once: only the fenced transition to failed logs, and it happens once.
         log.warning(
-            "row parked as dead-letter after attempt %d: %s", attempt, msg,
+            "row parked as dead-letter after attempt %d: %s", attempt, cap(msg),
             extra=_ctx(row) if row else {"row_ref": str(claim.ref)},
         )
+        return "failed"
+
+    async def _park_broken(
+        self, ref: object, claim_id: str | None, msg: str, ctx: dict[str, object]
+    ) -> Outcome:
+        """R1: park a row whose document broke a transition (or can never be claimed) with one
+        ``$set`` of a clean failed state; one warning. If even that fails, one error per
+        distinct problem, and the row is tried again later."""
+        msg = cap(msg)
+        try:
+            parked = await self.outbox.park_broken(ref, self.clock.now(), msg, claim_id=claim_id)
+        except StoreUnavailable as exc:
+            log.warning("could not park the broken row (%s)", exc, extra=ctx)
+            return "unrecorded"
+        except StoreError as exc:
+            self._once(("park", str(ref)), logging.ERROR,
+                       "could not park the broken row (%s); it was: %s", exc, msg, extra=ctx)
+            return "unrecorded"
+        if not parked:
+            return "lease_lost"
+        if self.metrics is not None:
+            self.metrics.row_failed("malformed")
+        log.warning("row parked as dead-letter: %s", msg, extra=ctx)
         return "failed"
 
 
 def _ctx(row: EffectRow) -> dict[str, object]:
     return {"tenant_id": row.tenant_id, "seq": row.seq, "row_key": row.row_key}
+
+
+def _doc_ctx(ref: object, doc: dict[str, object]) -> dict[str, object]:
+    return {"tenant_id": cap(doc.get("tenant_id"), 200), "row_key": cap(doc.get("row_key"), 200),
+            "row_ref": str(ref)}

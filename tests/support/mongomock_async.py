@@ -13,7 +13,7 @@ from typing import Any
 import mongomock
 from anyio.lowlevel import checkpoint
 from pymongo import DeleteMany, DeleteOne, InsertOne, ReplaceOne, UpdateMany, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 
 class BulkResult:
@@ -114,7 +114,14 @@ class AsyncMockCollection:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             await checkpoint()
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except (TypeError, AttributeError) as exc:
+                # mongomock applies $inc to a string / $push to a non-array as Python would;
+                # the server refuses the update (code 14 / 2): say so the way the server does.
+                if name.startswith(("update", "find_one_and")):
+                    raise OperationFailure(f"mongomock: {exc}", code=14) from exc
+                raise
 
         return call
 

@@ -27,10 +27,15 @@ def _number(kind: type, text: str) -> Any:
         raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
 
 
+MAX_INT = 2**31 - 1  # a count or limit the store (and a human) can take
+
+
 def _positive_int(text: str) -> int:
     value = _number(int, text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    if value > MAX_INT:
+        raise argparse.ArgumentTypeError(f"expected a number <= {MAX_INT}, got {value}")
     return int(value)
 
 

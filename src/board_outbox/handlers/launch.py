@@ -8,6 +8,7 @@ from ..domain import EffectRow, matches
 from ..errors import (
     CardNotFound,
     CrossTenantRow,
+    MalformedDocument,
     PermanentEffectError,
     StoreUnavailable,
     SubscriptionNotFound,
@@ -34,6 +35,8 @@ class LaunchHandler:
             sub = await self.subs.get(row.sub_id)  # StoreUnavailable propagates: retried (M10)
         except SubscriptionNotFound:
             return "dropped: subscription deleted"
+        except MalformedDocument as exc:  # R2: parked at once with the reason, not retried
+            raise PermanentEffectError(str(exc)) from None
         if sub.tenant_id != row.tenant_id:  # M10b
             raise CrossTenantRow(
                 f"row of tenant {row.tenant_id!r} names subscription {sub.sub_id!r} "

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from anyio.lowlevel import checkpoint
 
+from ..errors import StoreError
+from ..validation import is_seq
+
 
 class MemoryCursorStore:
     def __init__(self) -> None:
@@ -11,7 +14,10 @@ class MemoryCursorStore:
 
     async def get(self, tenant_id: str) -> int | None:
         await checkpoint()
-        return self._cursors.get(tenant_id)
+        seq = self._cursors.get(tenant_id)
+        if seq is not None and not is_seq(seq):  # as the Mongo adapter: a cursor is a true int
+            raise StoreError(f"cursor of tenant {tenant_id!r}: seq {seq!r} is not an integer seq")
+        return seq
 
     async def seed(self, tenant_id: str, value: int) -> int:
         await checkpoint()

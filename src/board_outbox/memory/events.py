@@ -40,7 +40,8 @@ class MemoryEventLog:
         await checkpoint()
         self.insert_now(doc)
 
-    def insert_now(self, doc: Mapping[str, Any]) -> None:
+    def insert_now(self, doc: Mapping[str, Any], *, allocated: bool = True) -> None:
+        """``allocated=False``: plant an event whose seq the counter never handed out."""
         tenant, seq = doc["tenant_id"], doc["seq"]
         docs = self._docs.setdefault(tenant, {})
         if seq in docs:
@@ -51,7 +52,8 @@ class MemoryEventLog:
             seqs.append(seq)
         else:
             bisect.insort(seqs, seq)
-        self._counters[tenant] = max(self._counters.get(tenant, 0), seq)
+        if allocated:
+            self._counters[tenant] = max(self._counters.get(tenant, 0), seq)
         self._history.append(Change(tenant, seq, len(self._history)))
         self._changed.set()
         self._changed = anyio.Event()

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from anyio.lowlevel import checkpoint
 
 from ..domain import Subscription, check_id
-from ..errors import SubscriptionNotFound
+from ..errors import MalformedDocument, SubscriptionNotFound
+from ..validation import OnceLog, subscription_problem
+
+log = logging.getLogger("board_outbox.memory")
+_once = OnceLog(log)
 
 
 class MemorySubscriptionStore:
@@ -16,13 +22,25 @@ class MemorySubscriptionStore:
     async def get(self, sub_id: str) -> Subscription:
         await checkpoint()
         try:
-            return self._subs[sub_id]
+            sub = self._subs[sub_id]
         except KeyError:
             raise SubscriptionNotFound(sub_id) from None
+        problem = subscription_problem(sub)
+        if problem is not None:  # as the Mongo adapter
+            raise MalformedDocument("subscription", sub_id, problem)
+        return sub
 
     async def list_for_tenant(self, tenant_id: str) -> list[Subscription]:
         await checkpoint()
-        return list(self._by_tenant.get(tenant_id, {}).values())
+        out = []
+        for sub in self._by_tenant.get(tenant_id, {}).values():
+            problem = subscription_problem(sub)
+            if problem is None:
+                out.append(sub)
+            else:
+                _once(("sub", sub.sub_id, problem), logging.ERROR,
+                      "ignoring malformed subscription: %s", problem, extra={"tenant_id": tenant_id})
+        return out
 
     async def tenants(self) -> set[str]:
         await checkpoint()

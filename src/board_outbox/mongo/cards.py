@@ -36,12 +36,20 @@ class MongoBoard:
     ) -> dict[str, Card | MalformedDocument]:
         if not card_ids:
             return {}
-        keys = [_card_id(tenant_id, c) for c in card_ids]
+        # key -> card id, not a split on "/" (R2: a card id may carry the separator)
+        keys = {_card_id(tenant_id, c): c for c in card_ids}
         out: dict[str, Card | MalformedDocument] = {}
-        for doc in await self.coll.find({"_id": {"$in": keys}}).to_list(None):
-            cid = str(doc["_id"]).split("/", 1)[1]
+        for doc in await self.coll.find({"_id": {"$in": list(keys)}}).to_list(None):
+            cid = keys.get(doc["_id"])
+            if cid is None:
+                continue
             try:
-                out[cid] = from_doc(doc, Card, MalformedCard)
+                card = from_doc(doc, Card, MalformedCard)
+                if card.tenant_id != tenant_id or card.card_id != cid:
+                    # "t/a" + "b" and "t" + "a/b" share a key: the document says whose it is
+                    raise MalformedCard(doc["_id"], f"document names tenant {card.tenant_id!r} "
+                                        f"card {card.card_id!r}")
+                out[cid] = card
             except MalformedDocument as exc:
                 out[cid] = exc
         return out

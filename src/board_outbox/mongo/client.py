@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,22 +31,38 @@ def make_client(
     connect_timeout_seconds: float = 5.0,
     server_selection_timeout_seconds: float = 10.0,
 ) -> AsyncMongoClient[dict[str, Any]]:
-    """TLS, auth and replica-set options travel in the URI and reach pymongo untouched."""
+    """TLS, auth and replica-set options travel in the URI and reach pymongo untouched. An option
+    pymongo only warns about (a typo such as ``tlss=true``, a value such as ``tls=maybe``) is an
+    error here (R3): ignoring it would silently run without TLS."""
     try:
-        return AsyncMongoClient(
-            uri,
-            tz_aware=True,
-            appname=app_name,
-            timeoutMS=int(op_timeout_seconds * 1000),
-            connectTimeoutMS=int(connect_timeout_seconds * 1000),
-            serverSelectionTimeoutMS=int(server_selection_timeout_seconds * 1000),
-            retryWrites=True,
-            retryReads=True,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            return _client(uri, app_name, op_timeout_seconds, connect_timeout_seconds,
+                           server_selection_timeout_seconds)
+    except UserWarning as exc:
+        raise ConfigError(f"store.uri: {exc}") from None
     except (InvalidURI, ConfigurationError) as exc:
         raise ConfigError(f"store.uri: {exc}") from None
+    except OSError as exc:  # a tlsCAFile / tlsCertificateKeyFile that cannot be read
+        raise ConfigError(f"store.uri: {exc.strerror or exc}") from None
     except (PyMongoError, ValueError, TypeError) as exc:
         raise ConfigError(f"store: {exc}") from None
+
+
+def _client(
+    uri: str, app_name: str, op_timeout_seconds: float, connect_timeout_seconds: float,
+    server_selection_timeout_seconds: float,
+) -> AsyncMongoClient[dict[str, Any]]:
+    return AsyncMongoClient(
+        uri,
+        tz_aware=True,
+        appname=app_name,
+        timeoutMS=int(op_timeout_seconds * 1000),
+        connectTimeoutMS=int(connect_timeout_seconds * 1000),
+        serverSelectionTimeoutMS=int(server_selection_timeout_seconds * 1000),
+        retryWrites=True,
+        retryReads=True,
+    )
 
 
 def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> Stores:

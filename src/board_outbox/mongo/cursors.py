@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import StoreError
+from ..validation import cap, is_seq
 from .errors import translated
 
 CURSORS = "trigger_cursors"
@@ -16,7 +18,7 @@ class MongoCursorStore:
     @translated
     async def get(self, tenant_id: str) -> int | None:
         doc = await self.coll.find_one({"_id": tenant_id})
-        return None if doc is None else int(doc["seq"])
+        return None if doc is None else _seq(tenant_id, doc)
 
     @translated
     async def seed(self, tenant_id: str, value: int) -> int:
@@ -24,9 +26,19 @@ class MongoCursorStore:
             {"_id": tenant_id}, {"$setOnInsert": {"seq": value}}, upsert=True
         )
         doc = await self.coll.find_one({"_id": tenant_id})
-        return int(doc["seq"])
+        return _seq(tenant_id, doc)
 
     @translated
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
         res = await self.coll.update_one({"_id": tenant_id, "seq": expected}, {"$set": {"seq": new}})
         return bool(res.modified_count == 1)
+
+
+def _seq(tenant_id: str, doc: dict[str, Any]) -> int:
+    """R2: a cursor is a true int; anything else stalls its tenant (StoreError), not the process."""
+    seq = doc.get("seq")
+    if not is_seq(seq):
+        raise StoreError(f"{CURSORS} document of tenant {tenant_id!r}: seq "
+                         f"{cap(repr(seq), 100)} is not an integer seq")
+    assert isinstance(seq, int)
+    return seq

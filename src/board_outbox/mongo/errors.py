@@ -24,6 +24,7 @@ from pymongo.errors import (
 )
 
 from ..errors import BoardOutboxError, StoreError, StoreUnavailable
+from ..validation import cap
 
 # Server error codes that mean "try again": network, step-down, shutdown, time limits, and a
 # cursor the server lost under us (a restart or a killOp between a find and its getMore: 43,
@@ -47,9 +48,11 @@ def is_transient(exc: PyMongoError) -> bool:
 
 
 def classify(exc: PyMongoError, op: str) -> BoardOutboxError:
+    # capped: the server's message can quote a whole document (33 MB for a 16 MB row)
+    text = cap(f"{op}: {type(exc).__name__}: {exc}")
     if is_transient(exc):
-        return StoreUnavailable(f"{op}: {type(exc).__name__}: {exc}")
-    return StoreError(f"{op}: {type(exc).__name__}: {exc}")
+        return StoreUnavailable(text)
+    return StoreError(text)
 
 
 P = ParamSpec("P")

@@ -7,7 +7,9 @@ from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 
+from ..errors import StoreError
 from ..ports import EventRecord
+from ..validation import cap, is_seq
 from .errors import translated
 
 EVENTS = "board_events"
@@ -42,15 +44,21 @@ class MongoEventLog:
 
     @translated
     async def max_inserted_seq(self, tenant_id: str) -> int:
-        doc = await self.events.find_one(
-            {"tenant_id": tenant_id}, {"seq": 1, "_id": 0}, sort=[("seq", DESCENDING)]
-        )
-        return int(doc["seq"]) if doc else 0
+        # the highest true-int seq (R2: a 2.5 or a Decimal128 is poison, not a head)
+        docs = await (self.events.find({"tenant_id": tenant_id, "seq": {"$type": "number"}},
+                                       {"seq": 1, "_id": 0})
+                      .sort("seq", DESCENDING).limit(20).to_list(None))
+        return next((d["seq"] for d in docs if is_seq(d["seq"])), 0)
 
     @translated
     async def allocated_seq(self, tenant_id: str) -> int:
         doc = await self.counters.find_one({"_id": tenant_id})
-        return int(doc["seq"]) if doc else 0
+        if doc is None:
+            return 0
+        if not is_seq(doc.get("seq")):
+            raise StoreError(f"{COUNTERS} document of tenant {tenant_id!r}: seq "
+                             f"{cap(repr(doc.get('seq')), 100)} is not an integer seq")
+        return int(doc["seq"])
 
     @translated
     async def tenants(self) -> set[str]:

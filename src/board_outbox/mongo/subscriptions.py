@@ -7,15 +7,25 @@ from typing import Any
 
 from ..domain import Subscription, check_id, from_doc, to_doc
 from ..errors import MalformedDocument, SubscriptionNotFound
+from ..validation import OnceLog, cap, subscription_problem
 from .errors import translated
 
 SUBSCRIPTIONS = "trigger_subscriptions"
 
 log = logging.getLogger("board_outbox.mongo")
+_once = OnceLog(log)
 
 
 def _malformed_sub(ref: object, detail: str) -> MalformedDocument:
-    return MalformedDocument("subscription", ref, detail)
+    return MalformedDocument("subscription", ref, cap(detail, 500))
+
+
+def _decode(doc: dict[str, Any]) -> Subscription:
+    sub = from_doc(doc, Subscription, _malformed_sub)
+    problem = subscription_problem(sub)
+    if problem is not None:
+        raise _malformed_sub(doc.get("_id"), problem)
+    return sub
 
 
 class MongoSubscriptionStore:
@@ -26,17 +36,22 @@ class MongoSubscriptionStore:
     async def get(self, sub_id: str) -> Subscription:
         doc = await self.coll.find_one({"_id": sub_id})
         if doc is None:
+            # R2: a subscription written with an _id other than its sub_id is still found
+            doc = await self.coll.find_one({"sub_id": sub_id})
+        if doc is None:
             raise SubscriptionNotFound(sub_id)
-        return from_doc(doc, Subscription, _malformed_sub)
+        return _decode(doc)
 
     @translated
     async def list_for_tenant(self, tenant_id: str) -> list[Subscription]:
         out: list[Subscription] = []
         for doc in await self.coll.find({"tenant_id": tenant_id}).sort("_id", 1).to_list(None):
             try:
-                out.append(from_doc(doc, Subscription, _malformed_sub))
+                out.append(_decode(doc))
             except MalformedDocument as exc:  # one bad subscription must not stall the tenant
-                log.error("ignoring malformed subscription: %s", exc, extra={"tenant_id": tenant_id})
+                # once per distinct problem, not once per batch of every tenant it names (R1)
+                _once(("sub", repr(doc.get("_id")), str(exc)), logging.ERROR,
+                      "ignoring malformed subscription: %s", exc, extra={"tenant_id": tenant_id})
         return out
 
     @translated
