@@ -60,16 +60,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "seed = await self.events.max_inserted_seq(tenant_id)",
            "seed = await self.events.allocated_seq(tenant_id)", "tail"),
     Mutant("tail-young-gap-stepped-at-once", "tail",
-           "if self._gaps.age(tenant_id, missing, now) < self.settings.young_gap_seconds:",
-           "if self._gaps.age(tenant_id, missing, now) < 0:", "tail"),
+           "        if age < self.young_gap_seconds:\n            return False",
+           "        if age < 0:\n            return False", "reading"),
     Mutant("tail-first-event-of-batch-unmatched", "tail",
            "        for snap in snapshots:\n            for sub in index.matching(snap):",
            "        for snap in snapshots[1:]:\n            for sub in index.matching(snap):", "tail"),
     # --- the worker and the outbox's fencing -------------------------------------------------
     Mutant("worker-reclaim-no-attempt-memory", "worker",
-           '            if reclaimed:\n                doc["attempts"] = doc.get("attempts", 0) + 1',
-           '            if reclaimed:\n                doc["attempts"] = doc.get("attempts", 0)',
-           "memory"),
+           'return Transition(name="reclaim", count_attempt=True,',
+           'return Transition(name="reclaim", count_attempt=False,', "outbox_transitions"),
     Mutant("worker-never-parks", "worker",
            "        if attempt >= self.settings.max_attempts:\n"
            '            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")',
@@ -79,17 +78,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "if attempt >= self.settings.max_attempts:",
            "if attempt > self.settings.max_attempts:", "worker"),
     Mutant("worker-mark-done-unfenced-memory", "worker",
-           "    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:\n"
-           "        await checkpoint()\n"
-           "        doc = self._fenced(ref, claim_id)",
-           "    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:\n"
-           "        await checkpoint()\n"
-           "        doc = self._docs.get(ref)", "memory"),
+           '        if doc is None or doc.get("state") != CLAIMED or doc.get("claim_id") != claim_id:\n'
+           '            return None',
+           '        if doc is None:\n            return None', "memory/outbox"),
     Mutant("worker-mark-done-unfenced-mongo", "worker",
-           '        return await self._fenced(ref, claim_id, {"$set": {\n'
-           '            "state": DONE, "outcome": outcome,',
-           '        return await self._unfenced(ref, claim_id, {"$set": {\n'
-           '            "state": DONE, "outcome": outcome,', "mongo"),
+           '        res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id},\n'
+           '                                         update_of(t))',
+           '        res = await self.coll.update_one({"_id": ref},\n'
+           '                                         update_of(t))', "mongo/outbox"),
     # --- the launch handler ----------------------------------------------------------------
     Mutant("launch-no-reverify", "launch",
            "if not row.consume_marked and not matches(sub, row.event):", "if False:", "launch"),
@@ -124,12 +120,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "return isinstance(exc, OperationFailure) and exc.code in TRANSIENT_CODES",
            "return False", "mongo"),
     Mutant("runtime-stale-token-kept-after-lost-stream", "runtime",
-           "                token = None\n                if tokens is not None:\n"
-           "                    await tokens.clear()",
-           "                if tokens is not None:\n                    pass", "runtime"),
+           "                    token = saved = None\n                    self.stats.stream_reopens += 1",
+           "                    self.stats.stream_reopens += 1", "runtime"),
     Mutant("runtime-no-catch-up-poll-after-lost-stream", "runtime",
-           "self._tail_wake.set()  # a full poll picks up whatever the stream missed",
-           "pass  # mutant: no catch-up poll", "runtime"),
+           "                    self.request_full_poll()\n                    poll_when_open = True\n"
+           "                    try:",
+           "                    try:", "runtime"),
     Mutant("runtime-stream-change-wakes-nothing", "runtime",
            "self.wake_tenant(change.tenant_id)", "pass", "runtime"),
     Mutant("worker-retry-without-backoff", "worker+",
@@ -142,10 +138,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if self._cursors.get(tenant_id) != expected:\n            return False",
            "        if False:\n            return False", "memory"),
     Mutant("worker-reclaim-no-attempt-mongo", "adapters",
-           '{"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now},\n'
-           '                 "$inc": {"attempts": 1}},',
-           '{"$set": {"claim_id": claim_id, "lease_until": lease_until, "updated_at": now}},',
-           "mongo"),
+           '    if t.count_attempt:\n        update["$inc"] = {"attempts": 1}',
+           '    if t.count_attempt and t.name != "reclaim":\n        update["$inc"] = {"attempts": 1}',
+           "mongo/outbox"),
     Mutant("launch-consume-mark-not-persisted", "launch+",
            "            await self._persist_consumed(row, ctx)", "            pass", "launch"),
     Mutant("backoff-no-growth", "worker+",
