@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -41,6 +41,9 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     replica_name: str = ""
     metrics_interval_seconds: Pos = 10.0
+    # /healthz, /readyz, /metrics (O1); http_port = 0 turns them off
+    http_host: str = "127.0.0.1"
+    http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9464
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -59,6 +62,11 @@ def validate(cfg: Config) -> Config:
             f"tail.young_gap_seconds ({cfg.tail.young_gap_seconds:g}) must exceed "
             f"store.op_timeout_seconds ({cfg.store.op_timeout_seconds:g}): a seq whose insert is "
             "still within the store timeout would otherwise be stepped over as a dead allocation"
+        )
+    if cfg.tail.stall_seconds <= cfg.tail.young_gap_seconds:
+        raise ConfigError(
+            f"tail.stall_seconds ({cfg.tail.stall_seconds:g}) must exceed tail.young_gap_seconds "
+            f"({cfg.tail.young_gap_seconds:g}): a tail waiting out a young gap is not stalled"
         )
     if cfg.worker.backoff_cap_seconds < cfg.worker.backoff_base_seconds:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")

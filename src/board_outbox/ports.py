@@ -131,6 +131,10 @@ class EffectOutbox(Protocol):
         """Tenants holding pending or claimed rows."""
         ...
 
+    async def oldest_live_created_at(self, tenant_id: str) -> float | None:
+        """``created_at`` of the tenant's oldest pending or claimed row (None: none); O1/O3."""
+        ...
+
     async def replay(self, row_key: str, now: float, by: str) -> bool:
         """A failed row back to pending, attempts reset, error history kept, audit appended."""
         ...
