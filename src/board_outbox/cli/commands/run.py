@@ -17,7 +17,6 @@ log = logging.getLogger("board_outbox.cli")
 
 async def cmd_run(args: argparse.Namespace, factory: StoresFactory) -> int:
     from ...config import load_config
-    from ...http import open_ops_server
     from ...logs import setup_logging
     from ...runtime import Service
     from ...telemetry.sdk import setup_telemetry
@@ -32,6 +31,8 @@ async def cmd_run(args: argparse.Namespace, factory: StoresFactory) -> int:
             service = Service(stores, cfg)
             host, port = cfg.service.http_host, cfg.service.http_port
             if port:  # 0: endpoints off (O1)
+                from ...http import open_ops_server
+
                 await stack.enter_async_context(open_ops_server(service, host, port))
                 log.info("operator endpoints on http://%s:%d (/healthz, /readyz, /metrics)",
                          host, port)
