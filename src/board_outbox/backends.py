@@ -31,6 +31,7 @@ def _mongo(cfg: Config, launcher: Launcher, ensure_schema: bool) -> AbstractAsyn
         launcher=launcher, uri=s.uri, database=s.database, app_name=s.app_name,
         op_timeout_seconds=s.op_timeout_seconds, connect_timeout_seconds=s.connect_timeout_seconds,
         server_selection_timeout_seconds=s.server_selection_timeout_seconds,
+        read_concern=s.read_concern, write_concern=s.write_concern,
         change_feed=cfg.tail.change_streams, ensure_schema=ensure_schema,
     )
 
@@ -43,6 +44,7 @@ def mongo_client(s: StoreConfig) -> Any:
         s.uri, app_name=s.app_name, op_timeout_seconds=s.op_timeout_seconds,
         connect_timeout_seconds=s.connect_timeout_seconds,
         server_selection_timeout_seconds=s.server_selection_timeout_seconds,
+        read_concern=s.read_concern, write_concern=s.write_concern,
     )
 
 

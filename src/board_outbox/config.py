@@ -27,6 +27,9 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     connect_timeout_seconds: Pos = 5.0
     server_selection_timeout_seconds: Pos = 10.0
     app_name: str = "board-outbox"
+    # O5: events and cursors read, rows / cursor CAS / marks written, with majority by default
+    read_concern: Literal["majority", "local", "linearizable"] = "majority"
+    write_concern: Literal["majority"] | Annotated[int, msgspec.Meta(ge=1)] = "majority"
 
 
 class LauncherConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

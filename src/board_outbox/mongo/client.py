@@ -29,8 +29,13 @@ def make_client(
     op_timeout_seconds: float = 10.0,
     connect_timeout_seconds: float = 5.0,
     server_selection_timeout_seconds: float = 10.0,
+    read_concern: str = "majority",
+    write_concern: str | int = "majority",
 ) -> AsyncMongoClient[dict[str, Any]]:
-    """TLS, auth and replica-set options travel in the URI and reach pymongo untouched."""
+    """TLS, auth and replica-set options travel in the URI and reach pymongo untouched. The read
+    and write concerns are explicit (O5): with "majority", the tail never materializes an event
+    an election could roll back, and a cursor advance, a row or a mark it was told is written
+    cannot be rolled back either."""
     try:
         return AsyncMongoClient(
             uri,
@@ -41,6 +46,8 @@ def make_client(
             serverSelectionTimeoutMS=int(server_selection_timeout_seconds * 1000),
             retryWrites=True,
             retryReads=True,
+            readConcernLevel=read_concern,
+            w=write_concern,
         )
     except (InvalidURI, ConfigurationError) as exc:
         raise ConfigError(f"store.uri: {exc}") from None
@@ -75,6 +82,8 @@ async def open_stores(
     op_timeout_seconds: float = 10.0,
     connect_timeout_seconds: float = 5.0,
     server_selection_timeout_seconds: float = 10.0,
+    read_concern: str = "majority",
+    write_concern: str | int = "majority",
     change_feed: bool = True,
     ensure_schema: bool = False,
 ) -> AsyncIterator[Stores]:
@@ -83,6 +92,7 @@ async def open_stores(
         uri, app_name=app_name, op_timeout_seconds=op_timeout_seconds,
         connect_timeout_seconds=connect_timeout_seconds,
         server_selection_timeout_seconds=server_selection_timeout_seconds,
+        read_concern=read_concern, write_concern=write_concern,
     )
     try:
         db = client[database]
