@@ -192,6 +192,12 @@ class LabelStore(Protocol):
         this row (skip). Raises ``CardNotFound``."""
         ...
 
+    async def forget_consumed(self, tenant_id: str, card_id: str, by: str) -> None:
+        """Drop row ``by``'s entry from the card's ``consumed`` record. Called once the row's
+        ``consume_marked`` is durable: from then on no retry of it asks ``consume`` again, so the
+        entry is dead weight. (The record is also capped at ``CONSUMED_CAP`` newest entries.)"""
+        ...
+
 
 ConsumeOutcome = Literal["consumed", "already", "absent"]
 
