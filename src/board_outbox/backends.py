@@ -6,8 +6,8 @@ Each adapter package exposes one factory taking plain settings (``memory.open_st
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from .config import Config, LauncherConfig, StoreConfig
@@ -60,6 +60,15 @@ def make_launcher(cfg: LauncherConfig) -> Launcher:
     return LAUNCHERS[cfg.kind](cfg)
 
 
-def open_backend(cfg: Config, *, ensure_schema: bool = False) -> AbstractAsyncContextManager[Stores]:
-    """The configured backend's ports, as an async context manager."""
-    return BACKENDS[cfg.store.backend](cfg, make_launcher(cfg.launcher), ensure_schema)
+@asynccontextmanager
+async def open_backend(cfg: Config, *, ensure_schema: bool = False) -> AsyncIterator[Stores]:
+    """The configured backend's ports, as an async context manager (the launcher's connection
+    pool, if it has one, is closed on the way out)."""
+    launcher = make_launcher(cfg.launcher)
+    try:
+        async with BACKENDS[cfg.store.backend](cfg, launcher, ensure_schema) as stores:
+            yield stores
+    finally:
+        aclose = getattr(launcher, "aclose", None)
+        if aclose is not None:
+            await aclose()
