@@ -180,10 +180,22 @@ def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('[service]\nlog_format = "json"\nreplica_name = "r1"\n'
                    '[tail]\npoll_interval_seconds = 0.1\n')
+    import httpx
+
+    from tests.test_ops import free_port
+
+    port = free_port()  # wait for /healthz, not a fixed sleep: a loaded machine starts slowly
     proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)})
     try:
-        time.sleep(1.5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
         assert proc.poll() is None  # still running
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=15)
