@@ -105,6 +105,9 @@ class Service:
         self.last_poll_ok: float | None = None  # clock time of the last drain pass that read the store
         self.stalls = StallDetector(config.tail.stall_seconds)
         self.status: dict[str, TenantStatus] = {}
+        # per-tenant status costs several reads per tenant per refresh: only while the operator
+        # endpoints serve it (the ops server turns it on)
+        self.status_enabled = False
 
     # --- control ---------------------------------------------------------------------------
 
@@ -234,7 +237,8 @@ class Service:
             lag[tenant] = max(0, await self.stores.events.allocated_seq(tenant) - cursor)
         self.metrics.lag = lag
         self.metrics.rows = await self.stores.outbox.count_by_state()
-        await self.refresh_status()
+        if self.status_enabled:
+            await self.refresh_status()
 
     async def refresh_status(self) -> None:
         """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""

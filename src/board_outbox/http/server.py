@@ -35,6 +35,7 @@ class OpsServer:
         self.service = service
         self.listener = listener
         service.metrics.prom.registry.register(ServiceCollector(service))
+        service.status_enabled = True  # per-tenant status and stall detection, for these endpoints
 
     @property
     def port(self) -> int:
