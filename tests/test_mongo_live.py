@@ -28,6 +28,8 @@ async def test_change_stream_yields_inserts_and_resumes_after_token(live_db: Any
             async def watch() -> None:
                 nonlocal token
                 async for ch in feed.watch(None):
+                    if not ch.tenant_id:
+                        continue  # a quiet batch's post-batch token (max_await passed first)
                     got.append((ch.tenant_id, ch.seq))
                     token = ch.token
                     if len(got) == 2:
@@ -43,6 +45,8 @@ async def test_change_stream_yields_inserts_and_resumes_after_token(live_db: Any
     await events.insert({"tenant_id": "a", "seq": seq, "type": "x", "card_id": "c"})
     with anyio.fail_after(20):
         async for ch in feed.watch(token):  # resumes right after ("b", 1)
+            if not ch.tenant_id:
+                continue  # a quiet batch
             assert (ch.tenant_id, ch.seq) == ("a", 2)
             break
 
