@@ -21,6 +21,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(autouse=True)
+def _ops_endpoints_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run`` serves /healthz, /readyz, /metrics on 127.0.0.1:9464 by default (O1): tests turn
+    them off unless they ask for a port, so no test depends on 9464 being free."""
+    monkeypatch.setenv("BOARD_OUTBOX_SERVICE__HTTP_PORT", "0")
+
+
 _LIVE: dict[str, object] = {}
 
 

@@ -180,27 +180,29 @@ def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text('[service]\nlog_format = "json"\nreplica_name = "r1"\n'
                    '[tail]\npoll_interval_seconds = 0.1\n')
-    errf = tmp_path / "stderr"
-    with errf.open("w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
-            stderr=sink, text=True)
+    import httpx
+
+    from tests.test_ops import free_port
+
+    port = free_port()  # wait for /healthz, not a fixed sleep: a loaded machine starts slowly
+    proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)})
     try:
-        # wait until the service says it runs (a loaded machine imports slowly), then a beat
-        # for the signal receiver to open
-        deadline = time.monotonic() + 60
-        while "running on" not in errf.read_text():
-            assert proc.poll() is None, errf.read_text()
-            assert time.monotonic() < deadline, "the service never started"
-            time.sleep(0.05)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
         assert proc.poll() is None  # still running
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=15)
     finally:
         if proc.poll() is None:
             proc.kill()
-    err = errf.read_text()
+    err = proc.stderr.read() if proc.stderr else ""
     assert rc == 0, err
     assert '"msg":"SIGTERM: shutting down gracefully"' in err and "service stopped" in err
 

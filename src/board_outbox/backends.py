@@ -6,8 +6,8 @@ Each adapter package exposes one factory taking plain settings (``memory.open_st
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from .config import Config, LauncherConfig, StoreConfig
@@ -31,6 +31,7 @@ def _mongo(cfg: Config, launcher: Launcher, ensure_schema: bool) -> AbstractAsyn
         launcher=launcher, uri=s.uri, database=s.database, app_name=s.app_name,
         op_timeout_seconds=s.op_timeout_seconds, connect_timeout_seconds=s.connect_timeout_seconds,
         server_selection_timeout_seconds=s.server_selection_timeout_seconds,
+        read_concern=s.read_concern, write_concern=s.write_concern,
         change_feed=cfg.tail.change_streams, ensure_schema=ensure_schema,
     )
 
@@ -43,6 +44,7 @@ def mongo_client(s: StoreConfig) -> Any:
         s.uri, app_name=s.app_name, op_timeout_seconds=s.op_timeout_seconds,
         connect_timeout_seconds=s.connect_timeout_seconds,
         server_selection_timeout_seconds=s.server_selection_timeout_seconds,
+        read_concern=s.read_concern, write_concern=s.write_concern,
     )
 
 
@@ -58,6 +60,15 @@ def make_launcher(cfg: LauncherConfig) -> Launcher:
     return LAUNCHERS[cfg.kind](cfg)
 
 
-def open_backend(cfg: Config, *, ensure_schema: bool = False) -> AbstractAsyncContextManager[Stores]:
-    """The configured backend's ports, as an async context manager."""
-    return BACKENDS[cfg.store.backend](cfg, make_launcher(cfg.launcher), ensure_schema)
+@asynccontextmanager
+async def open_backend(cfg: Config, *, ensure_schema: bool = False) -> AsyncIterator[Stores]:
+    """The configured backend's ports, as an async context manager (the launcher's connection
+    pool, if it has one, is closed on the way out)."""
+    launcher = make_launcher(cfg.launcher)
+    try:
+        async with BACKENDS[cfg.store.backend](cfg, launcher, ensure_schema) as stores:
+            yield stores
+    finally:
+        aclose = getattr(launcher, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -26,6 +26,9 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     connect_timeout_seconds: Pos = 5.0
     server_selection_timeout_seconds: Pos = 10.0
     app_name: str = "board-outbox"
+    # O5: events and cursors read, rows / cursor CAS / marks written, with majority by default
+    read_concern: Literal["majority", "local", "linearizable"] = "majority"
+    write_concern: Literal["majority"] | Annotated[int, msgspec.Meta(ge=1)] = "majority"
 
 
 class LauncherConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -40,6 +43,9 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     replica_name: str = ""
     metrics_interval_seconds: Pos = 10.0
+    # /healthz, /readyz, /metrics (O1); http_port = 0 turns them off
+    http_host: str = "127.0.0.1"
+    http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9464
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -65,6 +71,11 @@ def validate(cfg: Config) -> Config:
     if not db or len(db.encode()) > 63 or any(c in db for c in '/\\. "$\0'):
         raise ConfigError(f"store.database: {db!r} is not a MongoDB database name (1-63 bytes, "
                           "none of / \\ . \" $ or spaces)")
+    if cfg.tail.stall_seconds <= cfg.tail.young_gap_seconds:
+        raise ConfigError(
+            f"tail.stall_seconds ({cfg.tail.stall_seconds:g}) must exceed tail.young_gap_seconds "
+            f"({cfg.tail.young_gap_seconds:g}): a tail waiting out a young gap is not stalled"
+        )
     if cfg.worker.backoff_cap_seconds < cfg.worker.backoff_base_seconds:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
     if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):

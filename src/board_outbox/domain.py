@@ -40,6 +40,11 @@ def check_id(what: str, value: str) -> str:
 # --- board side -------------------------------------------------------------------------------
 
 
+# the newest entries a card's ``consumed`` record keeps (a backstop: entries are dropped as soon as
+# their row's consume_marked is durable, so only rows that died in between can pile up)
+CONSUMED_CAP = 64
+
+
 class BoardEvent(msgspec.Struct, frozen=True, kw_only=True):
     """One row of ``board_events``. ``seq`` is allocated per tenant before the insert."""
 

@@ -16,6 +16,7 @@ primitives each adapter provides:
        |                  \\--release--> pending (shutdown; attempts unchanged)
        |   claimed, lease expired --reclaim--> claimed (attempts +1, lease_expired error)
        \\------------------------------- failed --replay--> pending (attempts 0, audit)
+    claimed --extend_lease--> claimed (lease_until later: the worker's heartbeat, O4)
 """
 
 from __future__ import annotations
@@ -64,6 +65,12 @@ def lease_expired(*, attempt: int, now: float) -> Transition:
 def consumed(*, now: float) -> Transition:
     """M6: the one-shot labels were spent for this row; a retry launches without consuming."""
     return Transition(name="consumed", set={"consume_marked": True, "updated_at": now})
+
+
+def extend_lease(*, now: float, lease_until: float) -> Transition:
+    """O4: the heartbeat of a long effect pushes its lease out, fenced by claim_id like every mark
+    (a stolen lease makes it a no-op and the heartbeat stops). Attempts are unchanged."""
+    return Transition(name="extend_lease", set={"lease_until": lease_until, "updated_at": now})
 
 
 def done(*, now: float, outcome: str) -> Transition:
@@ -160,6 +167,9 @@ class FencedMarks:
 
     async def release(self, ref: Any, claim_id: str, now: float) -> bool:
         return await self._apply_claimed(ref, claim_id, release(now=now))
+
+    async def extend_lease(self, ref: Any, claim_id: str, now: float, lease_until: float) -> bool:
+        return await self._apply_claimed(ref, claim_id, extend_lease(now=now, lease_until=lease_until))
 
     async def replay(self, row_key: str, now: float, by: str) -> bool:
         return await self._apply_failed(row_key, replay(now=now, by=by))

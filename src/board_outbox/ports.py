@@ -145,6 +145,10 @@ class EffectOutbox(Protocol):
         beyond ``horizon`` seconds. (ref, raw document) pairs."""
         ...
 
+    async def extend_lease(self, ref: Any, claim_id: str, now: float, lease_until: float) -> bool:
+        """The heartbeat (O4): move a claim's lease to ``lease_until``, fenced by claim_id."""
+        ...
+
     async def get(self, row_key: str) -> EffectRow | None: ...
 
     async def find(self, flt: RowFilter) -> list[EffectRow]: ...
@@ -153,6 +157,10 @@ class EffectOutbox(Protocol):
 
     async def live_tenants(self) -> set[str]:
         """Tenants holding pending or claimed rows."""
+        ...
+
+    async def oldest_live_created_at(self, tenant_id: str) -> float | None:
+        """``created_at`` of the tenant's oldest pending or claimed row (None: none); O1/O3."""
         ...
 
     async def replay(self, row_key: str, now: float, by: str) -> bool:
@@ -206,6 +214,12 @@ class LabelStore(Protocol):
         ``"consumed"`` now; ``"already"`` -- spent earlier by this same row (a retry after a crash
         or a lost lease: launch, do not consume again); ``"absent"`` -- not there and not spent by
         this row (skip). Raises ``CardNotFound``."""
+        ...
+
+    async def forget_consumed(self, tenant_id: str, card_id: str, by: str) -> None:
+        """Drop row ``by``'s entry from the card's ``consumed`` record. Called once the row's
+        ``consume_marked`` is durable: from then on no retry of it asks ``consume`` again, so the
+        entry is dead weight. (The record is also capped at ``CONSUMED_CAP`` newest entries.)"""
         ...
 
 

@@ -19,6 +19,7 @@ from .config import Config
 from .domain import EffectRow
 from .errors import ChangeStreamLost, StoreUnavailable
 from .handlers import LaunchHandler
+from .health import StallDetector, TenantStatus, all_tenants, tenant_status
 from .plugins import build_handlers
 from .ports import Stores
 from .projections import register_all
@@ -42,6 +43,7 @@ class Stats:
     stream_wakes: int = 0
     poll_wakes: int = 0
     stream_reopens: int = 0
+    cas_lost: int = 0
     worker: TickResult = field(default_factory=TickResult)
     last_drain: list[DrainResult] = field(default_factory=list)
 
@@ -105,6 +107,15 @@ class Service:
         self._worker_wake = anyio.Event()
         self._stopping = anyio.Event()
         self._worker_exited = anyio.Event()
+        # what /healthz and /readyz look at (O1, O2)
+        self.loops: dict[str, bool] = {}
+        self.stream_open = False
+        self.last_poll_ok: float | None = None  # clock time of the last drain pass that read the store
+        self.stalls = StallDetector(config.tail.stall_seconds)
+        self.status: dict[str, TenantStatus] = {}
+        # per-tenant status costs several reads per tenant per refresh: only while the operator
+        # endpoints serve it (the ops server turns it on)
+        self.status_enabled = False
 
     # --- control ---------------------------------------------------------------------------
 
@@ -142,11 +153,11 @@ class Service:
         gc.freeze()
         grace = self.config.service.shutdown_grace_seconds
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._tail_loop)
-            tg.start_soon(self._worker_loop)
+            tg.start_soon(self._alive, "tail", self._tail_loop)
+            tg.start_soon(self._alive, "worker", self._worker_loop)
             if self.stores.feed is not None and self.config.tail.change_streams:
-                tg.start_soon(self._waker_loop)
-            tg.start_soon(self._metrics_loop)
+                tg.start_soon(self._alive, "waker", self._waker_loop)
+            tg.start_soon(self._alive, "metrics", self._metrics_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
@@ -155,6 +166,13 @@ class Service:
         log.info("service stopped")
 
     # --- loops -----------------------------------------------------------------------------
+
+    async def _alive(self, name: str, loop: Callable[[], Any]) -> None:
+        self.loops[name] = True
+        try:
+            await loop()
+        finally:
+            self.loops[name] = False
 
     async def _tail_loop(self) -> None:
         poll = self.config.tail.poll_interval_seconds
@@ -171,6 +189,8 @@ class Service:
             self._dirty.clear()
             try:
                 results = await self.tail.drain_all(tenants)
+                if tenants is None and not any(r.stopped == "aborted" for r in results):
+                    self.last_poll_ok = self.clock.now()
             except StoreUnavailable as exc:  # tenant list unreadable: next tick
                 log.warning("drain pass aborted: %s", exc)
                 results = []
@@ -186,6 +206,7 @@ class Service:
                 self.stats.rows_inserted += r.rows_inserted
                 self.stats.skipped_deleted += r.skipped_deleted
                 self.stats.skipped_poison += r.skipped_poison
+                self.stats.cas_lost += r.stopped == "cas_lost"
             if any(r.rows_inserted for r in results):
                 self._worker_wake.set()
             if self._dirty or self._full_poll:
@@ -225,6 +246,20 @@ class Service:
             lag[tenant] = max(0, await self.stores.events.allocated_seq(tenant) - cursor)
         self.metrics.lag = lag
         self.metrics.rows = await self.stores.outbox.count_by_state()
+        if self.status_enabled:
+            await self.refresh_status()
+
+    async def refresh_status(self) -> None:
+        """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
+        status: dict[str, TenantStatus] = {}
+        for tenant in await all_tenants(self.stores):
+            now = self.clock.now()
+            st = await tenant_status(self.stores, tenant, now)
+            st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
+            st.stalled = st.stalled_for_seconds > 0
+            status[tenant] = st
+        self.stalls.forget(status)
+        self.status = status
 
     async def _metrics_loop(self) -> None:
         while not self.stopping:
@@ -263,6 +298,7 @@ class Service:
                     if tokens is not None and token is None and saved is None:
                         token = saved = await tokens.load()
                     async for change in feed.watch(token):
+                        self.stream_open = True
                         if poll_when_open:
                             poll_when_open = False
                             self.request_full_poll()
@@ -277,6 +313,7 @@ class Service:
                         if self.stopping:
                             break
                 except ChangeStreamLost as exc:
+                    self.stream_open = False
                     log.warning("change stream lost (%s): dropping the resume token, polling "
                                 "reconciles", exc)
                     token = saved = None
@@ -295,6 +332,7 @@ class Service:
                     if losses > 1:
                         delay = min(delay * 2, 5.0)
                 except StoreUnavailable as exc:
+                    self.stream_open = False
                     log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
                     self.stats.stream_reopens += 1
                     if token is None:
@@ -305,6 +343,7 @@ class Service:
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 5.0)
                 except Exception as exc:
+                    self.stream_open = False
                     log.error("change stream failed (%s: %s): polling carries on, reopening in "
                               "%.1fs", type(exc).__name__, exc, delay)
                     self.stats.stream_reopens += 1

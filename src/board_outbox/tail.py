@@ -50,6 +50,8 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     change_streams: bool = True
     # the stream's resume token is persisted at most this often (and on shutdown), never per event
     token_save_seconds: Pos = 5.0
+    # behind, and the cursor has not moved for this long: the tenant is stalled (O2)
+    stall_seconds: Pos = 120.0
 
 
 class DrainResult(msgspec.Struct, kw_only=True):

@@ -55,6 +55,11 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     idle_seconds: Pos = 0.25
     # P2: a tick's projection rows of one projection apply as one batch (projection_batch.py)
     projection_batching: bool = True
+    # O4 heartbeat: every lease_seconds * heartbeat_fraction a running effect's lease is extended
+    # (fenced by claim_id; 0 turns it off), never past max_execution_seconds after it started:
+    # a hung effect then loses its lease and the reclaim counts the attempt (M9)
+    heartbeat_fraction: Frac = 0.34
+    max_execution_seconds: Pos = 600.0
 
     @property
     def backoff(self) -> BackoffPolicy:
@@ -84,6 +89,14 @@ class TickResult(msgspec.Struct, kw_only=True):
             setattr(self, f, getattr(self, f) + getattr(other, f))
 
 
+class Lease:
+    """The lease of one claim in flight, as the heartbeat has extended it."""
+
+    def __init__(self, claim: Claim, started: float) -> None:
+        self.claim, self.started, self.until = claim, started, claim.lease_until
+        self.stopped = ""  # why the heartbeat stopped: "" | lost | max_execution
+
+
 class EffectWorker:
     def __init__(
         self,
@@ -107,6 +120,7 @@ class EffectWorker:
         self.on_done = on_done
         self.metrics = metrics
         self.stopping = False
+        self.inflight: dict[str, Lease] = {}  # claim_id -> lease, while its row executes
         self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
         self._once = OnceLog(log)
         self._next_sweep = -float("inf")
@@ -201,7 +215,72 @@ class EffectWorker:
         return released
 
     async def execute(self, claim: Claim) -> Outcome:
-        """Run one claimed row and record what became of it; return that outcome."""
+        """Run one claimed row and record what became of it; return that outcome. While it runs,
+        a heartbeat keeps its lease (O4)."""
+        lease = Lease(claim, self.clock.now())
+        self.inflight[claim.claim_id] = lease
+        try:
+            if self.settings.heartbeat_fraction <= 0:
+                return await self._execute(claim)
+            result: list[Outcome] = []
+            raised: list[BaseException] = []  # re-raised as itself, not in an exception group
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat, lease)
+                try:
+                    result.append(await self._execute(claim))
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except BaseException as exc:
+                    raised.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+            if raised:
+                raise raised[0]
+            return result[0]
+        finally:
+            self.inflight.pop(claim.claim_id, None)
+
+    async def _heartbeat(self, lease: Lease) -> None:
+        every = self.settings.lease_seconds * self.settings.heartbeat_fraction
+        while True:
+            await anyio.sleep(every)
+            if not await self.extend(lease):
+                return
+
+    async def extend(self, lease: Lease) -> bool:
+        """One heartbeat: push the lease out by ``lease_seconds``, never past
+        ``max_execution_seconds`` after the attempt started. False: the heartbeat stops (the lease
+        was stolen, or the effect ran too long)."""
+        s = self.settings
+        now = self.clock.now()
+        cap = lease.started + s.max_execution_seconds
+        if now >= cap:
+            lease.stopped = "max_execution"
+            log.warning("effect still running after max_execution_seconds (%gs): its lease is no "
+                        "longer extended; the reclaim counts the attempt", s.max_execution_seconds,
+                        extra={"row_ref": str(lease.claim.ref)})
+            return False
+        until = min(now + s.lease_seconds, cap)
+        if until <= lease.until:
+            return True
+        try:
+            ok = await self.outbox.extend_lease(lease.claim.ref, lease.claim.claim_id, now, until)
+        except StoreUnavailable as exc:  # the next beat tries again, while the lease lasts
+            log.warning("could not extend a lease (%s)", exc, extra={"row_ref": str(lease.claim.ref)})
+            return True
+        if not ok:
+            lease.stopped = "lost"
+            log.warning("lease lost while the effect runs: heartbeat stopped, late marks are no-ops",
+                        extra={"row_ref": str(lease.claim.ref)})
+            return False
+        lease.until = until
+        return True
+
+    def _lease_until(self, claim: Claim) -> float:
+        lease = self.inflight.get(claim.claim_id)
+        return claim.lease_until if lease is None else lease.until
+
+    async def _execute(self, claim: Claim) -> Outcome:
         now = self.clock.now()
         if now >= claim.lease_until:
             return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
@@ -284,7 +363,7 @@ class EffectWorker:
                 return await self.outbox.mark_done(claim.ref, claim.claim_id, now, outcome)
             except StoreUnavailable as exc:
                 delay = next(delays, None)
-                if delay is None or self.clock.now() + delay >= claim.lease_until:
+                if delay is None or self.clock.now() + delay >= self._lease_until(claim):
                     log.error("effect done but not recorded (%s): the row runs again after its "
                               "lease", exc, extra=_ctx(row))
                     return None

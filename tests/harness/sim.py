@@ -46,6 +46,9 @@ from board_outbox.worker import EffectWorker, WorkerSettings
 from tests.support.faults import Crash
 
 LEASE = 10.0
+HEARTBEAT_FRACTION = 0.34
+HEARTBEAT = True  # tests of the lease-steal paths turn the simulated heartbeat off
+MAX_EXECUTION = 120.0
 YOUNG_GAP = 30.0
 POISON_TICKS = 3
 SEED_MODES = ("earliest", "latest")
@@ -395,6 +398,7 @@ class Simulation:
         self.outage_left = 0
         self.launcher.fail = self._refuse
         self.live_violations: list[str] = []  # found while the schedule runs
+        self.workers: dict[int, EffectWorker] = {}  # each replica's current worker
 
     # --- observation hooks (called by SimPort) ----------------------------------------------
 
@@ -548,8 +552,12 @@ class Simulation:
                     outbox=stores.outbox, registry=registry, clock=self.clock, tenants=tail.tenants,
                     settings=WorkerSettings(lease_seconds=LEASE, max_attempts=self.max_attempts,
                                             batch_size=3,
-                                            backoff_base_seconds=0.5, backoff_cap_seconds=4),
+                                            backoff_base_seconds=0.5, backoff_cap_seconds=4,
+                                            # the real-time heartbeat is off: pass_time beats
+                                            heartbeat_fraction=0,
+                                            max_execution_seconds=MAX_EXECUTION),
                     rng=random.Random(rid))
+                self.workers[rid] = worker
                 try:
                     while True:
                         await tail.drain_all(self.tenants)
@@ -611,9 +619,9 @@ class Simulation:
             self._insert(t, seq, self.events[(t, seq)].card, etype)
             self.log(f"slow insert lands {t}/{seq}")
         elif action == "tick":
-            self.clock.advance(1.0)
+            await self.pass_time(1.0)
         elif action == "jump":
-            self.clock.advance((5.0, 11.0, 31.0)[self.d.choose(3)])  # past the lease, the young gap
+            await self.pass_time((5.0, 11.0, 31.0)[self.d.choose(3)])  # past the lease, the young gap
             self.log(f"clock jump -> {self.clock.now():.0f}")
         elif action == "edit_sub":
             sid = sorted(self.subs)[self.d.choose(len(self.subs))]
@@ -701,6 +709,29 @@ class Simulation:
             self.edited_subs.add(sid)
             self.log(f"move subscription {sid} to tenant {other}")
 
+    async def pass_time(self, seconds: float) -> None:
+        """Time passes; while it does, each replica's lease heartbeat (O4) beats every
+        ``LEASE * HEARTBEAT_FRACTION`` for the rows it has in flight -- the worker's own
+        ``extend``, on the store directly (not a turn: the heartbeat is its own task). A beat
+        fails like any store call, at the fault rate; ``max_execution_seconds`` still stops it."""
+        step = LEASE * HEARTBEAT_FRACTION
+        left = seconds
+        while left > 0:
+            d = min(step, left)
+            self.clock.advance(d)
+            left -= d
+            for _rid, worker in sorted(self.workers.items()) if HEARTBEAT else ():
+                for lease in list(worker.inflight.values()):
+                    if self.faults_on and self.d.choose(100) < self.fault_percent:
+                        self.report.faults["heartbeat beat failed"] += 1
+                        continue
+                    via = worker.outbox
+                    worker.outbox = self.store.stores.outbox
+                    try:
+                        await worker.extend(lease)
+                    finally:
+                        worker.outbox = via
+
     def _insert(self, t: str, seq: int, card_id: str, etype: str) -> None:
         self.store.insert({"tenant_id": t, "seq": seq, "type": etype,
                                         "card_id": card_id, "at": self.clock.now()})
@@ -776,7 +807,7 @@ class Simulation:
             for i in range(20_000):
                 await self._one_step(allow_env=False)
                 if i % 50 == 49:
-                    self.clock.advance(YOUNG_GAP + 1)  # expire leases and gaps, pass backoffs
+                    await self.pass_time(YOUNG_GAP + 1)  # expire leases and gaps, pass backoffs
                     if self._settled() or self._runaway():
                         break
             await self.turns.wait_all_parked()

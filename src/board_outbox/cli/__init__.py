@@ -17,6 +17,7 @@ from .commands.demo import cmd_demo
 from .commands.rebuild import cmd_rebuild
 from .commands.run import cmd_run
 from .commands.schema import cmd_ensure_schema
+from .commands.status import cmd_status
 from .output import UsageError
 from .parser import build_parser
 
@@ -47,6 +48,7 @@ COMMANDS: dict[str, Command] = {
     "demo": cmd_demo, "run": cmd_run, "ensure-schema": cmd_ensure_schema,
     "dead-letters": cmd_dead_letters, "rebuild": cmd_rebuild,
 }
+COMMANDS["status"] = cmd_status
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:

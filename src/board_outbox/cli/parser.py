@@ -106,6 +106,16 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "flight) rather than stepping over it; older gaps are dead allocations and are\n"
         "stepped over. Safe while the service runs: its projection rows carry on from there.",
     ),
+    "status": (
+        "per-tenant cursor, lag, oldest pending row, rows by state, dead-letters",
+        "One row per tenant: cursor, allocated seq, lag in events and in seconds (the age of\n"
+        "the oldest event past the cursor), the oldest pending or claimed row's age, rows by\n"
+        "state and dead-letters. --json prints one stable document: {\"schema\": 1,\n"
+        "\"generated_at\": epoch seconds, \"tenants\": [{tenant_id, cursor, allocated_seq,\n"
+        "lag_events, lag_seconds, oldest_pending_age_seconds, rows, dead_letters, stalled,\n"
+        "stalled_for_seconds}]} (stalled is only known to a running service: see /readyz).\n"
+        "An unknown --tenant is an error (exit 2).",
+    ),
 }
 
 
@@ -184,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--tenant", required=True, help="the tenant to rebuild")
     rb.add_argument("--batch-size", type=_positive_int, default=1000,
                     help="events read per query (default 1000)")
+    st = _command(sub, "status", common)
+    st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
+    st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")
     return parser
 
 

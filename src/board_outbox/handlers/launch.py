@@ -68,11 +68,20 @@ class LaunchHandler:
         for attempt in range(3):
             try:
                 await ctx.mark_consumed()
-                return
             except StoreUnavailable as exc:
                 if attempt == 2:
                     log.warning("could not persist consume_marked (%s): launching anyway", exc,
                                 extra={"row_key": row.row_key, "tenant_id": row.tenant_id})
+                continue
+            # durable: no retry of this row consults the card's record again, so its entry goes
+            # (best effort: one left behind is only dead weight, and the record is capped)
+            assert row.event is not None
+            try:
+                await self.labels.forget_consumed(row.tenant_id, row.event.card_id, row.row_key)
+            except StoreUnavailable as exc:
+                log.info("could not trim the card's consumed record (%s)", exc,
+                         extra={"row_key": row.row_key, "tenant_id": row.tenant_id})
+            return
 
     async def _launch(self, row: EffectRow, bot: str, sub_id: str) -> str:
         assert row.event is not None

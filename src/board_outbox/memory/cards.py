@@ -7,7 +7,7 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from ..domain import Card, from_doc, to_doc
+from ..domain import CONSUMED_CAP, Card, from_doc, to_doc
 from ..errors import CardNotFound, MalformedCard, MalformedDocument
 from ..ports import ConsumeOutcome
 
@@ -54,6 +54,12 @@ class MemoryBoard:
         await checkpoint()
         self._cards.pop((tenant_id, card_id), None)
 
+    async def forget_consumed(self, tenant_id: str, card_id: str, by: str) -> None:
+        await checkpoint()
+        doc = self._cards.get((tenant_id, card_id))
+        if doc is not None and "consumed" in doc:
+            doc["consumed"] = [rec for rec in doc["consumed"] if rec.get("by") != by]
+
     async def consume(
         self, tenant_id: str, card_id: str, labels: Sequence[str], by: str
     ) -> ConsumeOutcome:
@@ -69,5 +75,6 @@ class MemoryBoard:
             return "absent"
         doc["labels"] = [label for label in have if label not in labels]
         spent.append({"by": by, "labels": list(labels)})
+        del spent[:-CONSUMED_CAP]
         self.consumed.append((tenant_id, card_id, tuple(labels)))
         return "consumed"

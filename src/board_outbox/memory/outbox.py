@@ -215,6 +215,13 @@ class MemoryEffectOutbox(T.FencedMarks):
         await checkpoint()
         return {t for t, refs in self._live.items() if refs}
 
+    async def oldest_live_created_at(self, tenant_id: str) -> float | None:
+        await checkpoint()
+        ats = [float(self._docs[ref].get("created_at") or 0.0)
+               for ref in self._live.get(tenant_id, ())
+               if ref in self._docs and self._docs[ref].get("state") in LIVE_STATES]
+        return min(ats) if ats else None
+
     async def purge(self, flt: RowFilter) -> int:
         await checkpoint()
         victims = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ..domain import Card, from_doc, to_doc
+from ..domain import CONSUMED_CAP, Card, from_doc, to_doc
 from ..errors import CardNotFound, MalformedCard, MalformedDocument
 from ..ports import ConsumeOutcome
 from .errors import translated
@@ -69,6 +69,11 @@ class MongoBoard:
         await self.coll.delete_one({"_id": _card_id(tenant_id, card_id)})
 
     @translated
+    async def forget_consumed(self, tenant_id: str, card_id: str, by: str) -> None:
+        await self.coll.update_one({"_id": _card_id(tenant_id, card_id)},
+                                   {"$pull": {"consumed": {"by": by}}})
+
+    @translated
     async def consume(
         self, tenant_id: str, card_id: str, labels: Sequence[str], by: str
     ) -> ConsumeOutcome:
@@ -78,7 +83,8 @@ class MongoBoard:
         res = await self.coll.update_one(
             {"_id": key, "labels": {"$all": list(labels)}, "consumed.by": {"$ne": by}},
             {"$pullAll": {"labels": list(labels)},
-             "$push": {"consumed": {"by": by, "labels": list(labels)}}},
+             "$push": {"consumed": {"$each": [{"by": by, "labels": list(labels)}],
+                                    "$slice": -CONSUMED_CAP}}},
         )
         if res.modified_count == 1:
             return "consumed"

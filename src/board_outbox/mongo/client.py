@@ -30,15 +30,19 @@ def make_client(
     op_timeout_seconds: float = 10.0,
     connect_timeout_seconds: float = 5.0,
     server_selection_timeout_seconds: float = 10.0,
+    read_concern: str = "majority",
+    write_concern: str | int = "majority",
 ) -> AsyncMongoClient[dict[str, Any]]:
     """TLS, auth and replica-set options travel in the URI and reach pymongo untouched. An option
     pymongo only warns about (a typo such as ``tlss=true``, a value such as ``tls=maybe``) is an
-    error here (R3): ignoring it would silently run without TLS."""
+    error here (R3): ignoring it would silently run without TLS. The read and write concerns are
+    explicit (O5): with "majority", the tail never materializes an event an election could roll
+    back, and a cursor advance, a row or a mark it was told is written cannot be rolled back."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", UserWarning)
             return _client(uri, app_name, op_timeout_seconds, connect_timeout_seconds,
-                           server_selection_timeout_seconds)
+                           server_selection_timeout_seconds, read_concern, write_concern)
     except UserWarning as exc:
         raise ConfigError(f"store.uri: {exc}") from None
     except (InvalidURI, ConfigurationError) as exc:
@@ -51,7 +55,7 @@ def make_client(
 
 def _client(
     uri: str, app_name: str, op_timeout_seconds: float, connect_timeout_seconds: float,
-    server_selection_timeout_seconds: float,
+    server_selection_timeout_seconds: float, read_concern: str, write_concern: str | int,
 ) -> AsyncMongoClient[dict[str, Any]]:
     return AsyncMongoClient(
         uri,
@@ -62,6 +66,8 @@ def _client(
         serverSelectionTimeoutMS=int(server_selection_timeout_seconds * 1000),
         retryWrites=True,
         retryReads=True,
+        readConcernLevel=read_concern,
+        w=write_concern,
     )
 
 
@@ -92,6 +98,8 @@ async def open_stores(
     op_timeout_seconds: float = 10.0,
     connect_timeout_seconds: float = 5.0,
     server_selection_timeout_seconds: float = 10.0,
+    read_concern: str = "majority",
+    write_concern: str | int = "majority",
     change_feed: bool = True,
     ensure_schema: bool = False,
 ) -> AsyncIterator[Stores]:
@@ -100,6 +108,7 @@ async def open_stores(
         uri, app_name=app_name, op_timeout_seconds=op_timeout_seconds,
         connect_timeout_seconds=connect_timeout_seconds,
         server_selection_timeout_seconds=server_selection_timeout_seconds,
+        read_concern=read_concern, write_concern=write_concern,
     )
     try:
         db = client[database]

@@ -265,6 +265,14 @@ class MongoEffectOutbox(T.FencedMarks):
         return {str(t) for t in found}
 
     @translated
+    async def oldest_live_created_at(self, tenant_id: str) -> float | None:
+        doc = await self.coll.find_one(
+            {"tenant_id": tenant_id, "state": {"$in": list(LIVE_STATES)}},
+            {"created_at": 1}, sort=[("created_at", 1)],
+        )
+        return None if doc is None else float(doc.get("created_at") or 0.0)
+
+    @translated
     async def purge(self, flt: RowFilter) -> int:
         q = row_query(flt)
         q["state"] = FAILED  # only dead-letters are ever purged

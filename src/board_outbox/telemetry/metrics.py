@@ -23,6 +23,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from ..domain import PROJECTION, EffectRow
+from .prometheus import PrometheusMirror
 
 
 class Metrics:
@@ -30,6 +31,7 @@ class Metrics:
         m = meter or metrics.get_meter("board_outbox")
         self.lag: dict[str, int] = {}
         self.rows: dict[str, int] = {}
+        self.prom = PrometheusMirror()  # the same instruments, for /metrics (O1)
         m.create_observable_gauge("board_outbox.tail.lag", [self._observe_lag], unit="{event}",
                                   description="allocated seq minus cursor, per tenant")
         m.create_observable_gauge("board_outbox.rows", [self._observe_rows], unit="{row}",
@@ -99,10 +101,14 @@ class Metrics:
         attrs = {"kind": row.kind}
         if row.materialized_at:
             self.latency.record(max(0.0, now - row.materialized_at), attrs)
+            self.prom.latency.labels(row.kind).observe(max(0.0, now - row.materialized_at))
         self.attempts.record(row.attempts + 1, attrs)
+        self.prom.attempts.labels(row.kind).observe(row.attempts + 1)
 
     def row_failed(self, kind: str) -> None:
         self.dead.add(1, {"kind": kind})
+        self.prom.dead.labels(kind).inc()
 
     def wake(self, source: str, n: int = 1) -> None:
         self.wakes.add(n, {"source": source})
+        self.prom.wakes.labels(source).inc(n)

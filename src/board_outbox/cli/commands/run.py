@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
@@ -24,8 +25,17 @@ async def cmd_run(args: argparse.Namespace, factory: StoresFactory) -> int:
     setup_logging(cfg.service.log_format, cfg.service.log_level)
     tel = setup_telemetry(replica=cfg.service.replica_name)
     try:
-        async with factory(cfg, ensure_schema=cfg.store.backend == "mongo") as stores:
+        async with AsyncExitStack() as stack:
+            stores = await stack.enter_async_context(
+                factory(cfg, ensure_schema=cfg.store.backend == "mongo"))
             service = Service(stores, cfg)
+            host, port = cfg.service.http_host, cfg.service.http_port
+            if port:  # 0: endpoints off (O1)
+                from ...http import open_ops_server
+
+                await stack.enter_async_context(open_ops_server(service, host, port))
+                log.info("operator endpoints on http://%s:%d (/healthz, /readyz, /metrics)",
+                         host, port)
             where = (cfg.store.backend if cfg.store.backend == "memory"
                      else f"mongo database {cfg.store.database!r}")
             log.info("running on %s; projections: %s; %s", where,

@@ -1,0 +1,315 @@
+"""The operator surface (O1, O2): /healthz, /readyz, /metrics, stall detection, their settings."""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from board_outbox.clock import ManualClock
+from board_outbox.config import load_config
+from board_outbox.domain import Card, Subscription
+from board_outbox.errors import ConfigError, StoreUnavailable
+from board_outbox.health import StallDetector, tenant_status
+from board_outbox.http import open_ops_server
+from board_outbox.http.server import OpsServer
+from board_outbox.memory import MemoryBackend
+from board_outbox.runtime import Service
+
+T = "t1"
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+def test_endpoint_settings_default_and_from_the_environment() -> None:
+    cfg = load_config(env={})
+    assert (cfg.service.http_host, cfg.service.http_port) == ("127.0.0.1", 9464)
+    cfg = load_config(env={"BOARD_OUTBOX_SERVICE__HTTP_PORT": "0",
+                           "BOARD_OUTBOX_SERVICE__HTTP_HOST": "0.0.0.0"})
+    assert (cfg.service.http_host, cfg.service.http_port) == ("0.0.0.0", 0)
+    with pytest.raises(ConfigError, match=r"service\.http_port"):
+        load_config(env={"BOARD_OUTBOX_SERVICE__HTTP_PORT": "70000"})
+
+
+def test_stall_seconds_is_validated() -> None:
+    assert load_config(env={}).tail.stall_seconds == 120.0
+    with pytest.raises(ConfigError, match=r"tail\.stall_seconds"):
+        load_config(env={}, tail={"stall_seconds": -1})
+    with pytest.raises(ConfigError, match=r"tail.stall_seconds \(20\) must exceed tail.young_gap"):
+        load_config(env={}, tail={"stall_seconds": 20})
+
+
+def test_invalid_stall_seconds_on_the_command_line_is_one_line_exit_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[tail]\nstall_seconds = 0\n")
+    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "tail.stall_seconds" in proc.stderr
+
+
+# --- stall detection (no sleeping: the caller passes the time) ------------------------------
+
+
+def test_lagging_but_moving_is_healthy_behind_and_still_is_stalled_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    d = StallDetector(stall_seconds=60)
+    caplog.set_level(logging.WARNING, logger="board_outbox.health")
+    # lagging but the cursor moves every 30 s: never stalled, however long it lags
+    for i in range(10):
+        assert d.observe(T, cursor=i * 5, behind=True, now=1000.0 + 30 * i) == 0.0
+    # cursor stuck at 45 since t=1270
+    assert d.observe(T, cursor=45, behind=True, now=1300.0) == 0.0
+    assert d.observe(T, cursor=45, behind=True, now=1329.0) == 0.0
+    assert d.observe(T, cursor=45, behind=True, now=1330.0) == 60.0
+    assert d.observe(T, cursor=45, behind=True, now=1400.0) == 130.0
+    stalls = [r for r in caplog.records if "stalled:" in r.getMessage()]
+    assert len(stalls) == 1 and "tenant t1 stalled" in stalls[0].getMessage()
+    # caught up: healthy again, and a new stall is logged again
+    assert d.observe(T, cursor=50, behind=False, now=1401.0) == 0.0
+    assert any("no longer stalled" in r.getMessage() for r in caplog.records)
+    d.observe(T, cursor=50, behind=True, now=1500.0)
+    assert d.observe(T, cursor=50, behind=True, now=1600.0) == 100.0
+    assert len([r for r in caplog.records if "stalled:" in r.getMessage()]) == 2
+    # a tenant that is not behind is never stalled, even with a still cursor
+    assert d.observe("t2", cursor=7, behind=False, now=0.0) == 0.0
+    assert d.observe("t2", cursor=7, behind=False, now=10_000.0) == 0.0
+
+
+# --- the endpoints over a running service (memory backend) ----------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _board(backend: MemoryBackend) -> None:
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+    await backend.board.put(Card(tenant_id=T, card_id="c"))
+
+
+@asynccontextmanager
+async def running(service: Service) -> AsyncIterator[tuple[OpsServer, httpx.AsyncClient]]:
+    async with open_ops_server(service, "127.0.0.1", 0) as server, \
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=10) as client, \
+            anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        try:
+            yield server, client
+        finally:
+            service.stop()
+
+
+async def until(cond: object, timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not await cond():  # type: ignore[operator]
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.anyio
+async def test_healthz_readyz_and_metrics_on_a_running_service() -> None:
+    backend = MemoryBackend()
+    await _board(backend)
+    cfg = load_config(env={}, tail={"seed": "earliest", "poll_interval_seconds": 0.1},
+                      service={"metrics_interval_seconds": 0.05})
+    service = Service(backend.stores(), cfg, rng=random.Random(1))
+    attempts = {"n": 0}
+
+    def fail_first(_r: object) -> bool:  # the first launch attempt fails and is retried
+        attempts["n"] += 1
+        return attempts["n"] == 1
+
+    backend.launcher.fail = fail_first
+    async with running(service) as (_server, client):
+        async def ready() -> bool:
+            return (await client.get("/readyz")).status_code == 200
+
+        await until(ready)  # the stream is open: the events below wake the tail through it
+        for _ in range(3):
+            await backend.events.emit(T, "card.created", "c")
+        r = await client.get("/healthz")
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        r = await client.get("/readyz")
+        assert r.json() == {"status": "ready", "failing": {}, "stalled_tenants": []}
+
+        async def settled() -> bool:
+            return backend.outbox.all_docs() != [] and all(
+                d["state"] == "done" for d in backend.outbox.all_docs())
+
+        await until(settled)
+        await anyio.sleep(0.2)  # one more metrics refresh
+        r = await client.get("/metrics")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+        families = {f.name: f for f in text_string_to_metric_families(r.text)}
+        assert all(name.startswith("board_outbox_") for name in families)
+        for name in ("board_outbox_tail_lag_events", "board_outbox_tail_lag_seconds",
+                     "board_outbox_oldest_pending_age_seconds", "board_outbox_lease_steals",
+                     "board_outbox_cas_lost", "board_outbox_dead_letters",
+                     "board_outbox_dead_letter_rows", "board_outbox_stream_reopens",
+                     "board_outbox_tenant_stalled", "board_outbox_rows", "board_outbox_wakes",
+                     "board_outbox_materialize_to_done_seconds", "board_outbox_attempts"):
+            assert name in families, name
+        lag = {s.labels["tenant_id"]: s.value for s in families["board_outbox_tail_lag_events"].samples}
+        assert lag == {T: 0.0}
+        rows = {s.labels["state"]: s.value for s in families["board_outbox_rows"].samples}
+        assert rows == {"done": 6.0}  # 3 launches + 3 projection rows
+        done = [s for s in families["board_outbox_materialize_to_done_seconds"].samples
+                if s.name.endswith("_count")]
+        assert sum(s.value for s in done) == 6.0
+        retried = {s.labels["outcome"]: s.value for s in families["board_outbox_worker_rows"].samples}
+        assert retried["retried"] == 1.0
+        wakes = {s.labels["source"] for s in families["board_outbox_wakes"].samples
+                 if s.name == "board_outbox_wakes_total"}
+        assert {"poll", "stream"} <= wakes
+        assert (await client.get("/nope")).status_code == 404
+        assert (await client.post("/metrics")).status_code == 405
+
+
+@pytest.mark.anyio
+async def test_a_stalled_tenant_fails_readyz_and_shows_in_metrics() -> None:
+    backend = MemoryBackend()
+    await _board(backend)
+    clock = ManualClock()
+    cfg = load_config(env={}, tail={"seed": "earliest", "poll_interval_seconds": 0.05,
+                                    "stall_seconds": 60},
+                      service={"metrics_interval_seconds": 0.02})
+    service = Service(backend.stores(), cfg, clock=clock, rng=random.Random(1))
+    await backend.events.emit(T, "card.created", "c")
+    # a seq allocated and never inserted: the tail waits behind the young gap, forever while the
+    # manual clock does not move past young_gap_seconds -- but the stall clock does move
+    await backend.events.allocate_seq(T)
+    await backend.events.emit(T, "card.created", "c")
+    async with running(service) as (_server, client):
+
+        async def caught_up_to_gap() -> bool:
+            return await backend.cursors.get(T) == 1 and T in service.status
+
+        await until(caught_up_to_gap)
+        assert (await client.get("/readyz")).status_code == 200  # behind, but not for long yet
+        clock.advance(29)  # young gap still young (30 s), cursor still for 29 s: healthy
+        await anyio.sleep(0.1)
+        assert (await client.get("/readyz")).status_code == 200
+        clock.advance(20)  # 49 s: the gap is old now and is stepped over: the cursor moves
+        await until(lambda: _cursor_is(backend, 3))
+        assert (await client.get("/readyz")).status_code == 200
+        # now wedge the tail for real: every row write fails, the cursor cannot move
+        await backend.events.emit(T, "card.created", "c")
+        real_upsert = backend.outbox.upsert_rows
+
+        async def unavailable(*_a: object) -> object:
+            raise StoreUnavailable("injected: trigger_effects unwritable")
+
+        backend.outbox.upsert_rows = unavailable  # type: ignore[method-assign,assignment]
+        await anyio.sleep(0.1)
+        clock.advance(61)
+
+        async def stalled() -> bool:
+            return (await client.get("/readyz")).status_code == 503
+
+        await until(stalled)
+        body = (await client.get("/readyz")).json()
+        assert body["status"] == "not ready" and body["stalled_tenants"] == [T]
+        assert body["failing"]["tail"] == f"stalled tenants: {T}"
+        text = (await client.get("/metrics")).text
+        fam = {f.name: f for f in text_string_to_metric_families(text)}
+        assert [(s.labels["tenant_id"], s.value)
+                for s in fam["board_outbox_tenant_stalled"].samples] == [(T, 1.0)]
+        backend.outbox.upsert_rows = real_upsert  # type: ignore[method-assign]
+        await until(lambda: _cursor_is(backend, 4))
+        await until(lambda: _ready(client))
+
+
+async def _cursor_is(backend: MemoryBackend, n: int) -> bool:
+    return await backend.cursors.get(T) == n
+
+
+async def _ready(client: httpx.AsyncClient) -> bool:
+    return (await client.get("/readyz")).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_tenant_status_lag_in_events_and_seconds_and_oldest_pending() -> None:
+    backend = MemoryBackend()
+    await _board(backend)
+    clock = ManualClock(start=10_000.0)
+    cfg = load_config(env={}, tail={"seed": "earliest"})
+    service = Service(backend.stores(), cfg, clock=clock, rng=random.Random(1))
+    st = await tenant_status(backend.stores(), T, clock.now())
+    assert (st.cursor, st.allocated_seq, st.lag_events, st.lag_seconds) == (0, 0, 0, 0.0)
+    await backend.events.emit(T, "card.created", "c", at=9_990.0)
+    await backend.events.emit(T, "card.created", "c", at=9_995.0)
+    st = await tenant_status(backend.stores(), T, clock.now())
+    assert (st.lag_events, st.lag_seconds, st.oldest_pending_age_seconds) == (2, 10.0, None)
+    await service.tail.drain_all()
+    clock.advance(7)
+    st = await tenant_status(backend.stores(), T, clock.now())
+    assert (st.cursor, st.lag_events, st.lag_seconds) == (2, 0, 0.0)
+    assert st.oldest_pending_age_seconds == 7.0 and st.rows == {"pending": 4}
+    await service.worker.tick()
+    st = await tenant_status(backend.stores(), T, clock.now())
+    assert st.oldest_pending_age_seconds is None and st.rows == {"done": 4} and st.dead_letters == 0
+
+
+# --- binding ---------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_port_in_use_is_a_usage_error() -> None:
+    from board_outbox.cli.output import UsageError
+
+    service = Service(MemoryBackend().stores(), load_config(env={}))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError, match=rf"service.http_port: 127.0.0.1:{port} is already in use"):
+            async with open_ops_server(service, "127.0.0.1", port):
+                pass
+
+
+def test_run_serves_the_endpoints_and_a_port_in_use_is_one_line_exit_2(tmp_path: Path) -> None:
+    import os
+
+    port = free_port()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[tail]\npoll_interval_seconds = 0.1\n")
+    env = {**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)}
+    proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        status = None
+        while time.monotonic() < deadline:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code
+                if status == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        assert status == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+        # a second replica on the same port: one line, exit 2
+        second = subprocess.run(
+            [sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+            env=env, capture_output=True, text=True, timeout=30)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.count("\n") == 1 and "is already in use" in second.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)

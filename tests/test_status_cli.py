@@ -1,0 +1,121 @@
+"""``board-outbox status`` (O3): the table, the stable --json document, --tenant, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from board_outbox.cli import main
+from board_outbox.config import load_config
+from board_outbox.domain import Card, Subscription
+from board_outbox.memory import MemoryBackend
+from board_outbox.runtime import Service
+from tests.support.live_mongo import LiveServer
+
+T = "t1"
+FIELDS = ["tenant_id", "cursor", "allocated_seq", "lag_events", "lag_seconds",
+          "oldest_pending_age_seconds", "rows", "dead_letters", "stalled", "stalled_for_seconds"]
+
+
+def factory_for(backend: MemoryBackend) -> Any:
+    @asynccontextmanager
+    async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+        yield backend.stores()
+
+    return factory
+
+
+async def _two_tenants(backend: MemoryBackend) -> None:
+    """t1: 3 events, 2 materialized and run (one parked as a dead-letter), 1 behind the cursor;
+    t2: 1 event, materialized, its rows still pending."""
+    for tenant in (T, "t2"):
+        await backend.subs.put(Subscription(sub_id=f"s-{tenant}", tenant_id=tenant, bot="b"))
+        await backend.board.put(Card(tenant_id=tenant, card_id="c"))
+    await backend.events.emit(T, "card.created", "c", at=1.0)
+    await backend.events.emit(T, "card.created", "c", at=2.0)
+    await backend.events.emit("t2", "card.created", "c", at=3.0)
+    cfg = load_config(env={}, tail={"seed": "earliest"}, worker={"max_attempts": 1})
+    service = Service(backend.stores(), cfg, rng=random.Random(1))
+    await service.tail.drain_all()
+    backend.launcher.fail = lambda r: r.seq == 2
+    await service.worker.tick([T])
+    await backend.events.emit(T, "card.created", "c", at=4.0)
+
+
+def run(backend: MemoryBackend, *args: str) -> int:
+    return main(["status", *args], factory=factory_for(backend))
+
+
+def test_status_json_is_the_documented_stable_document(capsys: pytest.CaptureFixture[str]) -> None:
+    backend = MemoryBackend()
+    anyio.run(_two_tenants, backend)
+    assert run(backend, "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == ["schema", "generated_at", "tenants"] and doc["schema"] == 1
+    by = {t["tenant_id"]: t for t in doc["tenants"]}
+    assert list(by) == [T, "t2"]
+    assert all(list(t) == FIELDS for t in doc["tenants"])
+    t1 = by[T]
+    assert (t1["cursor"], t1["allocated_seq"], t1["lag_events"]) == (2, 3, 1)
+    assert t1["lag_seconds"] > 0  # the event behind the cursor was made at t=4 (epoch)
+    assert t1["rows"] == {"done": 3, "failed": 1} and t1["dead_letters"] == 1
+    assert t1["oldest_pending_age_seconds"] is None
+    t2 = by["t2"]
+    assert (t2["lag_events"], t2["lag_seconds"], t2["rows"]) == (0, 0.0, {"pending": 2})
+    assert t2["oldest_pending_age_seconds"] >= 0
+
+    assert run(backend, "--json", "--tenant", "t2") == 0
+    assert [t["tenant_id"] for t in json.loads(capsys.readouterr().out)["tenants"]] == ["t2"]
+
+
+def test_status_table(capsys: pytest.CaptureFixture[str]) -> None:
+    backend = MemoryBackend()
+    anyio.run(_two_tenants, backend)
+    assert run(backend) == 0
+    out = capsys.readouterr().out
+    assert "board-outbox status (2 tenants)" in out
+    assert "lag (events)" in out and "dead-letters" in out
+    line = next(ln for ln in out.splitlines() if " t1 " in ln)
+    assert "done 3, failed 1" in line
+
+
+def test_status_unknown_tenant_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    backend = MemoryBackend()
+    anyio.run(_two_tenants, backend)
+    assert run(backend, "--tenant", "nope") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "status: unknown tenant 'nope'" in err
+
+
+@pytest.mark.live_mongo
+def test_status_over_the_wire_server(live: LiveServer) -> None:
+    from pymongo import MongoClient
+
+    db = f"status_{uuid.uuid4().hex[:8]}"
+    client: MongoClient[dict[str, Any]] = MongoClient(live.uri)
+    try:
+        client[db]["board_events"].insert_one({"tenant_id": "acme", "seq": 1, "type": "card.created",
+                                               "card_id": "c", "at": 1.0})
+        client[db]["board_event_counters"].insert_one({"_id": "acme", "seq": 1})
+    finally:
+        client.close()
+    env = {**os.environ, "BOARD_OUTBOX_STORE__BACKEND": "mongo", "BOARD_OUTBOX_STORE__URI": live.uri,
+           "BOARD_OUTBOX_STORE__DATABASE": db}
+    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status", "--json"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    tenants = json.loads(proc.stdout)["tenants"]
+    assert [t["tenant_id"] for t in tenants] == ["acme"] and tenants[0]["lag_events"] == 1
+    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status", "--tenant", "zz"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
