@@ -9,7 +9,7 @@ from board_outbox.cli import main
 
 
 def test_demo_runs_and_verifies(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["demo", "--events", "400", "--rate", "4000", "--tenants", "2"])
+    rc = main(["demo", "--events", "200", "--rate", "4000", "--tenants", "2"])  # on the wire
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "OK: every event materialized once" in out

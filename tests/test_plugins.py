@@ -129,8 +129,8 @@ def test_user_projection_in_the_demo(
     else:
         fake_entry_points(monkeypatch, "board_outbox.projections", "apply-only", f"{TOPIC}:ApplyOnly")
         spec = "apply-only"
-    rc = main(["demo", "--events", "300", "--rate", "4000", "--tenants", "2", "--projection", spec,
-               "--projection", "card-activity"])
+    rc = main(["demo", "--store", "memory", "--events", "300", "--rate", "4000", "--tenants", "2",
+               "--projection", spec, "--projection", "card-activity"])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "apply-only 0" in out and "card-activity 0" in out and "board-reflect 0" in out
