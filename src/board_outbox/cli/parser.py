@@ -145,15 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "memory: the in-memory twin")
     demo.add_argument("--storage", metavar="PATH",
                       help="embedded: keep the server's data in PATH (default: a temp dir)")
-    demo.add_argument("--events", type=_positive_int, default=1500,
-                      help="board events to emit (default 1500)")
+    demo.add_argument("--events", type=_positive_int, default=1000,
+                      help="board events to emit (default 1000)")
     demo.add_argument("--rate", type=_positive_float, default=1500.0,
                       help="events per second the board emits (default 1500)")
     demo.add_argument("--failure-rate", type=_fraction, default=0.1,
                       help="share of launch attempts that fail and are retried (default 0.1)")
     demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
-    demo.add_argument("--timeout", type=_positive_float, default=60.0,
-                      help="give up after this many seconds (default 60)")
+    demo.add_argument("--timeout", type=_positive_float, default=180.0,
+                      help="give up after this many seconds (default 180)")
     demo.add_argument("--projection", action="append", default=[], metavar="NAME",
                       help="also run this projection besides board-reflect: a built-in name "
                            "(card-activity), a module:Class topic or an entry-point name; repeatable")

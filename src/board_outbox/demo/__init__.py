@@ -37,12 +37,12 @@ STORES = ("embedded", "memory")
 @dataclass
 class DemoOptions:
     tenants: int = 3
-    events: int = 1500
+    events: int = 1000
     rate: float = 1500.0  # events per second the generator aims at
     failure_rate: float = 0.1
     seed: int = 7
     interval: float = 0.5
-    timeout: float = 60.0
+    timeout: float = 180.0
     store: str = "embedded"  # embedded | memory
     storage: str | None = None  # embedded: keep the server's data here (default: a temp dir)
     projections: tuple[str, ...] = ()  # run besides board-reflect (names, topics, entry points)
