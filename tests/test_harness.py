@@ -89,6 +89,28 @@ def test_harness_catches_unfenced_marks(monkeypatch: pytest.MonkeyPatch) -> None
     _caught(rep.violations, "unfenced")
 
 
+def test_membership_actions_hold_every_invariant() -> None:
+    """S1: replicas drain only their own tenants and claim across tenants (``tick_any``) while
+    members leave, stop heartbeating and see split views: the same invariants, 0 violations."""
+    rep = run_many(60, first_seed=1000, membership=True)
+    assert rep.violations == []
+    assert all(rep.env[a] > 0 for a in ("member_leave", "member_expire", "split_view", "jump"))
+    assert rep.launches > 50
+
+
+def test_harness_catches_unfenced_marks_with_membership(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unfenced(self: MemoryEffectOutbox, ref: object, claim_id: str) -> object:
+        return self._docs.get(ref)  # type: ignore[call-overload]
+
+    from tests.harness import sim
+
+    monkeypatch.setattr(MemoryEffectOutbox, "_fenced", unfenced)
+    monkeypatch.setattr(sim, "HEARTBEAT", False)  # leases must be stolen for fencing to matter
+    rep = run_many(60, first_seed=1000, membership=True)
+    assert any("outside the residual window" in v or "without a launch" in v
+               for v in rep.violations), rep.violations[:5]
+
+
 def test_harness_catches_an_early_poison_skip() -> None:
     rep = run_many(40, tail_cls=EagerPoisonTail)
     _caught(rep.violations, "poison-early")

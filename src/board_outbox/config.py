@@ -13,6 +13,7 @@ import msgspec
 
 from .bounds import Pos
 from .errors import ConfigError
+from .membership import MembershipSettings
 from .tail import TailSettings
 from .worker import WorkerSettings
 
@@ -54,6 +55,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     worker: WorkerSettings = WorkerSettings()
     service: ServiceConfig = ServiceConfig()
     launcher: LauncherConfig = LauncherConfig()
+    membership: MembershipSettings = MembershipSettings()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -88,7 +90,7 @@ def validate(cfg: Config) -> Config:
 
 
 ENV_PREFIX = "BOARD_OUTBOX_"
-_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers"}
+_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership"}
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

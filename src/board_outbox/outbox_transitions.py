@@ -148,7 +148,7 @@ class FencedMarks:
         cheaper multi-document write overrides it (mongo: one fenced ``update_many``)."""
         return [ref for ref in refs if await self._apply_claimed(ref, claim_id, t)]
 
-    async def mark_done_many(
+    async def mark_done_for_claim(
         self, refs: Sequence[Any], claim_id: str, now: float, outcome: str
     ) -> list[Any]:
         return await self._apply_claimed_many(refs, claim_id, done(now=now, outcome=outcome))

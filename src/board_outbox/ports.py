@@ -49,6 +49,10 @@ class EventLog(Protocol):
         """Tenants that have allocated at least one seq."""
         ...
 
+    async def heads(self) -> dict[str, int]:
+        """Every tenant's allocator counter, in one round trip (the O(1) poll net, S2)."""
+        ...
+
 
 class CursorStore(Protocol):
     async def get(self, tenant_id: str) -> int | None: ...
@@ -59,6 +63,10 @@ class CursorStore(Protocol):
 
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
         """Advance from ``expected`` to ``new``; False if another replica moved it first."""
+        ...
+
+    async def all(self) -> dict[str, int]:
+        """Every tenant's cursor, in one round trip (the O(1) poll net, S2)."""
         ...
 
 
@@ -101,11 +109,33 @@ class EffectOutbox(Protocol):
         claimed rows whose lease expired (those get ``attempts`` +1 and ``reclaimed``)."""
         ...
 
+    async def claim_any(
+        self, now: float, lease_seconds: float, limit: int, *,
+        prefer: Collection[str] | None = None, steal_before: float | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``limit`` due pending rows across every tenant in a constant number of
+        round trips (one pick; one findAndModify for a single row, else update_many + read
+        back). With ``prefer``, rows of those tenants go first and another tenant's row is taken
+        only if it was due by ``steal_before`` (its owner had its chance)."""
+        ...
+
+    async def reclaim_expired(self, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+        """Claimed rows whose lease expired, across tenants: one query finds them, each is
+        reclaimed atomically (``attempts`` +1, ``reclaimed``)."""
+        ...
+
+    async def mark_done_many(
+        self, marks: Sequence[tuple[Any, str, str]], now: float
+    ) -> list[bool]:
+        """Fenced ``done`` for several (ref, claim_id, outcome) in one write; per mark, whether
+        it held its claim."""
+        ...
+
     async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool: ...
 
     async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool: ...
 
-    async def mark_done_many(
+    async def mark_done_for_claim(
         self, refs: Sequence[Any], claim_id: str, now: float, outcome: str
     ) -> list[Any]:
         """``mark_done`` for rows of one claim sharing one outcome, in as few writes as the store
@@ -178,6 +208,11 @@ class SubscriptionStore(Protocol):
         ...
 
     async def list_for_tenant(self, tenant_id: str) -> list[Subscription]: ...
+
+    async def get_many(self, sub_ids: Collection[str]) -> dict[str, Subscription]:
+        """One round trip for a claimed batch; an id missing from the result is deleted (or
+        malformed, which ``get`` would report)."""
+        ...
 
     async def tenants(self) -> set[str]:
         """Tenants with at least one enabled subscription."""
@@ -324,3 +359,21 @@ class Stores:
     readmodels: ReadModelStore
     feed: ChangeFeed | None = None
     tokens: ResumeTokenStore | None = None
+    members: MembershipStore | None = None
+
+
+class Member(msgspec.Struct, frozen=True):
+    member_id: str
+    expires_at: float
+
+
+class MembershipStore(Protocol):
+    """Replicas' heartbeats (S1): a lease per member. Only a hint for sharing work: the cursor
+    CAS and the fenced claims stay the only correctness mechanism."""
+
+    async def heartbeat(self, member_id: str, now: float, ttl_seconds: float) -> list[Member]:
+        """Renew this member's lease; return the live members (expires_at > now), this one
+        included."""
+        ...
+
+    async def leave(self, member_id: str) -> None: ...

@@ -1,5 +1,5 @@
 """Batched projection apply (P2): the claimed projection rows of one (tenant, projection) run as
-one unit -- one ``apply_many`` (one read-model bulk write) and one fenced ``mark_done_many`` per
+one unit -- one ``apply_many`` (one read-model bulk write) and one fenced ``mark_done_for_claim`` per
 (claim_id, outcome) -- instead of an apply and a mark per row.
 
 Safety is the single-row path's: every mark is fenced on ``{state: claimed, claim_id}`` (a row
@@ -33,18 +33,19 @@ log = logging.getLogger("board_outbox.worker")
 
 def plan(claims: Sequence[Claim], projections: Collection[str], max_attempts: int) -> list[list[Claim]]:
     """Execution units in claim order: each batchable projection row joins the unit of its
-    projection (placed where its first row was); every other claim is a unit of its own."""
+    (tenant, projection) -- a claim may span tenants (``tick_any``) -- placed where its first
+    row was; every other claim is a unit of its own."""
     units: list[list[Claim]] = []
-    groups: dict[str, list[Claim]] = {}
+    groups: dict[tuple[str, str], list[Claim]] = {}
     for c in claims:
         row = c.row
         name = row.projection if row is not None else None
         if (row is not None and name is not None and row.kind == PROJECTION and row.event is not None
                 and name in projections and row.tenant_id == c.tenant_id
                 and not (c.reclaimed and row.attempts >= max_attempts)):
-            group = groups.get(name)
+            group = groups.get((row.tenant_id, name))
             if group is None:
-                group = groups[name] = []
+                group = groups[(row.tenant_id, name)] = []
                 units.append(group)
             group.append(c)
         else:
@@ -138,7 +139,7 @@ async def _mark_done_many(
     delays = iter(MARK_DONE_BACKOFF)
     while True:
         try:
-            return set(await w.outbox.mark_done_many(refs, claim_id, now, outcome))
+            return set(await w.outbox.mark_done_for_claim(refs, claim_id, now, outcome))
         except StoreUnavailable as exc:
             delay = next(delays, None)
             if delay is None or w.clock.now() + delay >= lease_until:

@@ -20,6 +20,7 @@ from .domain import EffectRow
 from .errors import ChangeStreamLost, StoreUnavailable
 from .handlers import LaunchHandler
 from .health import StallDetector, TenantStatus, all_tenants, tenant_status
+from .membership import Ownership, new_member_id
 from .plugins import build_handlers
 from .ports import Stores
 from .projections import register_all
@@ -101,6 +102,10 @@ class Service:
         self.stats = Stats()
         self.metrics = Metrics()
         self.worker.metrics = self.metrics
+        # S1: which tenants this replica drains; its worker prefers their rows
+        self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
+                                   member_id=new_member_id(config.service.replica_name))
+        self.worker.prefer = self.ownership.prefer
         self._dirty: set[str] = set()
         self._full_poll = False
         self._tail_wake = anyio.Event()
@@ -147,6 +152,7 @@ class Service:
 
     async def run(self) -> None:
         await self.preflight()
+        await self.ownership.beat()  # know the other members before the first poll
         # Everything built so far lives as long as the process: keep it out of the cyclic GC's
         # full collections, which otherwise re-walk it under load (measured in benchmarks/).
         gc.collect()
@@ -158,11 +164,15 @@ class Service:
             if self.stores.feed is not None and self.config.tail.change_streams:
                 tg.start_soon(self._alive, "waker", self._waker_loop)
             tg.start_soon(self._alive, "metrics", self._metrics_loop)
+            if self.ownership.active:
+                tg.start_soon(self._alive, "membership", self._membership_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
                 await self._worker_exited.wait()
             tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            await self.ownership.leave()  # our tenants move now, not after our lease
         log.info("service stopped")
 
     # --- loops -----------------------------------------------------------------------------
@@ -187,9 +197,12 @@ class Service:
             else:
                 tenants = sorted(self._dirty)
             self._dirty.clear()
+            full = tenants is None
             try:
+                if tenants is None:  # the poll net: owned tenants behind their cursor (S2)
+                    tenants = self.ownership.owned(await self.tail.behind())
                 results = await self.tail.drain_all(tenants)
-                if tenants is None and not any(r.stopped == "aborted" for r in results):
+                if full and not any(r.stopped == "aborted" for r in results):
                     self.last_poll_ok = self.clock.now()
             except StoreUnavailable as exc:  # tenant list unreadable: next tick
                 log.warning("drain pass aborted: %s", exc)
@@ -219,11 +232,12 @@ class Service:
 
     async def _worker_loop(self) -> None:
         idle = self.config.worker.idle_seconds
+        pause = idle
         try:
             while not self.stopping:
                 self._worker_wake = anyio.Event()
                 try:
-                    res = await self.worker.tick()
+                    res = await self.worker.tick_any()
                 except StoreUnavailable as exc:
                     log.warning("worker tick failed: %s", exc)
                     res = TickResult()
@@ -232,19 +246,22 @@ class Service:
                     res = TickResult()
                     await anyio.sleep(min(idle * 4, 1.0))
                 self.stats.worker.add(res)
-                if res.claimed == 0 and not self.stopping:
-                    with anyio.move_on_after(idle):
+                ran = res.done + res.retried + res.failed + res.unrecorded
+                if (res.claimed == 0 or ran == 0) and not self.stopping:
+                    # idle, or every claimed row was lost or expired (a slow store): pause
+                    # an idle worker backs off to 4x idle_seconds (our own tail wakes it at once)
+                    with anyio.move_on_after(pause):
                         await self._worker_wake.wait()
+                    pause = idle if self._worker_wake.is_set() else min(pause * 2, idle * 4)
+                else:
+                    pause = idle
         finally:
             self._worker_exited.set()
 
     async def refresh_gauges(self) -> None:
         """Tail lag per tenant (allocated seq - cursor) and rows by state, for the gauges."""
-        lag: dict[str, int] = {}
-        for tenant in await self.tail.tenants():
-            cursor = await self.stores.cursors.get(tenant) or 0
-            lag[tenant] = max(0, await self.stores.events.allocated_seq(tenant) - cursor)
-        self.metrics.lag = lag
+        heads, cursors = await self.stores.events.heads(), await self.stores.cursors.all()
+        self.metrics.lag = {t: max(0, h - cursors.get(t, 0)) for t, h in heads.items()}
         self.metrics.rows = await self.stores.outbox.count_by_state()
         if self.status_enabled:
             await self.refresh_status()
@@ -260,6 +277,18 @@ class Service:
             status[tenant] = st
         self.stalls.forget(status)
         self.status = status
+
+    async def _membership_loop(self) -> None:
+        """Heartbeat (S1); a changed view polls at once, so tenants that moved to us are
+        drained within ``heartbeat_timeout_seconds`` of their owner's last beat."""
+        every = self.config.membership.interval_seconds
+        while not self.stopping:
+            await anyio.sleep(every)
+            try:
+                if await self.ownership.beat():
+                    self.request_full_poll()
+            except Exception as exc:
+                log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
 
     async def _metrics_loop(self) -> None:
         while not self.stopping:
@@ -304,7 +333,7 @@ class Service:
                             self.request_full_poll()
                         losses = 0
                         token = change.token
-                        if change.tenant_id:
+                        if change.tenant_id and self.ownership.owns(change.tenant_id):
                             self.stats.stream_wakes += 1
                             self.metrics.wake("stream")
                             self.wake_tenant(change.tenant_id)

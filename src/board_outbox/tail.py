@@ -34,7 +34,7 @@ from .domain import (
 from .errors import MalformedDocument, StoreError, StoreUnavailable
 from .ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
 from .reading import GapTracker, read_batch
-from .validation import OnceLog, cap, tenant_problem
+from .validation import OnceLog, cap, is_seq, tenant_problem
 
 log = logging.getLogger("board_outbox.tail")
 
@@ -122,6 +122,8 @@ class Tail:
         # R1: tenants whose last batch hit a non-transient store error, with the reason (for
         # status and readiness); cleared by the tenant's next clean batch.
         self.stalled: dict[str, str] = {}
+        # S3: the cursor as our last CAS left it; a stale value only costs a lost CAS (re-read)
+        self._known: dict[str, int] = {}
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -142,6 +144,19 @@ class Tail:
         self._once(("tenant", tenant_id), logging.ERROR, "tenant not drained: %s", problem,
                    extra={"tenant_id": cap(tenant_id, 200)})
         return False
+
+    async def behind(self) -> list[str]:
+        """The poll net in a constant number of queries (S2): tenants whose allocator is ahead
+        of their cursor (or that have events and no cursor yet), among those to drain (M11).
+        Without projections, only tenants with subscriptions or live rows are drained."""
+        heads = await self.events.heads()
+        cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
+        # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
+        # behind, so its drain stalls it alone, with the reason
+        ahead = {t for t, head in heads.items() if is_seq(head) and head > cursors.get(t, -1)}
+        if ahead and not self.projections:
+            ahead &= await self.subs.tenants() | await self.outbox.live_tenants()
+        return sorted(ahead)
 
     async def cursor(self, tenant_id: str) -> int:
         cur = await self.cursors.get(tenant_id)
@@ -196,11 +211,12 @@ class Tail:
         now = self.clock.now()
         # Within one pass over a backlog, the next batch starts where our own CAS left the
         # cursor and matches against the subscriptions loaded for the first batch: two round
-        # trips fewer per batch. A replica that moved the cursor meanwhile makes our CAS fail
-        # (wasted work, nothing wrong); a subscription edited mid-pass is re-verified at
-        # execution (M10b).
+        # trips fewer per batch. Across passes the cursor as our last CAS left it saves the
+        # read too (S3). A replica that moved the cursor meanwhile makes our CAS fail (wasted
+        # work, nothing wrong); a subscription edited mid-pass is re-verified at execution (M10b).
         backlog = self._backlog.pop(tenant_id, None)
-        cursor = backlog[0] if backlog else await self.cursor(tenant_id)
+        known = backlog[0] if backlog else self._known.get(tenant_id)
+        cursor = known if known is not None else await self.cursor(tenant_id)
         res.cursor_before = res.cursor_after = cursor
         reading = await read_batch(
             events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
@@ -216,6 +232,7 @@ class Tail:
             res.stopped = "beyond_counter"
         if not reading.read:
             self._poison.clear(tenant_id)
+            self._known.pop(tenant_id, None)  # nothing new: re-read the cursor next time
             return
         snapshots = reading.snapshots
         advance_to = reading.passed[-1][0] if reading.passed else cursor
@@ -236,11 +253,12 @@ class Tail:
             res.rows, res.rows_inserted = len(rows), result.inserted
         res.materialized = len(snapshots)
         if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
-            res.cursor_after = advance_to
+            res.cursor_after = self._known[tenant_id] = advance_to
             self._gaps.forget_below(tenant_id, advance_to)
             if self._in_pass == tenant_id:
                 self._backlog[tenant_id] = (advance_to, index)
         else:
+            self._known.pop(tenant_id, None)
             res.stopped = "cas_lost"
             res.cursor_after = await self.cursors.get(tenant_id) or cursor
 

@@ -8,8 +8,8 @@ every mark is fenced on it (M8), so a worker whose lease was stolen writes nothi
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Literal
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any, Literal
 
 import anyio
 import msgspec
@@ -55,6 +55,10 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     idle_seconds: Pos = 0.25
     # P2: a tick's projection rows of one projection apply as one batch (projection_batch.py)
     projection_batching: bool = True
+    # a due row of a tenant this replica does not own is taken once it has waited this long (S1)
+    steal_after_seconds: Pos = 1.0
+    # the sweep for expired leases across tenants runs at most this often (one query, S2)
+    reclaim_every_seconds: Pos = 5.0
     # O4 heartbeat: every lease_seconds * heartbeat_fraction a running effect's lease is extended
     # (fenced by claim_id; 0 turns it off), never past max_execution_seconds after it started:
     # a hung effect then loses its lease and the reclaim counts the attempt (M9)
@@ -124,6 +128,78 @@ class EffectWorker:
         self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
         self._once = OnceLog(log)
         self._next_sweep = -float("inf")
+        # S1: tenants this replica owns (None: no ownership, every row is ours)
+        self.prefer: Callable[[], Collection[str] | None] = lambda: None
+        self._row_seconds = 0.0  # EWMA of one row's execution time: sizes the claim
+        self._next_reclaim = -float("inf")
+
+    def claim_limit(self) -> int:
+        """As many rows as run within half the lease at the measured pace (and at most
+        ``batch_size``): the tail of a batch must not outlive its lease and be reclaimed."""
+        s = self.settings
+        if self._row_seconds <= 0:
+            return s.batch_size
+        return max(1, min(s.batch_size, int(s.lease_seconds * 0.5 / self._row_seconds)))
+
+    async def tick_any(self) -> TickResult:
+        """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
+        expired leases are swept by one query every ``reclaim_every_seconds``; rows no claim can
+        pick are parked by ``sweep`` (R2)."""
+        s = self.settings
+        total = await self.sweep()
+        now = self.clock.now()
+        claims: list[Claim] = []
+        limit = self.claim_limit()
+        for _ in range(BROKEN_PER_TICK):
+            try:
+                if now >= self._next_reclaim:
+                    claims = await self.outbox.reclaim_expired(now, s.lease_seconds, limit)
+                    self._next_reclaim = now + s.reclaim_every_seconds
+                if len(claims) < limit:
+                    prefer = self.prefer()
+                    claims += await self.outbox.claim_any(
+                        now, s.lease_seconds, limit - len(claims), prefer=prefer,
+                        steal_before=None if prefer is None else now - s.steal_after_seconds,
+                    )
+                break
+            except BrokenRow as exc:  # R1: park that one row, then claim again
+                total.count(await self._park_broken(
+                    exc.ref, None, f"row broke its claim: {exc.detail}",
+                    {"row_ref": str(exc.ref)}))
+        t0 = self.clock.now()
+        res = await self.run_claims(claims)
+        ran = res.claimed - res.skipped_expired - res.released
+        if claims and ran <= 0 and res.skipped_expired:
+            # every row's lease ran out before it started (a slow store): claim fewer
+            self._row_seconds = max(self._row_seconds, s.lease_seconds / max(1, len(claims)))
+        elif ran > 0:
+            per_row = max(0.0, self.clock.now() - t0) / ran
+            self._row_seconds = per_row if self._row_seconds <= 0 else (
+                0.7 * self._row_seconds + 0.3 * per_row)
+        total.add(res)
+        return total
+
+    async def _prepare(self, claims: list[Claim]) -> dict[str, Any]:
+        """Each handler's batch read (``prepare(rows)``, optional): e.g. every subscription the
+        batch's launch rows name, in one query. A failure only means per-row reads."""
+        by_kind: dict[str, list[EffectRow]] = {}
+        for c in claims:
+            if c.row is not None:
+                by_kind.setdefault(c.row.kind, []).append(c.row)
+        out: dict[str, Any] = {}
+        for kind, rows in by_kind.items():
+            try:
+                handler = self.registry.handler(kind)
+            except Exception:
+                continue
+            prepare = getattr(handler, "prepare", None)
+            if prepare is None:
+                continue
+            try:
+                out[kind] = await prepare(rows)
+            except StoreUnavailable as exc:
+                log.warning("batch prefetch failed, reading per row: %s", exc)
+        return out
 
     async def tick(self, tenants: Iterable[str] | None = None) -> TickResult:
         """Claim and execute one batch per tenant."""
@@ -177,7 +253,18 @@ class EffectWorker:
                 res.count(await self._park_broken(
                     exc.ref, None, f"row broke its claim: {exc.detail}",
                     {"tenant_id": tenant_id, "row_ref": str(exc.ref)}))
-        res.claimed = len(claims)
+        # one tenant's claim runs row by row (its reads too); tick_any batches the reads
+        res.add(await self.run_claims(claims, prefetch=False))
+        return res
+
+    async def run_claims(self, claims: list[Claim], *, prefetch: bool = True) -> TickResult:
+        """Execute claimed rows: one batch read per handler (``prepare``), projection rows of
+        one projection as one unit (P2), the rest one by one; graceful release on shutdown."""
+        s = self.settings
+        res = TickResult(claimed=len(claims))
+        if not claims:
+            return res
+        prefetched = await self._prepare(claims) if prefetch else {}
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
                  if s.projection_batching else [[c] for c in claims])
         claims = [c for unit in units for c in unit]
@@ -188,7 +275,7 @@ class EffectWorker:
                     break
                 begun, started = started, started + len(unit)
                 if len(unit) == 1:
-                    res.count(await self.execute(unit[0]))
+                    res.count(await self.execute(unit[0], prefetched=prefetched))
                 else:
                     for outcome in await execute_batch(self, unit):
                         res.count(outcome)
@@ -214,20 +301,20 @@ class EffectWorker:
                     log.warning("could not release claim %s: %s", claim.claim_id, exc)
         return released
 
-    async def execute(self, claim: Claim) -> Outcome:
+    async def execute(self, claim: Claim, *, prefetched: dict[str, Any] | None = None) -> Outcome:
         """Run one claimed row and record what became of it; return that outcome. While it runs,
         a heartbeat keeps its lease (O4)."""
         lease = Lease(claim, self.clock.now())
         self.inflight[claim.claim_id] = lease
         try:
             if self.settings.heartbeat_fraction <= 0:
-                return await self._execute(claim)
+                return await self._execute(claim, prefetched)
             result: list[Outcome] = []
             raised: list[BaseException] = []  # re-raised as itself, not in an exception group
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._heartbeat, lease)
                 try:
-                    result.append(await self._execute(claim))
+                    result.append(await self._execute(claim, prefetched))
                 except anyio.get_cancelled_exc_class():
                     raise
                 except BaseException as exc:
@@ -280,7 +367,7 @@ class EffectWorker:
         lease = self.inflight.get(claim.claim_id)
         return claim.lease_until if lease is None else lease.until
 
-    async def _execute(self, claim: Claim) -> Outcome:
+    async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
         now = self.clock.now()
         if now >= claim.lease_until:
             return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
@@ -314,7 +401,10 @@ class EffectWorker:
                         f"row tenant {row.tenant_id!r} claimed for tenant {claim.tenant_id!r}"
                     )
                 handler = self.registry.handler(row.kind)
-                outcome = await handler.execute(row, ExecutionContext(claim, self.outbox, self.clock))
+                ctx = ExecutionContext(claim, self.outbox, self.clock)
+                if prefetched and row.kind in prefetched:
+                    ctx.prefetched = prefetched[row.kind]
+                outcome = await handler.execute(row, ctx)
             except LeaseLost as exc:
                 span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
                 log.warning("lease lost, writing nothing: %s", exc, extra=_ctx(row))

@@ -52,10 +52,13 @@ def main() -> int:
                     help="the shared store: the memory twins, the Mongo adapters over mongomock, "
                          "or over a real wire server with failCommand failpoints armed between "
                          "turns (MONGODB_URI, else secantusd-py started here)")
+    ap.add_argument("--membership", action="store_true",
+                    help="replicas drain only their own tenants (S1); membership actions on")
     args = ap.parse_args()
     t0 = time.monotonic()
     if args.seed is not None:
-        rep = run_schedule(args.seed, args.steps, trace=args.trace, store=args.store)
+        rep = run_schedule(args.seed, args.steps, trace=args.trace, store=args.store,
+                           membership=args.membership)
         if args.trace:
             print("\n".join(rep.trace))
         print_report(rep, time.monotonic() - t0)
@@ -72,7 +75,8 @@ def main() -> int:
             print(f"  {done}/{args.schedules} schedules, {len(total.violations)} violations, "
                   f"{time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
 
-    rep = run_many(args.schedules, args.first_seed, args.steps, progress, store=args.store)
+    rep = run_many(args.schedules, args.first_seed, args.steps, progress, store=args.store,
+                   membership=args.membership)
     print_report(rep, time.monotonic() - t0)
     return 1 if rep.violations else 0
 

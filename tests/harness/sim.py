@@ -37,7 +37,8 @@ from board_outbox.domain import (
     projection_row_key,
 )
 from board_outbox.errors import StoreUnavailable
-from board_outbox.memory import MemoryBackend, MemoryLauncher
+from board_outbox.membership import MembershipSettings, Ownership
+from board_outbox.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
 from board_outbox.ports import Stores
 from board_outbox.registry import ExecutionContext
 from board_outbox.runtime import build_registry
@@ -73,6 +74,9 @@ def violation_kinds(violations: Sequence[str]) -> Counter[str]:
         m = re.search(r"\[([a-z-]+)\]", v)
         out[m.group(1) if m else "?"] += 1
     return out
+# S1 (``membership=True``): replicas drain only the tenants they own by rendezvous hashing over
+# their membership view. A replica's restart is a join; these change the views under them.
+MEMBER_ACTIONS = ("member_leave", "member_expire", "split_view")
 
 
 # --- decisions ----------------------------------------------------------------------------
@@ -353,9 +357,15 @@ class Simulation:
     def __init__(self, decider: Decider, *, replicas: int = 3, tenants: int = 2,
                  fault_percent: int = 8, max_attempts: int = 6, trace: bool = False,
                  tail_cls: type[Tail] = Tail, store: str = "memory",
-                 seed_mode: str | None = None) -> None:
+                 seed_mode: str | None = None, membership: bool = False) -> None:
         self.tail_cls = tail_cls
         self.seed_mode = seed_mode  # None: drawn by the decider (both modes get drawn)
+        self.membership = membership
+        self.env_actions = ENV_ACTIONS + (MEMBER_ACTIONS if membership else ())
+        self.members = MemoryMembershipStore()
+        self.views: dict[int, Ownership] = {}
+        self.silent: dict[int, int] = {}  # rid -> step until which it does not heartbeat
+        self.frozen: set[int] = set()  # split view: these replicas keep the view they were given
         self.store = STORES[store]()
         self.d = decider
         self.n_replicas = replicas
@@ -413,15 +423,21 @@ class Simulation:
             return
         if (point, when) in (("labels.consume", "after"), ("outbox.mark_consumed", "before")):
             self.window1.add(row)
-        if (point, when) in (("launcher.launch", "after"), ("outbox.mark_done", "before")):
+        if (point, when) in (("launcher.launch", "after"), ("outbox.mark_done", "before"),
+                             ("outbox.mark_done_many", "before")):
             self.window2.add(row)
 
     def note_transient(self, rid: int, point: str) -> None:
         row = self.current_row.get(rid)
-        if row is not None and point == "outbox.mark_done":
+        if row is not None and point in ("outbox.mark_done", "outbox.mark_done_many"):
             self.done_blips[row] += 1
             if self.done_blips[row] >= 3:  # every retry of the done mark failed
                 self.window2.add(row)
+            elif self.membership:
+                # the retries ride out the outage only while the lease lasts: a clock jump past
+                # it between two attempts leaves the mark unrecorded (the worker says so) and
+                # the row runs again -- the same residual window
+                self.window2_lease.add(row)
 
     def check_fenced(self, point: str, args: tuple[Any, ...], result: Any,
                      before: dict[str, Any] | None) -> None:
@@ -500,6 +516,11 @@ class Simulation:
             row = self.current_row.get(rid)
             if row is not None and any(r.row_key == row for r in self.launcher.launches):
                 self.window2_lease.add(row)  # lease lost after the launch: the mark was fenced out
+        if point == "outbox.mark_done_many" and result and result[-1] is False \
+                and str(args[0][-1][2]).startswith("launched"):
+            row = self.current_row.get(rid)  # a launch row's mark rides last in the batch
+            if row is not None and any(r.row_key == row for r in self.launcher.launches):
+                self.window2_lease.add(row)
 
     def _observe_seed(self, tenant: str, proposed: int, got: int) -> None:
         inserted = [seq for (t, seq), info in self.events.items()
@@ -558,11 +579,22 @@ class Simulation:
                                             max_execution_seconds=MAX_EXECUTION),
                     rng=random.Random(rid))
                 self.workers[rid] = worker
+                view = self.views[rid] = Ownership(
+                    self.members, self.clock, member_id=f"r{rid}.{self.step}",
+                    settings=MembershipSettings(enabled=self.membership))
+                worker.prefer = view.prefer
                 try:
                     while True:
-                        await tail.drain_all(self.tenants)
+                        if not self.membership:
+                            await tail.drain_all(self.tenants)
+                            with contextlib.suppress(StoreUnavailable):
+                                await worker.tick(self.tenants)
+                            continue
+                        if rid not in self.frozen and self.silent.get(rid, -1) < self.step:
+                            await view.beat()
+                        await tail.drain_all(view.owned(self.tenants))
                         with contextlib.suppress(StoreUnavailable):
-                            await worker.tick(self.tenants)
+                            await worker.tick_any()
                 except Crash:
                     self.log(f"replica {rid} crashed and restarts")
                     self.current_row.pop(rid, None)
@@ -655,6 +687,25 @@ class Simulation:
             # Finite, so it also ends by itself in the settling phase.
             self.outage_left = 2 * self.max_attempts
             self.log("launcher outage begins")
+        elif action == "member_leave":
+            rid = self.d.choose(self.n_replicas)
+            if rid in self.views:
+                await self.members.leave(self.views[rid].member_id)  # it rejoins at its next beat
+                self.log(f"replica {rid} leaves the membership")
+        elif action == "member_expire":
+            rid = self.d.choose(self.n_replicas)
+            self.silent[rid] = self.step + 40  # stops heartbeating; a clock jump expires it
+            self.log(f"replica {rid} stops heartbeating")
+        elif action == "split_view" and self.n_replicas >= 2:
+            a = self.d.choose(self.n_replicas)
+            b = (a + 1 + self.d.choose(self.n_replicas - 1)) % self.n_replicas
+            if a in self.views and b in self.views:
+                # each believes the other is gone: both own both's tenants
+                others = [v.member_id for r, v in self.views.items() if r not in (a, b)]
+                self.views[a].set_members(others)
+                self.views[b].set_members(others)
+                self.frozen |= {a, b}
+                self.log(f"split view: replicas {a} and {b} each think the other is gone")
         elif action == "poison":
             t = self.tenants[self.d.choose(len(self.tenants))]
             seq = self.store.allocate(t)
@@ -755,7 +806,7 @@ class Simulation:
             disarm = getattr(self.store, "disarm", None)
             if disarm is not None:  # the world's own writes are never the wire faults' target
                 disarm()
-            await self.env_action(ENV_ACTIONS[self.d.choose(len(ENV_ACTIONS))])
+            await self.env_action(self.env_actions[self.d.choose(len(self.env_actions))])
             return
         if not parked:
             return
@@ -802,6 +853,8 @@ class Simulation:
                 await self._one_step(allow_env=True)
             # Faults stop; the world stops changing; slow inserts land; everything settles.
             self.faults_on = False
+            self.frozen.clear()  # views heal: every replica heartbeats again
+            self.silent.clear()
             while self.slow:
                 await self.env_action("finish_slow")
             for i in range(20_000):
@@ -980,13 +1033,14 @@ def quiet() -> None:
 
 
 def run_schedule(seed: int, steps: int = 300, replicas: int | None = None,
-                 trace: bool = False, tail_cls: type[Tail] = Tail, store: str = "memory") -> Report:
+                 trace: bool = False, tail_cls: type[Tail] = Tail, store: str = "memory",
+                 membership: bool = False) -> Report:
     quiet()
     rng = random.Random(seed)
     n = replicas or rng.choice((2, 3, 4))
     mode = rng.choice(SEED_MODES)  # both seed modes are drawn
     sim = Simulation(RandomDecider(seed, steps), replicas=n, trace=trace, tail_cls=tail_cls,
-                     store=store, seed_mode=mode)
+                     store=store, seed_mode=mode, membership=membership)
     return anyio.run(sim.run)
 
 
@@ -1036,10 +1090,11 @@ def shrink(choices: Sequence[int], fails: Callable[[list[int]], bool]) -> list[i
 
 def run_many(n: int, first_seed: int = 0, steps: int = 300,
              progress: Callable[[int, Report], None] | None = None,
-             tail_cls: type[Tail] = Tail, store: str = "memory") -> Report:
+             tail_cls: type[Tail] = Tail, store: str = "memory", membership: bool = False) -> Report:
     total = Report(schedules=0)
     for i in range(n):
-        rep = run_schedule(first_seed + i, steps, tail_cls=tail_cls, store=store)
+        rep = run_schedule(first_seed + i, steps, tail_cls=tail_cls, store=store,
+                           membership=membership)
         if rep.violations:
             rep.violations = [f"seed {first_seed + i}: {x}" for x in rep.violations]
         total.add(rep)

@@ -3,7 +3,7 @@ the ``ExecutionContext`` a handler gets with its row (re-exported by ``registry`
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..clock import Clock
 from ..domain import EffectRow, EventSnapshot
@@ -18,6 +18,8 @@ class ExecutionContext:
         self.claim = claim
         self.outbox = outbox
         self.clock = clock
+        # what the handler's ``prepare`` read for the whole claimed batch (None: read per row)
+        self.prefetched: Any = None
 
     @property
     def attempt(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from ..domain import EffectRow, matches
+from ..domain import EffectRow, Subscription, matches
 from ..errors import (
     CardNotFound,
     CrossTenantRow,
@@ -28,15 +28,23 @@ class LaunchHandler:
         self.labels = labels
         self.launcher = launcher
 
+    async def prepare(self, rows: list[EffectRow]) -> dict[str, Subscription]:
+        """One read of every subscription a claimed batch names (S3): the worker hands it to
+        each row's ``execute`` in ``ctx.prefetched``; a missing id falls back to ``get``."""
+        return await self.subs.get_many({r.sub_id for r in rows if r.sub_id})
+
     async def execute(self, row: EffectRow, ctx: ExecutionContext) -> str:
         if row.sub_id is None or row.event is None:
             raise PermanentEffectError("launch row without sub_id or event")
-        try:
-            sub = await self.subs.get(row.sub_id)  # StoreUnavailable propagates: retried (M10)
-        except SubscriptionNotFound:
-            return "dropped: subscription deleted"
-        except MalformedDocument as exc:  # R2: parked at once with the reason, not retried
-            raise PermanentEffectError(str(exc)) from None
+        batch = ctx.prefetched if isinstance(ctx.prefetched, dict) else {}
+        sub = batch.get(row.sub_id)
+        if sub is None:
+            try:
+                sub = await self.subs.get(row.sub_id)  # StoreUnavailable propagates: retried (M10)
+            except SubscriptionNotFound:
+                return "dropped: subscription deleted"
+            except MalformedDocument as exc:  # R2: parked at once with the reason, not retried
+                raise PermanentEffectError(str(exc)) from None
         if sub.tenant_id != row.tenant_id:  # M10b
             raise CrossTenantRow(
                 f"row of tenant {row.tenant_id!r} names subscription {sub.sub_id!r} "

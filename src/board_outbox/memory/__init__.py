@@ -14,6 +14,7 @@ from .cards import MemoryBoard
 from .cursors import MemoryCursorStore
 from .events import MemoryEventLog
 from .launcher import MemoryLauncher
+from .membership import MemoryMembershipStore
 from .outbox import MemoryEffectOutbox
 from .probes import FaultPoints, NoFaults
 from .readmodels import MemoryReadModelStore
@@ -28,6 +29,7 @@ __all__ = [
     "MemoryEffectOutbox",
     "MemoryEventLog",
     "MemoryLauncher",
+    "MemoryMembershipStore",
     "MemoryReadModelStore",
     "MemoryResumeTokenStore",
     "MemorySubscriptionStore",
@@ -51,6 +53,7 @@ class MemoryBackend:
         self.launcher = MemoryLauncher(self.faults)
         self.tokens = MemoryResumeTokenStore()
         self.readmodels = MemoryReadModelStore()
+        self.members = MemoryMembershipStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
@@ -58,6 +61,7 @@ class MemoryBackend:
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.board, labels=self.board, launcher=launcher or self.launcher,
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
+            members=self.members,
         )
 
 

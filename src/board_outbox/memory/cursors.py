@@ -29,3 +29,7 @@ class MemoryCursorStore:
             return False
         self._cursors[tenant_id] = new
         return True
+
+    async def all(self) -> dict[str, int]:
+        await checkpoint()
+        return dict(self._cursors)

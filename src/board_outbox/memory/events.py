@@ -85,6 +85,10 @@ class MemoryEventLog:
         await checkpoint()
         return set(self._counters)
 
+    async def heads(self) -> dict[str, int]:
+        await checkpoint()
+        return dict(self._counters)
+
     # --- change feed -----------------------------------------------------------------------
 
     def forget_history(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, TypeGuard
 
 from anyio.lowlevel import checkpoint
@@ -139,6 +139,67 @@ class MemoryEffectOutbox(T.FencedMarks):
             claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
                                      reclaimed=reclaimed))
         return claims
+
+    async def claim_any(
+        self, now: float, lease_seconds: float, limit: int, *,
+        prefer: Collection[str] | None = None, steal_before: float | None = None,
+    ) -> list[Claim]:
+        await checkpoint()
+        due: list[tuple[float, int, int, str]] = []  # (not_before, ref) of due pending rows
+        for tenant, refs in self._live.items():
+            for ref in refs:
+                doc = self._docs[ref]
+                nb = float(doc.get("not_before", 0.0))
+                if doc.get("state") == PENDING and nb <= now:
+                    due.append((nb, ref, 0, tenant))
+        due.sort()
+        if prefer is not None:
+            due = ([d for d in due if d[3] in prefer]
+                   + [d for d in due if d[3] not in prefer
+                      and (steal_before is None or d[0] <= steal_before)])
+        claims: list[Claim] = []
+        claim_id = uuid.uuid4().hex
+        lease_until = now + lease_seconds
+        for _, ref, _, _ in due[:limit]:
+            doc = self._docs[ref]
+            _apply(doc, T.claim(claim_id=claim_id, now=now, lease_until=lease_until))
+            claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
+                                     reclaimed=False))
+        return claims
+
+    async def reclaim_expired(self, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+        await checkpoint()
+        claims: list[Claim] = []
+        lease_until = now + lease_seconds
+        for refs in self._live.values():
+            for ref in refs:
+                doc = self._docs[ref]
+                if len(claims) >= limit:
+                    return claims
+                if doc.get("state") != CLAIMED or (doc.get("lease_until") or 0.0) > now:
+                    continue
+                claim_id = uuid.uuid4().hex
+                try:
+                    _apply(doc, T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
+                    _apply(doc, T.lease_expired(attempt=doc["attempts"], now=now))
+                except StoreError as exc:  # R1: the caller parks this one row
+                    raise BrokenRow(ref, f"reclaim: {exc}") from exc
+                claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
+                                         reclaimed=True))
+        return claims
+
+    async def mark_done_many(
+        self, marks: Sequence[tuple[Any, str, str]], now: float
+    ) -> list[bool]:
+        await checkpoint()
+        out: list[bool] = []
+        for ref, claim_id, outcome in marks:
+            doc = self._fenced(ref, claim_id)
+            if doc is not None:
+                _apply(doc, T.done(now=now, outcome=outcome))
+                self._track(ref)
+            out.append(doc is not None)
+        return out
 
     def _fenced(self, ref: Any, claim_id: str) -> dict[str, Any] | None:
         doc = self._docs.get(ref)

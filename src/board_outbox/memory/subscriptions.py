@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from anyio.lowlevel import checkpoint
 
@@ -41,6 +42,10 @@ class MemorySubscriptionStore:
                 _once(("sub", sub.sub_id, problem), logging.ERROR,
                       "ignoring malformed subscription: %s", problem, extra={"tenant_id": tenant_id})
         return out
+
+    async def get_many(self, sub_ids: Collection[str]) -> dict[str, Subscription]:
+        await checkpoint()
+        return {i: self._subs[i] for i in sub_ids if i in self._subs}
 
     async def tenants(self) -> set[str]:
         await checkpoint()

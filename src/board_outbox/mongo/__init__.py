@@ -10,6 +10,7 @@ from .changefeed import MongoChangeFeed
 from .client import make_client, mongo_stores, open_stores
 from .cursors import MongoCursorStore
 from .events import MongoEventLog
+from .membership import MongoMembershipStore
 from .outbox import MongoEffectOutbox
 from .readmodels import MongoReadModelStore
 from .schema import ensure_schema
@@ -22,6 +23,7 @@ __all__ = [
     "MongoCursorStore",
     "MongoEffectOutbox",
     "MongoEventLog",
+    "MongoMembershipStore",
     "MongoReadModelStore",
     "MongoResumeTokenStore",
     "MongoSubscriptionStore",

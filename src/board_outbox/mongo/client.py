@@ -16,6 +16,7 @@ from .cards import MongoBoard
 from .changefeed import MongoChangeFeed
 from .cursors import MongoCursorStore
 from .events import MongoEventLog
+from .membership import MongoMembershipStore
 from .outbox import MongoEffectOutbox
 from .readmodels import MongoReadModelStore
 from .schema import ensure_schema as ensure
@@ -85,6 +86,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         readmodels=MongoReadModelStore(db),
         feed=MongoChangeFeed(db) if change_feed else None,
         tokens=MongoResumeTokenStore(db),
+        members=MongoMembershipStore(db),
     )
 
 

@@ -63,3 +63,8 @@ class MongoEventLog:
     @translated
     async def tenants(self) -> set[str]:
         return {str(d["_id"]) for d in await self.counters.find({}, {"_id": 1}).to_list(None)}
+
+    @translated
+    async def heads(self) -> dict[str, int]:
+        return {str(d["_id"]): d["seq"] for d in await self.counters.find({}).to_list(None)
+                if is_seq(d.get("seq"))}

@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, PyMongoError
+from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from .. import outbox_transitions as T
 from ..domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
@@ -172,6 +173,104 @@ class MongoEffectOutbox(T.FencedMarks):
             if len(mine) == len(ids) or len(claims) >= limit:
                 break  # no race lost (or enough): nothing more to gain from another pass
         return claims
+
+    @translated
+    async def claim_any(
+        self, now: float, lease_seconds: float, limit: int, *,
+        prefer: Collection[str] | None = None, steal_before: float | None = None,
+    ) -> list[Claim]:
+        """S2: one pick over the ``state_not_before`` index for every tenant (an idle poll is
+        this one query), then one findAndModify for a single row or update_many + read back.
+        The lease runs from the claim write, not from ``now``: a slow pick does not eat it."""
+        started = time.monotonic()
+        due = {"state": PENDING, "not_before": {"$lte": now}}
+        window = limit if prefer is None else limit * 2
+        # No sort stage: mongod walks the ``state_not_before`` index for this filter, which
+        # yields the oldest due rows first; a sort would only add work on servers that sort.
+        picked = await self.coll.find(due).limit(window).to_list(None)
+        if prefer is not None:
+            mine = [d for d in picked if d.get("tenant_id") in prefer]
+            others = [d for d in picked if d.get("tenant_id") not in prefer
+                      and (steal_before is None or float(d.get("not_before", 0.0)) <= steal_before)]
+            picked = mine + others
+        picked = picked[:limit]
+        ids = [d["_id"] for d in picked]
+        if not ids:
+            return []
+        claim_id = uuid.uuid4().hex
+        lease_until = now + (time.monotonic() - started) + lease_seconds
+        update = update_of(T.claim(claim_id=claim_id, now=now, lease_until=lease_until))
+        if len(ids) == 1:
+            doc = await self.coll.find_one_and_update(
+                {**due, "_id": ids[0]}, update, return_document=ReturnDocument.AFTER)
+            docs = [] if doc is None else [doc]
+        else:
+            res = await self.coll.update_many({**due, "_id": {"$in": ids}}, update)
+            if int(res.modified_count) == len(ids):
+                # no race lost: the picked documents plus the claim's fields are what is stored
+                docs = [{**d, **update["$set"]} for d in picked]
+            else:
+                docs = await self.coll.find({"_id": {"$in": ids}, "claim_id": claim_id}).to_list(None)
+                order = {ref: i for i, ref in enumerate(ids)}
+                docs.sort(key=lambda d: order.get(d["_id"], 0))
+        return [T.claim_of(d["_id"], d, claim_id=claim_id, lease_until=lease_until,
+                           reclaimed=False) for d in docs]
+
+    @translated
+    async def reclaim_expired(self, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+        """Expired leases across tenants in a constant number of round trips: one query finds
+        them (nothing, almost always); then one update_many reclaims those still expired under
+        a fresh claim_id (attempts +1, M9), a read back, and one bulk write records why."""
+        started = time.monotonic()
+        expired = {"state": CLAIMED, "lease_until": {"$lte": now}}
+        ids = [d["_id"] for d in await self.coll.find(expired, {"_id": 1}).limit(limit).to_list(None)]
+        if not ids:
+            return []
+        claim_id = uuid.uuid4().hex
+        lease_until = now + (time.monotonic() - started) + lease_seconds
+        reclaim = update_of(T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
+        try:
+            await self.coll.update_many({**expired, "_id": {"$in": ids}}, reclaim)
+        except OperationFailure:  # a document refuses the reclaim ($inc on a non-number): find it
+            for one in ids:
+                try:
+                    await self.coll.update_one({**expired, "_id": one}, reclaim)
+                except OperationFailure as exc:
+                    raise BrokenRow(one, f"reclaim: {cap(exc, 500)}") from exc
+        docs = await self.coll.find({"_id": {"$in": ids}, "claim_id": claim_id}).to_list(None)
+        if not docs:
+            return []
+        whys = [T.lease_expired(attempt=int(d.get("attempts", 1)), now=now) for d in docs]
+        await self.coll.bulk_write(
+            [UpdateOne({"_id": d["_id"], "claim_id": claim_id}, update_of(why))
+             for d, why in zip(docs, whys, strict=True)], ordered=False)
+        claims: list[Claim] = []
+        for d, why in zip(docs, whys, strict=True):
+            assert why.error is not None
+            d.setdefault("errors", []).append(to_doc(why.error))
+            claims.append(T.claim_of(d["_id"], d, claim_id=claim_id, lease_until=lease_until,
+                                     reclaimed=True))
+        return claims
+
+    @translated
+    async def mark_done_many(
+        self, marks: Sequence[tuple[Any, str, str]], now: float
+    ) -> list[bool]:
+        """One unordered bulk write of fenced ``done`` updates; only when some mark missed its
+        claim does a read-back say which (``done`` keeps the claim_id)."""
+        if not marks:
+            return []
+        ops = [UpdateOne({"_id": ref, "state": CLAIMED, "claim_id": cid},
+                         update_of(T.done(now=now, outcome=outcome)))
+               for ref, cid, outcome in marks]
+        res = await self.coll.bulk_write(ops, ordered=False)
+        if int(res.matched_count) == len(marks):  # the filter only matches a row we hold
+            return [True] * len(marks)
+        ours = await self.coll.find(
+            {"_id": {"$in": [m[0] for m in marks]}, "state": "done"}, {"_id": 1, "claim_id": 1}
+        ).to_list(None)
+        held = {(d["_id"], d.get("claim_id")) for d in ours}
+        return [(ref, cid) in held for ref, cid, _ in marks]
 
     @translated
     async def _apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:

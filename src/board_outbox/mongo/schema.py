@@ -10,6 +10,7 @@ from pymongo.errors import OperationFailure
 from ..errors import StoreError
 from .errors import translated
 from .events import EVENTS
+from .membership import MEMBERS
 from .outbox import EFFECTS
 from .readmodels import READ_MODELS
 from .subscriptions import SUBSCRIPTIONS
@@ -28,11 +29,15 @@ INDEXES: dict[str, list[IndexModel]] = {
                    expireAfterSeconds=DONE_TTL_SECONDS,
                    partialFilterExpression={"state": "done"}),
         IndexModel([("state", ASCENDING), ("updated_at", ASCENDING)], name="state_updated"),
+        # the worker's one claim query across tenants, and its expired-lease sweep (S2)
+        IndexModel([("state", ASCENDING), ("not_before", ASCENDING)], name="state_not_before"),
+        IndexModel([("state", ASCENDING), ("lease_until", ASCENDING)], name="state_lease_until"),
     ],
     EVENTS: [
         IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq_unique",
                    unique=True),
     ],
+    MEMBERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     READ_MODELS: [IndexModel([("model", ASCENDING), ("tenant_id", ASCENDING), ("key", ASCENDING)],
                              name="model_tenant_key")],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from ..domain import Subscription, check_id, from_doc, to_doc
@@ -52,6 +53,17 @@ class MongoSubscriptionStore:
                 # once per distinct problem, not once per batch of every tenant it names (R1)
                 _once(("sub", repr(doc.get("_id")), str(exc)), logging.ERROR,
                       "ignoring malformed subscription: %s", exc, extra={"tenant_id": tenant_id})
+        return out
+
+    @translated
+    async def get_many(self, sub_ids: Collection[str]) -> dict[str, Subscription]:
+        out: dict[str, Subscription] = {}
+        for doc in await self.coll.find({"_id": {"$in": list(sub_ids)}}).to_list(None):
+            try:
+                sub = from_doc(doc, Subscription, _malformed_sub)
+            except MalformedDocument:
+                continue  # left out: ``get`` reports it when the row runs
+            out[sub.sub_id] = sub
         return out
 
     @translated

@@ -1,0 +1,296 @@
+"""N ``board-outbox run`` replicas against the MongoDB-wire server (issue 11, S1-S3).
+
+For 1, 2 and 4 replica processes: 20 tenants, one matching subscription each, the default
+projection on, events trickled in round-robin. Reported per run:
+
+- store requests per event: the server's own counter (``serverStatus`` ``network.numRequests``)
+  over the trickle and the drain, minus this script's requests (emitter, progress polls and the
+  counter reads, counted client-side by command monitoring);
+- events/s (events over the time from the first insert to the last row done);
+- insert -> done p50/p99 of the launch rows (event insert wall time -> row ``updated_at``);
+- the replicas' CPU seconds (utime + stime from /proc) per 1,000 events;
+- idle requests/s (no events) at 20 tenants, and at 2,000 tenants for one replica.
+
+Run: ``.venv/bin/python -m benchmarks.replicas`` (about two minutes on two cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pymongo import MongoClient, monitoring
+
+from board_outbox.wireserver import WireServer
+
+from .common import RESULTS, percentiles, write_result
+
+ROOT = Path(__file__).resolve().parent.parent
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Counter(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.n = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.n += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class Bench:
+    def __init__(self, uri: str, db: str) -> None:
+        self.counter = Counter()
+        self.client: MongoClient[dict[str, Any]] = MongoClient(uri, event_listeners=[self.counter])
+        self.db = self.client[db]
+        self.db_name = db
+        self.uri = uri
+
+    def requests(self) -> int:
+        """The server's request counter, minus our own requests so far (this read included)."""
+        n = int(self.client.admin.command("serverStatus")["network"]["numRequests"])
+        return n - self.counter.n
+
+    def seed(self, tenants: int, cards: int = 20, *, counters: bool = False) -> list[str]:
+        names = [f"t{i:04d}" for i in range(tenants)]
+        subs, docs = [], []
+        for t in names:
+            subs.append({"_id": f"{t}.s", "sub_id": f"{t}.s", "tenant_id": t, "bot": "bot",
+                         "rule": {"event_types": ["card.created"]}})
+            docs += [{"_id": f"{t}/c{c}", "tenant_id": t, "card_id": f"c{c}", "title": "x",
+                      "column": "inbox"} for c in range(cards)]
+        self.db["trigger_subscriptions"].insert_many(subs)
+        if docs:
+            self.db["board_cards"].insert_many(docs)
+        if counters:  # tenants that already had one event, their cursors caught up
+            self.db["board_event_counters"].insert_many([{"_id": t, "seq": 1} for t in names])
+            self.db["trigger_cursors"].insert_many([{"_id": t, "seq": 1} for t in names])
+        return names
+
+    def emit(self, tenant: str, card: str) -> tuple[int, float]:
+        seq = self.db["board_event_counters"].find_one_and_update(
+            {"_id": tenant}, {"$inc": {"seq": 1}}, upsert=True, return_document=True)["seq"]
+        at = time.time()
+        self.db["board_events"].insert_one({"tenant_id": tenant, "seq": seq, "type": "card.created",
+                                            "card_id": card, "at": at})
+        return int(seq), at
+
+    def done_rows(self) -> int:
+        return self.db["trigger_effects"].count_documents({"state": "done"})
+
+
+SRC = ROOT / "src"  # --src: run the replicas from another checkout's src/ (a baseline)
+
+
+def spawn(uri: str, db: str, i: int, cfg_dir: Path) -> subprocess.Popen[bytes]:
+    cfg = cfg_dir / f"r{i}.toml"
+    cfg.write_text(
+        f'[store]\nbackend = "mongo"\nuri = "{uri}"\ndatabase = "{db}"\n'
+        f'[service]\nreplica_name = "r{i}"\nlog_level = "WARNING"\nmetrics_interval_seconds = 10\n'
+        '[tail]\nseed = "earliest"\n'
+        '[launcher]\nkind = "log"\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(cfg_dir / f"r{i}.log", "wb"))
+
+
+def wait_members(b: Bench, n: int, timeout: float = 60.0) -> None:
+    if SRC != ROOT / "src":  # a baseline without membership: give it time to start
+        time.sleep(8)
+        return
+    end = time.time() + timeout
+    while time.time() < end:
+        if b.db["board_outbox_members"].count_documents({"expires_at": {"$gt": time.time()}}) >= n:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"{n} replicas did not join within {timeout:.0f}s")
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def idle_rate(b: Bench, seconds: float) -> float:
+    time.sleep(3.0)  # start-up polls and the first heartbeats settle
+    r0, t0 = b.requests(), time.time()
+    time.sleep(seconds)
+    return (b.requests() - r0) / (time.time() - t0)
+
+
+def one_run(server: WireServer, n: int, *, events: int, rate: float, tenants: int,
+            idle_seconds: float, tmp: Path) -> dict[str, Any]:
+    db = f"bench_r{n}_{int(time.time())}"
+    b = Bench(server.uri, db)
+    names = b.seed(tenants)
+    procs = [spawn(server.uri, db, i, tmp) for i in range(n)]
+    try:
+        wait_members(b, n)
+        idle = idle_rate(b, idle_seconds)
+        cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+        r0 = b.requests()
+        inserted: dict[tuple[str, int], float] = {}
+        start = time.time()
+        for k in range(events):
+            target = start + k / rate
+            if (pause := target - time.time()) > 0:
+                time.sleep(pause)
+            t = names[k % len(names)]
+            seq, at = b.emit(t, f"c{k % 20}")
+            inserted[(t, seq)] = at
+        want = 2 * events  # a launch row and a projection row per event
+        deadline = time.time() + 120
+        while b.done_rows() < want and time.time() < deadline:
+            time.sleep(0.2)
+        finished = time.time()
+        reqs = b.requests() - r0
+        cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
+        lat, mat = [], []
+        for d in b.db["trigger_effects"].find({"kind": "launch", "state": "done"},
+                                              {"tenant_id": 1, "seq": 1, "updated_at": 1,
+                                               "materialized_at": 1}):
+            at = inserted.get((d["tenant_id"], d["seq"]))
+            if at is not None:
+                lat.append((float(d["updated_at"]) - at) * 1000)
+                mat.append((float(d["materialized_at"]) - at) * 1000)
+        done = b.done_rows()
+        doubles = len(b.client[db]["trigger_effects"].distinct("row_key")) != \
+            b.db["trigger_effects"].count_documents({})
+    finally:
+        stop(procs)
+        b.client.drop_database(db)
+        b.client.close()
+    return {
+        "replicas": n, "tenants": tenants, "events": events, "rate_per_s": rate,
+        "rows_done": done, "rows_expected": 2 * events, "duplicate_row_keys": doubles,
+        "requests_per_event": round(reqs / events, 2),
+        "events_per_s": round(events / (finished - start), 1),
+        "insert_to_done_ms": {k: round(v, 1) for k, v in percentiles(lat).items()},
+        "insert_to_materialized_ms": {k: round(v, 1) for k, v in percentiles(mat).items()},
+        "cpu_s_per_1000_events": round(cpu * 1000 / events, 2),
+        "idle_requests_per_s": round(idle, 1),
+    }
+
+
+def idle_many(server: WireServer, tenants: int, seconds: float, tmp: Path) -> dict[str, Any]:
+    db = f"bench_idle_{tenants}_{int(time.time())}"
+    b = Bench(server.uri, db)
+    b.seed(tenants, cards=0, counters=True)
+    procs = [spawn(server.uri, db, 0, tmp)]
+    try:
+        wait_members(b, 1)
+        rate = idle_rate(b, seconds)
+        cpu0 = cpu_seconds(procs[0].pid)
+        time.sleep(2)
+        cpu = (cpu_seconds(procs[0].pid) - cpu0) / 2
+    finally:
+        stop(procs)
+        b.client.drop_database(db)
+        b.client.close()
+    return {"tenants": tenants, "replicas": 1, "idle_requests_per_s": round(rate, 1),
+            "idle_cpu_fraction": round(cpu, 3)}
+
+
+def plot(runs: list[dict[str, Any]], idle: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    xs = [r["replicas"] for r in runs]
+    axes[0].bar([str(x) for x in xs], [r["requests_per_event"] for r in runs], color="#4477aa")
+    axes[0].axhline(6, color="#cc6677", ls="--", label="goal: 6 (1 replica)")
+    axes[0].set(title="store requests per event", xlabel="replicas")
+    axes[0].legend()
+    axes[1].plot(xs, [r["insert_to_done_ms"].get("p50", 0) for r in runs], "o-", label="p50")
+    axes[1].plot(xs, [r["insert_to_done_ms"].get("p99", 0) for r in runs], "s--", label="p99")
+    axes[1].set(title="insert -> done (ms)", xlabel="replicas", xticks=xs)
+    axes[1].legend()
+    labels = [f"{r['replicas']}r/{r['tenants']}t" for r in runs] + \
+        [f"1r/{i['tenants']}t" for i in idle]
+    axes[2].bar(labels, [r["idle_requests_per_s"] for r in runs] +
+                [i["idle_requests_per_s"] for i in idle], color="#228833")
+    axes[2].axhline(10, color="#cc6677", ls="--", label="goal: 10/s per replica")
+    axes[2].set(title="idle requests/s (all replicas)")
+    axes[2].legend()
+    axes[2].tick_params(axis="x", labelrotation=30)
+    fig.suptitle("board-outbox run x N on the MongoDB-wire server (SecantusDB), 20 tenants")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicas", default="1,2,4")
+    ap.add_argument("--events", type=int, default=300)
+    ap.add_argument("--rate", type=float, default=20.0)
+    ap.add_argument("--tenants", type=int, default=20)
+    ap.add_argument("--idle-seconds", type=float, default=6.0)
+    ap.add_argument("--idle-tenants", default="20,2000")
+    ap.add_argument("--src", help="run the replicas from this src/ (e.g. a baseline checkout)")
+    ap.add_argument("--name", default="replicas", help="result file name")
+    ap.add_argument("--plot-only", action="store_true",
+                    help="re-draw results/NAME.png from results/NAME.json without running")
+    args = ap.parse_args()
+    global SRC
+    if args.plot_only:
+        saved = json.loads((RESULTS / f"{args.name}.json").read_text())
+        plot(saved["runs"], saved["idle"], RESULTS / f"{args.name}.png")
+        return 0
+    if args.src:
+        SRC = Path(args.src).resolve()
+    server = WireServer().start()
+    runs: list[dict[str, Any]] = []
+    idle: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            for n in (int(x) for x in args.replicas.split(",")):
+                r = one_run(server, n, events=args.events, rate=args.rate, tenants=args.tenants,
+                            idle_seconds=args.idle_seconds, tmp=tmp)
+                print(r, flush=True)
+                runs.append(r)
+            for t in (int(x) for x in args.idle_tenants.split(",") if x):
+                i = idle_many(server, t, args.idle_seconds, tmp)
+                print(i, flush=True)
+                idle.append(i)
+    finally:
+        server.close()
+    write_result(args.name, {"runs": runs, "idle": idle,
+                              "setup": {"server": "secantusd-py (WireServer)", **vars(args)}})
+    plot(runs, idle, RESULTS / f"{args.name}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
