@@ -38,7 +38,9 @@ case "$cmd" in
   test)
     bootstrap
     set +e
-    "$VENV/bin/python" -m pytest "$@"
+    # two workers (the machines have 2 cores), each starting its own wire server; a later
+    # -n (e.g. ./dev.sh test -n 0 tests/test_cli.py) overrides it
+    "$VENV/bin/python" -m pytest -n "${BOARD_OUTBOX_TEST_WORKERS:-2}" "$@"
     rc=$?
     set -e
     # pytest exits 5 when it collected no tests: that is a failure of the suite, say so.

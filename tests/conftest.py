@@ -36,10 +36,28 @@ def _live_wanted(config: pytest.Config) -> bool:
     return live_kind() is not None and "not live_mongo" not in expr
 
 
+def _xdist_workers(config: pytest.Config) -> int:
+    """How many pytest-xdist workers this (controller) process hands the tests to; 0 in a
+    worker and in a plain run."""
+    if hasattr(config, "workerinput"):
+        return 0
+    n = getattr(config.option, "numprocesses", None)
+    return n if isinstance(n, int) else 0
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Start the wire server once per session, before the header is printed, so the header can
-    name it (SPEC W1). A run that deselects the live tests starts nothing."""
+    name it (SPEC W1). A run that deselects the live tests starts nothing. Under pytest-xdist
+    each worker starts its own server (failpoints and restarts stay within one worker) and the
+    controller, which runs no test, starts none."""
     if not _live_wanted(config):
+        return
+    workers = _xdist_workers(config)
+    if workers:
+        kind = live_kind()
+        where = ("shared by" if kind == "MONGODB_URI" else "one server started by each of")
+        _LIVE["desc"] = (f"via {kind}, {where} the {workers} test workers (a worker whose "
+                         "server does not start fails its live tests with the reason)")
         return
     cm = live_server()
     try:

@@ -195,6 +195,9 @@ def test_server_restart_under_a_running_service_loses_nothing(tmp_path: Path) ->
         assert proc.poll() is None, "the service died with the server"
         emit(5)
         _wait(lambda: done() == 10, 90, "launches after the restart")
+        # the projection rows of the same events settle on their own schedule
+        _wait(lambda: db["trigger_effects"].count_documents({"state": {"$ne": "done"}}) == 0, 60,
+              "every row (projections too) done")
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0

@@ -1065,6 +1065,17 @@ def shrink(choices: Sequence[int], fails: Callable[[list[int]], bool]) -> list[i
     """Delta-debugging over the choice list: drop chunks, then zero choices (0 means "first
     option, no fault"), while the schedule still fails. Deterministic."""
     cur = list(choices)
+    # first the shortest failing prefix by bisection (the run ends where its choices do, so a
+    # short prefix is also a fast run); every kept candidate is checked to fail
+    lo, hi = 1, len(cur)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fails(cur[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    if hi < len(cur) and fails(cur[:hi]):
+        cur = cur[:hi]
     chunk = max(1, len(cur) // 2)
     while True:
         i, changed = 0, False
