@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -61,7 +62,8 @@ def test_status_json_is_the_documented_stable_document(capsys: pytest.CaptureFix
     anyio.run(_two_tenants, backend)
     assert run(backend, "--json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert list(doc) == ["schema", "generated_at", "tenants"] and doc["schema"] == 1
+    assert list(doc) == ["schema", "generated_at", "tenants", "replicas"] and doc["schema"] == 1
+    assert doc["replicas"] == []  # no `run` heartbeats into this backend
     by = {t["tenant_id"]: t for t in doc["tenants"]}
     assert list(by) == [T, "t2"]
     assert all(list(t) == FIELDS for t in doc["tenants"])
@@ -107,6 +109,11 @@ def test_status_over_the_wire_server(live: LiveServer) -> None:
         client[db]["board_events"].insert_one({"tenant_id": "acme", "seq": 1, "type": "card.created",
                                                "card_id": "c", "at": 1.0})
         client[db]["board_event_counters"].insert_one({"_id": "acme", "seq": 1})
+        # two replicas' membership leases (S1): one live, one expired an hour ago
+        now = time.time()
+        client[db]["board_outbox_members"].insert_many([
+            {"_id": "replica-live", "expires_at": now + 600, "seen_at": now},
+            {"_id": "replica-gone", "expires_at": now - 3600, "seen_at": now - 3610}])
     finally:
         client.close()
     env = {**os.environ, "BOARD_OUTBOX_STORE__BACKEND": "mongo", "BOARD_OUTBOX_STORE__URI": live.uri,
@@ -114,8 +121,15 @@ def test_status_over_the_wire_server(live: LiveServer) -> None:
     proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status", "--json"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    tenants = json.loads(proc.stdout)["tenants"]
+    report = json.loads(proc.stdout)
+    tenants = report["tenants"]
     assert [t["tenant_id"] for t in tenants] == ["acme"] and tenants[0]["lag_events"] == 1
+    assert [r["member_id"] for r in report["replicas"]] == ["replica-live"]
+    assert 590 < report["replicas"][0]["lease_left_seconds"] <= 600
+    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "replicas alive: 1: replica-live" in proc.stdout
     proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status", "--tenant", "zz"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr

@@ -16,6 +16,10 @@ class MemoryMembershipStore:
         self._leases[member_id] = now + ttl_seconds
         return [Member(m, exp) for m, exp in sorted(self._leases.items()) if exp > now]
 
+    async def live(self, now: float) -> list[Member]:
+        await checkpoint()
+        return [Member(m, exp) for m, exp in sorted(self._leases.items()) if exp > now]
+
     async def leave(self, member_id: str) -> None:
         await checkpoint()
         self._leases.pop(member_id, None)

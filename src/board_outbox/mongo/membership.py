@@ -20,6 +20,13 @@ class MongoMembershipStore:
         await self.coll.update_one({"_id": member_id},
                                    {"$set": {"expires_at": now + ttl_seconds, "seen_at": now}},
                                    upsert=True)
+        return await self._live(now)
+
+    @translated
+    async def live(self, now: float) -> list[Member]:
+        return await self._live(now)
+
+    async def _live(self, now: float) -> list[Member]:
         live = await self.coll.find({"expires_at": {"$gt": now}}).to_list(None)
         return sorted((Member(str(d["_id"]), float(d["expires_at"])) for d in live),
                       key=lambda m: m.member_id)

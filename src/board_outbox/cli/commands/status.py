@@ -20,6 +20,13 @@ class StatusReport(msgspec.Struct, kw_only=True):
     schema: int
     generated_at: float
     tenants: list[object]
+    # the replicas whose membership lease is live (S1); null when the backend keeps none
+    replicas: list[ReplicaAlive] | None = None
+
+
+class ReplicaAlive(msgspec.Struct, kw_only=True):
+    member_id: str
+    lease_left_seconds: float
 
 
 def _age(seconds: float | None) -> str:
@@ -46,8 +53,14 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
             known = [args.tenant]
         now = time.time()
         rows = [await tenant_status(stores, t, now) for t in known]
+        replicas = None
+        if stores.members is not None:
+            replicas = [ReplicaAlive(member_id=m.member_id,
+                                     lease_left_seconds=round(m.expires_at - now, 3))
+                        for m in await stores.members.live(now)]
     if args.json:
-        report = StatusReport(schema=STATUS_SCHEMA, generated_at=now, tenants=list(rows))
+        report = StatusReport(schema=STATUS_SCHEMA, generated_at=now, tenants=list(rows),
+                              replicas=replicas)
         print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
         return 0
     from rich.console import Console
@@ -65,5 +78,9 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
                       _age(st.lag_seconds if st.lag_events else None),
                       _age(st.oldest_pending_age_seconds), by_state,
                       f"[red]{st.dead_letters}[/red]" if st.dead_letters else "0")
-    Console(width=max(140, Console().width)).print(table)
+    console = Console(width=max(140, Console().width))
+    console.print(table)
+    if replicas is not None:
+        names = ", ".join(r.member_id for r in replicas) or "none (no replica is running)"
+        console.print(f"replicas alive: {len(replicas)}: {names}", highlight=False)
     return 0
