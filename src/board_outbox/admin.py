@@ -6,17 +6,18 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 import msgspec
 
 from .clock import Clock
 from .domain import EffectRow
-from .errors import MalformedDocument
-from .ports import CardStore, EffectOutbox, EventLog, RowFilter
+from .errors import MalformedDocument, RebuildConflict
+from .ports import CardStore, EffectOutbox, EventLog, ReadModelStore, ReadModelVersions, RowFilter
 from .projection_batch import apply_batch
 from .reading import GapTracker, read_batch
+from .readmodel_generations import VersionedReadModels
 from .registry import HandlerRegistry
 from .telemetry.metrics import Metrics
 
@@ -110,8 +111,23 @@ async def rebuild_projection(
     res = RebuildResult(tenant_id=tenant_id, projection=name)
     res.head = await events.max_inserted_seq(tenant_id)
     await proj.reset(tenant_id)
-    # The tail's reading step and young-gap rule; a one-shot rebuild has seen no gap before, so
-    # a gap counts as first seen when the event right after it was written.
+    await _replay(res, registry=registry, events=events, cards=cards, clock=clock,
+                  young_gap_seconds=young_gap_seconds, batch_size=batch_size, after=0,
+                  progress=progress, metrics=metrics)
+    return res
+
+
+async def _replay(
+    res: RebuildResult, *, registry: HandlerRegistry, events: EventLog, cards: CardStore,
+    clock: Clock, young_gap_seconds: float, batch_size: int, after: int,
+    progress: Callable[[int, int], None] | None, metrics: Metrics | None,
+    saved: Callable[[int], Awaitable[None]] | None = None,
+) -> None:
+    """The replay loop of both rebuilds: the tail's reading step and young-gap rule, one
+    ``apply_batch`` per batch read, from ``after`` until nothing is left or a young gap."""
+    name, tenant_id = res.projection, res.tenant_id
+    # A one-shot rebuild has seen no gap before, so a gap counts as first seen when the event
+    # right after it was written.
     gaps = GapTracker(young_gap_seconds, event_time=True, warn=False)
 
     def skip_malformed(seq: int, exc: MalformedDocument, head: bool) -> bool:
@@ -119,7 +135,8 @@ async def rebuild_projection(
         log.error("rebuild skips a malformed event: %s", exc, extra={"tenant_id": tenant_id, "seq": seq})
         return True
 
-    cursor = 0
+    cursor = after
+    res.stopped_at_gap = None
     while True:
         reading = await read_batch(
             events=events, cards=cards, tenant_id=tenant_id, after=cursor, limit=batch_size,
@@ -136,14 +153,118 @@ async def rebuild_projection(
             res.applied += len(snaps)
         if reading.passed:
             cursor = reading.passed[-1][0]
+            if saved is not None:
+                await saved(cursor)
             if progress is not None:
-                progress(cursor, res.head)
+                progress(cursor, max(res.head, cursor))
             if metrics is not None:
-                metrics.rebuild_progress(tenant_id, name, cursor, res.head)
+                metrics.rebuild_progress(tenant_id, name, cursor, max(res.head, cursor))
         if reading.young_gap is not None:
             res.stopped_at_gap = reading.young_gap
             break
         if reading.beyond_counter is not None or not reading.passed:
             break  # R2: a poison seq past the counter, or nothing left but non-int seqs
     res.cursor = cursor
-    return res
+
+
+class ShadowResult(msgspec.Struct, kw_only=True):
+    replay: RebuildResult
+    generation: int  # the generation built
+    previous: int  # the generation readers saw before
+    resumed_from: int  # 0, or the seq an interrupted shadow rebuild had reached
+    swapped: bool = False
+    dropped_docs: int = 0  # documents of the previous generation removed after the swap
+
+
+async def shadow_rebuild(
+    *,
+    name: str,
+    tenant_id: str,
+    readmodels: VersionedReadModels,
+    registry_for: Callable[[ReadModelStore], HandlerRegistry],
+    events: EventLog,
+    cards: CardStore,
+    clock: Clock,
+    sleep: Callable[[float], Awaitable[None]],
+    young_gap_seconds: float,
+    gap_wait_seconds: float,
+    batch_size: int = 1000,
+    progress: Callable[[int, int], None] | None = None,
+    metrics: Metrics | None = None,
+) -> ShadowResult:
+    """Build the next generation of ``name``'s read model for one tenant beside the live one,
+    catch up, then swap the generation pointer in one compare-and-set (B3).
+
+    Readers keep the live generation until the swap and never see a half-built one. While the
+    shadow builds, the service's projection rows write both generations (``VersionedReadModels``),
+    so it is current when the replay reaches the end of the log. Nothing but read models is
+    written: no row, no launch. An interrupted run leaves the pointer naming the building
+    generation and the seq reached; running again resumes there, ``drop_shadow`` discards it.
+    A young gap is waited out (up to ``gap_wait_seconds``) rather than swapped over: events past
+    it whose rows ran before the shadow existed are only in the log.
+    """
+    res = RebuildResult(tenant_id=tenant_id, projection=name)
+    v = await readmodels.pointer(name, tenant_id, fresh=True)
+    if v.building is None:
+        gen = v.active + 1
+        await readmodels.pinned(name, gen).reset(name, tenant_id)  # leftovers of a dropped one
+        started = ReadModelVersions(active=v.active, building=gen, progress=0)
+        if not await readmodels.versions.compare_and_set(name, tenant_id, v, started):
+            raise RebuildConflict(f"{name}/{tenant_id}: the generation pointer changed under the "
+                                  "rebuild (another rebuild?); run it again")
+        v, resumed = started, 0
+    else:
+        gen, resumed = v.building, v.progress
+    out = ShadowResult(replay=res, generation=gen, previous=v.active, resumed_from=resumed)
+    # every writer's cached pointer now names the building generation: rows write both
+    await sleep(readmodels.ttl_seconds)
+    registry = registry_for(readmodels.pinned(name, gen))
+    registry.projection(name)  # UnknownEffectKind for a bad name
+    cur = v
+
+    async def saved(seq: int) -> None:
+        nonlocal cur
+        nxt = ReadModelVersions(active=cur.active, building=gen, progress=seq)
+        if not await readmodels.versions.compare_and_set(name, tenant_id, cur, nxt):
+            raise RebuildConflict(f"{name}/{tenant_id}: the shadow generation {gen} was dropped "
+                                  "or swapped by someone else during the rebuild")
+        cur = nxt
+
+    deadline = clock.now() + gap_wait_seconds
+    after = resumed
+    while True:
+        res.head = await events.max_inserted_seq(tenant_id)
+        await _replay(res, registry=registry, events=events, cards=cards, clock=clock,
+                      young_gap_seconds=young_gap_seconds, batch_size=batch_size, after=after,
+                      progress=progress, metrics=metrics, saved=saved)
+        after = res.cursor
+        if res.stopped_at_gap is None:
+            break
+        if clock.now() >= deadline:
+            return out  # left building at res.cursor: run again to resume
+        await sleep(min(1.0, max(0.05, deadline - clock.now())))
+    swapped = ReadModelVersions(active=gen, building=None, progress=0)
+    if not await readmodels.versions.compare_and_set(name, tenant_id, cur, swapped):
+        raise RebuildConflict(f"{name}/{tenant_id}: the pointer changed before the swap; the "
+                              "live generation is untouched, run the rebuild again")
+    readmodels.forget(name, tenant_id)
+    out.swapped = True
+    # a reader holding the old pointer still reads the old, complete generation until its TTL
+    await sleep(readmodels.ttl_seconds)
+    out.dropped_docs = await readmodels.pinned(name, v.active).reset(name, tenant_id)
+    return out
+
+
+async def drop_shadow(*, name: str, tenant_id: str, readmodels: VersionedReadModels,
+                      sleep: Callable[[float], Awaitable[None]]) -> int | None:
+    """Discard an interrupted shadow rebuild: the live generation stays as it is. Returns the
+    documents removed, or None when no shadow rebuild is under way."""
+    v = await readmodels.pointer(name, tenant_id, fresh=True)
+    if v.building is None:
+        return None
+    if not await readmodels.versions.compare_and_set(
+            name, tenant_id, v, ReadModelVersions(active=v.active)):
+        raise RebuildConflict(f"{name}/{tenant_id}: the generation pointer changed; run again")
+    readmodels.forget(name, tenant_id)
+    await sleep(readmodels.ttl_seconds)  # writers stop writing the dropped generation
+    return await readmodels.pinned(name, v.building).reset(name, tenant_id)

@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+from .clock import SystemClock
 from .config import Config, LauncherConfig, StoreConfig
 from .launchers import HttpLauncher, LogLauncher
 from .ports import Launcher, Stores
+from .readmodel_generations import versioned
 
 Opener = Callable[[Config, Launcher, bool], AbstractAsyncContextManager[Stores]]
 
@@ -67,7 +69,8 @@ async def open_backend(cfg: Config, *, ensure_schema: bool = False) -> AsyncIter
     launcher = make_launcher(cfg.launcher)
     try:
         async with BACKENDS[cfg.store.backend](cfg, launcher, ensure_schema) as stores:
-            yield stores
+            # read models by generation: readers see the live one while a shadow rebuild runs
+            yield versioned(stores, SystemClock(), cfg.store.generation_cache_seconds)
     finally:
         aclose = getattr(launcher, "aclose", None)
         if aclose is not None:

@@ -30,6 +30,10 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # O5: events and cursors read, rows / cursor CAS / marks written, with majority by default
     read_concern: Literal["majority", "local", "linearizable"] = "majority"
     write_concern: Literal["majority"] | Annotated[int, msgspec.Meta(ge=1)] = "majority"
+    # B3: how long a replica trusts its cached read-model generation pointer; a shadow rebuild
+    # waits this long after announcing a generation and after swapping (set it the same on
+    # every replica and on the rebuild)
+    generation_cache_seconds: Pos = 5.0
 
 
 class LauncherConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -129,3 +129,8 @@ class ConfigError(BoardOutboxError):
 class ChangeStreamLost(BoardOutboxError):
     """The change stream cannot resume from its token (history lost, invalidated):
     drop the token, let polling reconcile, reopen from now."""
+
+
+class RebuildConflict(BoardOutboxError):
+    """A shadow rebuild's generation pointer changed under it (another rebuild, a drop): the
+    live read model is untouched; run the rebuild again."""

@@ -345,6 +345,28 @@ class ReadModelStore(Protocol):
     async def reset(self, model: str, tenant_id: str) -> int: ...
 
 
+class ReadModelVersions(msgspec.Struct, frozen=True, kw_only=True):
+    """Which generation of one (model, tenant) read model readers see (``active``), and the one a
+    shadow rebuild is building beside it (``building``, with the seq its replay has reached)."""
+
+    active: int = 0
+    building: int | None = None
+    progress: int = 0
+
+
+class ReadModelVersionStore(Protocol):
+    """One small document per (model, tenant) read model: the generation pointer a shadow rebuild
+    (B3) flips in one compare-and-set."""
+
+    async def get(self, model: str, tenant_id: str) -> ReadModelVersions: ...
+
+    async def compare_and_set(self, model: str, tenant_id: str, expected: ReadModelVersions,
+                              new: ReadModelVersions) -> bool:
+        """Replace the pointer by ``new`` only if it still equals ``expected`` (a missing
+        document equals the default ``ReadModelVersions()``)."""
+        ...
+
+
 @dataclass
 class Stores:
     """One backend's adapters for every port (what an adapter package's factory returns)."""
@@ -360,6 +382,7 @@ class Stores:
     feed: ChangeFeed | None = None
     tokens: ResumeTokenStore | None = None
     members: MembershipStore | None = None
+    rm_versions: ReadModelVersionStore | None = None
 
 
 class Member(msgspec.Struct, frozen=True):

@@ -24,6 +24,7 @@ from .membership import Ownership, new_member_id
 from .plugins import build_handlers
 from .ports import Stores
 from .projections import register_all
+from .readmodel_generations import versioned
 from .registry import HandlerRegistry
 from .tail import DrainResult, Tail
 from .telemetry.metrics import Metrics
@@ -74,9 +75,10 @@ class Service:
         on_done: Callable[[EffectRow, str], None] | None = None,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
-        self.stores = stores
         self.config = config
         self.clock = clock or SystemClock()
+        # projection rows write the building generation too while a shadow rebuild runs (B3)
+        self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
         self.registry = registry or build_registry(stores, config.projections, config.handlers)
         self.tail = Tail(
             events=stores.events,

@@ -19,6 +19,7 @@ from board_outbox.ports import (
     EventLog,
     LabelStore,
     ReadModelStore,
+    ReadModelVersionStore,
     Stores,
     SubscriptionStore,
 )
@@ -46,6 +47,7 @@ class Kit:
     put_raw_card: Callable[[str, str, dict[str, Any]], Awaitable[None]]
     raw_row: Callable[[str], Awaitable[dict[str, Any] | None]]
     clock: ManualClock = field(default_factory=ManualClock)
+    rm_versions: ReadModelVersionStore | None = None
     faults: FaultInjector = field(default_factory=FaultInjector)
     launcher: MemoryLauncher = field(default_factory=MemoryLauncher)
 
@@ -64,7 +66,7 @@ class Kit:
         return Stores(
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.cards, labels=self.labels, launcher=self.launcher,
-            readmodels=self.readmodels,
+            readmodels=self.readmodels, rm_versions=self.rm_versions,
         )
 
     # --- building the pipeline ------------------------------------------------------------
@@ -144,6 +146,7 @@ def memory_kit() -> Kit:
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
+        rm_versions=b.rm_versions,
     )
 
 
@@ -160,6 +163,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
         MongoReadModelStore,
         MongoSubscriptionStore,
     )
+    from board_outbox.mongo.readmodel_versions import MongoReadModelVersionStore
 
     board = MongoBoard(db)
     outbox = MongoEffectOutbox(db)
@@ -177,5 +181,5 @@ def mongo_kit(db: Any, name: str) -> Kit:
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
         readmodels=MongoReadModelStore(db), insert_raw_event=raw_event, insert_raw_row=raw_row,
-        put_raw_card=raw_card, raw_row=outbox.raw,
+        put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoReadModelVersionStore(db),
     )

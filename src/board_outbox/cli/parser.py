@@ -104,7 +104,14 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "Reset PROJECTION's read model for one tenant and replay the tenant's events from\n"
         "seq 0, with a progress bar. Stops at a young seq gap (an insert may still be in\n"
         "flight) rather than stepping over it; older gaps are dead allocations and are\n"
-        "stepped over. Safe while the service runs: its projection rows carry on from there.",
+        "stepped over. Safe while the service runs: its projection rows carry on from there.\n"
+        "Readers see the model emptied and refilled; with --shadow they never do: the next\n"
+        "generation is built beside the live one (the running service's projection rows\n"
+        "write both), caught up to the end of the log, then swapped in with one atomic\n"
+        "pointer update and the old one removed. An interrupted --shadow run resumes where\n"
+        "it stopped when run again; --drop-shadow discards it. Neither writes a row or\n"
+        "fires a launch. Deploy new projection code to the replicas before rebuilding.\n"
+        "Exit 3: --shadow waited --gap-wait for a young gap and left the shadow to resume.",
     ),
     "status": (
         "per-tenant cursor, lag, oldest pending row, rows by state, dead-letters",
@@ -194,6 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--tenant", required=True, help="the tenant to rebuild")
     rb.add_argument("--batch-size", type=_positive_int, default=1000,
                     help="events read per query (default 1000)")
+    mode = rb.add_mutually_exclusive_group()
+    mode.add_argument("--shadow", action="store_true",
+                      help="build the next generation beside the live one, then swap atomically "
+                           "(resumes an interrupted shadow rebuild)")
+    mode.add_argument("--drop-shadow", action="store_true",
+                      help="discard an interrupted shadow rebuild; the live model is untouched")
+    rb.add_argument("--gap-wait", type=_positive_float, default=None, metavar="SECONDS",
+                    help="--shadow: how long to wait out a young seq gap before leaving the "
+                         "shadow to resume later (default: 2 x tail.young_gap_seconds)")
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")

@@ -17,6 +17,7 @@ from .launcher import MemoryLauncher
 from .membership import MemoryMembershipStore
 from .outbox import MemoryEffectOutbox
 from .probes import FaultPoints, NoFaults
+from .readmodel_versions import MemoryReadModelVersionStore
 from .readmodels import MemoryReadModelStore
 from .subscriptions import MemorySubscriptionStore
 from .tokens import MemoryResumeTokenStore
@@ -54,6 +55,7 @@ class MemoryBackend:
         self.tokens = MemoryResumeTokenStore()
         self.readmodels = MemoryReadModelStore()
         self.members = MemoryMembershipStore()
+        self.rm_versions = MemoryReadModelVersionStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
@@ -61,7 +63,7 @@ class MemoryBackend:
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.board, labels=self.board, launcher=launcher or self.launcher,
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
-            members=self.members,
+            members=self.members, rm_versions=self.rm_versions,
         )
 
 

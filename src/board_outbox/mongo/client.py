@@ -18,6 +18,7 @@ from .cursors import MongoCursorStore
 from .events import MongoEventLog
 from .membership import MongoMembershipStore
 from .outbox import MongoEffectOutbox
+from .readmodel_versions import MongoReadModelVersionStore
 from .readmodels import MongoReadModelStore
 from .schema import ensure_schema as ensure
 from .subscriptions import MongoSubscriptionStore
@@ -87,6 +88,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         feed=MongoChangeFeed(db) if change_feed else None,
         tokens=MongoResumeTokenStore(db),
         members=MongoMembershipStore(db),
+        rm_versions=MongoReadModelVersionStore(db),
     )
 
 

@@ -1,4 +1,4 @@
-"""``board-outbox rebuild PROJECTION --tenant T`` (B3)."""
+"""``board-outbox rebuild PROJECTION --tenant T [--shadow | --drop-shadow]`` (B3)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from . import StoresFactory
 
 if TYPE_CHECKING:
     from ...config import Config
+    from ...ports import ReadModelStore, Stores
+    from ...registry import HandlerRegistry
+    from ...telemetry.metrics import Metrics
 
 
 async def cmd_rebuild(args: argparse.Namespace, factory: StoresFactory) -> int:
@@ -43,6 +46,8 @@ async def _rebuild(args: argparse.Namespace, factory: StoresFactory, cfg: Config
         if args.projection not in registry.projections:
             raise ConfigError(f"projections: {args.projection!r} is not enabled "
                               f"(enabled: {', '.join(registry.projections) or 'none'})")
+        if args.shadow or args.drop_shadow:
+            return await _shadow(args, stores, cfg, metrics)
         with Progress(TextColumn("rebuild {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), transient=False,
                       console=Console(stderr=True)) as bar:
@@ -64,3 +69,64 @@ async def _rebuild(args: argparse.Namespace, factory: StoresFactory, cfg: Config
         print(f"stopped at young gap: seq {res.stopped_at_gap} may still be inserting; "
               "the running service's projection rows continue from there (or rebuild again later)")
     return 0
+
+
+async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics: Metrics) -> int:
+    import dataclasses
+
+    import anyio
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from ...admin import drop_shadow, shadow_rebuild
+    from ...clock import SystemClock
+    from ...readmodel_generations import VersionedReadModels, versioned
+    from ...runtime import build_registry
+
+    rm = versioned(stores, SystemClock(), cfg.store.generation_cache_seconds).readmodels
+    if not isinstance(rm, VersionedReadModels):
+        raise ConfigError(f"store.backend: {cfg.store.backend!r} keeps no read-model generations "
+                          "(--shadow needs them)")
+    name, tenant = args.projection, args.tenant
+    if args.drop_shadow:
+        dropped = await drop_shadow(name=name, tenant_id=tenant, readmodels=rm, sleep=anyio.sleep)
+        if dropped is None:
+            print(f"no shadow rebuild of {name} for {tenant} to drop")
+        else:
+            print(f"dropped the shadow rebuild of {name} for {tenant}: {dropped} documents removed; "
+                  "the live model is untouched")
+        return 0
+
+    def registry_for(view: ReadModelStore) -> HandlerRegistry:
+        return build_registry(dataclasses.replace(stores, readmodels=view), cfg.projections,
+                              cfg.handlers)
+
+    with Progress(TextColumn("shadow rebuild {task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeRemainingColumn(), transient=False,
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"{name} / {tenant}", total=None)
+
+        def progress(done: int, head: int) -> None:
+            bar.update(task, completed=done, total=max(head, done))
+
+        gap_wait = args.gap_wait if args.gap_wait is not None else 2 * cfg.tail.young_gap_seconds
+        out = await shadow_rebuild(
+            name=name, tenant_id=tenant, readmodels=rm, registry_for=registry_for,
+            events=stores.events, cards=stores.cards, clock=SystemClock(), sleep=anyio.sleep,
+            young_gap_seconds=cfg.tail.young_gap_seconds, gap_wait_seconds=gap_wait,
+            batch_size=args.batch_size, progress=progress, metrics=metrics,
+        )
+    res = out.replay
+    began = f"resumed at seq {out.resumed_from}" if out.resumed_from else "from seq 0"
+    print(f"shadow rebuild of {name} for {tenant}, generation {out.generation} ({began}): "
+          f"{res.applied} events applied up to seq {res.cursor}; {res.skipped_deleted} of deleted "
+          f"cards skipped, {res.skipped_malformed} malformed skipped, {res.stepped_gaps} dead "
+          "allocations stepped over")
+    if out.swapped:
+        print(f"swapped: readers now see generation {out.generation}; generation {out.previous} "
+              f"removed ({out.dropped_docs} documents)")
+        return 0
+    print(f"not swapped: seq {res.stopped_at_gap} is still a young gap after {gap_wait:g} s; the "
+          "live model is untouched and the shadow keeps up with new events. Run the same "
+          "command again to resume, or --drop-shadow to discard it.")
+    return 3
