@@ -360,6 +360,11 @@ class ReadModelVersionStore(Protocol):
 
     async def get(self, model: str, tenant_id: str) -> ReadModelVersions: ...
 
+    async def all(self) -> dict[tuple[str, str], ReadModelVersions]:
+        """Every pointer, keyed (model, tenant), in one query (only read models that were ever
+        shadow-rebuilt have one): what a replica caches."""
+        ...
+
     async def compare_and_set(self, model: str, tenant_id: str, expected: ReadModelVersions,
                               new: ReadModelVersions) -> bool:
         """Replace the pointer by ``new`` only if it still equals ``expected`` (a missing

@@ -12,8 +12,8 @@ generation 0); generation ``g > 0`` under ``"model#g"``. ``VersionedReadModels``
   replay's writes and the rows' writes meet in any order);
 - ``pinned(model, gen)`` is a view writing one generation only: the rebuild's replay target.
 
-The pointer is cached for ``ttl_seconds`` (one read per model and tenant per TTL, not per
-write); the rebuild waits that long after announcing the building generation before it replays,
+Every pointer is cached for ``ttl_seconds`` (one query for all of them per TTL, whatever the
+tenant count, not a read per write); the rebuild waits that long after announcing the building generation before it replays,
 so by then every writer writes both, and again after the swap before it drops the old
 generation, so a reader with the old pointer still finds the old, complete model.
 """
@@ -27,6 +27,7 @@ from .clock import Clock
 from .ports import ReadModelOp, ReadModelStore, ReadModelVersions, ReadModelVersionStore, Stores
 
 DEFAULT_TTL_SECONDS = 5.0
+_DEFAULT = ReadModelVersions()
 
 
 def physical(model: str, gen: int) -> str:
@@ -40,19 +41,23 @@ class VersionedReadModels:
     def __init__(self, base: ReadModelStore, versions: ReadModelVersionStore, clock: Clock,
                  ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
         self.base, self.versions, self.clock, self.ttl_seconds = base, versions, clock, ttl_seconds
-        self._cache: dict[tuple[str, str], tuple[float, ReadModelVersions]] = {}
+        self._all: dict[tuple[str, str], ReadModelVersions] = {}
+        self._loaded_at: float | None = None
 
     async def pointer(self, model: str, tenant_id: str, *, fresh: bool = False) -> ReadModelVersions:
+        if fresh:
+            v = await self.versions.get(model, tenant_id)
+            self._all[(model, tenant_id)] = v
+            return v
         now = self.clock.now()
-        hit = self._cache.get((model, tenant_id))
-        if hit is not None and not fresh and now - hit[0] < self.ttl_seconds:
-            return hit[1]
-        v = await self.versions.get(model, tenant_id)
-        self._cache[(model, tenant_id)] = (now, v)
-        return v
+        if self._loaded_at is None or now - self._loaded_at >= self.ttl_seconds:
+            self._all = await self.versions.all()
+            self._loaded_at = now
+        return self._all.get((model, tenant_id), _DEFAULT)
 
     def forget(self, model: str, tenant_id: str) -> None:
-        self._cache.pop((model, tenant_id), None)
+        """Drop the cached pointers: the next read loads them all again."""
+        self._loaded_at = None
 
     async def _targets(self, model: str, tenant_id: str) -> list[str]:
         v = await self.pointer(model, tenant_id)

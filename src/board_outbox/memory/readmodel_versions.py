@@ -15,6 +15,10 @@ class MemoryReadModelVersionStore:
         await checkpoint()
         return self._docs.get((model, tenant_id), ReadModelVersions())
 
+    async def all(self) -> dict[tuple[str, str], ReadModelVersions]:
+        await checkpoint()
+        return dict(self._docs)
+
     async def compare_and_set(self, model: str, tenant_id: str, expected: ReadModelVersions,
                               new: ReadModelVersions) -> bool:
         await checkpoint()

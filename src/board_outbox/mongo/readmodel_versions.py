@@ -25,13 +25,24 @@ class MongoReadModelVersionStore:
     def _id(model: str, tenant_id: str) -> str:
         return f"{model}/{tenant_id}"
 
+    @staticmethod
+    def _decode(doc: dict[str, Any]) -> ReadModelVersions:
+        return ReadModelVersions(active=int(doc.get("active", 0)), building=doc.get("building"),
+                                 progress=int(doc.get("progress", 0)))
+
     @translated
     async def get(self, model: str, tenant_id: str) -> ReadModelVersions:
         doc = await self.coll.find_one({"_id": self._id(model, tenant_id)})
-        if doc is None:
-            return ReadModelVersions()
-        return ReadModelVersions(active=int(doc.get("active", 0)), building=doc.get("building"),
-                                 progress=int(doc.get("progress", 0)))
+        return ReadModelVersions() if doc is None else self._decode(doc)
+
+    @translated
+    async def all(self) -> dict[tuple[str, str], ReadModelVersions]:
+        out: dict[tuple[str, str], ReadModelVersions] = {}
+        for doc in await self.coll.find({}).to_list(None):
+            model, sep, tenant = str(doc["_id"]).rpartition("/")
+            if sep:
+                out[(model, tenant)] = self._decode(doc)
+        return out
 
     @translated
     async def compare_and_set(self, model: str, tenant_id: str, expected: ReadModelVersions,
