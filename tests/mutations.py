@@ -96,9 +96,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("launch-own-consume-taken-as-absent", "launch",
            'if spent == "absent":', 'if spent != "consumed":', "launch"),
     Mutant("launch-transient-sub-read-drops", "launch",
-           '        except SubscriptionNotFound:\n            return "dropped: subscription deleted"',
-           "        except (SubscriptionNotFound, StoreUnavailable):\n"
-           '            return "dropped: subscription deleted"', "launch"),
+           '            except SubscriptionNotFound:\n                return "dropped: subscription deleted"',
+           "            except (SubscriptionNotFound, StoreUnavailable):\n"
+           '                return "dropped: subscription deleted"', "launch"),
     # --- others: domain, error classification, runtime, adapters ---------------------------
     Mutant("domain-matches-ignores-column", "domain",
            "if rule.column is not None and ev.column != rule.column:", "if False:", "domain"),
