@@ -6,12 +6,12 @@
     ./dev.sh mutate --list               # the mutants, and where each snippet is found
 
 Each mutant is (name, original snippet, replacement, optional path hint). The file is found by
-searching every ``.py`` under ``src/`` (and ``projections/``) for the snippet, so the campaign
+searching every ``.py`` under ``src/`` for the snippet, so the campaign
 survives modules being moved; a snippet that is not found, or found more than once (and not
 narrowed by the hint), fails loudly so the mutant can be retargeted.
 
-For each mutant the repository (src/, projections/, tests/, tracing/, pyproject.toml) is copied
-to a temporary directory, the snippet replaced there, and run with ``PYTHONPATH`` pointing at
+For each mutant the repository (src/, tests/, tracing/, benchmarks/, docs/, the top-level
+files) is copied to a temporary directory, the snippet replaced there, and run with ``PYTHONPATH`` pointing at
 the copy (so the copy, not the editable install, is imported -- checked before the campaign):
 
 (a) the unit suite: ``pytest -m "not live_mongo" -x -q -p no:cacheprovider``; the first failing
@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPY = ("src", "projections", "tests", "tracing", "pyproject.toml", "board-outbox.example.toml")
-SEARCH = ("src", "projections")
+COPY = ("src", "tests", "tracing", "benchmarks", "docs", "pyproject.toml", "README.md",
+        "ARCHITECTURE.md", "board-outbox.example.toml")
+SEARCH = ("src",)
 UNIT_TIMEOUT = 900.0
 HARNESS_TIMEOUT = 600.0
 HARNESS_SCHEDULES = (200, 40)  # memory, mongomock
@@ -342,8 +343,8 @@ def preflight(baseline: bool) -> None:
         copy = Path(tmp)
         make_copy(copy)
         rc, out = run([sys.executable, "-c",
-                       "import board_outbox, projections, tests; "
-                       "print(board_outbox.__file__, projections.__file__, tests.__file__)"],
+                       "import board_outbox, board_outbox.projections as p, tests; "
+                       "print(board_outbox.__file__, p.__file__, tests.__file__)"],
                       copy, 60)
         files = out.split()
         if rc != 0 or len(files) != 3 or not all(f.startswith(str(copy)) for f in files):

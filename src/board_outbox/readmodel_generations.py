@@ -13,9 +13,10 @@ generation 0); generation ``g > 0`` under ``"model#g"``. ``VersionedReadModels``
 - ``pinned(model, gen)`` is a view writing one generation only: the rebuild's replay target.
 
 Every pointer is cached for ``ttl_seconds`` (one query for all of them per TTL, whatever the
-tenant count, not a read per write); the rebuild waits that long after announcing the building generation before it replays,
-so by then every writer writes both, and again after the swap before it drops the old
-generation, so a reader with the old pointer still finds the old, complete model.
+tenant count, not a read per write); the rebuild waits that long after announcing the building
+generation before it replays, so by then every writer writes both, and again after the swap
+before it drops the old generation, so a reader with the old pointer still finds the old,
+complete model.
 """
 
 from __future__ import annotations
