@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from typing import Any
 
 import msgspec
 
@@ -35,8 +36,25 @@ class TextFormatter(logging.Formatter):
         return f"{base} [{ctx}]" if ctx else base
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record, not the stream it was
+    created with: a CLI run inside a host that swaps stderr (pytest's capture, an embedding
+    app) must never log into a stream that has since been closed."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(
         JsonFormatter() if fmt == "json"
         else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
