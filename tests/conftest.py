@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
@@ -26,6 +27,21 @@ def _ops_endpoints_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """``run`` serves /healthz, /readyz, /metrics on 127.0.0.1:9464 by default (O1): tests turn
     them off unless they ask for a port, so no test depends on 9464 being free."""
     monkeypatch.setenv("BOARD_OUTBOX_SERVICE__HTTP_PORT", "0")
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test that runs the CLI (``setup_logging``) or the harness (``quiet``) changes process-wide
+    logging; under xdist the next test in the same worker would inherit it. Undo both."""
+    from board_outbox.logs import StderrHandler
+
+    root, ours = logging.getLogger(), logging.getLogger("board_outbox")
+    root_level, ours_level = root.level, ours.level
+    yield
+    for h in [h for h in root.handlers if isinstance(h, StderrHandler)]:
+        root.removeHandler(h)
+    root.setLevel(root_level)
+    ours.setLevel(ours_level)
 
 
 _LIVE: dict[str, object] = {}

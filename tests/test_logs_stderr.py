@@ -19,10 +19,10 @@ def test_logs_go_to_the_current_stderr_not_a_closed_one(monkeypatch: pytest.Monk
     try:
         monkeypatch.setattr(sys, "stderr", first)
         setup_logging("text", "INFO")
-        logging.getLogger("board_outbox.test").warning("one")
+        logging.getLogger("bo_logs_test").warning("one")
         first.close()  # the host closes the stream it had handed out
         monkeypatch.setattr(sys, "stderr", second)
-        logging.getLogger("board_outbox.test").warning("two")
+        logging.getLogger("bo_logs_test").warning("two")
         out = second.getvalue()
         assert "two" in out and "Logging error" not in out
     finally:
