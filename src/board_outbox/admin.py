@@ -205,8 +205,10 @@ async def shadow_rebuild(
     """
     res = RebuildResult(tenant_id=tenant_id, projection=name)
     v = await readmodels.pointer(name, tenant_id, fresh=True)
+    gen = v.active + 1 if v.building is None else v.building
+    registry = registry_for(readmodels.pinned(name, gen))
+    registry.projection(name)  # UnknownEffectKind for a bad name, before anything is announced
     if v.building is None:
-        gen = v.active + 1
         await readmodels.pinned(name, gen).reset(name, tenant_id)  # leftovers of a dropped one
         started = ReadModelVersions(active=v.active, building=gen, progress=0)
         if not await readmodels.versions.compare_and_set(name, tenant_id, v, started):
@@ -214,12 +216,10 @@ async def shadow_rebuild(
                                   "rebuild (another rebuild?); run it again")
         v, resumed = started, 0
     else:
-        gen, resumed = v.building, v.progress
+        resumed = v.progress
     out = ShadowResult(replay=res, generation=gen, previous=v.active, resumed_from=resumed)
     # every writer's cached pointer now names the building generation: rows write both
     await sleep(readmodels.ttl_seconds)
-    registry = registry_for(readmodels.pinned(name, gen))
-    registry.projection(name)  # UnknownEffectKind for a bad name
     cur = v
 
     async def saved(seq: int) -> None:

@@ -129,10 +129,10 @@ async def test_readers_see_the_live_model_until_one_atomic_swap(kit: Kit) -> Non
     launches_before = len(kit.launcher.launches)
     assert launches_before == 3
 
-    seen_during: list[list[str]] = []
+    steps: list[tuple[int, int]] = []
 
     def progress(done: int, head: int) -> None:
-        seen_during.append([])  # filled below, after the replay's own await
+        steps.append((done, head))  # batch_size=1: one step per event replayed
 
     async def while_building() -> None:
         # the rebuild has announced generation 1; a reader still sees generation 0, stray and all
@@ -152,7 +152,7 @@ async def test_readers_see_the_live_model_until_one_atomic_swap(kit: Kit) -> Non
     out = await rebuild(kit, rm, sleep=clock_sleep(kit, [while_building, after_swap]),
                         batch_size=1, progress=progress)
     assert out.swapped and (out.generation, out.previous, out.resumed_from) == (1, 0, 0)
-    assert len(seen_during) >= 3 and out.replay.applied >= 3
+    assert len(steps) >= 3 and out.replay.applied >= 3
     assert await kit.rm_versions.get(P, T) == ReadModelVersions(active=1)  # type: ignore[union-attr]
     rm.forget(P, T)
     model = await rm.list(P, T)
@@ -240,3 +240,13 @@ async def _snap(kit: Kit, seq: int) -> Any:
     ev = decode_event(T, (await kit.events.read_after(T, seq - 1, 1))[0])
     card = await kit.cards.get(T, ev.card_id)
     return snapshot(ev, {ev.card_id: card})
+
+
+async def test_an_unknown_projection_announces_nothing(kit: Kit) -> None:
+    from board_outbox.errors import UnknownEffectKind
+
+    rm = versioned_models(kit)
+    await board(kit, 1)
+    with pytest.raises(UnknownEffectKind):
+        await rebuild(kit, rm, name="nope")
+    assert await kit.rm_versions.get("nope", T) == ReadModelVersions()  # type: ignore[union-attr]

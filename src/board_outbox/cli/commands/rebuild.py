@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ...errors import ConfigError
@@ -27,10 +29,23 @@ async def cmd_rebuild(args: argparse.Namespace, factory: StoresFactory) -> int:
         tel.shutdown()
 
 
-async def _rebuild(args: argparse.Namespace, factory: StoresFactory, cfg: Config) -> int:
+@contextmanager
+def _progress_bar(label: str, projection: str, tenant: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr; yields the ``progress(done, head)`` callback."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    with Progress(TextColumn(label + " {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), transient=False, console=Console(stderr=True)) as bar:
+        task = bar.add_task(f"{projection} / {tenant}", total=None)
+
+        def progress(done: int, head: int) -> None:
+            bar.update(task, completed=done, total=max(head, done))
+
+        yield progress
+
+
+async def _rebuild(args: argparse.Namespace, factory: StoresFactory, cfg: Config) -> int:
     from ...admin import rebuild_projection
     from ...clock import SystemClock
     from ...plugins import resolve_projection
@@ -48,14 +63,7 @@ async def _rebuild(args: argparse.Namespace, factory: StoresFactory, cfg: Config
                               f"(enabled: {', '.join(registry.projections) or 'none'})")
         if args.shadow or args.drop_shadow:
             return await _shadow(args, stores, cfg, metrics)
-        with Progress(TextColumn("rebuild {task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeRemainingColumn(), transient=False,
-                      console=Console(stderr=True)) as bar:
-            task = bar.add_task(f"{args.projection} / {args.tenant}", total=None)
-
-            def progress(done: int, head: int) -> None:
-                bar.update(task, completed=done, total=max(head, done))
-
+        with _progress_bar("rebuild", args.projection, args.tenant) as progress:
             res = await rebuild_projection(
                 name=args.projection, tenant_id=args.tenant, registry=registry,
                 events=stores.events, cards=stores.cards, clock=SystemClock(),
@@ -75,8 +83,6 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
     import dataclasses
 
     import anyio
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from ...admin import drop_shadow, shadow_rebuild
     from ...clock import SystemClock
@@ -101,15 +107,8 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
         return build_registry(dataclasses.replace(stores, readmodels=view), cfg.projections,
                               cfg.handlers)
 
-    with Progress(TextColumn("shadow rebuild {task.description}"), BarColumn(),
-                  MofNCompleteColumn(), TimeRemainingColumn(), transient=False,
-                  console=Console(stderr=True)) as bar:
-        task = bar.add_task(f"{name} / {tenant}", total=None)
-
-        def progress(done: int, head: int) -> None:
-            bar.update(task, completed=done, total=max(head, done))
-
-        gap_wait = args.gap_wait if args.gap_wait is not None else 2 * cfg.tail.young_gap_seconds
+    gap_wait = args.gap_wait if args.gap_wait is not None else 2 * cfg.tail.young_gap_seconds
+    with _progress_bar("shadow rebuild", name, tenant) as progress:
         out = await shadow_rebuild(
             name=name, tenant_id=tenant, readmodels=rm, registry_for=registry_for,
             events=stores.events, cards=stores.cards, clock=SystemClock(), sleep=anyio.sleep,
