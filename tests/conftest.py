@@ -81,6 +81,20 @@ def pytest_configure(config: pytest.Config) -> None:
         _LIVE["cm"], _LIVE["server"], _LIVE["desc"] = cm, live, live.describe()
     except Exception as exc:  # the header and every live test say why
         _LIVE["error"] = f"{type(exc).__name__}: {exc}"
+    output = getattr(config, "workeroutput", None)
+    if output is not None:  # an xdist worker: the controller names this worker's server
+        output["live_server"] = _LIVE.get("desc") or f"did not start: {_LIVE.get('error')}"
+        output["live_worker"] = getattr(config, "workerinput", {}).get("workerid", "?")
+
+
+_WORKER_SERVERS: dict[str, str] = {}
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist (controller): a worker finished; keep what its wire server was."""
+    out = getattr(node, "workeroutput", {}) or {}
+    if "live_server" in out:
+        _WORKER_SERVERS[str(out.get("live_worker", "?"))] = str(out["live_server"])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -157,7 +171,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say once, loudly, how many live-Mongo tests were skipped and why."""
+    """Name each xdist worker's wire server (the header could not: the workers start them), and
+    say once, loudly, how many live-Mongo tests were skipped and why."""
+    for worker, desc in sorted(_WORKER_SERVERS.items()):
+        terminalreporter.write_line(f"live MongoDB-wire server of {worker}: {desc}")
     skipped = [r for r in terminalreporter.stats.get("skipped", [])
                if "live_mongo" in getattr(r, "keywords", {})]
     if skipped:
