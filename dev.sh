@@ -46,7 +46,7 @@ case "$cmd" in
     # pytest exits 5 when it collected no tests: that is a failure of the suite, say so.
     if [[ $rc -eq 5 ]]; then echo "dev.sh: pytest collected no tests" >&2; exit 1; fi
     exit $rc ;;
-  lint)  bootstrap; "$VENV/bin/ruff" check src tests tracing benchmarks; "$VENV/bin/mypy" src ;;
+  lint)  bootstrap; "$VENV/bin/ruff" check src projections tests tracing benchmarks; "$VENV/bin/mypy" ;;
   bench) bootstrap; exec "$VENV/bin/python" benchmarks/run.py "$@" ;;
   cli)   bootstrap; exec "$VENV/bin/board-outbox" "$@" ;;
   mutate) bootstrap; exec "$VENV/bin/python" -m tests.mutations "$@" ;;

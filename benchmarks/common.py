@@ -16,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from board_outbox.domain import Card, MatchRule, Subscription
-from board_outbox.memory import MemoryBackend
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import Card, MatchRule, Subscription
 from board_outbox.ports import Stores
 
 RESULTS = Path(__file__).parent / "results"
@@ -126,8 +126,8 @@ async def open_backend(name: str, uri: str | None = None,
 
     from pymongo import AsyncMongoClient
 
-    from board_outbox.memory import MemoryLauncher
-    from board_outbox.mongo import ensure_schema, mongo_stores
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo import ensure_schema, mongo_stores
 
     assert uri is not None
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(

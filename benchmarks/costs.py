@@ -21,10 +21,10 @@ from typing import Any
 
 from pymongo import monitoring
 
-from board_outbox.clock import SystemClock
-from board_outbox.runtime import build_registry
-from board_outbox.tail import Tail, TailSettings
-from board_outbox.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.model.clock import SystemClock
+from board_outbox.service.runtime import build_registry
 
 from .common import open_backend, settle_heap, synthetic_board
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import anyio
 
-from board_outbox.config import load_config
-from board_outbox.domain import EffectRow
-from board_outbox.runtime import Service
+from board_outbox.model.domain import EffectRow
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 
 from .common import open_backend, percentiles, synthetic_board
 

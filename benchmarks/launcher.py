@@ -22,7 +22,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from board_outbox.launchers import HttpLauncher
+from board_outbox.adapters.launchers import HttpLauncher
 from board_outbox.ports import LaunchRequest
 
 RUNNER = r"""

@@ -10,12 +10,12 @@ from typing import Any
 
 import anyio
 
-from board_outbox.clock import SystemClock
-from board_outbox.domain import EffectRow, SubscriptionIndex, from_doc
-from board_outbox.errors import CardNotFound, MalformedRow
+from board_outbox.engine.reading import card_ids, decode_event, snapshot
+from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.model.clock import SystemClock
+from board_outbox.model.domain import EffectRow, SubscriptionIndex, from_doc
+from board_outbox.model.errors import CardNotFound, MalformedRow
 from board_outbox.ports import RowFilter
-from board_outbox.reading import card_ids, decode_event, snapshot
-from board_outbox.tail import Tail, TailSettings
 
 from .common import Backend, open_backend, settle_heap, synthetic_board
 

@@ -28,13 +28,13 @@ from pymongo import monitoring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from board_outbox.clock import SystemClock
-from board_outbox.domain import Card
-from board_outbox.memory import MemoryLauncher
+from board_outbox.adapters.memory import MemoryLauncher
+from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.model.clock import SystemClock
+from board_outbox.model.domain import Card
 from board_outbox.ports import Stores
-from board_outbox.runtime import build_registry
-from board_outbox.tail import Tail, TailSettings
-from board_outbox.worker import EffectWorker, WorkerSettings
+from board_outbox.service.runtime import build_registry
 
 from .common import settle_heap, write_result
 
@@ -63,7 +63,7 @@ async def measure(uri: str, projection: str, rows: int, tenants: int, batch_size
 
     from pymongo import AsyncMongoClient
 
-    from board_outbox.mongo import ensure_schema, mongo_stores
+    from board_outbox.adapters.mongo import ensure_schema, mongo_stores
 
     counter = CommandCounter()
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri, tz_aware=True,
@@ -112,8 +112,8 @@ async def measure(uri: str, projection: str, rows: int, tenants: int, batch_size
 async def _board(stores: Stores, db: Any, rows: int, tenants: int, cards: int = 200) -> list[str]:
     rng = random.Random(1)
     names = [f"t{i:03d}" for i in range(tenants)]
-    from board_outbox.domain import to_doc
-    from board_outbox.mongo.cards import CARDS, _card_id
+    from board_outbox.adapters.mongo.cards import CARDS, _card_id
+    from board_outbox.model.domain import to_doc
 
     await db[CARDS].insert_many([  # the same documents MongoBoard.put writes, in one round trip
         {"_id": _card_id(t, f"c{c}"),
@@ -166,7 +166,7 @@ def main() -> int:
         print(f"wrote {path}", flush=True)
 
     if uri is None:
-        from board_outbox.wireserver import WireServer
+        from board_outbox.service.wireserver import WireServer
 
         with WireServer() as ws:
             server = ws.info()

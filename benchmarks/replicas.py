@@ -29,7 +29,7 @@ from typing import Any
 
 from pymongo import MongoClient, monitoring
 
-from board_outbox.wireserver import WireServer
+from board_outbox.service.wireserver import WireServer
 
 from .common import RESULTS, percentiles, write_result
 
@@ -120,7 +120,7 @@ def spawn(uri: str, db: str, i: int, cfg_dir: Path) -> subprocess.Popen[bytes]:
         '[launcher]\nkind = "log"\n'
     )
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+    return subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=open(cfg_dir / f"r{i}.log", "wb"))
 

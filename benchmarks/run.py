@@ -183,7 +183,7 @@ def main() -> int:
             log(f"started a single-node replica set for the benchmarks: {started}")
             anyio.run(main_async, args, started)
         return 0
-    from board_outbox.wireserver import WireServer, WireServerUnavailable
+    from board_outbox.service.wireserver import WireServer, WireServerUnavailable
 
     try:
         with WireServer() as server:

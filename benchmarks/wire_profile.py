@@ -19,9 +19,9 @@ from pymongo import AsyncMongoClient, monitoring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from board_outbox.config import load_config
-from board_outbox.mongo import ensure_schema, mongo_stores
-from board_outbox.runtime import Service
+from board_outbox.adapters.mongo import ensure_schema, mongo_stores
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.harness.replica import RecordingLauncher
 from tests.harness.storeserver import setup_board
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import anyio
 
-from board_outbox.clock import SystemClock
-from board_outbox.domain import EffectRow
-from board_outbox.registry import ExecutionContext, HandlerRegistry
-from board_outbox.tail import Tail, TailSettings
-from board_outbox.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
+from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.model.clock import SystemClock
+from board_outbox.model.domain import EffectRow
 
 from .common import open_backend, settle_heap, synthetic_board
 

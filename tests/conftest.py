@@ -33,7 +33,7 @@ def _ops_endpoints_off(monkeypatch: pytest.MonkeyPatch) -> None:
 def _logging_left_as_found() -> Iterator[None]:
     """A test that runs the CLI (``setup_logging``) or the harness (``quiet``) changes process-wide
     logging; under xdist the next test in the same worker would inherit it. Undo both."""
-    from board_outbox.logs import StderrHandler
+    from board_outbox.service.logs import StderrHandler
 
     root, ours = logging.getLogger(), logging.getLogger("board_outbox")
     root_level, ours_level = root.level, ours.level
@@ -124,7 +124,7 @@ async def live_database(uri: str) -> AsyncIterator[object]:
     """A fresh database on the real replica set, with the schema, dropped afterwards."""
     from pymongo import AsyncMongoClient
 
-    from board_outbox.mongo import ensure_schema
+    from board_outbox.adapters.mongo import ensure_schema
 
     client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(uri, tz_aware=True)
     name = f"board_outbox_test_{uuid.uuid4().hex[:10]}"
@@ -148,7 +148,7 @@ async def kit(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
     if request.param == "memory":
         yield memory_kit()
     elif request.param == "mongomock":
-        from board_outbox.mongo import ensure_schema
+        from board_outbox.adapters.mongo import ensure_schema
         from tests.support.mongomock_async import mock_database
 
         db = mock_database()

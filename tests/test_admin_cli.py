@@ -15,12 +15,12 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.admin import parse_when, rebuild_projection
-from board_outbox.cli import main
-from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
-from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import Service, build_registry
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service, build_registry
+from board_outbox.surface.admin import parse_when, rebuild_projection
+from board_outbox.surface.cli import main
 from tests.support.kits import Kit
 
 T = "t1"
@@ -185,7 +185,7 @@ def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     from tests.test_ops import free_port
 
     port = free_port()  # wait for /healthz, not a fixed sleep: a loaded machine starts slowly
-    proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)})
     try:
@@ -210,14 +210,14 @@ def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
 def test_run_with_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text("[tail]\nyoung_gap_seconds = 5\n")
-    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+    proc = subprocess.run([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "tail.young_gap_seconds (5) must exceed" in proc.stderr
 
 
 def test_ensure_schema_needs_mongo() -> None:
-    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "ensure-schema"],
+    proc = subprocess.run([sys.executable, "-m", "board_outbox", "ensure-schema"],
                           capture_output=True, text=True, timeout=30, env={**os.environ})
     assert proc.returncode == 2 and "needs the mongo backend" in proc.stderr
 
@@ -232,7 +232,7 @@ def test_run_against_an_unreachable_replica_set_is_one_line(tmp_path: Path) -> N
            "BOARD_OUTBOX_STORE__URI": f"mongodb://127.0.0.1:{port}/?directConnection=true",
            "BOARD_OUTBOX_STORE__SERVER_SELECTION_TIMEOUT_SECONDS": "1",
            "BOARD_OUTBOX_STORE__OP_TIMEOUT_SECONDS": "2"}
-    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "run"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "board_outbox", "run"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "board-outbox: store unavailable:" in proc.stderr and "Traceback" not in proc.stderr
@@ -241,7 +241,7 @@ def test_run_against_an_unreachable_replica_set_is_one_line(tmp_path: Path) -> N
 def test_a_store_error_inside_the_running_service_is_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from board_outbox.errors import StoreError
+    from board_outbox.model.errors import StoreError
 
     backend = MemoryBackend()
 
@@ -256,8 +256,8 @@ def test_a_store_error_inside_the_running_service_is_one_line(
 
 def test_admin_commands_on_the_mongo_adapters(capsys: pytest.CaptureFixture[str]) -> None:
     """dead-letters and rebuild through the CLI with the Mongo adapters (pymongo API, mongomock)."""
-    from board_outbox.memory import MemoryLauncher
-    from board_outbox.mongo import ensure_schema, mongo_stores
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo import ensure_schema, mongo_stores
     from tests.support.mongomock_async import mock_database
 
     db = mock_database()

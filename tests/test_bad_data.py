@@ -30,13 +30,13 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.admin import dead_letter_filter
-from board_outbox.cli import main
-from board_outbox.domain import Card, MatchRule, Subscription
-from board_outbox.memory import MemoryBackend
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.engine.tail import Tail
+from board_outbox.engine.worker import EffectWorker
+from board_outbox.model.domain import Card, MatchRule, Subscription
 from board_outbox.ports import RowFilter
-from board_outbox.tail import Tail
-from board_outbox.worker import EffectWorker
+from board_outbox.surface.admin import dead_letter_filter
+from board_outbox.surface.cli import main
 from tests.support.kits import Kit, mongo_kit
 
 PASSES = 4  # each pass: one healthy event, the clock +20 s, drain every tenant, one worker tick
@@ -131,7 +131,7 @@ def _memory_rig() -> Rig:
 
 
 async def _mongomock_rig() -> Rig:
-    from board_outbox.mongo import ensure_schema
+    from board_outbox.adapters.mongo import ensure_schema
     from tests.support.mongomock_async import mock_database
 
     db = mock_database()
@@ -511,7 +511,7 @@ async def test_a_batch_of_nothing_but_non_int_seqs_ends_the_drain(
 
 @pytest.mark.anyio
 async def test_rebuild_stops_at_poison_seqs_instead_of_looping() -> None:
-    from board_outbox.admin import rebuild_projection
+    from board_outbox.surface.admin import rebuild_projection
 
     rig = _memory_rig()
     await rig.tenant("t")
@@ -557,8 +557,8 @@ async def test_the_running_service_outlives_the_worst_documents(
         caplog: pytest.LogCaptureFixture) -> None:
     """The inputs that used to end the process, planted into a running ``Service`` (memory
     backend, real loops): it keeps running and the healthy tenant's events keep launching."""
-    from board_outbox.config import load_config
-    from board_outbox.runtime import Service
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
 
     b = MemoryBackend()
     for t in ("healthy", "r1", "c1", "e1"):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from board_outbox.cli import main
+from board_outbox.surface.cli import main
 
 
 def test_demo_runs_and_verifies(capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,9 +36,9 @@ def test_bad_arguments_are_one_line_errors_exit_2(
 
 
 def test_help_explains_every_command() -> None:
-    out = subprocess.run([sys.executable, "-m", "board_outbox.cli", "--help"],
+    out = subprocess.run([sys.executable, "-m", "board_outbox", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "demo" in out and "exactly-once" in out
-    demo = subprocess.run([sys.executable, "-m", "board_outbox.cli", "demo", "--help"],
+    demo = subprocess.run([sys.executable, "-m", "board_outbox", "demo", "--help"],
                           capture_output=True, text=True, check=True).stdout
     assert "--failure-rate" in demo and "synthetic board" in demo

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
-from board_outbox.backends import open_backend
-from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
-from board_outbox.errors import ConfigError
-from board_outbox.runtime import Service
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.errors import ConfigError
+from board_outbox.service.backends import open_backend
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.support.live_mongo import LiveServer
 
 T = "t1"
@@ -43,7 +43,7 @@ class Recorder(monitoring.CommandListener):
 
 async def _drain_and_run(live: LiveServer, monkeypatch: pytest.MonkeyPatch,
                          **store: Any) -> Recorder:
-    from board_outbox.mongo import client as client_mod
+    from board_outbox.adapters.mongo import client as client_mod
 
     rec = Recorder()
     monkeypatch.setattr(client_mod, "AsyncMongoClient",

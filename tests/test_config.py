@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from board_outbox.config import load_config
-from board_outbox.errors import ConfigError
-from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import build_registry
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.errors import ConfigError
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import build_registry
 
 
 def test_defaults_are_valid() -> None:
@@ -76,7 +76,7 @@ def test_errors_survive_pickling() -> None:
     """Errors cross process boundaries (the load test's store server): they must round-trip."""
     import pickle
 
-    from board_outbox.errors import CardNotFound, MalformedCard, StoreUnavailable, SubscriptionNotFound
+    from board_outbox.model.errors import CardNotFound, MalformedCard, StoreUnavailable, SubscriptionNotFound
 
     for err in (CardNotFound("t", "c"), SubscriptionNotFound("s"), MalformedCard("r", "bad"),
                 StoreUnavailable("down")):

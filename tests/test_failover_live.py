@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from board_outbox.membership import owner
+from board_outbox.engine.membership import owner
 
 pytestmark = [pytest.mark.live_mongo]
 
@@ -32,7 +32,7 @@ def _spawn(uri: str, db: str, name: str, tmp: Path) -> subprocess.Popen[bytes]:
         f'[tail]\nseed = "earliest"\n[membership]\nheartbeat_timeout_seconds = {TIMEOUT}\n'
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+    return subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                             env=env, stdout=subprocess.DEVNULL,
                             stderr=open(tmp / f"{name}.log", "wb"))
 

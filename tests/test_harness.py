@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import board_outbox.handlers.launch
-from board_outbox.domain import DONE
-from board_outbox.memory.outbox import MemoryEffectOutbox
+import board_outbox.engine.handlers.launch
+from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
+from board_outbox.model.domain import DONE
 from tests.harness.broken import AllocatorSeedTail, CursorFirstTail, EagerPoisonTail
 from tests.harness.sim import (
     VIOLATION_KINDS,
@@ -123,7 +123,7 @@ def test_harness_catches_a_cursor_seeded_from_the_allocator() -> None:
 
 def test_harness_catches_execution_without_reverification(monkeypatch: pytest.MonkeyPatch) -> None:
     """The launch handler stops re-checking the current rule (the tail still matches)."""
-    monkeypatch.setattr(board_outbox.handlers.launch, "matches", lambda sub, ev: True)
+    monkeypatch.setattr(board_outbox.engine.handlers.launch, "matches", lambda sub, ev: True)
     rep = run_many(60)
     _caught(rep.violations, "stale-rule")
 

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import anyio
 import pytest
 
-from board_outbox.errors import LaunchFailed
-from board_outbox.launchers import HttpLauncher
+from board_outbox.adapters.launchers import HttpLauncher
+from board_outbox.model.errors import LaunchFailed
 from board_outbox.ports import LaunchRequest
 
 pytestmark = pytest.mark.anyio

@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import msgspec
 import pytest
 
-from board_outbox.errors import LaunchFailed, PermanentEffectError
-from board_outbox.launchers import HttpLauncher, LogLauncher
+from board_outbox.adapters.launchers import HttpLauncher, LogLauncher
+from board_outbox.model.errors import LaunchFailed, PermanentEffectError
 from board_outbox.ports import LaunchRequest
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,13 @@
-"""The import layers ARCHITECTURE.md declares, checked on the source (issue 10): adapters depend
-only on the domain and the ports, and nothing outside ``mongo/`` imports the driver."""
+"""The import layers, checked on the source by folder (issue 19; ARCHITECTURE.md).
+
+    model -> ports -> engine | adapters -> sdk | testing -> service -> surface
+
+A module imports only from layers below its own, or from its own folder (engine and adapters
+are peers: neither imports the other). The package's import graph has no circles, and only the
+Mongo adapter (plus the wire-server launcher) imports the driver. The built-in projections
+under the top-level ``projections/`` import only the public SDK, and nothing under ``src/``
+imports them.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +16,26 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parent.parent / "src" / "board_outbox"
-# what an adapter package may import from board_outbox (besides its own package)
-ADAPTER_MAY = {"domain", "errors", "validation", "ports", "clock", "backoff", "bounds",
-               "outbox_transitions"}
-ADAPTERS = ("memory", "mongo", "launchers")
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "src" / "board_outbox"
+PROJECTIONS = ROOT / "projections"
+# rank of each top-level part of the package: lower ranks never import higher ones
+RANK = {"model": 0, "ports": 1, "engine": 2, "adapters": 2, "sdk": 3, "testing": 3,
+        "service": 4, "surface": 5, "__init__": 6, "__main__": 6}
 DRIVER = ("pymongo", "bson", "motor")
-# modules outside mongo/ allowed to reach the driver: tooling that starts or probes a server
-DRIVER_OK = {"wireserver.py"}
+DRIVER_OK = ("adapters/mongo/", "service/wireserver.py")
 
 
-def imports(path: Path) -> list[tuple[str, int]]:
-    """(absolute dotted module, line) for every import in ``path``."""
-    mod_parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
-    if mod_parts[-1] == "__init__":
-        mod_parts.pop()
+def module_of(path: Path, base: Path) -> list[str]:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return parts
+
+
+def imports(path: Path, base: Path | None = None) -> list[tuple[str, int]]:
+    """(absolute dotted module, line) for every import in ``path`` (TYPE_CHECKING ones too)."""
+    mod_parts = module_of(path, PKG.parent if base is None else base)
     out: list[tuple[str, int]] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -30,39 +43,114 @@ def imports(path: Path) -> list[tuple[str, int]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 keep = len(mod_parts) - node.level + (1 if path.name == "__init__.py" else 0)
-                base = ".".join(mod_parts[:keep])
+                base_mod = ".".join(mod_parts[:keep])
                 if node.module is None:  # from .. import x: each name is a module
-                    out += [(f"{base}.{a.name}", node.lineno) for a in node.names]
+                    out += [(f"{base_mod}.{a.name}", node.lineno) for a in node.names]
                     continue
-                target = f"{base}.{node.module}"
+                target = f"{base_mod}.{node.module}"
             else:
                 target = node.module or ""
+                if target == "board_outbox":  # from board_outbox import x: x may be a module
+                    out += [(f"board_outbox.{a.name}", node.lineno) for a in node.names]
+                    continue
             out.append((target, node.lineno))
     return out
 
 
-def sources(*under: str) -> list[Path]:
-    return sorted(p for u in under for p in (PKG / u).rglob("*.py"))
+def package_sources() -> list[Path]:
+    return sorted(p for p in PKG.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("adapter", ADAPTERS)
-def test_adapters_import_only_the_domain_and_the_ports(adapter: str) -> None:
+def top(parts: list[str]) -> str:
+    """The layer part of a module path inside board_outbox (``model``, ``sdk``...)."""
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward_imports() -> list[str]:
     bad = []
-    for path in sources(adapter):
+    for path in package_sources():
+        mine = top(["board_outbox", *module_of(path, PKG)]) if path != PKG / "__init__.py" else "__init__"
         for target, line in imports(path):
             parts = target.split(".")
-            if parts[0] != "board_outbox" or len(parts) < 2 or parts[1] == adapter:
+            if parts[0] != "board_outbox" or len(parts) < 2:
                 continue
-            if parts[1] not in ADAPTER_MAY:
-                bad.append(f"{path.relative_to(PKG)}:{line} imports {target}")
-    assert bad == []
+            theirs = parts[1]
+            if theirs == mine:
+                continue
+            if theirs not in RANK:
+                bad.append(f"{path.relative_to(PKG)}:{line} imports {target} (no layer)")
+            elif mine not in RANK or RANK[theirs] >= RANK[mine]:
+                bad.append(f"{path.relative_to(PKG)}:{line} imports {target} "
+                           f"({mine} may not import {theirs})")
+    return bad
+
+
+def circles() -> list[list[str]]:
+    """Strongly connected components of more than one module in the package's import graph."""
+    mods = {".".join(["board_outbox", *module_of(p, PKG)]): p for p in package_sources()}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        for target, _ in imports(p):
+            # an import of a name from a module: the longest known module prefix
+            parts = target.split(".")
+            for i in range(len(parts), 0, -1):
+                cand = ".".join(parts[:i])
+                if cand in mods:
+                    if cand != m and not m.startswith(cand + ".") and cand != "board_outbox":
+                        graph[m].add(cand)
+                    break
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_every_module_sits_in_a_layer() -> None:
+    stray = [str(p.relative_to(PKG)) for p in package_sources()
+             if top(["board_outbox", *module_of(p, PKG)]) not in RANK]
+    assert stray == []
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    assert upward_imports() == []
+
+
+def test_the_package_has_no_import_circles() -> None:
+    assert circles() == []
 
 
 def test_only_the_mongo_adapter_imports_the_driver() -> None:
     bad = []
-    for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(PKG)
-        if rel.parts[0] == "mongo" or str(rel) in DRIVER_OK:
+    for path in package_sources():
+        rel = str(path.relative_to(PKG))
+        if rel.startswith(DRIVER_OK):
             continue
         for target, line in imports(path):
             if target.split(".")[0] in DRIVER:
@@ -70,10 +158,35 @@ def test_only_the_mongo_adapter_imports_the_driver() -> None:
     assert bad == []
 
 
-def test_the_checker_sees_relative_imports() -> None:
-    """The scan must resolve ``from ..runtime import x`` to board_outbox.runtime, or the tests
-    above could pass by not seeing anything."""
-    found = {t for t, _ in imports(PKG / "memory" / "__init__.py")}
-    assert "board_outbox.ports" in found
-    found = {t for t, _ in imports(PKG / "mongo" / "outbox.py")}
-    assert "board_outbox.outbox_transitions" in found and "pymongo" in {t.split(".")[0] for t in found}
+def test_the_checker_sees_relative_and_upward_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan must resolve relative imports and flag an upward one, or the tests above could
+    pass by seeing nothing."""
+    found = {t for t, _ in imports(PKG / "adapters" / "mongo" / "outbox.py")}
+    assert "pymongo" in {t.split(".")[0] for t in found}
+    fake = tmp_path / "board_outbox"
+    (fake / "model").mkdir(parents=True)
+    (fake / "service").mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "model" / "__init__.py").write_text("")
+    (fake / "service" / "__init__.py").write_text("")
+    (fake / "model" / "x.py").write_text("from ..service.y import w\n")
+    (fake / "service" / "y.py").write_text("from board_outbox.model.x import z\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["PKG"]), "PKG", fake)
+    assert [b.split(" ")[0] for b in upward_imports()] == ["model/x.py:1"]
+    assert circles() == [["board_outbox.model.x", "board_outbox.service.y"]]
+
+
+def test_builtin_projections_import_only_the_sdk_and_nothing_imports_them() -> None:
+    srcs = sorted(PROJECTIONS.rglob("*.py"))
+    assert srcs, "the top-level projections/ package is missing"
+    bad = []
+    for path in srcs:
+        for target, line in imports(path, PROJECTIONS):
+            parts = target.split(".")
+            if parts[0] == "board_outbox" and target != "board_outbox.sdk":
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    for path in package_sources():
+        for target, line in imports(path):
+            if target.split(".")[0] == "board_outbox_projections":
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert bad == []

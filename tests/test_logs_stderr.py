@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from board_outbox.logs import setup_logging
+from board_outbox.service.logs import setup_logging
 
 
 def test_logs_go_to_the_current_stderr_not_a_closed_one(monkeypatch: pytest.MonkeyPatch) -> None:

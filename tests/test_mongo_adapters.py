@@ -13,13 +13,13 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
-from board_outbox.backends import mongo_client
-from board_outbox.config import StoreConfig
-from board_outbox.errors import ConfigError, StoreError, StoreUnavailable
-from board_outbox.mongo import MongoEventLog, ensure_schema
-from board_outbox.mongo.errors import classify, translated
-from board_outbox.mongo.schema import DONE_TTL_SECONDS
+from board_outbox.adapters.mongo import MongoEventLog, ensure_schema
+from board_outbox.adapters.mongo.errors import classify, translated
+from board_outbox.adapters.mongo.schema import DONE_TTL_SECONDS
+from board_outbox.model.errors import ConfigError, StoreError, StoreUnavailable
 from board_outbox.ports import RowFilter
+from board_outbox.service.backends import mongo_client
+from board_outbox.service.config import StoreConfig
 from tests.support.mongomock_async import mock_database
 
 pytestmark = pytest.mark.anyio
@@ -107,8 +107,8 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     """M11b on mongomock, which runs TTL expiry on read: a done row whose done_at is older than
     7 days disappears; a failed row of the same age stays (it never carries done_at, and the
     TTL index is partial on state=done besides)."""
-    from board_outbox.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
-    from board_outbox.mongo import MongoEffectOutbox
+    from board_outbox.adapters.mongo import MongoEffectOutbox
+    from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
 
     db = mock_database()
     await ensure_schema(db)

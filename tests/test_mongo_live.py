@@ -9,12 +9,12 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
-from board_outbox.errors import ChangeStreamLost
-from board_outbox.memory import MemoryLauncher
-from board_outbox.mongo import MongoChangeFeed, MongoEventLog, mongo_stores
-from board_outbox.runtime import Service
+from board_outbox.adapters.memory import MemoryLauncher
+from board_outbox.adapters.mongo import MongoChangeFeed, MongoEventLog, mongo_stores
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.errors import ChangeStreamLost
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live_mongo]
 

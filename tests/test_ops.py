@@ -17,15 +17,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from board_outbox.clock import ManualClock
-from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
-from board_outbox.errors import ConfigError, StoreUnavailable
-from board_outbox.health import StallDetector, tenant_status
-from board_outbox.http import open_ops_server
-from board_outbox.http.server import OpsServer
-from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import Service
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.clock import ManualClock
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.errors import ConfigError, StoreUnavailable
+from board_outbox.service.config import load_config
+from board_outbox.service.health import StallDetector, tenant_status
+from board_outbox.service.runtime import Service
+from board_outbox.surface.http import open_ops_server
+from board_outbox.surface.http.server import OpsServer
 
 T = "t1"
 
@@ -54,7 +54,7 @@ def test_stall_seconds_is_validated() -> None:
 def test_invalid_stall_seconds_on_the_command_line_is_one_line_exit_2(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text("[tail]\nstall_seconds = 0\n")
-    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+    proc = subprocess.run([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "tail.stall_seconds" in proc.stderr
@@ -270,7 +270,7 @@ async def test_tenant_status_lag_in_events_and_seconds_and_oldest_pending() -> N
 
 @pytest.mark.anyio
 async def test_a_port_in_use_is_a_usage_error() -> None:
-    from board_outbox.cli.output import UsageError
+    from board_outbox.surface.cli.output import UsageError
 
     service = Service(MemoryBackend().stores(), load_config(env={}))
     with socket.socket() as taken:
@@ -289,7 +289,7 @@ def test_run_serves_the_endpoints_and_a_port_in_use_is_one_line_exit_2(tmp_path:
     cfg = tmp_path / "c.toml"
     cfg.write_text("[tail]\npoll_interval_seconds = 0.1\n")
     env = {**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)}
-    proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                             env=env, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
@@ -306,7 +306,7 @@ def test_run_serves_the_endpoints_and_a_port_in_use_is_one_line_exit_2(tmp_path:
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
         # a second replica on the same port: one line, exit 2
         second = subprocess.run(
-            [sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+            [sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
             env=env, capture_output=True, text=True, timeout=30)
         assert second.returncode == 2, second.stderr
         assert second.stderr.count("\n") == 1 and "is already in use" in second.stderr

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from board_outbox.backends import open_backend
-from board_outbox.config import load_config
-from board_outbox.http import open_ops_server
-from board_outbox.runtime import Service
-from board_outbox.wireserver import WireServer, find_executable
+from board_outbox.service.backends import open_backend
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
+from board_outbox.service.wireserver import WireServer, find_executable
+from board_outbox.surface.http import open_ops_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live_mongo]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from board_outbox.cli import main
-from board_outbox.domain import Card
-from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import build_registry
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import Card
+from board_outbox.service.runtime import build_registry
+from board_outbox.surface.cli import main
 from tests.support import user_plugins
 from tests.support.kits import Kit
 
@@ -32,8 +32,8 @@ def fake_entry_points(monkeypatch: pytest.MonkeyPatch, group: str, name: str, va
     ep = importlib.metadata.EntryPoint(name=name, value=value, group=group)
 
     def entry_points(**kw: Any) -> Any:
-        if kw.get("group") == group:
-            return importlib.metadata.EntryPoints([ep])
+        if kw.get("group") == group:  # added to what is installed (the built-ins are entry points)
+            return importlib.metadata.EntryPoints([*real(**kw), ep])
         return real(**kw)
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)

@@ -9,12 +9,12 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from board_outbox.admin import rebuild_projection
-from board_outbox.config import load_config
-from board_outbox.domain import Card
-from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import Service
-from board_outbox.telemetry.metrics import Metrics
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.model.domain import Card
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
+from board_outbox.surface.admin import rebuild_projection
 
 pytestmark = pytest.mark.anyio
 T = "t1"

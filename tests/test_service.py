@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from board_outbox.config import load_config
-from board_outbox.domain import Card, EffectRow, Subscription
-from board_outbox.memory import MemoryBackend
-from board_outbox.registry import ExecutionContext
-from board_outbox.runtime import Service
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.engine.registry import ExecutionContext
+from board_outbox.model.domain import Card, EffectRow, Subscription
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.support.faults import FaultInjector
 
 pytestmark = pytest.mark.anyio

@@ -16,11 +16,11 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
-from board_outbox.errors import StoreError, StoreUnavailable
-from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import Service
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 
 pytestmark = pytest.mark.anyio
 T = "t1"

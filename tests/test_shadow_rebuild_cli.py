@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.cli import main
-from board_outbox.domain import Card, Subscription
-from board_outbox.memory import MemoryBackend
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import Card, Subscription
 from board_outbox.ports import ReadModelVersions
+from board_outbox.surface.cli import main
 from tests.support.live_mongo import LiveServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,8 +90,8 @@ def test_shadow_rebuild_under_a_running_service_over_the_wire(live: LiveServer, 
     async def seed() -> None:
         from pymongo import AsyncMongoClient
 
-        from board_outbox.memory import MemoryLauncher
-        from board_outbox.mongo import mongo_stores
+        from board_outbox.adapters.memory import MemoryLauncher
+        from board_outbox.adapters.mongo import mongo_stores
 
         aclient: Any = AsyncMongoClient(live.uri, tz_aware=True)
         stores = mongo_stores(aclient[dbname], MemoryLauncher())
@@ -131,7 +131,7 @@ log_format = "json"
 """)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     log = (tmp_path / "run.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config", str(cfg)],
+    proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                             stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def model_readers_see() -> dict[str, str]:
@@ -169,7 +169,7 @@ log_format = "json"
         t = threading.Thread(target=traffic)
         t.start()
         try:
-            rb = subprocess.run([sys.executable, "-m", "board_outbox.cli", "rebuild", P, "--tenant",
+            rb = subprocess.run([sys.executable, "-m", "board_outbox", "rebuild", P, "--tenant",
                                  T, "--shadow", "--config", str(cfg)],
                                 env=env, capture_output=True, text=True, timeout=120)
         finally:

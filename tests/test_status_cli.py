@@ -16,11 +16,11 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.cli import main
-from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
-from board_outbox.memory import MemoryBackend
-from board_outbox.runtime import Service
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
+from board_outbox.surface.cli import main
 from tests.support.live_mongo import LiveServer
 
 T = "t1"
@@ -118,7 +118,7 @@ def test_status_over_the_wire_server(live: LiveServer) -> None:
         client.close()
     env = {**os.environ, "BOARD_OUTBOX_STORE__BACKEND": "mongo", "BOARD_OUTBOX_STORE__URI": live.uri,
            "BOARD_OUTBOX_STORE__DATABASE": db}
-    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status", "--json"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "board_outbox", "status", "--json"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -126,10 +126,10 @@ def test_status_over_the_wire_server(live: LiveServer) -> None:
     assert [t["tenant_id"] for t in tenants] == ["acme"] and tenants[0]["lag_events"] == 1
     assert [r["member_id"] for r in report["replicas"]] == ["replica-live"]
     assert 590 < report["replicas"][0]["lease_left_seconds"] <= 600
-    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "board_outbox", "status"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "replicas alive: 1: replica-live" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "board_outbox.cli", "status", "--tenant", "zz"],
+    proc = subprocess.run([sys.executable, "-m", "board_outbox", "status", "--tenant", "zz"],
                           env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr

@@ -14,15 +14,15 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from board_outbox import telemetry
-from board_outbox.domain import MatchRule, Subscription
-from board_outbox.errors import ConfigError
-from board_outbox.registry import HandlerRegistry
-from board_outbox.runtime import build_registry
-from board_outbox.tail import Tail, TailSettings
-from board_outbox.telemetry.metrics import Metrics
-from board_outbox.telemetry.sdk import setup_telemetry, span_exporter
-from board_outbox.worker import EffectWorker, WorkerSettings
+from board_outbox.engine import telemetry
+from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.model.domain import MatchRule, Subscription
+from board_outbox.model.errors import ConfigError
+from board_outbox.service.runtime import build_registry
+from board_outbox.service.telemetry import setup_telemetry, span_exporter
 from tests.support.kits import Kit, memory_kit
 from tracing.otlp_receiver import SpanSink, grpc_receiver, http_receiver
 from tracing.waterfall import load, render_text, row_trace
@@ -167,8 +167,8 @@ async def test_metrics_record_latency_attempts_dead_letters_and_gauges() -> None
     await run_pipeline(kit, TracerProvider(), metrics)
     # a young gap: seq 2 allocated, not inserted -> lag 1 for the tenant after the drain
     await kit.events.allocate_seq(T)
-    from board_outbox.config import load_config
-    from board_outbox.runtime import Service
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
 
     service = Service(kit.stores, load_config(env={}, tail={"seed": "earliest"}))
     service.metrics = metrics
@@ -187,7 +187,7 @@ async def test_metrics_record_latency_attempts_dead_letters_and_gauges() -> None
 
 
 def test_shared_endpoint_enables_traces_but_not_metrics() -> None:
-    from board_outbox.telemetry.sdk import metric_exporter
+    from board_outbox.service.telemetry import metric_exporter
 
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
     assert span_exporter(env) is not None and metric_exporter(env) is None

@@ -23,12 +23,12 @@ import anyio
 import pytest
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 
-from board_outbox.config import load_config
-from board_outbox.domain import Card, EffectRow, Subscription
-from board_outbox.errors import StoreError, StoreUnavailable
-from board_outbox.memory import MemoryLauncher
-from board_outbox.mongo import ensure_schema, mongo_stores
-from board_outbox.runtime import Service
+from board_outbox.adapters.memory import MemoryLauncher
+from board_outbox.adapters.mongo import ensure_schema, mongo_stores
+from board_outbox.model.domain import Card, EffectRow, Subscription
+from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.support.kits import Kit, mongo_kit
 from tests.support.live_mongo import LiveServer
 

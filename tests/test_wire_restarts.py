@@ -27,13 +27,13 @@ import anyio
 import pytest
 from pymongo import AsyncMongoClient, MongoClient
 
-from board_outbox.config import load_config
-from board_outbox.domain import Card, Subscription
-from board_outbox.errors import ChangeStreamLost
-from board_outbox.memory import MemoryLauncher
-from board_outbox.mongo import MongoChangeFeed, ensure_schema, mongo_stores
-from board_outbox.runtime import Service
-from board_outbox.wireserver import WireServer, find_executable
+from board_outbox.adapters.memory import MemoryLauncher
+from board_outbox.adapters.mongo import MongoChangeFeed, ensure_schema, mongo_stores
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.errors import ChangeStreamLost
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
+from board_outbox.service.wireserver import WireServer, find_executable
 
 pytestmark = [
     pytest.mark.live_mongo,
@@ -187,7 +187,7 @@ def test_server_restart_under_a_running_service_loses_nothing(tmp_path: Path) ->
         _write_config(cfg, server.uri)
         log = (tmp_path / "run.log").open("wb")
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        proc = subprocess.Popen([sys.executable, "-m", "board_outbox.cli", "run", "--config",
+        proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config",
                                  str(cfg)], stdout=log, stderr=subprocess.STDOUT, env=env)
         emit(5)
         _wait(lambda: done() == 5, 60, "the first 5 launches")

@@ -1,7 +1,7 @@
 """Ports: what the tail, the worker and the handlers need from the outside world.
 
-Adapters live in ``board_outbox.memory`` (test twins, also the demo backend) and
-``board_outbox.mongo`` (production, pymongo's async API). Both run the same contract suite.
+Adapters live in ``board_outbox.adapters.memory`` (test twins, also the demo backend) and
+``board_outbox.adapters.mongo`` (production, pymongo's async API). Both run the same contract suite.
 Every method may raise ``StoreUnavailable`` for a transient failure.
 """
 
@@ -11,17 +11,48 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import msgspec
+from board_outbox.model.domain import Card, EffectRow, ErrorEntry, Subscription
+from board_outbox.model.errors import MalformedDocument
+from board_outbox.model.records import (
+    Change,
+    Claim,
+    EventRecord,
+    LaunchRequest,
+    Member,
+    PushRecent,
+    ReadModelVersions,
+    RowFilter,
+    UpsertIfNewer,
+    UpsertResult,
+)
 
-from .domain import Card, EffectRow, ErrorEntry, Subscription
-from .errors import MalformedDocument
-
-
-class EventRecord(msgspec.Struct, frozen=True):
-    """A raw ``board_events`` document with its seq (decoding it may still fail: poison)."""
-
-    seq: int
-    doc: Mapping[str, Any]
+__all__ = [
+    "CardStore",
+    "Change",
+    "ChangeFeed",
+    "Claim",
+    "ConsumeOutcome",
+    "CursorStore",
+    "EffectOutbox",
+    "EventLog",
+    "EventRecord",
+    "LabelStore",
+    "LaunchRequest",
+    "Launcher",
+    "Member",
+    "MembershipStore",
+    "PushRecent",
+    "ReadModelOp",
+    "ReadModelStore",
+    "ReadModelVersionStore",
+    "ReadModelVersions",
+    "ResumeTokenStore",
+    "RowFilter",
+    "Stores",
+    "SubscriptionStore",
+    "UpsertIfNewer",
+    "UpsertResult",
+]
 
 
 class EventLog(Protocol):
@@ -70,31 +101,10 @@ class CursorStore(Protocol):
         ...
 
 
-class UpsertResult(msgspec.Struct, frozen=True):
-    inserted: int
-    existing: int
 
 
-class Claim(msgspec.Struct, frozen=True, kw_only=True):
-    """A claimed row. ``ref`` is the store's identity for fenced writes; ``row`` is None when the
-    document did not decode (``decode_error`` says why): such a row is parked as failed."""
-
-    ref: Any
-    claim_id: str
-    lease_until: float
-    tenant_id: str
-    row: EffectRow | None
-    decode_error: str | None = None
-    reclaimed: bool = False
 
 
-class RowFilter(msgspec.Struct, frozen=True, kw_only=True):
-    tenant_id: str | None = None
-    states: tuple[str, ...] = ()
-    kind: str | None = None
-    updated_after: float | None = None
-    updated_before: float | None = None
-    limit: int = 100
 
 
 class EffectOutbox(Protocol):
@@ -261,13 +271,6 @@ class LabelStore(Protocol):
 ConsumeOutcome = Literal["consumed", "already", "absent"]
 
 
-class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
-    tenant_id: str
-    bot: str
-    card_id: str
-    sub_id: str
-    seq: int
-    row_key: str
 
 
 class Launcher(Protocol):
@@ -276,12 +279,6 @@ class Launcher(Protocol):
         ...
 
 
-class Change(msgspec.Struct, frozen=True):
-    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "")."""
-
-    tenant_id: str
-    seq: int
-    token: Any = None
 
 
 class ChangeFeed(Protocol):
@@ -300,24 +297,8 @@ class ResumeTokenStore(Protocol):
     async def clear(self) -> None: ...
 
 
-class UpsertIfNewer(msgspec.Struct, frozen=True, kw_only=True):
-    """A batch write: replace ``key``'s document by ``doc`` unless it holds a seq >= ``seq``."""
-
-    key: str
-    seq: int
-    doc: Mapping[str, Any]
 
 
-class PushRecent(msgspec.Struct, frozen=True, kw_only=True):
-    """A batch write: merge ``entry`` (stored with ``seq``) into ``key``'s list ``field``, kept
-    newest-first, at most ``keep`` long, one entry per seq. Re-applying an entry, or one older
-    than the ``keep`` newest, changes nothing; ``last_seq`` is the highest seq merged."""
-
-    key: str
-    seq: int
-    entry: Mapping[str, Any]
-    keep: int
-    field: str = "recent"
 
 
 ReadModelOp = UpsertIfNewer | PushRecent
@@ -345,13 +326,6 @@ class ReadModelStore(Protocol):
     async def reset(self, model: str, tenant_id: str) -> int: ...
 
 
-class ReadModelVersions(msgspec.Struct, frozen=True, kw_only=True):
-    """Which generation of one (model, tenant) read model readers see (``active``), and the one a
-    shadow rebuild is building beside it (``building``, with the seq its replay has reached)."""
-
-    active: int = 0
-    building: int | None = None
-    progress: int = 0
 
 
 class ReadModelVersionStore(Protocol):
@@ -390,9 +364,6 @@ class Stores:
     rm_versions: ReadModelVersionStore | None = None
 
 
-class Member(msgspec.Struct, frozen=True):
-    member_id: str
-    expires_at: float
 
 
 class MembershipStore(Protocol):

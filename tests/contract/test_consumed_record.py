@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from board_outbox.domain import CONSUMED_CAP, MatchRule, Subscription
+from board_outbox.model.domain import CONSUMED_CAP, MatchRule, Subscription
 from tests.support.faults import Crash
 from tests.support.kits import Kit
 

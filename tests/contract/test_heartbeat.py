@@ -7,8 +7,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from board_outbox.domain import EffectRow, MatchRule, Subscription
-from board_outbox.registry import ExecutionContext
+from board_outbox.engine.registry import ExecutionContext
+from board_outbox.model.domain import EffectRow, MatchRule, Subscription
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from board_outbox.domain import (
+from board_outbox.model.domain import (
     Card,
     EffectRow,
     ErrorEntry,
@@ -15,7 +15,7 @@ from board_outbox.domain import (
     new_launch_row,
     new_projection_row,
 )
-from board_outbox.errors import CardNotFound, MalformedCard, SubscriptionNotFound
+from board_outbox.model.errors import CardNotFound, MalformedCard, SubscriptionNotFound
 from board_outbox.ports import RowFilter
 from tests.support.kits import Kit
 

@@ -7,11 +7,11 @@ import random
 from typing import Any, ClassVar
 
 import pytest
+from board_outbox_projections import BoardReflect, CardActivity
 
-from board_outbox.domain import EventSnapshot
+from board_outbox.engine.batch import execute_batch, plan
+from board_outbox.model.domain import EventSnapshot
 from board_outbox.ports import PushRecent, UpsertIfNewer
-from board_outbox.projection_batch import execute_batch, plan
-from board_outbox.projections import BoardReflect, CardActivity
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

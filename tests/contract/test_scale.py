@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from board_outbox.clock import ManualClock
-from board_outbox.domain import EventSnapshot, MatchRule, Subscription, new_projection_row
-from board_outbox.membership import Ownership, owner
-from board_outbox.memory import MemoryMembershipStore
+from board_outbox.adapters.memory import MemoryMembershipStore
+from board_outbox.engine.membership import Ownership, owner
+from board_outbox.model.clock import ManualClock
+from board_outbox.model.domain import EventSnapshot, MatchRule, Subscription, new_projection_row
 from board_outbox.ports import MembershipStore
 from tests.support.kits import Kit
 
@@ -158,7 +158,7 @@ async def members(request: pytest.FixtureRequest) -> AsyncIterator[MembershipSto
     if request.param == "memory":
         yield MemoryMembershipStore()
     else:
-        from board_outbox.mongo import MongoMembershipStore, ensure_schema
+        from board_outbox.adapters.mongo import MongoMembershipStore, ensure_schema
         from tests.support.mongomock_async import mock_database
 
         db = mock_database()

@@ -12,13 +12,13 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.admin import drop_shadow, shadow_rebuild
-from board_outbox.domain import Subscription
-from board_outbox.errors import RebuildConflict
+from board_outbox.engine.generations import VersionedReadModels, physical
+from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.model.domain import Subscription
+from board_outbox.model.errors import RebuildConflict
 from board_outbox.ports import ReadModelStore, ReadModelVersions, UpsertIfNewer
-from board_outbox.readmodel_generations import VersionedReadModels, physical
-from board_outbox.registry import HandlerRegistry
-from board_outbox.runtime import build_registry
+from board_outbox.service.runtime import build_registry
+from board_outbox.surface.admin import drop_shadow, shadow_rebuild
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio
@@ -235,7 +235,7 @@ async def test_a_pointer_changed_under_the_rebuild_is_a_conflict(kit: Kit) -> No
 
 
 async def _snap(kit: Kit, seq: int) -> Any:
-    from board_outbox.reading import decode_event, snapshot
+    from board_outbox.engine.reading import decode_event, snapshot
 
     ev = decode_event(T, (await kit.events.read_after(T, seq - 1, 1))[0])
     card = await kit.cards.get(T, ev.card_id)
@@ -243,7 +243,7 @@ async def _snap(kit: Kit, seq: int) -> Any:
 
 
 async def test_an_unknown_projection_announces_nothing(kit: Kit) -> None:
-    from board_outbox.errors import UnknownEffectKind
+    from board_outbox.model.errors import UnknownEffectKind
 
     rm = versioned_models(kit)
     await board(kit, 1)

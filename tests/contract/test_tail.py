@@ -7,7 +7,7 @@ import logging
 import anyio
 import pytest
 
-from board_outbox.domain import MatchRule, Subscription, launch_row_key, projection_row_key
+from board_outbox.model.domain import MatchRule, Subscription, launch_row_key, projection_row_key
 from tests.support.faults import Crash
 from tests.support.kits import Kit
 

@@ -7,10 +7,10 @@ import logging
 import anyio
 import pytest
 
-from board_outbox.domain import EffectRow, MatchRule, Subscription
-from board_outbox.errors import LaunchFailed
+from board_outbox.engine.registry import ExecutionContext
+from board_outbox.model.domain import EffectRow, MatchRule, Subscription
+from board_outbox.model.errors import LaunchFailed
 from board_outbox.ports import LaunchRequest
-from board_outbox.registry import ExecutionContext
 from tests.support.faults import Crash
 from tests.support.kits import Kit
 
@@ -143,7 +143,7 @@ async def test_backoff_schedule_then_dead_letter_warned_once(
 def test_backoff_jitter_stays_within_bounds_and_cap() -> None:
     import random
 
-    from board_outbox.backoff import BackoffPolicy
+    from board_outbox.model.backoff import BackoffPolicy
 
     p = BackoffPolicy(base_seconds=2.0, factor=2.0, cap_seconds=20.0, jitter=0.25)
     rng = random.Random(3)

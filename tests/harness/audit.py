@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from board_outbox.domain import matches
+from board_outbox.engine.reading import card_ids, decode_event, snapshot
+from board_outbox.model.domain import matches
 from board_outbox.ports import Stores
-from board_outbox.reading import card_ids, decode_event, snapshot
 
 
 async def audit(stores: Stores, tenants: Iterable[str], row_docs: list[dict[str, Any]],

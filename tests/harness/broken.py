@@ -7,9 +7,9 @@ from typing import Any
 import msgspec
 from opentelemetry import trace
 
-from board_outbox.domain import EffectRow
+from board_outbox.engine.tail import DrainResult, Tail
+from board_outbox.model.domain import EffectRow
 from board_outbox.ports import UpsertResult
-from board_outbox.tail import DrainResult, Tail
 
 
 class CursorFirstTail(Tail):

@@ -39,8 +39,8 @@ class MongoAdmin:
     def __init__(self, uri: str, db_name: str) -> None:
         from pymongo import AsyncMongoClient
 
-        from board_outbox.memory import MemoryLauncher
-        from board_outbox.mongo import mongo_stores
+        from board_outbox.adapters.memory import MemoryLauncher
+        from board_outbox.adapters.mongo import mongo_stores
 
         self.client: Any = AsyncMongoClient(uri, tz_aware=True)
         self.db = self.client[db_name]
@@ -48,7 +48,7 @@ class MongoAdmin:
         self.seqs: dict[str, int] = {}
 
     async def setup(self, tenants: int, cards: int) -> list[str]:
-        from board_outbox.mongo import ensure_schema
+        from board_outbox.adapters.mongo import ensure_schema
         from tests.harness.storeserver import setup_board
 
         await ensure_schema(self.db)

@@ -9,9 +9,9 @@ from typing import Any
 
 import anyio
 
-from board_outbox.config import load_config
 from board_outbox.ports import LaunchRequest
-from board_outbox.runtime import Service
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.harness.storeserver import Connection
 
 
@@ -31,7 +31,7 @@ async def run(port: int, name: str, mongo_uri: str | None = None, db_name: str =
     if mongo_uri:
         from pymongo import AsyncMongoClient
 
-        from board_outbox.mongo import mongo_stores
+        from board_outbox.adapters.mongo import mongo_stores
 
         client = AsyncMongoClient(mongo_uri, tz_aware=True)
         db = client[db_name]

@@ -24,8 +24,13 @@ from typing import Any
 
 import anyio
 
-from board_outbox.clock import ManualClock
-from board_outbox.domain import (
+from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
+from board_outbox.engine.membership import MembershipSettings, Ownership
+from board_outbox.engine.registry import ExecutionContext
+from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.model.clock import ManualClock
+from board_outbox.model.domain import (
     Card,
     EffectRow,
     EventSnapshot,
@@ -36,14 +41,9 @@ from board_outbox.domain import (
     new_launch_row,
     projection_row_key,
 )
-from board_outbox.errors import StoreUnavailable
-from board_outbox.membership import MembershipSettings, Ownership
-from board_outbox.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
+from board_outbox.model.errors import StoreUnavailable
 from board_outbox.ports import Stores
-from board_outbox.registry import ExecutionContext
-from board_outbox.runtime import build_registry
-from board_outbox.tail import Tail, TailSettings
-from board_outbox.worker import EffectWorker, WorkerSettings
+from board_outbox.service.runtime import build_registry
 from tests.support.faults import Crash
 
 LEASE = 10.0
@@ -299,7 +299,7 @@ class MongomockSimStore(SimStore):
     """The Mongo adapters (pymongo-API code paths) over mongomock."""
 
     def __init__(self) -> None:
-        from board_outbox.mongo import mongo_stores
+        from board_outbox.adapters.mongo import mongo_stores
         from tests.support.mongomock_async import mock_database
 
         self.db = mock_database()
@@ -307,7 +307,7 @@ class MongomockSimStore(SimStore):
         super().__init__(mongo_stores(self.db, MemoryLauncher(), change_feed=False))
 
     async def prepare(self) -> None:
-        from board_outbox.mongo import ensure_schema
+        from board_outbox.adapters.mongo import ensure_schema
 
         await ensure_schema(self.db)
 

@@ -17,9 +17,9 @@ from typing import Any
 import anyio
 from anyio.abc import SocketStream
 
-from board_outbox.domain import Card, MatchRule, Subscription
-from board_outbox.errors import StoreUnavailable
-from board_outbox.memory import MemoryBackend
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.errors import StoreUnavailable
 from board_outbox.ports import Stores
 
 PORTS = ("events", "cursors", "outbox", "subs", "cards", "labels", "launcher", "readmodels", "admin")

@@ -14,8 +14,8 @@ import os
 import uuid
 from typing import Any
 
-from board_outbox.memory import MemoryLauncher
-from board_outbox.wireserver import WireServer
+from board_outbox.adapters.memory import MemoryLauncher
+from board_outbox.service.wireserver import WireServer
 
 APP = "bo-harness"
 WIRE_FAULTS: dict[str, dict[str, Any]] = {
@@ -49,7 +49,7 @@ class WireSimStore:
     def __init__(self) -> None:
         from pymongo import AsyncMongoClient, MongoClient
 
-        from board_outbox.mongo import mongo_stores
+        from board_outbox.adapters.mongo import mongo_stores
         from board_outbox.ports import Stores
 
         uri = server_uri()
@@ -64,7 +64,7 @@ class WireSimStore:
         self.armed = False
 
     async def prepare(self) -> None:
-        from board_outbox.mongo import ensure_schema
+        from board_outbox.adapters.mongo import ensure_schema
 
         await ensure_schema(self.db)
 

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from board_outbox.errors import StoreUnavailable
+from board_outbox.model.errors import StoreUnavailable
 
 
 class Crash(BaseException):

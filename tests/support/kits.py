@@ -9,9 +9,12 @@ from typing import Any
 
 import msgspec
 
-from board_outbox.clock import ManualClock
-from board_outbox.domain import Card, EffectRow, Subscription
-from board_outbox.memory import MemoryBackend, MemoryLauncher
+from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher
+from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.model.clock import ManualClock
+from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.ports import (
     CardStore,
     CursorStore,
@@ -23,10 +26,7 @@ from board_outbox.ports import (
     Stores,
     SubscriptionStore,
 )
-from board_outbox.registry import HandlerRegistry
-from board_outbox.runtime import build_registry
-from board_outbox.tail import Tail, TailSettings
-from board_outbox.worker import EffectWorker, WorkerSettings
+from board_outbox.service.runtime import build_registry
 from tests.support.faults import FaultInjector, FaultProxy
 
 
@@ -155,7 +155,7 @@ KitFactory = Callable[[], AsyncIterator[Kit]]
 
 def mongo_kit(db: Any, name: str) -> Kit:
     """The Mongo adapters over ``db``: a real AsyncDatabase, or the mongomock async face."""
-    from board_outbox.mongo import (
+    from board_outbox.adapters.mongo import (
         MongoBoard,
         MongoCursorStore,
         MongoEffectOutbox,
@@ -163,7 +163,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
         MongoReadModelStore,
         MongoSubscriptionStore,
     )
-    from board_outbox.mongo.readmodel_versions import MongoReadModelVersionStore
+    from board_outbox.adapters.mongo.readmodel_versions import MongoReadModelVersionStore
 
     board = MongoBoard(db)
     outbox = MongoEffectOutbox(db)

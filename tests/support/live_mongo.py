@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from board_outbox.wireserver import WireServer, find_executable, free_port
+from board_outbox.service.wireserver import WireServer, find_executable, free_port
 
 SKIP_REASON = (
     "no MongoDB-wire server: set MONGODB_URI to a replica set, put mongod on PATH, "

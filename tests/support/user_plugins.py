@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from board_outbox.domain import EffectRow, EventSnapshot
-from board_outbox.errors import PermanentEffectError
-from board_outbox.plugins import HandlerContext
+from board_outbox.engine.registry import ExecutionContext
+from board_outbox.model.domain import EffectRow, EventSnapshot
+from board_outbox.model.errors import PermanentEffectError
 from board_outbox.ports import ReadModelStore, UpsertIfNewer
-from board_outbox.registry import ExecutionContext
+from board_outbox.service.plugins import HandlerContext
 
 
 class TitleLog:

@@ -1,0 +1,5 @@
+import sys
+
+from board_outbox.surface.cli import main
+
+sys.exit(main())

@@ -1,0 +1,114 @@
+"""In-memory ``board_events`` with a per-tenant allocator and a change feed."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anyio
+from anyio.lowlevel import checkpoint
+
+from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
+from board_outbox.model.errors import ChangeStreamLost
+from board_outbox.ports import Change, EventRecord
+
+
+class MemoryEventLog:
+    """Seq allocation and insert are separate steps, as in Mongo, so holes can be made on purpose.
+
+    Also a ``ChangeFeed``: every insert is appended to a change history; ``watch`` yields from a
+    resume token (the history index). ``forget_history`` simulates an oplog that rolled over.
+    """
+
+    def __init__(self, faults: FaultPoints | None = None) -> None:
+        self.faults: FaultPoints = faults or NoFaults()
+        self._counters: dict[str, int] = {}
+        self._docs: dict[str, dict[int, dict[str, Any]]] = {}
+        self._seqs: dict[str, list[int]] = {}
+        self._history: list[Change] = []
+        self._history_floor = 0  # tokens below this are gone
+        self._changed = anyio.Event()
+
+    async def allocate_seq(self, tenant_id: str) -> int:
+        await checkpoint()
+        seq = self._counters.get(tenant_id, 0) + 1
+        self._counters[tenant_id] = seq
+        return seq
+
+    async def insert(self, doc: Mapping[str, Any]) -> None:
+        await checkpoint()
+        self.insert_now(doc)
+
+    def insert_now(self, doc: Mapping[str, Any], *, allocated: bool = True) -> None:
+        """``allocated=False``: plant an event whose seq the counter never handed out."""
+        tenant, seq = doc["tenant_id"], doc["seq"]
+        docs = self._docs.setdefault(tenant, {})
+        if seq in docs:
+            raise ValueError(f"duplicate seq {seq} for tenant {tenant}")
+        docs[seq] = dict(doc)
+        seqs = self._seqs.setdefault(tenant, [])
+        if not seqs or seq > seqs[-1]:
+            seqs.append(seq)
+        else:
+            bisect.insort(seqs, seq)
+        if allocated:
+            self._counters[tenant] = max(self._counters.get(tenant, 0), seq)
+        self._history.append(Change(tenant, seq, len(self._history)))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def emit(self, tenant_id: str, type: str, card_id: str, at: float = 0.0) -> int:
+        seq = await self.allocate_seq(tenant_id)
+        await self.insert(
+            {"tenant_id": tenant_id, "seq": seq, "type": type, "card_id": card_id, "at": at}
+        )
+        return seq
+
+    async def read_after(self, tenant_id: str, after_seq: int, limit: int) -> list[EventRecord]:
+        await checkpoint()
+        seqs = self._seqs.get(tenant_id, [])
+        docs = self._docs.get(tenant_id, {})
+        i = bisect.bisect_right(seqs, after_seq)
+        return [EventRecord(s, docs[s]) for s in seqs[i : i + limit]]
+
+    async def max_inserted_seq(self, tenant_id: str) -> int:
+        await checkpoint()
+        seqs = self._seqs.get(tenant_id)
+        return seqs[-1] if seqs else 0
+
+    async def allocated_seq(self, tenant_id: str) -> int:
+        await checkpoint()
+        return self._counters.get(tenant_id, 0)
+
+    async def tenants(self) -> set[str]:
+        await checkpoint()
+        return set(self._counters)
+
+    async def heads(self) -> dict[str, int]:
+        await checkpoint()
+        return dict(self._counters)
+
+    # --- change feed -----------------------------------------------------------------------
+
+    def forget_history(self) -> None:
+        """The oplog rolled over: every token issued so far becomes unresumable."""
+        self._history_floor = len(self._history)
+
+    async def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
+        await checkpoint()  # every (re)open yields, even one that fails at once
+        if resume_token is None:
+            pos = len(self._history)
+        else:
+            pos = int(resume_token) + 1
+            if pos < self._history_floor:
+                raise ChangeStreamLost(f"resume token {resume_token} is older than the history")
+        while True:
+            self.faults.hit("changefeed.next")
+            if pos < len(self._history):
+                change = self._history[pos]
+                pos += 1
+                yield change
+                await checkpoint()  # a busy feed still yields once per change
+            else:
+                await self._changed.wait()

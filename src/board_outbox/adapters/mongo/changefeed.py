@@ -1,0 +1,58 @@
+"""The change-stream feed on ``board_events`` (C1).
+
+Watches inserts only, projecting the tenant and seq (the tail reads the events itself). Resumes
+after the given token; a token the server can no longer resume from (history lost, code 286, or
+an invalidate event) raises ``ChangeStreamLost`` so the caller drops it, polls, and reopens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pymongo.errors import OperationFailure, PyMongoError
+
+from board_outbox.adapters.mongo.errors import HISTORY_LOST_CODES, classify
+from board_outbox.adapters.mongo.events import EVENTS
+from board_outbox.model.errors import ChangeStreamLost
+from board_outbox.ports import Change
+
+PIPELINE: list[dict[str, Any]] = [
+    {"$match": {"operationType": {"$in": ["insert", "invalidate", "drop", "dropDatabase",
+                                          "rename"]}}},
+    {"$project": {"operationType": 1, "fullDocument.tenant_id": 1, "fullDocument.seq": 1}},
+]
+
+
+class MongoChangeFeed:
+    def __init__(self, db: Any, max_await_ms: int = 1000) -> None:
+        self.coll = db[EVENTS]
+        self.max_await_ms = max_await_ms
+
+    async def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
+        try:
+            stream = await self.coll.watch(
+                PIPELINE, resume_after=resume_token, max_await_time_ms=self.max_await_ms
+            )
+            async with stream:
+                while stream.alive:
+                    change = await stream.try_next()
+                    if change is None:
+                        # a quiet batch: hand out the post-batch token, so a persisted token
+                        # keeps up with the oplog even when nothing is inserted (S4)
+                        yield Change("", 0, stream.resume_token)
+                        continue
+                    op = change.get("operationType")
+                    if op != "insert":
+                        raise ChangeStreamLost(f"change stream ended by a {op} event")
+                    doc = change.get("fullDocument") or {}
+                    tenant, seq = doc.get("tenant_id"), doc.get("seq")
+                    if isinstance(tenant, str) and isinstance(seq, int):
+                        yield Change(tenant, seq, stream.resume_token)
+                raise ChangeStreamLost("change stream closed by the server")
+        except OperationFailure as exc:
+            if exc.code in HISTORY_LOST_CODES:
+                raise ChangeStreamLost(f"cannot resume: {exc}") from exc
+            raise classify(exc, "change stream") from exc
+        except PyMongoError as exc:
+            raise classify(exc, "change stream") from exc

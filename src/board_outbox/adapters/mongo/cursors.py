@@ -1,0 +1,50 @@
+"""Per-tenant cursors (``trigger_cursors``) with compare-and-set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.errors import StoreError
+from board_outbox.model.validation import cap, is_seq
+
+CURSORS = "trigger_cursors"
+
+
+class MongoCursorStore:
+    def __init__(self, db: Any) -> None:
+        self.coll = db[CURSORS]
+
+    @translated
+    async def get(self, tenant_id: str) -> int | None:
+        doc = await self.coll.find_one({"_id": tenant_id})
+        return None if doc is None else _seq(tenant_id, doc)
+
+    @translated
+    async def seed(self, tenant_id: str, value: int) -> int:
+        await self.coll.update_one(
+            {"_id": tenant_id}, {"$setOnInsert": {"seq": value}}, upsert=True
+        )
+        doc = await self.coll.find_one({"_id": tenant_id})
+        return _seq(tenant_id, doc)
+
+    @translated
+    async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
+        res = await self.coll.update_one({"_id": tenant_id, "seq": expected}, {"$set": {"seq": new}})
+        return bool(res.modified_count == 1)
+
+    @translated
+    async def all(self) -> dict[str, int]:
+        # a cursor whose seq is not a true int is left out: its tenant then looks behind, is
+        # drained, and stalls alone with the reason (R1) -- the poll net goes on for the others
+        return {str(d["_id"]): d["seq"] for d in await self.coll.find({}).to_list(None)
+                if is_seq(d.get("seq"))}
+
+def _seq(tenant_id: str, doc: dict[str, Any]) -> int:
+    """R2: a cursor is a true int; anything else stalls its tenant (StoreError), not the process."""
+    seq = doc.get("seq")
+    if not is_seq(seq):
+        raise StoreError(f"{CURSORS} document of tenant {tenant_id!r}: seq "
+                         f"{cap(repr(seq), 100)} is not an integer seq")
+    assert isinstance(seq, int)
+    return seq

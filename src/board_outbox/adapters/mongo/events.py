@@ -1,0 +1,70 @@
+"""``board_events`` with a per-tenant seq allocator (``board_event_counters``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, ReturnDocument
+
+from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.errors import StoreError
+from board_outbox.model.validation import cap, is_seq
+from board_outbox.ports import EventRecord
+
+EVENTS = "board_events"
+COUNTERS = "board_event_counters"
+
+
+class MongoEventLog:
+    def __init__(self, db: Any) -> None:
+        self.events = db[EVENTS]
+        self.counters = db[COUNTERS]
+
+    @translated
+    async def allocate_seq(self, tenant_id: str) -> int:
+        doc = await self.counters.find_one_and_update(
+            {"_id": tenant_id}, {"$inc": {"seq": 1}}, upsert=True,
+            return_document=ReturnDocument.AFTER,
+        )
+        return int(doc["seq"])
+
+    @translated
+    async def insert(self, doc: Mapping[str, Any]) -> None:
+        await self.events.insert_one(dict(doc))
+
+    @translated
+    async def read_after(self, tenant_id: str, after_seq: int, limit: int) -> list[EventRecord]:
+        cursor = (
+            self.events.find({"tenant_id": tenant_id, "seq": {"$gt": after_seq}}, {"_id": 0})
+            .sort("seq", ASCENDING)
+            .limit(limit)
+        )
+        return [EventRecord(d["seq"], d) for d in await cursor.to_list(None)]
+
+    @translated
+    async def max_inserted_seq(self, tenant_id: str) -> int:
+        # the highest true-int seq (R2: a 2.5 or a Decimal128 is poison, not a head)
+        docs = await (self.events.find({"tenant_id": tenant_id, "seq": {"$type": "number"}},
+                                       {"seq": 1, "_id": 0})
+                      .sort("seq", DESCENDING).limit(20).to_list(None))
+        return next((d["seq"] for d in docs if is_seq(d["seq"])), 0)
+
+    @translated
+    async def allocated_seq(self, tenant_id: str) -> int:
+        doc = await self.counters.find_one({"_id": tenant_id})
+        if doc is None:
+            return 0
+        if not is_seq(doc.get("seq")):
+            raise StoreError(f"{COUNTERS} document of tenant {tenant_id!r}: seq "
+                             f"{cap(repr(doc.get('seq')), 100)} is not an integer seq")
+        return int(doc["seq"])
+
+    @translated
+    async def tenants(self) -> set[str]:
+        return {str(d["_id"]) for d in await self.counters.find({}, {"_id": 1}).to_list(None)}
+
+    @translated
+    async def heads(self) -> dict[str, int]:
+        return {str(d["_id"]): d["seq"] for d in await self.counters.find({}).to_list(None)
+                if is_seq(d.get("seq"))}

@@ -1,0 +1,94 @@
+"""What a handler is and what it may do: the ``EffectHandler`` and ``Projection`` protocols, their
+named optional hooks (``PreparingHandler.prepare``, ``BatchProjection.apply_many``), the
+``ExecutionContext`` a handler gets with its row and the ``HandlerContext`` a user handler is built
+with. Re-exported by ``board_outbox.sdk``, the public face."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from board_outbox.model.clock import Clock
+from board_outbox.model.domain import EffectRow, EventSnapshot
+from board_outbox.model.errors import LeaseLost
+from board_outbox.model.records import Claim
+from board_outbox.ports import CardStore, EffectOutbox, Launcher, ReadModelStore, Stores, SubscriptionStore
+
+P = TypeVar("P")
+
+
+class ExecutionContext(Generic[P]):
+    """What a handler may do besides its effect: fenced writes on its own claimed row, and what
+    its ``prepare`` read for the whole claimed batch (``prefetched``; None: read per row)."""
+
+    def __init__(self, claim: Claim, outbox: EffectOutbox, clock: Clock,
+                 prefetched: P | None = None) -> None:
+        self.claim = claim
+        self.outbox = outbox
+        self.clock = clock
+        self.prefetched: P | None = prefetched
+
+    @property
+    def attempt(self) -> int:
+        assert self.claim.row is not None
+        return self.claim.row.attempts + 1
+
+    async def mark_consumed(self) -> None:
+        """Persist consume_marked (M6). Raises ``LeaseLost`` if our claim was stolen."""
+        ok = await self.outbox.mark_consumed(self.claim.ref, self.claim.claim_id, self.clock.now())
+        if not ok:
+            raise LeaseLost(f"claim {self.claim.claim_id} lost before consume_marked")
+
+
+@runtime_checkable
+class EffectHandler(Protocol):
+    async def execute(self, row: EffectRow, ctx: ExecutionContext[Any]) -> str:
+        """Perform the effect; return an outcome label. Raise ``EffectError`` to retry,
+        ``PermanentEffectError`` to dead-letter at once."""
+        ...
+
+
+@runtime_checkable
+class PreparingHandler(EffectHandler, Protocol):
+    """A handler with a batch read: ``prepare(rows)`` once per claimed batch (e.g. every
+    subscription the batch names, in one query); each row's ``ctx.prefetched`` holds its result.
+    A ``StoreUnavailable`` from it only means per-row reads."""
+
+    async def prepare(self, rows: Sequence[EffectRow]) -> Any: ...
+
+
+@runtime_checkable
+class Projection(Protocol):
+    """A read model fed by ``projection`` rows; applying the same event twice is a no-op."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def apply(self, tenant_id: str, event: EventSnapshot) -> str: ...
+
+    async def reset(self, tenant_id: str) -> None: ...
+
+
+@runtime_checkable
+class BatchProjection(Projection, Protocol):
+    """A projection that applies a batch of one tenant's events at once (P2: one read-model bulk
+    write); one outcome label per event, in order."""
+
+    async def apply_many(self, tenant_id: str, events: Sequence[EventSnapshot]) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """What a user effect handler's constructor receives: the stores it may use. Its rows come
+    with an ``ExecutionContext`` at ``execute`` time (fenced writes on the claimed row)."""
+
+    readmodels: ReadModelStore
+    cards: CardStore
+    subs: SubscriptionStore
+    launcher: Launcher
+
+    @classmethod
+    def of(cls, stores: Stores) -> HandlerContext:
+        return cls(readmodels=stores.readmodels, cards=stores.cards, subs=stores.subs,
+                   launcher=stores.launcher)

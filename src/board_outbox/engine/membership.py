@@ -1,0 +1,148 @@
+"""Leaderless tenant ownership (S1): replicas heartbeat into a membership store (a lease per
+member) and each tenant belongs to the live member that wins rendezvous hashing for it.
+
+Ownership only shares the work out: a replica drains (stream wake and poll) the tenants it owns
+and its worker prefers their rows. It is never a correctness mechanism -- two replicas that
+disagree about membership both drain a tenant and the cursor CAS and fenced claims decide, as
+without ownership. A member whose heartbeat stops is dropped by the others once its lease
+expires, and its tenants move to them within ``heartbeat_timeout_seconds``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Collection, Iterable
+
+import msgspec
+
+from board_outbox.model.bounds import Pos
+from board_outbox.model.clock import Clock
+from board_outbox.model.errors import StoreUnavailable
+from board_outbox.ports import MembershipStore
+
+log = logging.getLogger("board_outbox.membership")
+
+
+class MembershipSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``[membership]`` configuration section."""
+
+    enabled: bool = True
+    # a dead member's tenants move to the others within this (lease 2/3 of it, beat every 1/6)
+    heartbeat_timeout_seconds: Pos = 10.0
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.heartbeat_timeout_seconds * 2 / 3
+
+    @property
+    def interval_seconds(self) -> float:
+        return self.heartbeat_timeout_seconds / 6
+
+
+def new_member_id(name: str = "") -> str:
+    base = name or socket.gethostname()
+    return f"{base}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def weight(member_id: str, tenant_id: str) -> int:
+    """Rendezvous (highest random weight) hashing: stable, and when a member leaves only its
+    own tenants move."""
+    digest = hashlib.blake2b(f"{member_id}\0{tenant_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def owner(members: Iterable[str], tenant_id: str) -> str:
+    return max(members, key=lambda m: (weight(m, tenant_id), m))
+
+
+class Ownership:
+    """This replica's view of who owns what. Without a store (or disabled) it owns everything."""
+
+    def __init__(
+        self,
+        store: MembershipStore | None,
+        clock: Clock,
+        *,
+        member_id: str = "",
+        settings: MembershipSettings | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings or MembershipSettings()
+        self.member_id = member_id or new_member_id()
+        self.members: tuple[str, ...] = (self.member_id,)
+        self._owned: dict[str, bool] = {}
+
+    @property
+    def active(self) -> bool:
+        return self.store is not None and self.settings.enabled
+
+    def set_members(self, members: Iterable[str]) -> bool:
+        """Adopt a membership view (this member always counts itself); True if it changed."""
+        view = tuple(sorted(set(members) | {self.member_id}))
+        if view == self.members:
+            return False
+        log.info("membership: %d live member(s)", len(view), extra={"members": list(view)})
+        self.members = view
+        self._owned.clear()
+        return True
+
+    def owns(self, tenant_id: str) -> bool:
+        if len(self.members) == 1:
+            return True
+        got = self._owned.get(tenant_id)
+        if got is None:
+            got = self._owned[tenant_id] = owner(self.members, tenant_id) == self.member_id
+        return got
+
+    def owned(self, tenants: Iterable[str]) -> list[str]:
+        return [t for t in tenants if self.owns(t)]
+
+    def prefer(self) -> Collection[str] | None:
+        """The worker's preference: None (take any row) when alone; else the owned tenants."""
+        if len(self.members) == 1:
+            return None
+        return _Owned(self)
+
+    async def beat(self) -> bool:
+        """One heartbeat (renew our lease, read the live members); True if the view changed.
+        A store error keeps the last view: at worst two replicas both drain a tenant."""
+        if not self.active:
+            return False
+        assert self.store is not None
+        try:
+            live = await self.store.heartbeat(self.member_id, self.clock.now(),
+                                              self.settings.lease_seconds)
+        except StoreUnavailable as exc:
+            log.warning("heartbeat failed (%s): keeping the last membership view", exc)
+            return False
+        return self.set_members(m.member_id for m in live)
+
+    async def leave(self) -> None:
+        if not self.active:
+            return
+        assert self.store is not None
+        try:
+            await self.store.leave(self.member_id)
+        except StoreUnavailable as exc:
+            log.warning("could not leave the membership (%s): our lease expires instead", exc)
+
+
+class _Owned(Collection[str]):
+    """The owned tenants as a lazy collection (membership test by hashing)."""
+
+    def __init__(self, ownership: Ownership) -> None:
+        self._o = ownership
+
+    def __contains__(self, tenant: object) -> bool:
+        return isinstance(tenant, str) and self._o.owns(tenant)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter([t for t, mine in self._o._owned.items() if mine])
+
+    def __len__(self) -> int:
+        return sum(1 for mine in self._o._owned.values() if mine)

@@ -1,0 +1,330 @@
+"""The per-tenant tail: board events -> effect rows -> cursor (ADR-094 "Materialization order").
+
+drain_tenant, per batch:
+1. read events after the cursor (one query);
+2. keep the contiguous prefix: a young seq gap truncates the batch, an old one is a dead
+   allocation stepped over with one warning (M7); an undecodable event truncates the batch and,
+   once it is at the head for ``poison_ticks`` ticks, is skipped with ONE error log (M11);
+3. normalize + match EVERY event (a ``StoreUnavailable`` aborts the batch, cursor untouched;
+   ``CardNotFound`` skips the event) (M1);
+4. upsert every matched row in one bulk write ($setOnInsert) (M1, M2);
+5. compare-and-set the cursor; losing the CAS means another replica won (M1, C4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+from opentelemetry import trace
+
+from board_outbox.engine import telemetry
+from board_outbox.engine.reading import GapTracker, read_batch
+from board_outbox.model.bounds import Pos, PosInt
+from board_outbox.model.clock import Clock
+from board_outbox.model.domain import (
+    EffectRow,
+    EventSnapshot,
+    SubscriptionIndex,
+    TraceContext,
+    new_launch_row,
+    new_projection_row,
+)
+from board_outbox.model.errors import MalformedDocument, StoreError, StoreUnavailable
+from board_outbox.model.validation import OnceLog, cap, is_seq, tenant_problem
+from board_outbox.ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
+
+log = logging.getLogger("board_outbox.tail")
+
+
+class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The tail's settings; the ``[tail]`` configuration section decodes straight into it."""
+
+    batch_size: PosInt = 500
+    poll_interval_seconds: Pos = 1.0
+    young_gap_seconds: Pos = 30.0
+    poison_ticks: PosInt = 20
+    seed: Literal["latest", "earliest"] = "latest"
+    change_streams: bool = True
+    # the stream's resume token is persisted at most this often (and on shutdown), never per event
+    token_save_seconds: Pos = 5.0
+    # behind, and the cursor has not moved for this long: the tenant is stalled (O2)
+    stall_seconds: Pos = 120.0
+
+
+class DrainResult(msgspec.Struct, kw_only=True):
+    tenant_id: str
+    cursor_before: int = 0
+    cursor_after: int = 0
+    read: int = 0
+    materialized: int = 0  # events whose rows are durable (matched or not)
+    rows: int = 0
+    rows_inserted: int = 0
+    skipped_deleted: int = 0
+    skipped_poison: int = 0
+    stepped_gaps: int = 0
+    stopped: str = ""  # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter
+    error: str = ""
+
+    @property
+    def full(self) -> bool:
+        """More events may be waiting right behind this batch."""
+        return self.stopped == "" and self.read > 0
+
+
+class _PoisonTracker:
+    """Consecutive ticks that the same head-of-line seq stayed unreadable."""
+
+    def __init__(self) -> None:
+        self._ticks: dict[str, tuple[int, int]] = {}  # tenant -> (seq, ticks)
+
+    def bump(self, tenant_id: str, seq: int) -> int:
+        prev_seq, ticks = self._ticks.get(tenant_id, (seq, 0))
+        ticks = ticks + 1 if prev_seq == seq else 1
+        self._ticks[tenant_id] = (seq, ticks)
+        return ticks
+
+    def clear(self, tenant_id: str) -> None:
+        self._ticks.pop(tenant_id, None)
+
+
+class Tail:
+    def __init__(
+        self,
+        *,
+        events: EventLog,
+        cursors: CursorStore,
+        outbox: EffectOutbox,
+        subs: SubscriptionStore,
+        cards: CardStore,
+        clock: Clock,
+        settings: TailSettings | None = None,
+        projections: Sequence[str] = (),
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.events = events
+        self.cursors = cursors
+        self.outbox = outbox
+        self.subs = subs
+        self.cards = cards
+        self.clock = clock
+        self.settings = settings or TailSettings()
+        # The projection kinds come from the handler registry: one row per event per projection.
+        self.projections = tuple(projections)
+        self._gaps = GapTracker(self.settings.young_gap_seconds)
+        self._poison = _PoisonTracker()
+        # tenant -> (cursor after our last CAS, subscription index), only within a drain_all pass
+        self._backlog: dict[str, tuple[int, SubscriptionIndex]] = {}
+        self._in_pass: str | None = None
+        self._once = OnceLog(log)
+        # R1: tenants whose last batch hit a non-transient store error, with the reason (for
+        # status and readiness); cleared by the tenant's next clean batch.
+        self.stalled: dict[str, str] = {}
+        # S3: the cursor as our last CAS left it; a stale value only costs a lost CAS (re-read)
+        self._known: dict[str, int] = {}
+        self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
+
+    async def tenants(self) -> set[str]:
+        """Tenants to drain: with subscriptions, with live rows (M11), and -- when projections
+        are on -- every tenant with events (a projection owes a row for every event)."""
+        found = await self.subs.tenants()
+        found |= await self.outbox.live_tenants()
+        if self.projections:
+            found |= await self.events.tenants()
+        return {t for t in found if self._drainable(t)}
+
+    def _drainable(self, tenant_id: str) -> bool:
+        """R2: a tenant id that cannot be embedded in card and row keys (a "/" in it would read
+        another tenant's keys) is left alone, with one error line."""
+        problem = tenant_problem(tenant_id)
+        if problem is None:
+            return True
+        self._once(("tenant", tenant_id), logging.ERROR, "tenant not drained: %s", problem,
+                   extra={"tenant_id": cap(tenant_id, 200)})
+        return False
+
+    async def behind(self) -> list[str]:
+        """The poll net in a constant number of queries (S2): tenants whose allocator is ahead
+        of their cursor (or that have events and no cursor yet), among those to drain (M11).
+        Without projections, only tenants with subscriptions or live rows are drained."""
+        heads = await self.events.heads()
+        cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
+        # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
+        # behind, so its drain stalls it alone, with the reason
+        ahead = {t for t, head in heads.items() if is_seq(head) and head > cursors.get(t, -1)}
+        if ahead and not self.projections:
+            ahead &= await self.subs.tenants() | await self.outbox.live_tenants()
+        return sorted(ahead)
+
+    async def cursor(self, tenant_id: str) -> int:
+        cur = await self.cursors.get(tenant_id)
+        if cur is not None:
+            return cur
+        seed = 0
+        if self.settings.seed == "latest":
+            # max INSERTED seq: seqs allocated but not yet inserted will still be read (M7);
+            # never past the counter (a planted seq beyond it is poison, not a head: R2)
+            seed = await self.events.max_inserted_seq(tenant_id)
+            if seed > 0:
+                seed = min(seed, await self.events.allocated_seq(tenant_id))
+        got = await self.cursors.seed(tenant_id, seed)
+        log.info("cursor seeded", extra={"tenant_id": tenant_id, "seq": got})
+        return got
+
+    async def drain_tenant(self, tenant_id: str) -> DrainResult:
+        with self._tracer.start_as_current_span(
+            telemetry.SPAN_MATERIALIZE, attributes={telemetry.ATTR_TENANT: tenant_id}
+        ) as span:
+            res = DrainResult(tenant_id=tenant_id)
+            try:
+                await self._drain(tenant_id, res, span)
+            except StoreUnavailable as exc:
+                res.stopped, res.error = "aborted", str(exc)
+                span.set_attribute(telemetry.ATTR_OUTCOME, "aborted")
+                log.warning(
+                    "batch aborted, cursor untouched: %s", exc, extra={"tenant_id": tenant_id}
+                )
+                return res
+            except (StoreError, MalformedDocument, ValueError, TypeError, KeyError) as exc:
+                # R1: a document this tenant's batch cannot get past (a row over 16 MB, a
+                # cursor that is not an int...): this tenant stalls with the reason, the
+                # others flow. Logged once per distinct problem.
+                reason = cap(f"{type(exc).__name__}: {exc}")
+                res.stopped, res.error = "stalled", reason
+                span.set_attribute(telemetry.ATTR_OUTCOME, "stalled")
+                self.stalled[tenant_id] = reason
+                self._once(("stalled", tenant_id, reason), logging.ERROR,
+                           "tenant stalled, cursor untouched: %s", reason,
+                           extra={"tenant_id": tenant_id})
+                return res
+            was = self.stalled.pop(tenant_id, None)
+            if was is not None:
+                self._once.forget(("stalled", tenant_id, was))  # a relapse is logged again
+                log.warning("tenant no longer stalled", extra={"tenant_id": tenant_id})
+            span.set_attribute(telemetry.ATTR_OUTCOME, res.stopped or "ok")
+            span.set_attribute(telemetry.ATTR_ROWS, res.rows)
+            return res
+
+    async def _drain(self, tenant_id: str, res: DrainResult, span: trace.Span) -> None:
+        now = self.clock.now()
+        # Within one pass over a backlog, the next batch starts where our own CAS left the
+        # cursor and matches against the subscriptions loaded for the first batch: two round
+        # trips fewer per batch. Across passes the cursor as our last CAS left it saves the
+        # read too (S3). A replica that moved the cursor meanwhile makes our CAS fail (wasted
+        # work, nothing wrong); a subscription edited mid-pass is re-verified at execution (M10b).
+        backlog = self._backlog.pop(tenant_id, None)
+        known = backlog[0] if backlog else self._known.get(tenant_id)
+        cursor = known if known is not None else await self.cursor(tenant_id)
+        res.cursor_before = res.cursor_after = cursor
+        reading = await read_batch(
+            events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
+            limit=self.settings.batch_size, gaps=self._gaps, now=now,
+            on_malformed=lambda seq, exc, head: self._skip_poison(tenant_id, seq, exc, head=head, res=res),
+        )
+        res.read = reading.read
+        res.stepped_gaps += reading.stepped_gaps
+        res.skipped_deleted += reading.deleted
+        if reading.young_gap is not None and not res.stopped:
+            res.stopped = "young_gap"
+        if reading.beyond_counter is not None and not res.stopped:
+            res.stopped = "beyond_counter"
+        if not reading.read:
+            self._poison.clear(tenant_id)
+            self._known.pop(tenant_id, None)  # nothing new: re-read the cursor next time
+            return
+        snapshots = reading.snapshots
+        advance_to = reading.passed[-1][0] if reading.passed else cursor
+        if advance_to == cursor:
+            if not res.stopped:
+                res.stopped = "poison"  # nothing passable was read (non-int seqs only)
+            return
+        if res.stopped != "poison":
+            self._poison.clear(tenant_id)
+
+        # Match against the tenant's subscriptions (loaded once per batch), then one bulk
+        # upsert, then the CAS.
+        index = backlog[1] if backlog else SubscriptionIndex(
+            await self.subs.list_for_tenant(tenant_id))
+        rows = self.build_rows(tenant_id, snapshots, index, now, span)
+        if rows:
+            result = await self.outbox.upsert_rows(rows)
+            res.rows, res.rows_inserted = len(rows), result.inserted
+        res.materialized = len(snapshots)
+        if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
+            res.cursor_after = self._known[tenant_id] = advance_to
+            self._gaps.forget_below(tenant_id, advance_to)
+            if self._in_pass == tenant_id:
+                self._backlog[tenant_id] = (advance_to, index)
+        else:
+            self._known.pop(tenant_id, None)
+            res.stopped = "cas_lost"
+            res.cursor_after = await self.cursors.get(tenant_id) or cursor
+
+    def _skip_poison(
+        self, tenant_id: str, seq: int, exc: MalformedDocument, *, head: bool, res: DrainResult
+    ) -> bool:
+        """M11: an unreadable event truncates the batch; once it has been the head of line for
+        ``poison_ticks`` ticks it is skipped, with ONE error log. True: skip it now."""
+        res.stopped = "poison"
+        if not head:
+            return False  # materialize what is before it; it is the head next tick
+        ticks = self._poison.bump(tenant_id, seq)
+        if ticks < self.settings.poison_ticks:
+            return False
+        self._poison.clear(tenant_id)
+        res.skipped_poison += 1
+        res.stopped = ""
+        log.error("skipping poison event after %d ticks: %s", ticks, exc,
+                  extra={"tenant_id": tenant_id, "seq": seq})
+        return True
+
+    def build_rows(
+        self,
+        tenant_id: str,
+        snapshots: Sequence[EventSnapshot],
+        index: SubscriptionIndex,
+        now: float,
+        span: trace.Span,
+    ) -> list[EffectRow]:
+        ctx = telemetry.trace_context(span)
+        tc = TraceContext(traceparent=ctx) if ctx else None
+        recording = span.is_recording()
+        rows: list[EffectRow] = []
+        for snap in snapshots:
+            for sub in index.matching(snap):
+                row = new_launch_row(tenant_id, snap, sub, now)
+                row.trace = tc
+                rows.append(row)
+            for proj in self.projections:
+                row = new_projection_row(tenant_id, snap, proj, now)
+                row.trace = tc
+                rows.append(row)
+        if recording:
+            for row in rows:  # one span event per row: the row's birth inside this batch
+                span.add_event("row", {
+                    telemetry.ATTR_ROW_KEY: row.row_key, telemetry.ATTR_SEQ: row.seq,
+                    telemetry.ATTR_KIND: row.kind, telemetry.ATTR_SUB: row.sub_id or "",
+                })
+            if snapshots:
+                span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
+        return rows
+
+    async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:
+        """One pass: drain each tenant until it is caught up (or stopped by a gap/poison/error)."""
+        if tenants is None:
+            tenants = sorted(await self.tenants())
+        results: list[DrainResult] = []
+        for tenant in tenants:
+            self._in_pass = tenant
+            try:
+                while True:
+                    res = await self.drain_tenant(tenant)
+                    results.append(res)
+                    if not res.full or res.read < self.settings.batch_size:
+                        break
+            finally:
+                self._in_pass = None
+                self._backlog.pop(tenant, None)
+        return results

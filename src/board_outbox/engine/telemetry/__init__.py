@@ -1,0 +1,44 @@
+"""Telemetry, one package with modules by role (conventions: tracing/README.md):
+
+- ``spans``: span names, attribute keys and W3C trace-context helpers (the API only; re-exported
+  here, so ``telemetry.SPAN_EXECUTE`` reads as before);
+- ``metrics``: the service's instruments (OpenTelemetry metrics API);
+- ``sdk``: SDK setup from the standard OTEL_* variables (the entry points call it; the core never
+  imports it).
+"""
+
+from __future__ import annotations
+
+from board_outbox.engine.telemetry.spans import (
+    ATTR_ATTEMPT,
+    ATTR_KIND,
+    ATTR_OUTCOME,
+    ATTR_ROW_KEY,
+    ATTR_ROWS,
+    ATTR_SEQ,
+    ATTR_SUB,
+    ATTR_TENANT,
+    SPAN_EXECUTE,
+    SPAN_MATERIALIZE,
+    parent_and_links,
+    parse_traceparent,
+    trace_context,
+    trace_context_of,
+)
+
+__all__ = [
+    "ATTR_ATTEMPT",
+    "ATTR_KIND",
+    "ATTR_OUTCOME",
+    "ATTR_ROWS",
+    "ATTR_ROW_KEY",
+    "ATTR_SEQ",
+    "ATTR_SUB",
+    "ATTR_TENANT",
+    "SPAN_EXECUTE",
+    "SPAN_MATERIALIZE",
+    "parent_and_links",
+    "parse_traceparent",
+    "trace_context",
+    "trace_context_of",
+]

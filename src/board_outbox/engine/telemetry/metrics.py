@@ -1,0 +1,114 @@
+"""Metrics through the OpenTelemetry metrics API (C3).
+
+Instruments (names are stable; see tracing/README.md):
+- ``board_outbox.tail.lag`` (gauge, per tenant): allocated seq minus cursor;
+- ``board_outbox.rows`` (gauge, per state): rows in trigger_effects;
+- ``board_outbox.materialize_to_done`` (histogram, s): row materialized -> done;
+- ``board_outbox.attempts`` (histogram): attempts a row needed to finish;
+- ``board_outbox.dead_letters`` (counter): rows parked as failed;
+- ``board_outbox.wakes`` (counter, source=stream|poll): what woke the tail;
+- ``board_outbox.projection.lag`` (gauge, per tenant and projection): materialized seq (the
+  tenant's cursor: every event up to it has its projection row) minus applied seq (the highest
+  seq of a projection row this replica marked done); across replicas, take the minimum;
+- ``board_outbox.projection.applied_seq`` (gauge, per tenant and projection);
+- ``board_outbox.projection.rebuild.progress`` (gauge, per tenant and projection, 0..1) and
+  ``board_outbox.projection.rebuild.seq`` (gauge): how far a ``rebuild`` has replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from board_outbox.engine.telemetry.prometheus import PrometheusMirror
+from board_outbox.model.domain import PROJECTION, EffectRow
+
+
+class Metrics:
+    def __init__(self, meter: metrics.Meter | None = None) -> None:
+        m = meter or metrics.get_meter("board_outbox")
+        self.lag: dict[str, int] = {}
+        self.rows: dict[str, int] = {}
+        self.prom = PrometheusMirror()  # the same instruments, for /metrics (O1)
+        m.create_observable_gauge("board_outbox.tail.lag", [self._observe_lag], unit="{event}",
+                                  description="allocated seq minus cursor, per tenant")
+        m.create_observable_gauge("board_outbox.rows", [self._observe_rows], unit="{row}",
+                                  description="effect rows by state")
+        self.latency = m.create_histogram("board_outbox.materialize_to_done", unit="s",
+                                          description="row materialized -> done")
+        self.attempts = m.create_histogram("board_outbox.attempts", unit="{attempt}",
+                                           description="attempts a row needed to finish")
+        self.dead = m.create_counter("board_outbox.dead_letters", unit="{row}",
+                                     description="rows parked as failed")
+        self.wakes = m.create_counter("board_outbox.wakes", unit="{wake}",
+                                      description="tail wakes by source")
+        # (tenant, projection) -> seq; and rebuilds: (tenant, projection) -> (seq reached, head)
+        self.materialized: dict[tuple[str, str], int] = {}
+        self.applied: dict[tuple[str, str], int] = {}
+        self.rebuilds: dict[tuple[str, str], tuple[int, int]] = {}
+        m.create_observable_gauge("board_outbox.projection.lag", [self._observe_projection_lag],
+                                  unit="{event}",
+                                  description="materialized seq minus applied seq, per projection")
+        m.create_observable_gauge("board_outbox.projection.applied_seq", [self._observe_applied],
+                                  unit="{event}", description="highest seq applied, per projection")
+        m.create_observable_gauge("board_outbox.projection.rebuild.progress",
+                                  [self._observe_rebuild_progress], unit="1",
+                                  description="share of the event log a rebuild has replayed")
+        m.create_observable_gauge("board_outbox.projection.rebuild.seq", [self._observe_rebuild_seq],
+                                  unit="{event}", description="seq a rebuild has replayed up to")
+
+    def _observe_lag(self, _opts: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(v, {"tenant_id": t}) for t, v in sorted(self.lag.items())]
+
+    def _observe_rows(self, _opts: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(v, {"state": s}) for s, v in sorted(self.rows.items())]
+
+    @staticmethod
+    def _pattrs(key: tuple[str, str]) -> dict[str, str]:
+        return {"tenant_id": key[0], "projection": key[1]}
+
+    def projection_lag(self) -> dict[tuple[str, str], int]:
+        return {k: max(0, seq - self.applied.get(k, 0)) for k, seq in sorted(self.materialized.items())}
+
+    def _observe_projection_lag(self, _opts: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(v, self._pattrs(k)) for k, v in self.projection_lag().items()]
+
+    def _observe_applied(self, _opts: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(v, self._pattrs(k)) for k, v in sorted(self.applied.items())]
+
+    def _observe_rebuild_progress(self, _opts: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(done / head if head else 1.0, self._pattrs(k))
+                for k, (done, head) in sorted(self.rebuilds.items())]
+
+    def _observe_rebuild_seq(self, _opts: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(done, self._pattrs(k)) for k, (done, _h) in sorted(self.rebuilds.items())]
+
+    def projection_materialized(self, tenant_id: str, projections: Iterable[str], seq: int) -> None:
+        """The tenant's cursor reached ``seq``: every projection has its rows up to there."""
+        for name in projections:
+            key = (tenant_id, name)
+            self.materialized[key] = max(seq, self.materialized.get(key, 0))
+
+    def rebuild_progress(self, tenant_id: str, projection: str, seq: int, head: int) -> None:
+        self.rebuilds[(tenant_id, projection)] = (seq, max(seq, head))
+
+    def row_done(self, row: EffectRow, now: float) -> None:
+        if row.projection is not None and row.kind == PROJECTION:
+            key = (row.tenant_id, row.projection)
+            self.applied[key] = max(row.seq, self.applied.get(key, 0))
+        attrs = {"kind": row.kind}
+        if row.materialized_at:
+            self.latency.record(max(0.0, now - row.materialized_at), attrs)
+            self.prom.latency.labels(row.kind).observe(max(0.0, now - row.materialized_at))
+        self.attempts.record(row.attempts + 1, attrs)
+        self.prom.attempts.labels(row.kind).observe(row.attempts + 1)
+
+    def row_failed(self, kind: str) -> None:
+        self.dead.add(1, {"kind": kind})
+        self.prom.dead.labels(kind).inc()
+
+    def wake(self, source: str, n: int = 1) -> None:
+        self.wakes.add(n, {"source": source})
+        self.prom.wakes.labels(source).inc(n)

@@ -1,0 +1,541 @@
+"""The effect worker (ADR-094 "Execution"): claim due rows with a lease, execute them through the
+handler registry, retry with backoff, park as a dead-letter after the attempt budget.
+
+Every replica runs one. Correctness comes from the store: the atomic claim mints a claim_id and
+every mark is fenced on it (M8), so a worker whose lease was stolen writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from typing import Any, Literal
+
+import anyio
+import msgspec
+from opentelemetry import trace
+
+from board_outbox.engine import telemetry
+from board_outbox.engine.batch import execute_batch, plan
+from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
+from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.model.backoff import BackoffPolicy
+from board_outbox.model.bounds import AtLeastOne, Frac, Pos, PosInt
+from board_outbox.model.clock import Clock, RandomSource, seeded_random
+from board_outbox.model.domain import EffectRow, ErrorEntry
+from board_outbox.model.errors import BrokenRow, LeaseLost, PermanentEffectError, StoreError, StoreUnavailable
+from board_outbox.model.validation import OnceLog, cap, stuck_reason
+from board_outbox.ports import Claim, EffectOutbox
+
+log = logging.getLogger("board_outbox.worker")
+
+
+# Pauses between mark_done attempts after a store blip (about 3 s in all, and never past the
+# lease). Each attempt is itself bounded by the store op timeout.
+MARK_DONE_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+# R1/R2: how often the worker looks for rows no claim can ever pick (a state outside the enum, a
+# non-string tenant, a non-numeric not_before or lease...), how many it parks per look, and how
+# many broken rows one tenant's claim may name in one tick before the tenant waits a tick.
+SWEEP_SECONDS = 60.0
+SWEEP_LIMIT = 100
+BROKEN_PER_TICK = 8
+
+
+class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The worker's settings; the ``[worker]`` configuration section decodes straight into it."""
+
+    lease_seconds: Pos = 30.0
+    max_attempts: PosInt = 8
+    batch_size: PosInt = 20
+    backoff_base_seconds: Pos = 1.0
+    backoff_factor: AtLeastOne = 2.0
+    backoff_cap_seconds: Pos = 300.0
+    backoff_jitter: Frac = 0.2
+    idle_seconds: Pos = 0.25
+    # P2: a tick's projection rows of one projection apply as one batch (projection_batch.py)
+    projection_batching: bool = True
+    # a due row of a tenant this replica does not own is taken once it has waited this long (S1)
+    steal_after_seconds: Pos = 1.0
+    # the sweep for expired leases across tenants runs at most this often (one query, S2)
+    reclaim_every_seconds: Pos = 5.0
+    # O4 heartbeat: every lease_seconds * heartbeat_fraction a running effect's lease is extended
+    # (fenced by claim_id; 0 turns it off), never past max_execution_seconds after it started:
+    # a hung effect then loses its lease and the reclaim counts the attempt (M9)
+    heartbeat_fraction: Frac = 0.34
+    max_execution_seconds: Pos = 600.0
+
+    @property
+    def backoff(self) -> BackoffPolicy:
+        return BackoffPolicy(base_seconds=self.backoff_base_seconds, factor=self.backoff_factor,
+                             cap_seconds=self.backoff_cap_seconds, jitter=self.backoff_jitter)
+
+
+# What became of one claimed row: the worker applies it to its tally (a ``TickResult`` field).
+Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded"]
+
+
+class TickResult(msgspec.Struct, kw_only=True):
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    skipped_expired: int = 0
+    lease_lost: int = 0
+    released: int = 0
+    unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
+
+    def count(self, outcome: Outcome) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def add(self, other: TickResult) -> None:
+        for f in self.__struct_fields__:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+
+
+class Lease:
+    """The lease of one claim in flight, as the heartbeat has extended it."""
+
+    def __init__(self, claim: Claim, started: float) -> None:
+        self.claim, self.started, self.until = claim, started, claim.lease_until
+        self.stopped = ""  # why the heartbeat stopped: "" | lost | max_execution
+
+
+class EffectWorker:
+    def __init__(
+        self,
+        *,
+        outbox: EffectOutbox,
+        registry: HandlerRegistry,
+        clock: Clock,
+        tenants: Callable[[], Awaitable[Iterable[str]]],
+        settings: WorkerSettings | None = None,
+        rng: RandomSource | None = None,
+        on_done: Callable[[EffectRow, str], None] | None = None,
+        metrics: Metrics | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.registry = registry
+        self.clock = clock
+        self.tenants = tenants
+        self.settings = settings or WorkerSettings()
+        self.rng = rng or seeded_random()
+        self.on_done = on_done
+        self.metrics = metrics
+        self.stopping = False
+        self.inflight: dict[str, Lease] = {}  # claim_id -> lease, while its row executes
+        self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
+        self._once = OnceLog(log)
+        self._next_sweep = -float("inf")
+        # S1: tenants this replica owns (None: no ownership, every row is ours)
+        self.prefer: Callable[[], Collection[str] | None] = lambda: None
+        self._row_seconds = 0.0  # EWMA of one row's execution time: sizes the claim
+        self._next_reclaim = -float("inf")
+
+    def claim_limit(self) -> int:
+        """As many rows as run within half the lease at the measured pace (and at most
+        ``batch_size``): the tail of a batch must not outlive its lease and be reclaimed."""
+        s = self.settings
+        if self._row_seconds <= 0:
+            return s.batch_size
+        return max(1, min(s.batch_size, int(s.lease_seconds * 0.5 / self._row_seconds)))
+
+    async def tick_any(self) -> TickResult:
+        """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
+        expired leases are swept by one query every ``reclaim_every_seconds``; rows no claim can
+        pick are parked by ``sweep`` (R2)."""
+        s = self.settings
+        total = await self.sweep()
+        now = self.clock.now()
+        claims: list[Claim] = []
+        limit = self.claim_limit()
+        for _ in range(BROKEN_PER_TICK):
+            try:
+                if now >= self._next_reclaim:
+                    claims = await self.outbox.reclaim_expired(now, s.lease_seconds, limit)
+                    self._next_reclaim = now + s.reclaim_every_seconds
+                if len(claims) < limit:
+                    prefer = self.prefer()
+                    claims += await self.outbox.claim_any(
+                        now, s.lease_seconds, limit - len(claims), prefer=prefer,
+                        steal_before=None if prefer is None else now - s.steal_after_seconds,
+                    )
+                break
+            except BrokenRow as exc:  # R1: park that one row, then claim again
+                total.count(await self._park_broken(
+                    exc.ref, None, f"row broke its claim: {exc.detail}",
+                    {"row_ref": str(exc.ref)}))
+        t0 = self.clock.now()
+        res = await self.run_claims(claims)
+        ran = res.claimed - res.skipped_expired - res.released
+        if claims and ran <= 0 and res.skipped_expired:
+            # every row's lease ran out before it started (a slow store): claim fewer
+            self._row_seconds = max(self._row_seconds, s.lease_seconds / max(1, len(claims)))
+        elif ran > 0:
+            per_row = max(0.0, self.clock.now() - t0) / ran
+            self._row_seconds = per_row if self._row_seconds <= 0 else (
+                0.7 * self._row_seconds + 0.3 * per_row)
+        total.add(res)
+        return total
+
+    async def _prepare(self, claims: list[Claim]) -> dict[str, Any]:
+        """Each handler's batch read (``prepare(rows)``, optional): e.g. every subscription the
+        batch's launch rows name, in one query. A failure only means per-row reads."""
+        by_kind: dict[str, list[EffectRow]] = {}
+        for c in claims:
+            if c.row is not None:
+                by_kind.setdefault(c.row.kind, []).append(c.row)
+        out: dict[str, Any] = {}
+        for kind, rows in by_kind.items():
+            prepare = self.registry.preparing(kind)
+            if prepare is None:
+                continue
+            try:
+                out[kind] = await prepare.prepare(rows)
+            except StoreUnavailable as exc:
+                log.warning("batch prefetch failed, reading per row: %s", exc)
+        return out
+
+    async def tick(self, tenants: Iterable[str] | None = None) -> TickResult:
+        """Claim and execute one batch per tenant."""
+        total = TickResult()
+        if tenants is None:
+            total.add(await self.sweep())
+        for tenant in sorted(tenants if tenants is not None else await self.tenants()):
+            if self.stopping:
+                break
+            try:
+                total.add(await self.tick_tenant(tenant))
+            except (StoreError, ValueError, TypeError, KeyError) as exc:
+                # R1: this tenant waits a tick; the others carry on
+                self._once(("tick", tenant, str(exc)), logging.ERROR,
+                           "worker tick failed for this tenant (%s: %s): other tenants carry on",
+                           type(exc).__name__, exc, extra={"tenant_id": tenant})
+        return total
+
+    async def sweep(self) -> TickResult:
+        """Park the rows no claim can ever pick, one line each (R2); at most every
+        ``SWEEP_SECONDS``. A store error only postpones the sweep."""
+        res = TickResult()
+        now = self.clock.now()
+        if now < self._next_sweep:
+            return res
+        self._next_sweep = now + SWEEP_SECONDS
+        try:
+            stuck = await self.outbox.stuck_rows(now, SWEEP_LIMIT)
+        except StoreError as exc:
+            self._once(("sweep", str(exc)), logging.ERROR, "stuck-row sweep failed: %s", exc)
+            return res
+        for ref, doc in stuck:
+            reason = stuck_reason(doc, now)
+            if reason is None:
+                continue
+            res.count(await self._park_broken(ref, None, f"unclaimable row: {reason}",
+                                              _doc_ctx(ref, doc)))
+        return res
+
+    async def tick_tenant(self, tenant_id: str) -> TickResult:
+        res = TickResult()
+        s = self.settings
+        claims: list[Claim] = []
+        for _ in range(BROKEN_PER_TICK):
+            try:
+                claims = await self.outbox.claim_due(
+                    tenant_id, self.clock.now(), s.lease_seconds, s.batch_size
+                )
+                break
+            except BrokenRow as exc:  # R1: park that one row, then claim again
+                res.count(await self._park_broken(
+                    exc.ref, None, f"row broke its claim: {exc.detail}",
+                    {"tenant_id": tenant_id, "row_ref": str(exc.ref)}))
+        # one tenant's claim runs row by row (its reads too); tick_any batches the reads
+        res.add(await self.run_claims(claims, prefetch=False))
+        return res
+
+    async def run_claims(self, claims: list[Claim], *, prefetch: bool = True) -> TickResult:
+        """Execute claimed rows: one batch read per handler (``prepare``), projection rows of
+        one projection as one unit (P2), the rest one by one; graceful release on shutdown."""
+        s = self.settings
+        res = TickResult(claimed=len(claims))
+        if not claims:
+            return res
+        prefetched = await self._prepare(claims) if prefetch else {}
+        units = (plan(claims, set(self.registry.projections), s.max_attempts)
+                 if s.projection_batching else [[c] for c in claims])
+        claims = [c for unit in units for c in unit]
+        started = begun = 0
+        try:
+            for unit in units:
+                if self.stopping:
+                    break
+                begun, started = started, started + len(unit)
+                if len(unit) == 1:
+                    res.count(await self.execute(unit[0], prefetched=prefetched))
+                else:
+                    for outcome in await execute_batch(self, unit):
+                        res.count(outcome)
+        except anyio.get_cancelled_exc_class():
+            # Cancelled past the shutdown grace period: the interrupted unit and the rest go back.
+            res.released += await self._release(claims[begun:])
+            raise
+        if self.stopping:
+            # Graceful shutdown: give back what we did not start, so another replica runs it
+            # now rather than after the lease expires.
+            res.released += await self._release(claims[started:])
+        return res
+
+    async def _release(self, claims: list[Claim]) -> int:
+        """Give claims back; how many were released."""
+        released = 0
+        with anyio.CancelScope(shield=True):
+            for claim in claims:
+                try:
+                    if await self.outbox.release(claim.ref, claim.claim_id, self.clock.now()):
+                        released += 1
+                except StoreUnavailable as exc:  # its lease expires instead
+                    log.warning("could not release claim %s: %s", claim.claim_id, exc)
+        return released
+
+    async def execute(self, claim: Claim, *, prefetched: dict[str, Any] | None = None) -> Outcome:
+        """Run one claimed row and record what became of it; return that outcome. While it runs,
+        a heartbeat keeps its lease (O4)."""
+        lease = Lease(claim, self.clock.now())
+        self.inflight[claim.claim_id] = lease
+        try:
+            if self.settings.heartbeat_fraction <= 0:
+                return await self._execute(claim, prefetched)
+            result: list[Outcome] = []
+            raised: list[BaseException] = []  # re-raised as itself, not in an exception group
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat, lease)
+                try:
+                    result.append(await self._execute(claim, prefetched))
+                except anyio.get_cancelled_exc_class():
+                    raise
+                except BaseException as exc:
+                    raised.append(exc)
+                finally:
+                    tg.cancel_scope.cancel()
+            if raised:
+                raise raised[0]
+            return result[0]
+        finally:
+            self.inflight.pop(claim.claim_id, None)
+
+    async def _heartbeat(self, lease: Lease) -> None:
+        every = self.settings.lease_seconds * self.settings.heartbeat_fraction
+        while True:
+            await anyio.sleep(every)
+            if not await self.extend(lease):
+                return
+
+    async def extend(self, lease: Lease) -> bool:
+        """One heartbeat: push the lease out by ``lease_seconds``, never past
+        ``max_execution_seconds`` after the attempt started. False: the heartbeat stops (the lease
+        was stolen, or the effect ran too long)."""
+        s = self.settings
+        now = self.clock.now()
+        cap = lease.started + s.max_execution_seconds
+        if now >= cap:
+            lease.stopped = "max_execution"
+            log.warning("effect still running after max_execution_seconds (%gs): its lease is no "
+                        "longer extended; the reclaim counts the attempt", s.max_execution_seconds,
+                        extra={"row_ref": str(lease.claim.ref)})
+            return False
+        until = min(now + s.lease_seconds, cap)
+        if until <= lease.until:
+            return True
+        try:
+            ok = await self.outbox.extend_lease(lease.claim.ref, lease.claim.claim_id, now, until)
+        except StoreUnavailable as exc:  # the next beat tries again, while the lease lasts
+            log.warning("could not extend a lease (%s)", exc, extra={"row_ref": str(lease.claim.ref)})
+            return True
+        if not ok:
+            lease.stopped = "lost"
+            log.warning("lease lost while the effect runs: heartbeat stopped, late marks are no-ops",
+                        extra={"row_ref": str(lease.claim.ref)})
+            return False
+        lease.until = until
+        return True
+
+    def _lease_until(self, claim: Claim) -> float:
+        lease = self.inflight.get(claim.claim_id)
+        return claim.lease_until if lease is None else lease.until
+
+    async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
+        now = self.clock.now()
+        if now >= claim.lease_until:
+            return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
+        row = claim.row
+        if row is None:  # parked with its bad fields replaced, so dead-letters can list it (R2)
+            return await self._park_broken(claim.ref, claim.claim_id,
+                                           f"malformed row: {claim.decode_error}",
+                                           {"tenant_id": claim.tenant_id, "row_ref": str(claim.ref)})
+        attempt = row.attempts + 1
+        if claim.reclaimed and row.attempts >= self.settings.max_attempts:
+            # M9: a hung effect burned its budget through expired leases.
+            return await self._park(claim, attempt=row.attempts,
+                                    msg="attempt budget spent by expired leases", count_attempt=False,
+                                    row=row)
+        parent, links = telemetry.parent_and_links(row.trace.traceparent if row.trace else None)
+        attrs: dict[str, str | int] = {
+            telemetry.ATTR_TENANT: row.tenant_id,
+            telemetry.ATTR_SEQ: row.seq,
+            telemetry.ATTR_KIND: row.kind,
+            telemetry.ATTR_ROW_KEY: row.row_key,
+            telemetry.ATTR_ATTEMPT: attempt,
+        }
+        if row.sub_id:
+            attrs[telemetry.ATTR_SUB] = row.sub_id
+        with self._tracer.start_as_current_span(
+            telemetry.SPAN_EXECUTE, context=parent, links=links, attributes=attrs
+        ) as span:
+            try:
+                if row.tenant_id != claim.tenant_id:
+                    raise PermanentEffectError(
+                        f"row tenant {row.tenant_id!r} claimed for tenant {claim.tenant_id!r}"
+                    )
+                handler = self.registry.handler(row.kind)
+                ctx: ExecutionContext[Any] = ExecutionContext(
+                    claim, self.outbox, self.clock, (prefetched or {}).get(row.kind))
+                outcome = await handler.execute(row, ctx)
+            except LeaseLost as exc:
+                span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
+                log.warning("lease lost, writing nothing: %s", exc, extra=_ctx(row))
+                return "lease_lost"
+            except PermanentEffectError as exc:
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR, str(exc))
+                span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
+                return await self._park(claim, attempt=attempt, msg=f"{type(exc).__name__}: {exc}",
+                                        count_attempt=True, row=row)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except Exception as exc:  # every other failure is retried: nothing is lost
+                span.record_exception(exc)
+                span.set_status(trace.StatusCode.ERROR, str(exc))
+                return await self._retry(claim, attempt=attempt, exc=exc, row=row, span=span)
+            span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
+            done_at = self.clock.now()
+            try:
+                marked = await self._mark_done(claim, row, done_at, outcome)
+            except StoreError as exc:  # R1: the row's document refuses the write
+                return await self._park_broken(
+                    claim.ref, claim.claim_id,
+                    f"effect done ({outcome}) but mark_done failed: {exc}", _ctx(row))
+            if marked is None:
+                return "unrecorded"
+            if not marked:
+                log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(row))
+                return "lease_lost"
+            if self.metrics is not None:
+                self.metrics.row_done(row, done_at)
+            if self.on_done is not None:
+                self.on_done(row, outcome)
+            return "done"
+
+    async def _mark_done(
+        self, claim: Claim, row: EffectRow, now: float, outcome: str
+    ) -> bool | None:
+        """The effect happened: record it, riding out a store outage for as long as the lease
+        lasts (a lost mark_done means the row runs again after its lease -- ADR-094's second
+        residual window -- so giving up early only makes that double certain). None: not
+        recorded."""
+        delays = iter(MARK_DONE_BACKOFF)
+        while True:
+            try:
+                return await self.outbox.mark_done(claim.ref, claim.claim_id, now, outcome)
+            except StoreUnavailable as exc:
+                delay = next(delays, None)
+                if delay is None or self.clock.now() + delay >= self._lease_until(claim):
+                    log.error("effect done but not recorded (%s): the row runs again after its "
+                              "lease", exc, extra=_ctx(row))
+                    return None
+                await anyio.sleep(delay)
+
+    async def _retry(
+        self, claim: Claim, *, attempt: int, exc: Exception, row: EffectRow, span: trace.Span
+    ) -> Outcome:
+        msg = f"{type(exc).__name__}: {exc}"
+        if attempt >= self.settings.max_attempts:
+            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
+            return await self._park(claim, attempt=attempt, msg=msg, count_attempt=True, row=row)
+        now = self.clock.now()
+        delay = self.settings.backoff.delay(attempt, self.rng)
+        span.set_attribute(telemetry.ATTR_OUTCOME, "retry")
+        err = ErrorEntry(attempt=attempt, at=now, error=msg)
+        try:
+            marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay)
+        except StoreUnavailable as store_exc:
+            # The row stays claimed; when its lease expires a reclaim counts the attempt.
+            log.warning("could not record the failed attempt (%s)", store_exc, extra=_ctx(row))
+            return "unrecorded"
+        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
+            return await self._park_broken(
+                claim.ref, claim.claim_id, f"{msg}; then mark_retry failed: {store_exc}", _ctx(row))
+        if not marked:
+            return "lease_lost"
+        log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
+        return "retried"
+
+    async def _park(
+        self, claim: Claim, *, attempt: int, msg: str, count_attempt: bool,
+        row: EffectRow | None = None,
+    ) -> Outcome:
+        now = self.clock.now()
+        err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
+        try:
+            marked = await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err,
+                                                   count_attempt=count_attempt)
+        except StoreUnavailable as store_exc:
+            # reclaimed after the lease, and parked then
+            log.warning("could not park the row (%s)", store_exc,
+                        extra=_ctx(row) if row else {"row_ref": str(claim.ref)})
+            return "unrecorded"
+        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
+            return await self._park_broken(
+                claim.ref, claim.claim_id, f"{msg}; then mark_failed failed: {store_exc}",
+                _ctx(row) if row else {"row_ref": str(claim.ref)})
+        if not marked:
+            return "lease_lost"
+        if self.metrics is not None:
+            self.metrics.row_failed(row.kind if row else "malformed")
+        # Warned once: only the fenced transition to failed logs, and it happens once.
+        log.warning(
+            "row parked as dead-letter after attempt %d: %s", attempt, cap(msg),
+            extra=_ctx(row) if row else {"row_ref": str(claim.ref)},
+        )
+        return "failed"
+
+    async def _park_broken(
+        self, ref: object, claim_id: str | None, msg: str, ctx: dict[str, object]
+    ) -> Outcome:
+        """R1: park a row whose document broke a transition (or can never be claimed) with one
+        ``$set`` of a clean failed state; one warning. If even that fails, one error per
+        distinct problem, and the row is tried again later."""
+        msg = cap(msg)
+        try:
+            parked = await self.outbox.park_broken(ref, self.clock.now(), msg, claim_id=claim_id)
+        except StoreUnavailable as exc:
+            log.warning("could not park the broken row (%s)", exc, extra=ctx)
+            return "unrecorded"
+        except StoreError as exc:
+            self._once(("park", str(ref)), logging.ERROR,
+                       "could not park the broken row (%s); it was: %s", exc, msg, extra=ctx)
+            return "unrecorded"
+        if not parked:
+            return "lease_lost"
+        if self.metrics is not None:
+            self.metrics.row_failed("malformed")
+        log.warning("row parked as dead-letter: %s", msg, extra=ctx)
+        return "failed"
+
+
+def _ctx(row: EffectRow) -> dict[str, object]:
+    return {"tenant_id": row.tenant_id, "seq": row.seq, "row_key": row.row_key}
+
+
+def _doc_ctx(ref: object, doc: dict[str, object]) -> dict[str, object]:
+    return {"tenant_id": cap(doc.get("tenant_id"), 200), "row_key": cap(doc.get("row_key"), 200),
+            "row_ref": str(ref)}

@@ -1,0 +1,244 @@
+"""Domain documents (msgspec Structs) and the pure functions over them.
+
+Nothing here touches a store. Documents are stored as plain mappings (``to_doc``) and decoded
+back with ``from_doc``; a document that does not decode raises a typed ``Malformed*`` error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from board_outbox.model.errors import InvalidId, MalformedDocument
+
+LAUNCH: Final = "launch"
+PROJECTION: Final = "projection"
+
+RowState = Literal["pending", "claimed", "done", "failed"]
+PENDING: Final = "pending"
+CLAIMED: Final = "claimed"
+DONE: Final = "done"
+FAILED: Final = "failed"
+LIVE_STATES: Final = (PENDING, CLAIMED)
+
+_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+
+
+def check_id(what: str, value: str) -> str:
+    """Tenant, subscription and projection ids must be safe to embed in a row key."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidId(
+            f"invalid {what} {value!r}: use 1-200 characters from A-Z a-z 0-9 _ . : @ -"
+        )
+    return value
+
+
+# --- board side -------------------------------------------------------------------------------
+
+
+# the newest entries a card's ``consumed`` record keeps (a backstop: entries are dropped as soon as
+# their row's consume_marked is durable, so only rows that died in between can pile up)
+CONSUMED_CAP = 64
+
+
+class BoardEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of ``board_events``. ``seq`` is allocated per tenant before the insert."""
+
+    tenant_id: str
+    seq: int
+    type: str  # card.created | card.updated | card.moved | card.labeled | card.deleted | ...
+    card_id: str
+    at: float = 0.0
+    actor: str | None = None
+
+
+class Card(msgspec.Struct, frozen=True, kw_only=True):
+    tenant_id: str
+    card_id: str
+    title: str = ""
+    column: str = ""
+    labels: tuple[str, ...] = ()
+
+
+class EventSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A normalized event: the event plus the card as it was when the event was materialized."""
+
+    seq: int
+    type: str
+    card_id: str
+    at: float = 0.0
+    title: str = ""
+    column: str = ""
+    labels: tuple[str, ...] = ()
+    deleted: bool = False
+    actor: str | None = None  # who caused the event (``BoardEvent.actor``), when the board said
+
+
+class MatchRule(msgspec.Struct, frozen=True, kw_only=True):
+    """Empty fields match anything. ``labels_all``: the card must carry every one of them."""
+
+    event_types: tuple[str, ...] = ()
+    column: str | None = None
+    labels_all: tuple[str, ...] = ()
+
+
+class Subscription(msgspec.Struct, frozen=True, kw_only=True):
+    sub_id: str
+    tenant_id: str
+    bot: str
+    rule: MatchRule = MatchRule()
+    consume_labels: tuple[str, ...] = ()
+    enabled: bool = True
+
+
+def matches(sub: Subscription, ev: EventSnapshot) -> bool:
+    """Does ``sub`` want ``ev``? Pure; used at materialization and re-verified at execution."""
+    if not sub.enabled or ev.deleted:
+        return False
+    rule = sub.rule
+    if rule.event_types and ev.type not in rule.event_types:
+        return False
+    if rule.column is not None and ev.column != rule.column:
+        return False
+    if rule.labels_all and not set(rule.labels_all).issubset(ev.labels):
+        return False
+    # A consume_labels subscription fires only while its one-shot labels are on the card.
+    return not (sub.consume_labels and not set(sub.consume_labels).issubset(ev.labels))
+
+
+# --- outbox side ------------------------------------------------------------------------------
+
+
+class ErrorEntry(msgspec.Struct, frozen=True, kw_only=True):
+    attempt: int
+    at: float
+    error: str
+    kind: str = "error"  # error | lease_expired | permanent
+
+
+class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
+    at: float
+    action: str
+    by: str = ""
+    detail: str = ""
+
+
+class TraceContext(msgspec.Struct, frozen=True, kw_only=True):
+    traceparent: str
+    tracestate: str = ""
+
+
+class EffectRow(msgspec.Struct, kw_only=True):
+    """One document of ``trigger_effects``: an effect owed for one board event.
+
+    ``kind`` defaults to ``launch``: a row stored before the field existed decodes as a launch.
+    ``attempts`` counts attempts that ended without success (errors and expired leases); the
+    attempt in progress is ``attempts + 1``.
+    """
+
+    tenant_id: str
+    row_key: str
+    seq: int
+    kind: str = LAUNCH
+    sub_id: str | None = None
+    projection: str | None = None
+    event: EventSnapshot | None = None
+    state: RowState = PENDING
+    attempts: int = 0
+    not_before: float = 0.0
+    claim_id: str | None = None
+    lease_until: float | None = None
+    consume_marked: bool = False
+    errors: list[ErrorEntry] = msgspec.field(default_factory=list)
+    audit: list[AuditEntry] = msgspec.field(default_factory=list)
+    outcome: str | None = None
+    trace: TraceContext | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    materialized_at: float = 0.0
+    done_at: datetime | None = None
+
+
+def launch_row_key(tenant_id: str, seq: int, sub_id: str) -> str:
+    return f"{tenant_id}/{seq}/sub/{sub_id}"
+
+
+def projection_row_key(tenant_id: str, seq: int, projection: str) -> str:
+    # "proj" in the third place: no (event, subscription) pair can produce this key.
+    return f"{tenant_id}/{seq}/proj/{projection}"
+
+
+def new_launch_row(
+    tenant_id: str, ev: EventSnapshot, sub: Subscription, now: float
+) -> EffectRow:
+    return _new_row(tenant_id, ev, now, kind=LAUNCH, sub_id=sub.sub_id,
+                    row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id))
+
+
+def new_projection_row(
+    tenant_id: str, ev: EventSnapshot, projection: str, now: float
+) -> EffectRow:
+    return _new_row(tenant_id, ev, now, kind=PROJECTION, projection=projection,
+                    row_key=projection_row_key(tenant_id, ev.seq, projection))
+
+
+def _new_row(
+    tenant_id: str, ev: EventSnapshot, now: float, *, kind: str, row_key: str,
+    sub_id: str | None = None, projection: str | None = None,
+) -> EffectRow:
+    return EffectRow(
+        tenant_id=tenant_id, row_key=row_key, seq=ev.seq, kind=kind, sub_id=sub_id,
+        projection=projection, event=ev, not_before=now, created_at=now, updated_at=now,
+        materialized_at=now,
+    )
+
+
+# --- documents <-> structs ---------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def to_doc(obj: msgspec.Struct) -> dict[str, Any]:
+    """A Struct as a store document (datetimes stay datetimes: Mongo's TTL needs a BSON date)."""
+    doc = msgspec.to_builtins(obj, builtin_types=(datetime,))
+    assert isinstance(doc, dict)
+    return doc
+
+
+def from_doc(
+    doc: Mapping[str, Any], typ: type[T], error: Callable[[object, str], MalformedDocument]
+) -> T:
+    """Decode a stored document; unknown fields (``_id``...) are ignored, bad ones raise ``error``."""
+    try:
+        return msgspec.convert(doc, typ, builtin_types=(datetime,))
+    except (msgspec.ValidationError, TypeError) as exc:
+        ref: object = doc
+        if isinstance(doc, Mapping):
+            ref = doc.get("row_key") or doc.get("seq") or doc.get("_id")
+        raise error(ref, str(exc)) from None
+
+
+class SubscriptionIndex:
+    """A tenant's enabled subscriptions indexed by (event type, column), so matching an event
+    costs what its candidates cost, not what the tenant's subscription count costs."""
+
+    def __init__(self, subs: list[Subscription]) -> None:
+        self._by: dict[tuple[str | None, str | None], list[Subscription]] = {}
+        for sub in subs:
+            if not sub.enabled:
+                continue
+            for etype in sub.rule.event_types or (None,):
+                self._by.setdefault((etype, sub.rule.column), []).append(sub)
+
+    def matching(self, ev: EventSnapshot) -> list[Subscription]:
+        out: list[Subscription] = []
+        get = self._by.get
+        for key in ((ev.type, ev.column), (ev.type, None), (None, ev.column), (None, None)):
+            for sub in get(key, ()):
+                if matches(sub, ev):
+                    out.append(sub)
+        return out

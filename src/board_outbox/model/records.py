@@ -1,0 +1,98 @@
+"""The plain values the ports carry (a claim, a row filter, an event record, a launch request...):
+leaf types with no behaviour, kept below the ports so that the model's transitions and the ports
+can both name them without an import pointing up (River's leaf-type modules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from board_outbox.model.domain import EffectRow
+
+
+class EventRecord(msgspec.Struct, frozen=True):
+    """A raw ``board_events`` document with its seq (decoding it may still fail: poison)."""
+
+    seq: int
+    doc: Mapping[str, Any]
+
+
+class UpsertResult(msgspec.Struct, frozen=True):
+    inserted: int
+    existing: int
+
+
+class Claim(msgspec.Struct, frozen=True, kw_only=True):
+    """A claimed row. ``ref`` is the store's identity for fenced writes; ``row`` is None when the
+    document did not decode (``decode_error`` says why): such a row is parked as failed."""
+
+    ref: Any
+    claim_id: str
+    lease_until: float
+    tenant_id: str
+    row: EffectRow | None
+    decode_error: str | None = None
+    reclaimed: bool = False
+
+
+class RowFilter(msgspec.Struct, frozen=True, kw_only=True):
+    tenant_id: str | None = None
+    states: tuple[str, ...] = ()
+    kind: str | None = None
+    updated_after: float | None = None
+    updated_before: float | None = None
+    limit: int = 100
+
+
+class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
+    tenant_id: str
+    bot: str
+    card_id: str
+    sub_id: str
+    seq: int
+    row_key: str
+
+
+class Change(msgspec.Struct, frozen=True):
+    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "")."""
+
+    tenant_id: str
+    seq: int
+    token: Any = None
+
+
+class UpsertIfNewer(msgspec.Struct, frozen=True, kw_only=True):
+    """A batch write: replace ``key``'s document by ``doc`` unless it holds a seq >= ``seq``."""
+
+    key: str
+    seq: int
+    doc: Mapping[str, Any]
+
+
+class PushRecent(msgspec.Struct, frozen=True, kw_only=True):
+    """A batch write: merge ``entry`` (stored with ``seq``) into ``key``'s list ``field``, kept
+    newest-first, at most ``keep`` long, one entry per seq. Re-applying an entry, or one older
+    than the ``keep`` newest, changes nothing; ``last_seq`` is the highest seq merged."""
+
+    key: str
+    seq: int
+    entry: Mapping[str, Any]
+    keep: int
+    field: str = "recent"
+
+
+class ReadModelVersions(msgspec.Struct, frozen=True, kw_only=True):
+    """Which generation of one (model, tenant) read model readers see (``active``), and the one a
+    shadow rebuild is building beside it (``building``, with the seq its replay has reached)."""
+
+    active: int = 0
+    building: int | None = None
+    progress: int = 0
+
+
+class Member(msgspec.Struct, frozen=True):
+    member_id: str
+    expires_at: float
+

@@ -1,0 +1,184 @@
+"""Every state transition of an effect row, declared once (River's ``JobSetStateIfRunningParams``).
+
+A ``Transition`` says what a move does to the stored row: the fields it sets (new state, lease
+cleared, outcome...), whether ``attempts`` goes up, and the error or audit entry it appends. The
+adapters only apply one: memory/ as a dict update, mongo/ as ``$set``/``$inc``/``$push`` built from
+the same struct. ``FencedMarks`` holds the port's mark methods once, on top of the two apply
+primitives each adapter provides:
+
+- ``_apply_claimed``: fenced on ``{ref, state: claimed, claim_id}`` (M8: a stolen lease makes it a
+  no-op, False);
+- ``_apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter).
+
+    pending --claim--> claimed --done--> done
+       ^                  |  \\--retry--> pending (attempts +1, error)
+       |                  |  \\--park---> failed (error; attempts +1 unless the budget is spent)
+       |                  \\--release--> pending (shutdown; attempts unchanged)
+       |   claimed, lease expired --reclaim--> claimed (attempts +1, lease_expired error)
+       \\------------------------------- failed --replay--> pending (attempts 0, audit)
+    claimed --extend_lease--> claimed (lease_until later: the worker's heartbeat, O4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+from board_outbox.model.domain import (
+    CLAIMED,
+    DONE,
+    FAILED,
+    PENDING,
+    AuditEntry,
+    EffectRow,
+    ErrorEntry,
+    from_doc,
+)
+from board_outbox.model.errors import MalformedDocument, MalformedRow
+from board_outbox.model.records import Claim
+
+LEASE_EXPIRED = "lease expired before the attempt finished"
+
+
+class Transition(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    set: dict[str, Any]  # fields written as they are
+    count_attempt: bool = False  # attempts +1
+    error: ErrorEntry | None = None  # appended to ``errors``
+    audit: AuditEntry | None = None  # appended to ``audit``
+
+
+def claim(*, claim_id: str, now: float, lease_until: float) -> Transition:
+    """A due pending row: claimed under a fresh claim_id and lease."""
+    return Transition(name="claim", set={"state": CLAIMED, "claim_id": claim_id,
+                                         "lease_until": lease_until, "updated_at": now})
+
+
+def reclaim(*, claim_id: str, now: float, lease_until: float) -> Transition:
+    """A claimed row whose lease expired: claimed again, the lost attempt counted (M9)."""
+    return Transition(name="reclaim", count_attempt=True,
+                      set={"state": CLAIMED, "claim_id": claim_id, "lease_until": lease_until,
+                           "updated_at": now})
+
+
+def lease_expired(*, attempt: int, now: float) -> Transition:
+    """Why a reclaimed row's attempt count went up (recorded right after ``reclaim``)."""
+    return Transition(name="lease_expired", set={},
+                      error=ErrorEntry(attempt=attempt, at=now, error=LEASE_EXPIRED,
+                                       kind="lease_expired"))
+
+
+def consumed(*, now: float) -> Transition:
+    """M6: the one-shot labels were spent for this row; a retry launches without consuming."""
+    return Transition(name="consumed", set={"consume_marked": True, "updated_at": now})
+
+
+def extend_lease(*, now: float, lease_until: float) -> Transition:
+    """O4: the heartbeat of a long effect pushes its lease out, fenced by claim_id like every mark
+    (a stolen lease makes it a no-op and the heartbeat stops). Attempts are unchanged."""
+    return Transition(name="extend_lease", set={"lease_until": lease_until, "updated_at": now})
+
+
+def done(*, now: float, outcome: str) -> Transition:
+    return Transition(name="done", set={
+        "state": DONE, "outcome": outcome, "updated_at": now, "lease_until": None,
+        "done_at": datetime.fromtimestamp(now, UTC),  # the TTL index's clock (M11b)
+    })
+
+
+def retry(*, now: float, error: ErrorEntry, not_before: float) -> Transition:
+    """Back to pending after ``not_before``, attempts +1, error appended."""
+    return Transition(name="retry", count_attempt=True, error=error,
+                      set={"state": PENDING, "not_before": not_before, "lease_until": None,
+                           "updated_at": now})
+
+
+def park(*, now: float, error: ErrorEntry, count_attempt: bool) -> Transition:
+    """The dead-letter: state failed, error appended; ``count_attempt`` is False when the attempt
+    was already counted (a reclaim spent the budget, or the row never decoded)."""
+    return Transition(name="park", count_attempt=count_attempt, error=error,
+                      set={"state": FAILED, "lease_until": None, "updated_at": now,
+                           "outcome": "failed"})
+
+
+def release(*, now: float) -> Transition:
+    """Give a claim back (graceful shutdown): pending again, attempts unchanged."""
+    return Transition(name="release", set={"state": PENDING, "claim_id": None, "lease_until": None,
+                                           "updated_at": now})
+
+
+def replay(*, now: float, by: str) -> Transition:
+    """A dead-letter back to pending, attempts reset, error history kept, audit appended."""
+    return Transition(
+        name="replay",
+        set={"state": PENDING, "attempts": 0, "not_before": now, "claim_id": None,
+             "lease_until": None, "updated_at": now, "outcome": None},
+        audit=AuditEntry(at=now, action="replay", by=by, detail="attempts reset"),
+    )
+
+
+def claim_of(
+    ref: Any, doc: dict[str, Any], *, claim_id: str, lease_until: float, reclaimed: bool
+) -> Claim:
+    """The ``Claim`` for a row document just claimed (a row that does not decode is still claimed:
+    the worker parks it as failed, ``decode_error`` says why)."""
+    row: EffectRow | None = None
+    err: str | None = None
+    try:
+        row = from_doc(doc, EffectRow, MalformedRow)
+    except MalformedDocument as exc:
+        err = str(exc)
+    return Claim(ref=ref, claim_id=claim_id, lease_until=lease_until,
+                 tenant_id=str(doc.get("tenant_id")), row=row, decode_error=err,
+                 reclaimed=reclaimed)
+
+
+class FencedMarks:
+    """The outbox port's marks, once for every adapter: each declares its transition and hands it
+    to the adapter's apply primitive."""
+
+    async def _apply_claimed(self, ref: Any, claim_id: str, t: Transition) -> bool:
+        raise NotImplementedError
+
+    async def _apply_failed(self, row_key: str, t: Transition) -> bool:
+        raise NotImplementedError
+
+    async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool:
+        return await self._apply_claimed(ref, claim_id, consumed(now=now))
+
+    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:
+        return await self._apply_claimed(ref, claim_id, done(now=now, outcome=outcome))
+
+    async def _apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: Transition) -> list[Any]:
+        """``_apply_claimed`` on several rows of one claim: the refs it moved. An adapter with a
+        cheaper multi-document write overrides it (mongo: one fenced ``update_many``)."""
+        return [ref for ref in refs if await self._apply_claimed(ref, claim_id, t)]
+
+    async def mark_done_for_claim(
+        self, refs: Sequence[Any], claim_id: str, now: float, outcome: str
+    ) -> list[Any]:
+        return await self._apply_claimed_many(refs, claim_id, done(now=now, outcome=outcome))
+
+    async def mark_retry(
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
+    ) -> bool:
+        return await self._apply_claimed(ref, claim_id, retry(now=now, error=error, not_before=not_before))
+
+    async def mark_failed(
+        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, *, count_attempt: bool
+    ) -> bool:
+        return await self._apply_claimed(
+            ref, claim_id, park(now=now, error=error, count_attempt=count_attempt)
+        )
+
+    async def release(self, ref: Any, claim_id: str, now: float) -> bool:
+        return await self._apply_claimed(ref, claim_id, release(now=now))
+
+    async def extend_lease(self, ref: Any, claim_id: str, now: float, lease_until: float) -> bool:
+        return await self._apply_claimed(ref, claim_id, extend_lease(now=now, lease_until=lease_until))
+
+    async def replay(self, row_key: str, now: float, by: str) -> bool:
+        return await self._apply_failed(row_key, replay(now=now, by=by))

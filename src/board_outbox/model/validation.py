@@ -1,0 +1,195 @@
+"""Validation at the boundary (SPEC R1, R2): what a stored document may look like before the core
+acts on it, and how the core reports one that does not -- once per distinct problem, with an
+error text of bounded size.
+
+Pure: no store access, nothing but the domain types.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TypeGuard
+
+import msgspec
+
+from board_outbox.model.domain import (
+    CLAIMED,
+    DONE,
+    FAILED,
+    PENDING,
+    EffectRow,
+    ErrorEntry,
+    Subscription,
+    check_id,
+)
+from board_outbox.model.errors import InvalidId
+
+MAX_ERROR_CHARS = 2000  # every logged or stored error text is capped at this
+MAX_SEQ = 2**63 - 1  # the counter is a BSON long
+MAX_LABELS = 100  # consume_labels / labels_all entries a subscription may carry
+MAX_CARD_TITLE = 64 * 1024  # characters: rows embed the title, and a row must stay far below 16 MB
+MAX_CARD_LABELS = 1000
+ROW_STATES = frozenset({PENDING, CLAIMED, DONE, FAILED})
+LEASE_HORIZON_SECONDS = 86400.0  # a lease ending later than this from now is not a lease
+
+
+def cap(text: object, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` as a string of at most ``limit`` characters (a 16 MB error message stays short)."""
+    s = str(text)
+    if len(s) <= limit:
+        return s
+    return f"{s[: limit - 40]}... [{len(s) - limit + 40} more characters]"
+
+
+def is_seq(value: object) -> bool:
+    """A true int (not bool, float, Decimal128...) in the counter's range. BSON longs decode as
+    ``bson.Int64``, an int subclass: those are ints."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEQ
+
+
+def tenant_problem(tenant_id: object) -> str | None:
+    """Why ``tenant_id`` cannot be drained (None: it can). A tenant id ends up in card and row
+    keys split on "/": one that carries the separator would read another tenant's keys."""
+    if not isinstance(tenant_id, str):
+        return f"tenant id {tenant_id!r} is not a string"
+    try:
+        check_id("tenant_id", tenant_id)
+    except InvalidId as exc:
+        return str(exc)
+    return None
+
+
+def subscription_problem(sub: Subscription) -> str | None:
+    """Why a decoded subscription must not be used (None: it may). Its label lists are bounded:
+    a 10,000-label consume is a pathological write that would pause the whole store."""
+    for name, labels in (("consume_labels", sub.consume_labels),
+                         ("rule.labels_all", sub.rule.labels_all)):
+        if len(labels) > MAX_LABELS:
+            return f"{name} has {len(labels)} entries (at most {MAX_LABELS})"
+    return None
+
+
+def _num(value: object) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def stuck_reason(doc: Mapping[str, Any], now: float,
+                 horizon: float = LEASE_HORIZON_SECONDS) -> str | None:
+    """Why a live-looking row document can never be claimed (None: it can, or it is settled)."""
+    state = doc.get("state")
+    if state not in ROW_STATES:
+        return f"state {cap(repr(state), 200)} is not one of {sorted(ROW_STATES)}"
+    if state in (DONE, FAILED):
+        return None
+    if not isinstance(doc.get("tenant_id"), str):
+        return f"tenant_id {cap(repr(doc.get('tenant_id')), 200)} is not a string"
+    if state == PENDING and not _num(doc.get("not_before")):
+        return f"pending with not_before {cap(repr(doc.get('not_before')), 200)}"
+    if state == CLAIMED:
+        lease = doc.get("lease_until")
+        if not _num(lease):
+            return f"claimed with lease_until {cap(repr(lease), 200)}"
+        if lease > now + horizon:
+            return f"claimed with lease_until {lease!r}, more than {horizon:.0f}s ahead"
+    return None
+
+
+_DEFAULTS: dict[str, Any] = {
+    "tenant_id": "", "row_key": "", "seq": 0, "kind": "launch", "state": FAILED, "sub_id": None,
+    "projection": None, "event": None, "attempts": 0, "not_before": 0.0, "claim_id": None,
+    "lease_until": None, "consume_marked": False, "errors": [], "audit": [], "outcome": None,
+    "trace": None, "created_at": 0.0, "updated_at": 0.0, "materialized_at": 0.0,
+    "done_at": None,
+}
+
+
+def _bad_field(exc: msgspec.ValidationError) -> str | None:
+    msg = str(exc)
+    marker = "- at `$."
+    i = msg.rfind(marker)
+    if i < 0:
+        return None
+    path = msg[i + len(marker):].rstrip("`")
+    return path.split(".", 1)[0].split("[", 1)[0]
+
+
+def repaired_fields(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The ``$set`` that makes a broken row document decode as an ``EffectRow`` again (each bad
+    top-level field replaced by a clean value), and a note per field replaced. A parked row must
+    decode, or ``dead-letters list``/``purge`` could never show it."""
+    fixed: dict[str, Any] = {}
+    notes: list[str] = []
+    work = {k: v for k, v in doc.items() if k != "_id"}
+    for _ in range(len(_DEFAULTS) + 1):
+        try:
+            msgspec.convert(work, EffectRow, builtin_types=(datetime,))
+            break
+        except (msgspec.ValidationError, TypeError) as exc:
+            name = _bad_field(exc) if isinstance(exc, msgspec.ValidationError) else None
+            if name is None:
+                missing = [f for f in ("tenant_id", "row_key", "seq") if f not in work]
+                if not missing:
+                    break
+                name = missing[0]
+            if name not in _DEFAULTS or name in fixed:
+                break
+            old = work.get(name)
+            new = _clean(name, old)
+            notes.append(f"{name} was {cap(repr(old), 120)}")
+            fixed[name] = work[name] = new
+    return fixed, notes
+
+
+def _clean(name: str, old: object) -> Any:
+    if name in ("tenant_id", "row_key"):
+        return cap(old, 400) if old is not None else ""
+    if name in ("seq", "attempts"):
+        try:
+            value = int(str(old))
+        except ValueError:
+            return 0
+        return value if 0 <= value <= MAX_SEQ else 0
+    return _DEFAULTS[name]
+
+
+def park_fields(doc: Mapping[str, Any], *, now: float, error: str, attempt: int | None = None
+                ) -> dict[str, Any]:
+    """A clean parked state for a row whose shape broke a transition (``$inc`` on a string,
+    ``$push`` on a non-array...): one ``$set``, no ``$inc``/``$push``, so it cannot fail on the
+    same field again. The error history is kept when it is a list."""
+    fixed, notes = repaired_fields(doc)
+    errors = doc.get("errors")
+    history = list(errors) if isinstance(errors, list) and "errors" not in fixed else []
+    text = cap(error + (f" (repaired: {'; '.join(notes)})" if notes else ""))
+    attempts = fixed.get("attempts", doc.get("attempts", 0))
+    entry = ErrorEntry(attempt=attempt if attempt is not None else int(attempts), at=now,
+                       error=text, kind="permanent")
+    return {**fixed, "state": FAILED, "lease_until": None, "updated_at": now,
+            "outcome": "failed", "errors": [*history, msgspec.to_builtins(entry)]}
+
+
+class OnceLog:
+    """Log each distinct problem once (not on every batch): keyed by whatever names it."""
+
+    def __init__(self, logger: logging.Logger, limit: int = 10_000) -> None:
+        self.logger = logger
+        self.limit = limit
+        self._seen: set[object] = set()
+
+    def __call__(self, key: object, level: int, msg: str, *args: object,
+                 extra: Mapping[str, object] | None = None) -> bool:
+        """Log unless ``key`` was logged before; True if it logged."""
+        if key in self._seen:
+            return False
+        if len(self._seen) >= self.limit:
+            self._seen.clear()
+        self._seen.add(key)
+        self.logger.log(level, msg, *[cap(a) if isinstance(a, (str, BaseException)) else a
+                                      for a in args], extra=dict(extra or {}))
+        return True
+
+    def forget(self, key: object) -> None:
+        self._seen.discard(key)

@@ -1,0 +1,60 @@
+"""The public face of board-outbox for plugin authors: everything a projection or an effect
+handler needs, and nothing else. Import only from here (``from board_outbox.sdk import ...``);
+every other module is private implementation and may move between releases.
+
+- the values a plugin sees: ``EventSnapshot`` (one normalized event), ``EffectRow`` (one effect
+  row), ``Subscription``;
+- the read-model store a projection writes through, and its write types: ``ReadModelStore``,
+  ``UpsertIfNewer``, ``PushRecent``;
+- projections: the ``Projection`` protocol and the named ``BatchProjection`` (``apply_many``);
+- effect handlers: the ``EffectHandler`` protocol, the named ``PreparingHandler`` (``prepare``,
+  one batch read per claim), the ``ExecutionContext`` each row runs with (``prefetched`` holds
+  what ``prepare`` returned) and the ``HandlerContext`` a handler is constructed with;
+- the error types a plugin raises or may see.
+
+Guide: docs/extending.md. Contract checks to call from a plugin's own tests:
+``board_outbox.testing``.
+"""
+
+from __future__ import annotations
+
+from board_outbox.engine.handlers.contract import (
+    BatchProjection,
+    EffectHandler,
+    ExecutionContext,
+    HandlerContext,
+    PreparingHandler,
+    Projection,
+)
+from board_outbox.model.domain import LAUNCH, PROJECTION, EffectRow, EventSnapshot, Subscription
+from board_outbox.model.errors import (
+    BoardOutboxError,
+    EffectError,
+    LeaseLost,
+    PermanentEffectError,
+    StoreUnavailable,
+)
+from board_outbox.model.records import PushRecent, UpsertIfNewer
+from board_outbox.ports import ReadModelStore
+
+__all__ = [
+    "LAUNCH",
+    "PROJECTION",
+    "BatchProjection",
+    "BoardOutboxError",
+    "EffectError",
+    "EffectHandler",
+    "EffectRow",
+    "EventSnapshot",
+    "ExecutionContext",
+    "HandlerContext",
+    "LeaseLost",
+    "PermanentEffectError",
+    "PreparingHandler",
+    "Projection",
+    "PushRecent",
+    "ReadModelStore",
+    "StoreUnavailable",
+    "Subscription",
+    "UpsertIfNewer",
+]

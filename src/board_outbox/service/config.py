@@ -1,0 +1,182 @@
+"""Service configuration: a TOML file and BOARD_OUTBOX_* environment variables, decoded and
+validated with msgspec. Every problem is a ``ConfigError`` whose message names the setting."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from board_outbox.engine.membership import MembershipSettings
+from board_outbox.engine.tail import TailSettings
+from board_outbox.engine.worker import WorkerSettings
+from board_outbox.model.bounds import Pos
+from board_outbox.model.errors import ConfigError
+
+
+class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    backend: Literal["memory", "mongo"] = "memory"
+    # TLS, auth, replicaSet... are URI options and are passed through to pymongo untouched.
+    uri: str = "mongodb://127.0.0.1:27017/?replicaSet=rs0"
+    database: str = "board_outbox"
+    op_timeout_seconds: Pos = 10.0
+    connect_timeout_seconds: Pos = 5.0
+    server_selection_timeout_seconds: Pos = 10.0
+    app_name: str = "board-outbox"
+    # O5: events and cursors read, rows / cursor CAS / marks written, with majority by default
+    read_concern: Literal["majority", "local", "linearizable"] = "majority"
+    write_concern: Literal["majority"] | Annotated[int, msgspec.Meta(ge=1)] = "majority"
+    # B3: how long a replica trusts its cached read-model generation pointer; a shadow rebuild
+    # waits this long after announcing a generation and after swapping (set it the same on
+    # every replica and on the rebuild)
+    generation_cache_seconds: Pos = 5.0
+
+
+class LauncherConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    kind: Literal["log", "http"] = "log"
+    url: str = ""
+    timeout_seconds: Pos = 10.0
+
+
+class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    shutdown_grace_seconds: Pos = 10.0
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    replica_name: str = ""
+    metrics_interval_seconds: Pos = 10.0
+    # /healthz, /readyz, /metrics (O1); http_port = 0 turns them off
+    http_host: str = "127.0.0.1"
+    http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9464
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    store: StoreConfig = StoreConfig()
+    tail: TailSettings = TailSettings()  # the components' own settings: decoded straight in
+    worker: WorkerSettings = WorkerSettings()
+    service: ServiceConfig = ServiceConfig()
+    launcher: LauncherConfig = LauncherConfig()
+    membership: MembershipSettings = MembershipSettings()
+    projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
+    # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
+    handlers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field rules msgspec cannot express."""
+    if cfg.tail.young_gap_seconds <= cfg.store.op_timeout_seconds:
+        raise ConfigError(
+            f"tail.young_gap_seconds ({cfg.tail.young_gap_seconds:g}) must exceed "
+            f"store.op_timeout_seconds ({cfg.store.op_timeout_seconds:g}): a seq whose insert is "
+            "still within the store timeout would otherwise be stepped over as a dead allocation"
+        )
+    db = cfg.store.database
+    if not db or len(db.encode()) > 63 or any(c in db for c in '/\\. "$\0'):
+        raise ConfigError(f"store.database: {db!r} is not a MongoDB database name (1-63 bytes, "
+                          "none of / \\ . \" $ or spaces)")
+    if cfg.tail.stall_seconds <= cfg.tail.young_gap_seconds:
+        raise ConfigError(
+            f"tail.stall_seconds ({cfg.tail.stall_seconds:g}) must exceed tail.young_gap_seconds "
+            f"({cfg.tail.young_gap_seconds:g}): a tail waiting out a young gap is not stalled"
+        )
+    if cfg.worker.backoff_cap_seconds < cfg.worker.backoff_base_seconds:
+        raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
+    if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):
+        raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
+    from board_outbox.service.plugins import resolve_handlers, resolve_projections  # imports user code: P1
+
+    resolve_projections(cfg.projections)
+    resolve_handlers(cfg.handlers)
+    return cfg
+
+
+ENV_PREFIX = "BOARD_OUTBOX_"
+_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership"}
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    """BOARD_OUTBOX_STORE__URI=... -> {"store": {"uri": "..."}}; BOARD_OUTBOX_PROJECTIONS=a,b."""
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        rest = key[len(ENV_PREFIX) :].lower()
+        if rest == "config":
+            continue
+        if rest == "projections":
+            out["projections"] = [p for p in (s.strip() for s in value.split(",")) if p]
+            continue
+        section, sep, field = rest.partition("__")
+        if not sep or section not in _SECTIONS or not field:
+            raise ConfigError(
+                f"{key}: not a setting (use {ENV_PREFIX}<SECTION>__<NAME>, sections: "
+                f"{', '.join(sorted(_SECTIONS))})"
+            )
+        out.setdefault(section, {})[field] = _env_value(value)
+    return out
+
+
+def _env_value(value: str) -> Any:
+    low = value.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if re.fullmatch(r"-?\d+", low):
+        return int(low)
+    if re.fullmatch(r"-?\d+\.\d*(e-?\d+)?|-?\d+e-?\d+", low):
+        return float(low)
+    return value
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(merged.get(k), dict):
+            merged[k] = _merge(merged[k], v)
+        else:
+            merged[k] = v
+    return merged
+
+
+def _setting_error(exc: msgspec.ValidationError) -> ConfigError:
+    msg = str(exc)
+    m = re.search(r" - at `\$\.?(.*)`$", msg)
+    where = m.group(1) if m else ""
+    text = msg[: m.start()] if m else msg
+    if "Object contains unknown field" in text:
+        field = re.search(r"`(.*?)`", text)
+        name = f"{where}.{field.group(1)}" if where and field else (field.group(1) if field else "?")
+        return ConfigError(f"{name}: unknown setting")
+    if "missing required field" in text:
+        return ConfigError(f"{where or 'config'}: {text}")
+    return ConfigError(f"{where or 'config'}: {text}")
+
+
+def load_config(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any
+) -> Config:
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    path = path or env.get(ENV_PREFIX + "CONFIG")
+    if path:
+        p = Path(path)
+        try:
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"config file {p}: {exc.strerror or exc}") from None
+        try:
+            decoded = msgspec.toml.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"config file {p}: not valid TOML: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise ConfigError(f"config file {p}: expected a TOML table")
+        data = decoded
+    data = _merge(data, _env_overrides(env))
+    data = _merge(data, overrides)
+    try:
+        cfg = msgspec.convert(data, Config)
+    except msgspec.ValidationError as exc:
+        raise _setting_error(exc) from None
+    return validate(cfg)

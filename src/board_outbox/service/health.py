@@ -1,0 +1,102 @@
+"""What an operator asks of a running tail (O1-O3): per-tenant status (cursor, allocated seq,
+lag in events and seconds, oldest live row, rows by state, dead-letters), stall detection, and
+the readiness checks behind ``/readyz``.
+
+``tenant_status`` reads only through the ports, so ``board-outbox status`` and the running
+service's ``/metrics`` show the same numbers. ``StallDetector`` takes the time from the caller
+(the injected clock), so it is tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import msgspec
+
+from board_outbox.model.domain import FAILED
+from board_outbox.ports import Stores
+
+log = logging.getLogger("board_outbox.health")
+
+
+class TenantStatus(msgspec.Struct, kw_only=True):
+    """One tenant, as ``status --json`` prints it (field names are stable)."""
+
+    tenant_id: str
+    cursor: int
+    allocated_seq: int
+    lag_events: int  # allocated seq - cursor
+    lag_seconds: float  # age of the oldest event past the cursor (0: none inserted yet)
+    oldest_pending_age_seconds: float | None  # oldest pending or claimed row (None: none)
+    rows: dict[str, int]  # by state
+    dead_letters: int
+    stalled: bool = False
+    stalled_for_seconds: float = 0.0
+
+
+async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantStatus:
+    cursor = await stores.cursors.get(tenant_id) or 0
+    allocated = await stores.events.allocated_seq(tenant_id)
+    lag_seconds = 0.0
+    if allocated > cursor:
+        head = await stores.events.read_after(tenant_id, cursor, 1)
+        if head:
+            at = head[0].doc.get("at")
+            if isinstance(at, int | float) and at > 0:
+                lag_seconds = max(0.0, now - float(at))
+    oldest = await stores.outbox.oldest_live_created_at(tenant_id)
+    rows = await stores.outbox.count_by_state(tenant_id)
+    return TenantStatus(
+        tenant_id=tenant_id, cursor=cursor, allocated_seq=allocated,
+        lag_events=max(0, allocated - cursor), lag_seconds=lag_seconds,
+        oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
+        rows=dict(sorted(rows.items())), dead_letters=rows.get(FAILED, 0),
+    )
+
+
+async def all_tenants(stores: Stores) -> list[str]:
+    """Every tenant the store knows: allocated events, subscriptions, or live rows."""
+    found = (await stores.events.tenants()) | (await stores.subs.tenants())
+    return sorted(found | await stores.outbox.live_tenants())
+
+
+class StallDetector:
+    """A tenant is stalled when it is behind and its cursor has not moved for ``stall_seconds``
+    (O2). Lagging but moving is healthy. Each stall is logged once, when it begins."""
+
+    def __init__(self, stall_seconds: float) -> None:
+        self.stall_seconds = stall_seconds
+        self._since: dict[str, tuple[int, float]] = {}  # tenant -> (cursor, since when behind there)
+        self._logged: set[str] = set()
+
+    def observe(self, tenant_id: str, cursor: int, behind: bool, now: float) -> float:
+        """Record one look at a tenant; how long it has been stalled (0.0: not stalled)."""
+        if not behind:
+            self._since.pop(tenant_id, None)
+            self._recovered(tenant_id)
+            return 0.0
+        seen = self._since.get(tenant_id)
+        if seen is None or seen[0] != cursor:
+            self._since[tenant_id] = (cursor, now)
+            self._recovered(tenant_id)
+            return 0.0
+        waited = now - seen[1]
+        if waited < self.stall_seconds:
+            return 0.0
+        if tenant_id not in self._logged:
+            self._logged.add(tenant_id)
+            log.error("tenant %s stalled: behind, cursor at %d for %.0fs (tail.stall_seconds=%g)",
+                      tenant_id, cursor, waited, self.stall_seconds,
+                      extra={"tenant_id": tenant_id, "cursor": cursor})
+        return waited
+
+    def _recovered(self, tenant_id: str) -> None:
+        if tenant_id in self._logged:
+            self._logged.discard(tenant_id)
+            log.warning("tenant %s no longer stalled", tenant_id, extra={"tenant_id": tenant_id})
+
+    def forget(self, live: Iterable[str]) -> None:
+        keep = set(live)
+        for t in [t for t in self._since if t not in keep]:
+            del self._since[t]

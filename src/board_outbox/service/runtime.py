@@ -1,0 +1,389 @@
+"""The service runtime: one process runs the change-stream waker, the drain loop and the effect
+worker under one anyio task group. N processes cooperate with no leader (C4): the cursor CAS and
+the leased claims are the only coordination."""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from opentelemetry import trace
+
+from board_outbox.engine.generations import versioned
+from board_outbox.engine.handlers import LaunchHandler
+from board_outbox.engine.membership import Ownership, new_member_id
+from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.tail import DrainResult, Tail
+from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.worker import EffectWorker, TickResult
+from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
+from board_outbox.model.domain import EffectRow
+from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
+from board_outbox.ports import Stores
+from board_outbox.service.config import Config
+from board_outbox.service.health import StallDetector, TenantStatus, all_tenants, tenant_status
+from board_outbox.service.plugins import build_handlers, register_projections
+
+log = logging.getLogger("board_outbox.service")
+
+
+@dataclass
+class Stats:
+    """Counters the runtime keeps for summaries and metrics."""
+
+    drains: int = 0
+    materialized: int = 0
+    rows_inserted: int = 0
+    skipped_deleted: int = 0
+    skipped_poison: int = 0
+    stream_wakes: int = 0
+    poll_wakes: int = 0
+    stream_reopens: int = 0
+    cas_lost: int = 0
+    worker: TickResult = field(default_factory=TickResult)
+    last_drain: list[DrainResult] = field(default_factory=list)
+
+
+def build_registry(
+    stores: Stores, projections: list[str], handlers: Mapping[str, str] | None = None
+) -> HandlerRegistry:
+    """The built-in handlers, the named projections and the user effect kinds (``[handlers]``
+    and the ``board_outbox.handlers`` entry points; see ``plugins``)."""
+    registry = HandlerRegistry()
+    registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels, stores.launcher))
+    register_projections(registry, stores.readmodels, projections)
+    for kind, handler in build_handlers(handlers or {}, stores).items():
+        registry.register(kind, handler)
+    return registry
+
+
+class Service:
+    def __init__(
+        self,
+        stores: Stores,
+        config: Config,
+        *,
+        clock: Clock | None = None,
+        rng: RandomSource | None = None,
+        registry: HandlerRegistry | None = None,
+        on_done: Callable[[EffectRow, str], None] | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        # projection rows write the building generation too while a shadow rebuild runs (B3)
+        self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
+        self.registry = registry or build_registry(stores, config.projections, config.handlers)
+        self.tail = Tail(
+            events=stores.events,
+            cursors=stores.cursors,
+            outbox=stores.outbox,
+            subs=stores.subs,
+            cards=stores.cards,
+            clock=self.clock,
+            settings=config.tail,
+            projections=self.registry.projections,
+            tracer_provider=tracer_provider,
+        )
+        self.worker = EffectWorker(
+            outbox=stores.outbox,
+            registry=self.registry,
+            clock=self.clock,
+            tenants=self.tail.tenants,
+            settings=config.worker,
+            rng=rng or seeded_random(),
+            on_done=on_done,
+            tracer_provider=tracer_provider,
+        )
+        self.stats = Stats()
+        self.metrics = Metrics()
+        self.worker.metrics = self.metrics
+        # S1: which tenants this replica drains; its worker prefers their rows
+        self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
+                                   member_id=new_member_id(config.service.replica_name))
+        self.worker.prefer = self.ownership.prefer
+        self._dirty: set[str] = set()
+        self._full_poll = False
+        self._tail_wake = anyio.Event()
+        self._worker_wake = anyio.Event()
+        self._stopping = anyio.Event()
+        self._worker_exited = anyio.Event()
+        # what /healthz and /readyz look at (O1, O2)
+        self.loops: dict[str, bool] = {}
+        self.stream_open = False
+        self.last_poll_ok: float | None = None  # clock time of the last drain pass that read the store
+        self.stalls = StallDetector(config.tail.stall_seconds)
+        self.status: dict[str, TenantStatus] = {}
+        # per-tenant status costs several reads per tenant per refresh: only while the operator
+        # endpoints serve it (the ops server turns it on)
+        self.status_enabled = False
+
+    # --- control ---------------------------------------------------------------------------
+
+    def request_full_poll(self) -> None:
+        """Drain every tenant on the next pass (the reconciliation net, on demand)."""
+        self._full_poll = True
+        self._tail_wake.set()
+
+    def wake_tenant(self, tenant_id: str) -> None:
+        self._dirty.add(tenant_id)
+        self._tail_wake.set()
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown: stop claiming; in-flight rows finish or are released."""
+        self.worker.stopping = True
+        self._stopping.set()
+        self._tail_wake.set()
+        self._worker_wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def preflight(self) -> None:
+        """Reach the store once before the loops start: a store we cannot reach or may not use
+        at start-up ends the process (one line, exit 1); once running, the loops ride out every
+        store error and keep going (R1)."""
+        await self.tail.tenants()
+
+    async def run(self) -> None:
+        await self.preflight()
+        await self.ownership.beat()  # know the other members before the first poll
+        # Everything built so far lives as long as the process: keep it out of the cyclic GC's
+        # full collections, which otherwise re-walk it under load (measured in benchmarks/).
+        gc.collect()
+        gc.freeze()
+        grace = self.config.service.shutdown_grace_seconds
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._alive, "tail", self._tail_loop)
+            tg.start_soon(self._alive, "worker", self._worker_loop)
+            if self.stores.feed is not None and self.config.tail.change_streams:
+                tg.start_soon(self._alive, "waker", self._waker_loop)
+            tg.start_soon(self._alive, "metrics", self._metrics_loop)
+            if self.ownership.active:
+                tg.start_soon(self._alive, "membership", self._membership_loop)
+            await self._stopping.wait()
+            # Past the grace period, cancel: the worker releases its claims while cancelled.
+            with anyio.move_on_after(grace):
+                await self._worker_exited.wait()
+            tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            await self.ownership.leave()  # our tenants move now, not after our lease
+        log.info("service stopped")
+
+    # --- loops -----------------------------------------------------------------------------
+
+    async def _alive(self, name: str, loop: Callable[[], Any]) -> None:
+        self.loops[name] = True
+        try:
+            await loop()
+        finally:
+            self.loops[name] = False
+
+    async def _tail_loop(self) -> None:
+        poll = self.config.tail.poll_interval_seconds
+        full_poll = True
+        while not self.stopping:
+            tenants: list[str] | None
+            if full_poll or self._full_poll:
+                self._full_poll = False
+                tenants = None
+                self.stats.poll_wakes += 1
+                self.metrics.wake("poll")
+            else:
+                tenants = sorted(self._dirty)
+            self._dirty.clear()
+            full = tenants is None
+            try:
+                if tenants is None:  # the poll net: owned tenants behind their cursor (S2)
+                    tenants = self.ownership.owned(await self.tail.behind())
+                results = await self.tail.drain_all(tenants)
+                if full and not any(r.stopped == "aborted" for r in results):
+                    self.last_poll_ok = self.clock.now()
+            except StoreUnavailable as exc:  # tenant list unreadable: next tick
+                log.warning("drain pass aborted: %s", exc)
+                results = []
+            except Exception as exc:
+                log.error("drain pass failed (%s: %s): retrying next tick", type(exc).__name__, exc)
+                results = []
+                await anyio.sleep(min(poll, 1.0))
+            self.stats.drains += 1
+            self.stats.last_drain = results
+            for r in results:
+                self.metrics.projection_materialized(r.tenant_id, self.tail.projections, r.cursor_after)
+                self.stats.materialized += r.materialized
+                self.stats.rows_inserted += r.rows_inserted
+                self.stats.skipped_deleted += r.skipped_deleted
+                self.stats.skipped_poison += r.skipped_poison
+                self.stats.cas_lost += r.stopped == "cas_lost"
+            if any(r.rows_inserted for r in results):
+                self._worker_wake.set()
+            if self._dirty or self._full_poll:
+                full_poll = False
+                continue
+            self._tail_wake = anyio.Event()
+            with anyio.move_on_after(poll):
+                await self._tail_wake.wait()
+            full_poll = not self._dirty or self._full_poll
+
+    async def _worker_loop(self) -> None:
+        idle = self.config.worker.idle_seconds
+        pause = idle
+        try:
+            while not self.stopping:
+                self._worker_wake = anyio.Event()
+                try:
+                    res = await self.worker.tick_any()
+                except StoreUnavailable as exc:
+                    log.warning("worker tick failed: %s", exc)
+                    res = TickResult()
+                except Exception as exc:
+                    log.error("worker tick failed (%s: %s): retrying", type(exc).__name__, exc)
+                    res = TickResult()
+                    await anyio.sleep(min(idle * 4, 1.0))
+                self.stats.worker.add(res)
+                ran = res.done + res.retried + res.failed + res.unrecorded
+                if (res.claimed == 0 or ran == 0) and not self.stopping:
+                    # idle, or every claimed row was lost or expired (a slow store): pause
+                    # an idle worker backs off to 4x idle_seconds (our own tail wakes it at once)
+                    with anyio.move_on_after(pause):
+                        await self._worker_wake.wait()
+                    pause = idle if self._worker_wake.is_set() else min(pause * 2, idle * 4)
+                else:
+                    pause = idle
+        finally:
+            self._worker_exited.set()
+
+    async def refresh_gauges(self) -> None:
+        """Tail lag per tenant (allocated seq - cursor) and rows by state, for the gauges."""
+        heads, cursors = await self.stores.events.heads(), await self.stores.cursors.all()
+        self.metrics.lag = {t: max(0, h - cursors.get(t, 0)) for t, h in heads.items()}
+        self.metrics.rows = await self.stores.outbox.count_by_state()
+        if self.status_enabled:
+            await self.refresh_status()
+
+    async def refresh_status(self) -> None:
+        """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
+        status: dict[str, TenantStatus] = {}
+        for tenant in await all_tenants(self.stores):
+            now = self.clock.now()
+            st = await tenant_status(self.stores, tenant, now)
+            st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
+            st.stalled = st.stalled_for_seconds > 0
+            status[tenant] = st
+        self.stalls.forget(status)
+        self.status = status
+
+    async def _membership_loop(self) -> None:
+        """Heartbeat (S1); a changed view polls at once, so tenants that moved to us are
+        drained within ``heartbeat_timeout_seconds`` of their owner's last beat."""
+        every = self.config.membership.interval_seconds
+        while not self.stopping:
+            await anyio.sleep(every)
+            try:
+                if await self.ownership.beat():
+                    self.request_full_poll()
+            except Exception as exc:
+                log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+
+    async def _metrics_loop(self) -> None:
+        while not self.stopping:
+            try:
+                await self.refresh_gauges()
+            except Exception as exc:
+                log.warning("metrics refresh failed: %s: %s", type(exc).__name__, exc)
+            await anyio.sleep(self.config.service.metrics_interval_seconds)
+
+    async def _waker_loop(self) -> None:
+        """Wake tenants from the change stream. The resume token is saved at most every
+        ``token_save_seconds`` and on the way out, never per event (S4): a token that lags a
+        little only means some inserts wake their tenant twice after a restart."""
+        feed, tokens = self.stores.feed, self.stores.tokens
+        assert feed is not None
+        every = self.config.tail.token_save_seconds
+        token: Any | None = None
+        saved: Any | None = None
+        last_save = -float("inf")
+        delay = 0.1
+        losses = 0
+        poll_when_open = False  # after a loss: reconcile once the new stream is really open
+
+        async def save(force: bool = False) -> None:
+            nonlocal saved, last_save
+            now = anyio.current_time()
+            if tokens is None or token is None or token == saved or (not force and now - last_save < every):
+                return
+            await tokens.save(token)
+            saved, last_save = token, now
+
+        try:
+            while not self.stopping:
+                await anyio.lowlevel.checkpoint()  # yield every iteration: a hot loop stays cancellable
+                try:
+                    if tokens is not None and token is None and saved is None:
+                        token = saved = await tokens.load()
+                    async for change in feed.watch(token):
+                        self.stream_open = True
+                        if poll_when_open:
+                            poll_when_open = False
+                            self.request_full_poll()
+                        losses = 0
+                        token = change.token
+                        if change.tenant_id and self.ownership.owns(change.tenant_id):
+                            self.stats.stream_wakes += 1
+                            self.metrics.wake("stream")
+                            self.wake_tenant(change.tenant_id)
+                        await save()
+                        delay = 0.1
+                        if self.stopping:
+                            break
+                except ChangeStreamLost as exc:
+                    self.stream_open = False
+                    log.warning("change stream lost (%s): dropping the resume token, polling "
+                                "reconciles", exc)
+                    token = saved = None
+                    self.stats.stream_reopens += 1
+                    # A full poll picks up whatever the stream missed: one now, and one as soon
+                    # as the new stream delivers, for inserts between the loss and the reopen.
+                    self.request_full_poll()
+                    poll_when_open = True
+                    try:
+                        if tokens is not None:
+                            await tokens.clear()
+                    except StoreUnavailable as clear_exc:
+                        log.warning("could not drop the stale resume token (%s)", clear_exc)
+                    losses += 1
+                    await anyio.sleep(0 if losses == 1 else delay)  # a repeat loss backs off
+                    if losses > 1:
+                        delay = min(delay * 2, 5.0)
+                except StoreUnavailable as exc:
+                    self.stream_open = False
+                    log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
+                    self.stats.stream_reopens += 1
+                    if token is None:
+                        # Nothing to resume from: the reopened stream starts at "now", so
+                        # whatever was inserted meanwhile is found by a full poll instead.
+                        self.request_full_poll()
+                        poll_when_open = True
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+                except Exception as exc:
+                    self.stream_open = False
+                    log.error("change stream failed (%s: %s): polling carries on, reopening in "
+                              "%.1fs", type(exc).__name__, exc, delay)
+                    self.stats.stream_reopens += 1
+                    self.request_full_poll()
+                    poll_when_open = True
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                try:
+                    await save(force=True)
+                except Exception as exc:
+                    log.warning("could not save the resume token on the way out (%s)", exc)

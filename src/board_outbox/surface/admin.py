@@ -1,0 +1,270 @@
+"""Operator tools: the dead-letter queue (B1) and projection rebuilds (B3)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import msgspec
+
+from board_outbox.engine.batch import apply_batch
+from board_outbox.engine.generations import VersionedReadModels
+from board_outbox.engine.reading import GapTracker, read_batch
+from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.model.clock import Clock
+from board_outbox.model.domain import EffectRow
+from board_outbox.model.errors import MalformedDocument, RebuildConflict
+from board_outbox.ports import CardStore, EffectOutbox, EventLog, ReadModelStore, ReadModelVersions, RowFilter
+
+log = logging.getLogger("board_outbox.admin")
+
+_REL = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_when(text: str, now: float | None = None) -> float:
+    """``2026-12-01``, ``2026-12-01T10:00:00`` (UTC unless an offset is given), ``90m``/``2h``/
+    ``7d`` (that long ago), or epoch seconds."""
+    now = time.time() if now is None else now
+    t = text.strip()
+    m = _REL.match(t)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        value = float(t)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(value):
+            raise ValueError(f"{text!r} is not a time: epoch seconds must be a finite number")
+        return value
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a time: use an ISO date/time, an age like 90m, 2h or 7d, "
+            "or epoch seconds"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def dead_letter_filter(
+    tenant: str | None, since: float | None, until: float | None, limit: int
+) -> RowFilter:
+    return RowFilter(tenant_id=tenant, states=("failed",), updated_after=since,
+                     updated_before=until, limit=limit)
+
+
+def row_json(row: EffectRow) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(row), indent=2)
+
+
+async def replay_rows(outbox: EffectOutbox, keys: list[str], clock: Clock, by: str) -> list[str]:
+    """Replay each failed row; return the keys that were replayed (others were not failed)."""
+    done = []
+    for key in keys:
+        if await outbox.replay(key, clock.now(), by):
+            log.info("replayed dead-letter", extra={"row_key": key})
+            done.append(key)
+    return done
+
+
+class RebuildResult(msgspec.Struct, kw_only=True):
+    tenant_id: str
+    projection: str
+    head: int = 0
+    cursor: int = 0
+    applied: int = 0
+    skipped_deleted: int = 0
+    skipped_malformed: int = 0
+    stepped_gaps: int = 0
+    stopped_at_gap: int | None = None
+
+
+async def rebuild_projection(
+    *,
+    name: str,
+    tenant_id: str,
+    registry: HandlerRegistry,
+    events: EventLog,
+    cards: CardStore,
+    clock: Clock,
+    young_gap_seconds: float,
+    batch_size: int = 1000,
+    progress: Callable[[int, int], None] | None = None,
+    metrics: Metrics | None = None,
+) -> RebuildResult:
+    """Reset a projection's read model for one tenant and replay it from seq 0.
+
+    A gap whose next event is younger than ``young_gap_seconds`` may still be filling in: the
+    rebuild stops there (the running service's projection rows continue from it) instead of
+    stepping over. An older gap is a dead allocation and is stepped over.
+    """
+    proj = registry.projection(name)  # UnknownEffectKind for a bad name, before any reset
+    res = RebuildResult(tenant_id=tenant_id, projection=name)
+    res.head = await events.max_inserted_seq(tenant_id)
+    await proj.reset(tenant_id)
+    await _replay(res, registry=registry, events=events, cards=cards, clock=clock,
+                  young_gap_seconds=young_gap_seconds, batch_size=batch_size, after=0,
+                  progress=progress, metrics=metrics)
+    return res
+
+
+async def _replay(
+    res: RebuildResult, *, registry: HandlerRegistry, events: EventLog, cards: CardStore,
+    clock: Clock, young_gap_seconds: float, batch_size: int, after: int,
+    progress: Callable[[int, int], None] | None, metrics: Metrics | None,
+    saved: Callable[[int], Awaitable[None]] | None = None,
+) -> None:
+    """The replay loop of both rebuilds: the tail's reading step and young-gap rule, one
+    ``apply_batch`` per batch read, from ``after`` until nothing is left or a young gap."""
+    name, tenant_id = res.projection, res.tenant_id
+    # A one-shot rebuild has seen no gap before, so a gap counts as first seen when the event
+    # right after it was written.
+    gaps = GapTracker(young_gap_seconds, event_time=True, warn=False)
+
+    def skip_malformed(seq: int, exc: MalformedDocument, head: bool) -> bool:
+        res.skipped_malformed += 1
+        log.error("rebuild skips a malformed event: %s", exc, extra={"tenant_id": tenant_id, "seq": seq})
+        return True
+
+    cursor = after
+    res.stopped_at_gap = None
+    while True:
+        reading = await read_batch(
+            events=events, cards=cards, tenant_id=tenant_id, after=cursor, limit=batch_size,
+            gaps=gaps, now=clock.now(), on_malformed=skip_malformed,
+        )
+        if not reading.read:
+            break
+        res.skipped_deleted += reading.deleted
+        res.stepped_gaps += reading.stepped_gaps
+        # one apply_many (one read-model bulk write) per batch read, when the projection has it
+        snaps = [snap for _seq, snap in reading.passed if snap is not None]
+        if snaps:
+            await apply_batch(registry, name, tenant_id, snaps)
+            res.applied += len(snaps)
+        if reading.passed:
+            cursor = reading.passed[-1][0]
+            if saved is not None:
+                await saved(cursor)
+            if progress is not None:
+                progress(cursor, max(res.head, cursor))
+            if metrics is not None:
+                metrics.rebuild_progress(tenant_id, name, cursor, max(res.head, cursor))
+        if reading.young_gap is not None:
+            res.stopped_at_gap = reading.young_gap
+            break
+        if reading.beyond_counter is not None or not reading.passed:
+            break  # R2: a poison seq past the counter, or nothing left but non-int seqs
+    res.cursor = cursor
+
+
+class ShadowResult(msgspec.Struct, kw_only=True):
+    replay: RebuildResult
+    generation: int  # the generation built
+    previous: int  # the generation readers saw before
+    resumed_from: int  # 0, or the seq an interrupted shadow rebuild had reached
+    swapped: bool = False
+    dropped_docs: int = 0  # documents of the previous generation removed after the swap
+
+
+async def shadow_rebuild(
+    *,
+    name: str,
+    tenant_id: str,
+    readmodels: VersionedReadModels,
+    registry_for: Callable[[ReadModelStore], HandlerRegistry],
+    events: EventLog,
+    cards: CardStore,
+    clock: Clock,
+    sleep: Callable[[float], Awaitable[None]],
+    young_gap_seconds: float,
+    gap_wait_seconds: float,
+    batch_size: int = 1000,
+    progress: Callable[[int, int], None] | None = None,
+    metrics: Metrics | None = None,
+) -> ShadowResult:
+    """Build the next generation of ``name``'s read model for one tenant beside the live one,
+    catch up, then swap the generation pointer in one compare-and-set (B3).
+
+    Readers keep the live generation until the swap and never see a half-built one. While the
+    shadow builds, the service's projection rows write both generations (``VersionedReadModels``),
+    so it is current when the replay reaches the end of the log. Nothing but read models is
+    written: no row, no launch. An interrupted run leaves the pointer naming the building
+    generation and the seq reached; running again resumes there, ``drop_shadow`` discards it.
+    A young gap is waited out (up to ``gap_wait_seconds``) rather than swapped over: events past
+    it whose rows ran before the shadow existed are only in the log.
+    """
+    res = RebuildResult(tenant_id=tenant_id, projection=name)
+    v = await readmodels.pointer(name, tenant_id, fresh=True)
+    gen = v.active + 1 if v.building is None else v.building
+    registry = registry_for(readmodels.pinned(name, gen))
+    registry.projection(name)  # UnknownEffectKind for a bad name, before anything is announced
+    if v.building is None:
+        await readmodels.pinned(name, gen).reset(name, tenant_id)  # leftovers of a dropped one
+        started = ReadModelVersions(active=v.active, building=gen, progress=0)
+        if not await readmodels.versions.compare_and_set(name, tenant_id, v, started):
+            raise RebuildConflict(f"{name}/{tenant_id}: the generation pointer changed under the "
+                                  "rebuild (another rebuild?); run it again")
+        v, resumed = started, 0
+    else:
+        resumed = v.progress
+    out = ShadowResult(replay=res, generation=gen, previous=v.active, resumed_from=resumed)
+    # every writer's cached pointer now names the building generation: rows write both
+    await sleep(readmodels.ttl_seconds)
+    cur = v
+
+    async def saved(seq: int) -> None:
+        nonlocal cur
+        nxt = ReadModelVersions(active=cur.active, building=gen, progress=seq)
+        if not await readmodels.versions.compare_and_set(name, tenant_id, cur, nxt):
+            raise RebuildConflict(f"{name}/{tenant_id}: the shadow generation {gen} was dropped "
+                                  "or swapped by someone else during the rebuild")
+        cur = nxt
+
+    deadline = clock.now() + gap_wait_seconds
+    after = resumed
+    while True:
+        res.head = await events.max_inserted_seq(tenant_id)
+        await _replay(res, registry=registry, events=events, cards=cards, clock=clock,
+                      young_gap_seconds=young_gap_seconds, batch_size=batch_size, after=after,
+                      progress=progress, metrics=metrics, saved=saved)
+        after = res.cursor
+        if res.stopped_at_gap is None:
+            break
+        if clock.now() >= deadline:
+            return out  # left building at res.cursor: run again to resume
+        await sleep(min(1.0, max(0.05, deadline - clock.now())))
+    swapped = ReadModelVersions(active=gen, building=None, progress=0)
+    if not await readmodels.versions.compare_and_set(name, tenant_id, cur, swapped):
+        raise RebuildConflict(f"{name}/{tenant_id}: the pointer changed before the swap; the "
+                              "live generation is untouched, run the rebuild again")
+    readmodels.forget(name, tenant_id)
+    out.swapped = True
+    # a reader holding the old pointer still reads the old, complete generation until its TTL
+    await sleep(readmodels.ttl_seconds)
+    out.dropped_docs = await readmodels.pinned(name, v.active).reset(name, tenant_id)
+    return out
+
+
+async def drop_shadow(*, name: str, tenant_id: str, readmodels: VersionedReadModels,
+                      sleep: Callable[[float], Awaitable[None]]) -> int | None:
+    """Discard an interrupted shadow rebuild: the live generation stays as it is. Returns the
+    documents removed, or None when no shadow rebuild is under way."""
+    v = await readmodels.pointer(name, tenant_id, fresh=True)
+    if v.building is None:
+        return None
+    if not await readmodels.versions.compare_and_set(
+            name, tenant_id, v, ReadModelVersions(active=v.active)):
+        raise RebuildConflict(f"{name}/{tenant_id}: the generation pointer changed; run again")
+    readmodels.forget(name, tenant_id)
+    await sleep(readmodels.ttl_seconds)  # writers stop writing the dropped generation
+    return await readmodels.pinned(name, v.building).reset(name, tenant_id)

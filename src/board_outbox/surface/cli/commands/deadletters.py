@@ -1,0 +1,60 @@
+"""``board-outbox dead-letters list|show|replay|purge`` (B1)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from board_outbox.surface.cli.commands import StoresFactory
+from board_outbox.surface.cli.output import UsageError, confirm_purge, print_dead_letters
+
+
+async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> int:
+    import getpass
+
+    from board_outbox.model.clock import SystemClock
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.admin import dead_letter_filter, replay_rows, row_json
+
+    cfg = load_config(args.config)
+    async with factory(cfg) as stores:
+        outbox = stores.outbox
+        if args.dl_command == "show":
+            row = await outbox.get(args.row_key)
+            if row is None:
+                print(f"board-outbox: no row {args.row_key!r}", file=sys.stderr)
+                return 1
+            print(row_json(row).decode())
+            return 0
+        flt = dead_letter_filter(args.tenant, args.since, args.until, args.limit)
+        if args.dl_command == "list":
+            rows = await outbox.find(flt)
+            if args.json:
+                for r in rows:
+                    print(msgspec.json.encode(r).decode())
+            else:
+                print_dead_letters(rows)
+            return 0
+        if args.dl_command == "replay":
+            if bool(args.row_keys) == bool(args.all):
+                raise UsageError("dead-letters replay: give ROW_KEY(s) or --all, not both")
+            keys = args.row_keys or [r.row_key for r in await outbox.find(flt)]
+            by = args.by or getpass.getuser()
+            done = await replay_rows(outbox, keys, SystemClock(), by)
+            for key in keys:
+                print(("replayed " if key in done else "not a dead-letter, left alone: ") + key)
+            print(f"{len(done)} of {len(keys)} rows returned to pending")
+            return 0 if len(done) == len(keys) or args.all else 1
+        # purge
+        victims = await outbox.find(flt)
+        if not victims:
+            print("no dead-letters match")
+            return 0
+        if not args.yes and not confirm_purge(len(victims)):
+            print("nothing deleted")
+            return 1
+        n = await outbox.purge(flt)
+        print(f"purged {n} dead-letters")
+        return 0

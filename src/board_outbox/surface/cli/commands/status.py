@@ -1,0 +1,86 @@
+"""``board-outbox status``: one row per tenant (O3) -- cursor, allocated seq, lag in events and
+seconds, oldest pending row age, rows by state, dead-letters. ``--json`` prints one stable
+document (see the README's "status --json"); an unknown ``--tenant`` is one line, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import msgspec
+
+from board_outbox.surface.cli.commands import StoresFactory
+from board_outbox.surface.cli.output import UsageError
+
+# bumped only when a field changes meaning or goes away; new fields may be added
+STATUS_SCHEMA = 1
+
+
+class StatusReport(msgspec.Struct, kw_only=True):
+    schema: int
+    generated_at: float
+    tenants: list[object]
+    # the replicas whose membership lease is live (S1); null when the backend keeps none
+    replicas: list[ReplicaAlive] | None = None
+
+
+class ReplicaAlive(msgspec.Struct, kw_only=True):
+    member_id: str
+    lease_left_seconds: float
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
+    from board_outbox.service.config import load_config
+    from board_outbox.service.health import all_tenants, tenant_status
+
+    cfg = load_config(args.config)
+    async with factory(cfg) as stores:
+        known = await all_tenants(stores)
+        if args.tenant is not None:
+            if args.tenant not in known:
+                raise UsageError(f"status: unknown tenant {args.tenant!r} "
+                                 f"({len(known)} known; run without --tenant to list them)")
+            known = [args.tenant]
+        now = time.time()
+        rows = [await tenant_status(stores, t, now) for t in known]
+        replicas = None
+        if stores.members is not None:
+            replicas = [ReplicaAlive(member_id=m.member_id,
+                                     lease_left_seconds=round(m.expires_at - now, 3))
+                        for m in await stores.members.live(now)]
+    if args.json:
+        report = StatusReport(schema=STATUS_SCHEMA, generated_at=now, tenants=list(rows),
+                              replicas=replicas)
+        print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"board-outbox status ({len(rows)} tenants)")
+    for col, justify in (("tenant", "left"), ("cursor", "right"), ("allocated", "right"),
+                         ("lag (events)", "right"), ("lag (time)", "right"),
+                         ("oldest pending", "right"), ("rows by state", "left"),
+                         ("dead-letters", "right")):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for st in rows:
+        by_state = ", ".join(f"{k} {v}" for k, v in st.rows.items()) or "-"
+        table.add_row(st.tenant_id, str(st.cursor), str(st.allocated_seq), str(st.lag_events),
+                      _age(st.lag_seconds if st.lag_events else None),
+                      _age(st.oldest_pending_age_seconds), by_state,
+                      f"[red]{st.dead_letters}[/red]" if st.dead_letters else "0")
+    console = Console(width=max(140, Console().width))
+    console.print(table)
+    if replicas is not None:
+        names = ", ".join(r.member_id for r in replicas) or "none (no replica is running)"
+        console.print(f"replicas alive: {len(replicas)}: {names}", highlight=False)
+    return 0

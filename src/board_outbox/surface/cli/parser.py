@@ -1,0 +1,225 @@
+"""The ``board-outbox`` argument parser: every command, option and help text."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DESCRIPTION = """\
+board-outbox turns a changefeed of board events (MongoDB `board_events`) into durable,
+exactly-once-in-steady-state effects: bot launches and projection updates (ADR-094).
+
+Configuration: --config FILE (TOML) or BOARD_OUTBOX_CONFIG, overridden by environment
+variables BOARD_OUTBOX_<SECTION>__<NAME> (e.g. BOARD_OUTBOX_STORE__URI). Tracing and metrics:
+the standard OTEL_* variables (see tracing/README.md).
+
+Run `board-outbox COMMAND --help` for each command."""
+
+
+# --- argument types -----------------------------------------------------------------------
+
+
+def _number(kind: type, text: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+MAX_INT = 2**31 - 1  # a count or limit the store (and a human) can take
+
+
+def _positive_int(text: str) -> int:
+    value = _number(int, text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    if value > MAX_INT:
+        raise argparse.ArgumentTypeError(f"expected a number <= {MAX_INT}, got {value}")
+    return int(value)
+
+
+def _positive_float(text: str) -> float:
+    value = _number(float, text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    return float(value)
+
+
+def _fraction(text: str) -> float:
+    value = _number(float, text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {value}")
+    return float(value)
+
+
+def _when(text: str) -> float:
+    from board_outbox.surface.admin import parse_when
+
+    try:
+        return parse_when(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# --- parser -------------------------------------------------------------------------------
+
+
+_COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
+    "demo": (
+        "run the whole pipeline on an embedded wire server with a synthetic board",
+        "Run the tail, the change-stream waker and the effect worker while a synthetic board\n"
+        "emits card events across several tenants. By default the store is a real\n"
+        "MongoDB-wire server started as a child process (SecantusDB's secantusd-py, temp\n"
+        "storage; --storage keeps it), reached through pymongo with real change streams; if\n"
+        "it cannot start, the demo says why in one line and uses the in-memory twin\n"
+        "(--store memory asks for the twin). Prints a live summary (events, rows by state,\n"
+        "launches, projection updates), checks the result at the end and prints the\n"
+        "throughput: exit 0 when every event was materialized once and every row settled,\n"
+        "1 otherwise.",
+    ),
+    "run": (
+        "run one replica: change-stream waker, drain loop and effect worker",
+        "Run one board-outbox replica until SIGTERM/SIGINT. Start as many replicas as you\n"
+        "like against one replica set: there is no leader; the cursor compare-and-set and\n"
+        "the leased claims keep materialization and execution exactly-once in steady state.\n"
+        "On SIGTERM/SIGINT the worker stops claiming, finishes its in-flight row or gives it\n"
+        "back within service.shutdown_grace_seconds, and the process exits 0. A second\n"
+        "signal cancels at once (claims are still released). The schema is ensured at start.",
+    ),
+    "ensure-schema": (
+        "create the MongoDB indexes (idempotent)",
+        "Create trigger_effects' (tenant_id, state, not_before) index, its unique row-key\n"
+        "index and the partial TTL index expiring done rows after 7 days (failed rows never\n"
+        "expire), plus the board_events and read-model indexes. Safe to run repeatedly.",
+    ),
+    "dead-letters": (
+        "list, show, replay or purge failed rows",
+        "Rows that spent their attempt budget (or failed permanently) park as state=failed:\n"
+        "the dead-letter queue. These commands are safe while workers run: replay only moves\n"
+        "a row that is still failed, and purge only deletes failed rows.",
+    ),
+    "rebuild": (
+        "rebuild a projection's read model from seq 0",
+        "Reset PROJECTION's read model for one tenant and replay the tenant's events from\n"
+        "seq 0, with a progress bar. Stops at a young seq gap (an insert may still be in\n"
+        "flight) rather than stepping over it; older gaps are dead allocations and are\n"
+        "stepped over. Safe while the service runs: its projection rows carry on from there.\n"
+        "Readers see the model emptied and refilled; with --shadow they never do: the next\n"
+        "generation is built beside the live one (the running service's projection rows\n"
+        "write both), caught up to the end of the log, then swapped in with one atomic\n"
+        "pointer update and the old one removed. An interrupted --shadow run resumes where\n"
+        "it stopped when run again; --drop-shadow discards it. Neither writes a row or\n"
+        "fires a launch. Deploy new projection code to the replicas before rebuilding.\n"
+        "Exit 3: --shadow waited --gap-wait for a young gap and left the shadow to resume.",
+    ),
+    "status": (
+        "per-tenant cursor, lag, oldest pending row, rows by state, dead-letters",
+        "One row per tenant: cursor, allocated seq, lag in events and in seconds (the age of\n"
+        "the oldest event past the cursor), the oldest pending or claimed row's age, rows by\n"
+        "state and dead-letters. --json prints one stable document: {\"schema\": 1,\n"
+        "\"generated_at\": epoch seconds, \"tenants\": [{tenant_id, cursor, allocated_seq,\n"
+        "lag_events, lag_seconds, oldest_pending_age_seconds, rows, dead_letters, stalled,\n"
+        "stalled_for_seconds}]} (stalled is only known to a running service: see /readyz).\n"
+        "An unknown --tenant is an error (exit 2).",
+    ),
+}
+
+
+def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    help_, description = _COMMANDS[name]
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, parents=list(parents), formatter_class=argparse.RawDescriptionHelpFormatter,
+        help=help_, description=description,
+    )
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="board-outbox", description=DESCRIPTION,
+                                     formatter_class=fmt)
+    parser.add_argument("--version", action="version", version="%(prog)s " + _version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE",
+                        help="TOML configuration file (default: $BOARD_OUTBOX_CONFIG, else defaults)")
+
+    demo = _command(sub, "demo")
+    demo.add_argument("--tenants", type=_positive_int, default=3, help="tenants (default 3)")
+    demo.add_argument("--store", choices=("embedded", "memory"), default="embedded",
+                      help="embedded: a MongoDB-wire server child process (default); "
+                           "memory: the in-memory twin")
+    demo.add_argument("--storage", metavar="PATH",
+                      help="embedded: keep the server's data in PATH (default: a temp dir)")
+    demo.add_argument("--events", type=_positive_int, default=1000,
+                      help="board events to emit (default 1000)")
+    demo.add_argument("--rate", type=_positive_float, default=1500.0,
+                      help="events per second the board emits (default 1500)")
+    demo.add_argument("--failure-rate", type=_fraction, default=0.1,
+                      help="share of launch attempts that fail and are retried (default 0.1)")
+    demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    demo.add_argument("--timeout", type=_positive_float, default=180.0,
+                      help="give up after this many seconds (default 180)")
+    demo.add_argument("--projection", action="append", default=[], metavar="NAME",
+                      help="also run this projection besides board-reflect: a built-in name "
+                           "(card-activity), a module:Class topic or an entry-point name; repeatable")
+
+    _command(sub, "run", common)
+
+    _command(sub, "ensure-schema", common)
+
+    dl = _command(sub, "dead-letters")
+    dls = dl.add_subparsers(dest="dl_command", metavar="ACTION", required=True)
+    filt = argparse.ArgumentParser(add_help=False, parents=[common])
+    filt.add_argument("--tenant", help="only this tenant")
+    filt.add_argument("--since", type=_when, help="parked at or after (ISO time, or an age: 2h, 7d)")
+    filt.add_argument("--until", type=_when, help="parked before (ISO time, or an age: 2h, 7d)")
+    filt.add_argument("--limit", type=_positive_int, default=100, help="at most N rows (default 100)")
+    ls = dls.add_parser("list", parents=[filt], help="list dead-letters, newest first",
+                        description="List dead-letters, newest first.")
+    ls.add_argument("--json", action="store_true", help="one JSON document per line")
+    show = dls.add_parser("show", parents=[common], help="show one row in full",
+                          description="Show one row in full (errors and audit history included).")
+    show.add_argument("row_key", metavar="ROW_KEY")
+    rp = dls.add_parser("replay", parents=[filt], formatter_class=fmt,
+                        help="return rows to pending with attempts reset",
+                        description=(
+                            "Return dead-letters to pending with attempts reset. The error history\n"
+                            "is kept and an audit entry records who replayed it and when. Name rows\n"
+                            "by ROW_KEY, or use --all with the filters."))
+    rp.add_argument("row_keys", metavar="ROW_KEY", nargs="*")
+    rp.add_argument("--all", action="store_true", help="replay every dead-letter the filters match")
+    rp.add_argument("--by", default="", help="who replays (audit; default $USER)")
+    pg = dls.add_parser("purge", parents=[filt], help="delete dead-letters (asks first)",
+                        description="Delete the dead-letters the filters match. Asks for "
+                                    "confirmation unless --yes.")
+    pg.add_argument("--yes", action="store_true", help="do not ask")
+
+    rb = _command(sub, "rebuild", common)
+    rb.add_argument("projection", metavar="PROJECTION", help="e.g. board-reflect")
+    rb.add_argument("--tenant", required=True, help="the tenant to rebuild")
+    rb.add_argument("--batch-size", type=_positive_int, default=1000,
+                    help="events read per query (default 1000)")
+    mode = rb.add_mutually_exclusive_group()
+    mode.add_argument("--shadow", action="store_true",
+                      help="build the next generation beside the live one, then swap atomically "
+                           "(resumes an interrupted shadow rebuild)")
+    mode.add_argument("--drop-shadow", action="store_true",
+                      help="discard an interrupted shadow rebuild; the live model is untouched")
+    rb.add_argument("--gap-wait", type=_positive_float, default=None, metavar="SECONDS",
+                    help="--shadow: how long to wait out a young seq gap before leaving the "
+                         "shadow to resume later (default: 2 x tail.young_gap_seconds)")
+    st = _command(sub, "status", common)
+    st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
+    st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("board-outbox")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"

@@ -1,0 +1,75 @@
+"""``/metrics``: the per-scrape gauges and the runtime's counters, read from a running
+``Service`` (its status snapshot, refreshed every ``service.metrics_interval_seconds``, and its
+stats). Counters and histograms recorded as things happen are in ``telemetry/prometheus.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from board_outbox.service.runtime import Service
+
+
+class ServiceCollector(Collector):
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        svc, stats = self.service, self.service.stats
+        status = sorted(svc.status.values(), key=lambda s: s.tenant_id)
+
+        def per_tenant(name: str, doc: str, unit: str, values: list[tuple[str, float]]) -> Metric:
+            g = GaugeMetricFamily(name, doc, labels=["tenant_id"], unit=unit)
+            for tenant, v in values:
+                g.add_metric([tenant], v)
+            return g
+
+        yield per_tenant("board_outbox_tail_lag_events", "allocated seq minus cursor, per tenant", "",
+                         [(s.tenant_id, s.lag_events) for s in status])
+        yield per_tenant("board_outbox_tail_lag_seconds",
+                         "age of the oldest event past the cursor, per tenant", "seconds",
+                         [(s.tenant_id, s.lag_seconds) for s in status])
+        yield per_tenant("board_outbox_cursor", "the tail's cursor (last materialized seq)", "",
+                         [(s.tenant_id, s.cursor) for s in status])
+        yield per_tenant("board_outbox_oldest_pending_age_seconds",
+                         "age of the oldest pending or claimed row, per tenant", "seconds",
+                         [(s.tenant_id, s.oldest_pending_age_seconds) for s in status
+                          if s.oldest_pending_age_seconds is not None])
+        yield per_tenant("board_outbox_dead_letter_rows", "rows parked as failed now, per tenant", "",
+                         [(s.tenant_id, s.dead_letters) for s in status])
+        yield per_tenant("board_outbox_tenant_stalled",
+                         "1 while the tenant is behind and its cursor has not moved for "
+                         "tail.stall_seconds", "", [(s.tenant_id, int(s.stalled)) for s in status])
+        yield per_tenant("board_outbox_tenant_stalled_seconds", "how long the tenant has been stalled",
+                         "seconds", [(s.tenant_id, s.stalled_for_seconds) for s in status])
+        rows = GaugeMetricFamily("board_outbox_rows", "effect rows by state", labels=["state"])
+        for state, n in sorted(svc.metrics.rows.items()):
+            rows.add_metric([state], n)
+        yield rows
+
+        def counter(name: str, doc: str, value: float) -> Metric:
+            return CounterMetricFamily(name, doc, value=value)
+
+        w = stats.worker
+        yield counter("board_outbox_lease_steals",
+                      "claims this replica lost to an expired lease (skipped or late marks no-ops)",
+                      w.lease_lost + w.skipped_expired)
+        yield counter("board_outbox_cas_lost", "cursor compare-and-sets lost to another replica",
+                      stats.cas_lost)
+        yield counter("board_outbox_stream_reopens", "change stream losses and interruptions",
+                      stats.stream_reopens)
+        yield counter("board_outbox_events_materialized", "events whose rows are durable",
+                      stats.materialized)
+        yield counter("board_outbox_rows_inserted", "effect rows inserted by the tail", stats.rows_inserted)
+        yield counter("board_outbox_drains", "drain passes", stats.drains)
+        outcomes = CounterMetricFamily("board_outbox_worker_rows", "claimed rows by outcome",
+                                       labels=["outcome"])
+        for f in w.__struct_fields__:
+            outcomes.add_metric([f], getattr(w, f))
+        yield outcomes
+        yield GaugeMetricFamily("board_outbox_change_stream_open", "1 while the change stream is open",
+                                value=int(svc.stream_open))
