@@ -10,6 +10,9 @@ import pytest
 from tests.support.kits import Kit, memory_kit, mongo_kit
 from tests.support.live_mongo import SKIP_REASON, LiveServer, live_kind, live_server
 
+# every async test runs under an anyio deadline shorter than its timeout (issue 21)
+pytest_plugins = ["tests.support.deadline"]
+
 BACKENDS = [
     "memory",
     "mongomock",
