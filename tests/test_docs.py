@@ -6,6 +6,7 @@
   (``Tail.drain_tenant``, ``reading.read_batch``) or a call (``claim_any(...)``) is resolved
   against the AST of src/ and projections/; a bare CamelCase name (``GapTracker``) must be a
   class or function defined in the source tree or the test support code.
+- Every path ARCHITECTURE.md and docs/*.md give in backticks exists.
 - Every setting the configuration accepts has a row in docs/configuration.md.
 - README.md stays short enough for a newcomer (about 12 KB).
 """
@@ -265,10 +266,39 @@ def test_every_name_architecture_gives_exists(source: Index, everything: Index) 
     assert not missing, f"ARCHITECTURE.md names what the code does not define: {missing}"
 
 
+PENDING_PATHS = frozenset({"engine/completer.py"})  # the same rewrite's new module
+
+
+def doc_paths(markdown: str) -> set[str]:
+    """Paths in backticks: ``engine/tail.py``, ``adapters/*/outbox.py``, ``tests/harness/``."""
+    return {span for span in re.findall(r"`([^`\s]+)`", markdown)
+            if "/" in span and re.fullmatch(r"[\w.*/-]+", span) and not span.startswith("/")
+            and (span.endswith("/") or re.search(r"\.(py|md|toml|json|txt|png|yaml|yml)$", span))}
+
+
+def path_exists(span: str, page: Path = ARCHITECTURE) -> bool:
+    """Relative to the repository, to the package (ARCHITECTURE's convention) or to the page."""
+    bases = (ROOT, ROOT / "src" / "board_outbox", page.parent)
+    return any(any(base.glob(span.rstrip("/"))) for base in bases)
+
+
+def test_every_path_the_docs_give_exists() -> None:
+    assert {"engine/tail.py", "adapters/*/outbox.py", "tests/harness/"} <= doc_paths(
+        ARCHITECTURE.read_text())
+    assert not path_exists("engine/run_batch.py")
+    missing: list[str] = []
+    for page in [ARCHITECTURE, *sorted((ROOT / "docs").glob("*.md"))]:
+        missing += [f"{page.name}: {p}" for p in sorted(doc_paths(page.read_text()))
+                    if p not in PENDING_PATHS and not path_exists(p, page)]
+    assert not missing, f"the docs name paths that do not exist: {missing}"
+
+
 def test_pending_names_are_still_pending(source: Index) -> None:
-    """When the worker rewrite lands, its names must be checked like every other."""
+    """When the worker rewrite lands, its names and paths must be checked like every other."""
     landed = sorted(n for n in PENDING_NAMES if n in source.names or n in source.classes)
-    assert not landed, f"these names exist now: drop them from PENDING_NAMES in {__file__}: {landed}"
+    landed += sorted(p for p in PENDING_PATHS if path_exists(p))
+    assert not landed, (f"these exist now: drop them from PENDING_NAMES / PENDING_PATHS in "
+                        f"{__file__}: {landed}")
 
 
 # --- configuration reference ------------------------------------------------------------------
