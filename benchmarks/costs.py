@@ -2,7 +2,7 @@
 materialized event and per executed row.
 
 Round trips and our CPU carry over from the wire server we measure on to mongod; the server's
-own speed does not (see shared/WIRE-SERVER.md). Commands are counted client-side with pymongo
+own speed does not (see docs/testing.md). Commands are counted client-side with pymongo
 command monitoring; CPU is this process's CPU time (``time.process_time``: our code plus
 pymongo's encoding and decoding), so the server's CPU is excluded by construction.
 

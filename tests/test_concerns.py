@@ -1,6 +1,7 @@
 """O5: explicit read and write concerns. The wire server accepts concerns and ignores them
-(shared/WIRE-SERVER.md), so these tests check what matters on a real replica set: that the
-commands the tail and the worker send CARRY them, read through pymongo command monitoring."""
+(docs/testing.md, "What the wire server cannot prove"), so these tests check what matters on a
+real replica set: that the commands the tail and the worker send CARRY them, read through
+pymongo command monitoring."""
 
 from __future__ import annotations
 

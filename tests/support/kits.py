@@ -163,7 +163,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
         MongoReadModelStore,
         MongoSubscriptionStore,
     )
-    from board_outbox.adapters.mongo.readmodel_versions import MongoReadModelVersionStore
+    from board_outbox.adapters.mongo.generations import MongoGenerationStore
 
     board = MongoBoard(db)
     outbox = MongoEffectOutbox(db)
@@ -181,5 +181,5 @@ def mongo_kit(db: Any, name: str) -> Kit:
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
         readmodels=MongoReadModelStore(db), insert_raw_event=raw_event, insert_raw_row=raw_row,
-        put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoReadModelVersionStore(db),
+        put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
     )

@@ -5,8 +5,8 @@ imports the server's code, which stays GPL-2.0-only behind the process boundary.
 ``board-outbox demo --store embedded``, the benchmarks and the live test fixture.
 
 The server advertises a single-node replica set named ``secantus``, so pymongo opens change
-streams on it. It is a stand-in for mongod, not mongod: see ``shared/WIRE-SERVER.md`` and the
-README's "What the wire server cannot prove".
+streams on it. It is a stand-in for mongod, not mongod: see "What the wire server cannot prove"
+in docs/testing.md.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from board_outbox.adapters.memory.cards import MemoryBoard
 from board_outbox.adapters.memory.cursors import MemoryCursorStore
 from board_outbox.adapters.memory.events import MemoryEventLog
+from board_outbox.adapters.memory.generations import MemoryGenerationStore
 from board_outbox.adapters.memory.launcher import MemoryLauncher
 from board_outbox.adapters.memory.membership import MemoryMembershipStore
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
-from board_outbox.adapters.memory.readmodel_versions import MemoryReadModelVersionStore
 from board_outbox.adapters.memory.readmodels import MemoryReadModelStore
 from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
@@ -55,7 +55,7 @@ class MemoryBackend:
         self.tokens = MemoryResumeTokenStore()
         self.readmodels = MemoryReadModelStore()
         self.members = MemoryMembershipStore()
-        self.rm_versions = MemoryReadModelVersionStore()
+        self.rm_versions = MemoryGenerationStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""

@@ -14,9 +14,9 @@ from board_outbox.adapters.mongo.cards import MongoBoard
 from board_outbox.adapters.mongo.changefeed import MongoChangeFeed
 from board_outbox.adapters.mongo.cursors import MongoCursorStore
 from board_outbox.adapters.mongo.events import MongoEventLog
+from board_outbox.adapters.mongo.generations import MongoGenerationStore
 from board_outbox.adapters.mongo.membership import MongoMembershipStore
 from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
-from board_outbox.adapters.mongo.readmodel_versions import MongoReadModelVersionStore
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
 from board_outbox.adapters.mongo.schema import ensure_schema as ensure
 from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
@@ -88,7 +88,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         feed=MongoChangeFeed(db) if change_feed else None,
         tokens=MongoResumeTokenStore(db),
         members=MongoMembershipStore(db),
-        rm_versions=MongoReadModelVersionStore(db),
+        rm_versions=MongoGenerationStore(db),
     )
 
 

@@ -1,6 +1,6 @@
 """``board-outbox status``: one row per tenant (O3) -- cursor, allocated seq, lag in events and
 seconds, oldest pending row age, rows by state, dead-letters. ``--json`` prints one stable
-document (see the README's "status --json"); an unknown ``--tenant`` is one line, exit 2."""
+document (see "status --json" in docs/operations.md); an unknown ``--tenant`` is one line, exit 2."""
 
 from __future__ import annotations
 

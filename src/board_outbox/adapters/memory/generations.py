@@ -7,7 +7,7 @@ from anyio.lowlevel import checkpoint
 from board_outbox.ports import ReadModelVersions
 
 
-class MemoryReadModelVersionStore:
+class MemoryGenerationStore:
     def __init__(self) -> None:
         self._docs: dict[tuple[str, str], ReadModelVersions] = {}
 

@@ -1,5 +1,6 @@
-"""``read_model_versions``: one generation pointer per (model, tenant) read model (B3 shadow
-rebuilds). The swap is one conditional update of one document, so it is atomic."""
+"""Generation pointers, one per (model, tenant) read model (B3 shadow rebuilds), in the
+``read_model_versions`` collection (its stored name, kept for existing deployments).
+The swap is one conditional update of one document, so it is atomic."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def _fields(v: ReadModelVersions) -> dict[str, Any]:
     return {"active": v.active, "building": v.building, "progress": v.progress}
 
 
-class MongoReadModelVersionStore:
+class MongoGenerationStore:
     def __init__(self, db: Any) -> None:
         self.coll = db[READ_MODEL_VERSIONS]
 
