@@ -158,7 +158,9 @@ def test_only_the_mongo_adapter_imports_the_driver() -> None:
     assert bad == []
 
 
-def test_the_checker_sees_relative_and_upward_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_checker_sees_relative_and_upward_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The scan must resolve relative imports and flag an upward one, or the tests above could
     pass by seeing nothing."""
     found = {t for t, _ in imports(PKG / "adapters" / "mongo" / "outbox.py")}
