@@ -19,6 +19,7 @@ from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model.domain import Card
 from board_outbox.service.runtime import build_registry
 from board_outbox.surface.cli import main
+from board_outbox.testing import ProjectionContract, check_projection
 from tests.support import user_plugins
 from tests.support.kits import Kit
 
@@ -165,6 +166,17 @@ async def test_user_effect_kind_dispatches_retries_and_dead_letters(
     assert [e["kind"] for e in poison["errors"]] == ["error", "error", "permanent"]
     assert "notification service said no" in poison["errors"][-1]["error"]
     assert fatal["state"] == "failed" and "no such recipient" in fatal["errors"][-1]["error"]
+
+
+class TestTitleLogContract(ProjectionContract):
+    """A user projection checked by the same shipped contract as the built-ins."""
+
+    projection = user_plugins.TitleLog
+
+
+@pytest.mark.anyio
+async def test_a_user_projection_without_apply_many_keeps_the_contract(kit: Kit) -> None:
+    await check_projection(user_plugins.ApplyOnly, store=kit.readmodels)
 
 
 BAD: list[tuple[list[str], dict[str, str], str]] = [
