@@ -101,6 +101,21 @@ async def test_a_launch_row_is_dropped_once_its_subscription_asks_for_another_ki
 
 
 @pytest.mark.anyio
+async def test_a_launch_that_already_spent_its_labels_launches_whatever_the_kind_is_now(kit: Kit) -> None:
+    await kit.sub(Subscription(sub_id="ship", tenant_id=T, bot="shipper", consume_labels=("ship",),
+                               kind="notify"))  # edited after the labels were spent (M6)
+    await kit.card(T, "c1")
+    await kit.insert_raw_row({
+        "tenant_id": T, "row_key": launch_row_key(T, 1, "ship"), "seq": 1, "kind": "launch",
+        "sub_id": "ship", "state": "pending", "not_before": 0.0, "attempts": 1,
+        "consume_marked": True, "event": {"seq": 1, "type": "card.labeled", "card_id": "c1",
+                                          "labels": ["ship"]}})
+    reg = build_registry(kit.stores, [], {"notify": TOPIC})
+    assert (await kit.worker(registry=reg).tick_any()).done == 1
+    assert [(r.bot, r.seq) for r in kit.launcher.launches] == [("shipper", 1)]
+
+
+@pytest.mark.anyio
 async def test_a_kind_nobody_handles_is_flagged_once_and_dead_letters_with_the_reason(
     kit: Kit, caplog: pytest.LogCaptureFixture
 ) -> None:
