@@ -152,6 +152,7 @@ class Case:
     later_flows: bool = False  # the bad tenant's next good event is still launched
     mongo_only: bool = False
     memory_only: bool = False  # mongomock cannot sort or compare the value (the wire can)
+    flag: str = ""  # dead: the tail's one line before the dead-letter's (a kind nobody handles)
 
 
 def _ev(t: str, **fields: Any) -> dict[str, Any]:
@@ -269,6 +270,32 @@ async def _array_tenant_sub(rig: Rig, t: str) -> None:
     await rig.emit(t)
 
 
+def bad_kind_case(id: str, match: str, kind: object) -> Case:
+    """A subscription whose effect kind is not a kind (written around ``put``, which refuses it):
+    only it is ignored, with one line; the tenant's other subscription still launches."""
+    async def plant(rig: Rig, t: str) -> None:
+        await rig.tenant(t)
+        if rig.db is not None:
+            await rig.sub_doc(_sub(t, kind=kind))
+        else:
+            assert rig.backend is not None
+            s = Subscription(sub_id=f"{t}-bad", tenant_id=t, bot="b",
+                             kind=kind)  # type: ignore[arg-type]
+            rig.backend.subs._subs[s.sub_id] = s
+            rig.backend.subs._by_tenant.setdefault(t, {})[s.sub_id] = s
+        await rig.emit(t)
+    return Case(id, plant, "log", match, later_flows=True)
+
+
+async def _unhandled_kind(rig: Rig, t: str) -> None:
+    """A subscription of a kind no handler is registered for, matching card.moved: its row is
+    written and dead-letters with the reason; the tail says so once."""
+    await rig.tenant(t)
+    await rig.kit.subs.put(Subscription(sub_id=f"{t}-page", tenant_id=t, bot="oncall", kind="page",
+                                        rule=MatchRule(event_types=("card.moved",))))
+    await rig.kit.emit(t, "card.moved", "ok")
+
+
 async def _huge_consume(rig: Rig, t: str) -> None:
     await rig.tenant(t)
     labels = tuple(f"l{i}" for i in range(10_000))
@@ -320,6 +347,13 @@ CASES: list[Case] = [
     Case("sub-id-differs-from-sub-id", _sub_id_mismatch, "flows", mongo_only=True),
     Case("sub-tenant-array-names-healthy", _array_tenant_sub, "log",
          "ignoring malformed subscription", later_flows=True, mongo_only=True),
+    bad_kind_case("sub-kind-with-slash", "invalid kind 'no/such'", "no/such"),
+    bad_kind_case("sub-kind-projection", "invalid kind 'projection'", "projection"),
+    bad_kind_case("sub-kind-empty", "invalid kind ''", ""),
+    sub_case("sub-kind-int", "ignoring malformed subscription", lambda t: _sub(t, kind=7)),
+    Case("sub-kind-nobody-handles", _unhandled_kind, "dead",
+         "no effect handler registered for kind 'page'", row_key="{t}/1/sub/{t}-page",
+         later_flows=True, flag="names effect kind 'page', which no handler is registered for"),
     # --- rows -----------------------------------------------------------------------------
     row_case("row-reclaim-attempts-string", "row broke its claim", state="claimed",
              claim_id="x", lease_until=_PAST, attempts="3"),
@@ -400,8 +434,9 @@ async def _run_case(case: Case, rig: Rig, caplog: pytest.LogCaptureFixture) -> N
     healthy = f"{rig.prefix}-healthy-{random.randrange(10**6)}"
     rig.healthy = healthy
     await rig.tenant(healthy)
-    rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2)
-    rig.worker = rig.kit.worker(tail=rig.tail)
+    registry = rig.kit.registry()
+    rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2, kinds=registry.kinds)  # as the service
+    rig.worker = rig.kit.worker(registry=registry, tail=rig.tail)
 
     caplog.set_level(logging.WARNING, logger="board_outbox")
     await case.plant(rig, t)
@@ -427,7 +462,11 @@ async def _run_case(case: Case, rig: Rig, caplog: pytest.LogCaptureFixture) -> N
         dead = await rig.kit.outbox.find(dead_letter_filter(None, None, None, 1000))
         (row,) = [r for r in dead if r.row_key == key]  # dead-letters list shows it
         assert case.match in row.errors[-1].error
-        assert len(lines) == 1 and "parked as dead-letter" in lines[0], lines
+        if case.flag:
+            assert len(lines) == 2 and case.flag in lines[0], lines
+        else:
+            assert len(lines) == 1, lines
+        assert "parked as dead-letter" in lines[-1], lines
         assert await rig.kit.outbox.purge(RowFilter(tenant_id=row.tenant_id, limit=10)) == 1
     if case.later_flows:
         assert rig.launched(t) == launched_before + 1
@@ -479,8 +518,9 @@ async def test_huge_card_and_decimal_seq_on_the_wire(live_db: Any,
     await rig.card(t, "huge", {"tenant_id": t, "card_id": "huge", "title": "t" * 2**22})
     await rig.emit(t, "huge")  # seq 2
     await live_db["board_events"].insert_one(_ev(t, seq=Decimal128("2.5")))
-    rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2)
-    rig.worker = rig.kit.worker(tail=rig.tail)
+    registry = rig.kit.registry()
+    rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2, kinds=registry.kinds)  # as the service
+    rig.worker = rig.kit.worker(registry=registry, tail=rig.tail)
     caplog.set_level(logging.WARNING, logger="board_outbox")
     await rig.passes(healthy, 3)
     await rig.emit(t)  # seq 3
@@ -677,3 +717,9 @@ def test_bad_cli_argument_is_a_usage_error(args: list[str],
 # store.uri tlsCAFile missing, database "bad.name" / "" -> traceback -> one line, exit 2
 # dead-letters list --limit 10^23         -> OverflowError traceback -> usage error, exit 2
 # dead-letters list --since nan           -> "no dead-letters"       -> usage error, exit 2
+# subscription kind:"no/such" / "" /      -> (no kind field: every subscription launched)
+#   "projection" / 7                       -> that subscription ignored with one line; the
+#                                             tenant's others launch; `put` refuses such a kind
+# subscription of a kind nobody handles   -> (no kind field)
+#                                          -> its rows are written and dead-lettered ("no effect
+#                                             handler registered"); the tail says so once

@@ -19,6 +19,7 @@ from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model.domain import Card
 from board_outbox.service.runtime import build_registry
 from board_outbox.surface.cli import main
+from board_outbox.testing import ProjectionContract, check_projection
 from tests.support import user_plugins
 from tests.support.kits import Kit
 
@@ -167,6 +168,17 @@ async def test_user_effect_kind_dispatches_retries_and_dead_letters(
     assert fatal["state"] == "failed" and "no such recipient" in fatal["errors"][-1]["error"]
 
 
+class TestTitleLogContract(ProjectionContract):
+    """A user projection checked by the same shipped contract as the built-ins."""
+
+    projection = user_plugins.TitleLog
+
+
+@pytest.mark.anyio
+async def test_a_user_projection_without_apply_many_keeps_the_contract(kit: Kit) -> None:
+    await check_projection(user_plugins.ApplyOnly, store=kit.readmodels)
+
+
 BAD: list[tuple[list[str], dict[str, str], str]] = [
     (["nope"], {}, "projections[0]: unknown projection 'nope'"),
     (["no_such_module_xyz:Thing"], {}, "projections[0]: cannot import 'no_such_module_xyz'"),
@@ -185,6 +197,7 @@ BAD: list[tuple[list[str], dict[str, str], str]] = [
     ([], {"notify": f"{TOPIC}:TitleLog"}, "handlers.notify: TitleLog does not fit the effect handler"),
     ([], {"notify": "notatopic"}, "handlers.notify: 'notatopic' is not a topic"),
     ([], {"notify": f"{TOPIC}:BadCtor"}, "handlers.notify: BadCtor does not fit"),
+    ([], {'"no/tify"': f"{TOPIC}:Notify"}, "handlers.no/tify: invalid kind 'no/tify'"),  # quoted key
 ]
 
 

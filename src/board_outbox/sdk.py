@@ -3,14 +3,16 @@ handler needs, and nothing else. Import only from here (``from board_outbox.sdk 
 every other module is private implementation and may move between releases.
 
 - the values a plugin sees: ``EventSnapshot`` (one normalized event), ``EffectRow`` (one effect
-  row), ``Subscription``;
+  row), ``Subscription`` with its ``MatchRule`` and ``matches`` (re-verify a row against the
+  subscription as it is now), the built-in kinds ``LAUNCH`` and ``PROJECTION``;
 - the read-model store a projection writes through, and its write types: ``ReadModelStore``,
   ``UpsertIfNewer``, ``PushRecent``;
 - projections: the ``Projection`` protocol and the named ``BatchProjection`` (``apply_many``);
 - effect handlers: the ``EffectHandler`` protocol, the named ``PreparingHandler`` (``prepare``,
   one batch read per claim), the ``ExecutionContext`` each row runs with (``prefetched`` holds
   what ``prepare`` returned) and the ``HandlerContext`` a handler is constructed with;
-- the error types a plugin raises or may see.
+- the error types a plugin raises or may see (``SubscriptionNotFound``: from ``subs.get`` when
+  the subscription a row names was deleted).
 
 Guide: docs/extending.md. Contract checks to call from a plugin's own tests:
 ``board_outbox.testing``.
@@ -26,13 +28,22 @@ from board_outbox.engine.handlers.contract import (
     PreparingHandler,
     Projection,
 )
-from board_outbox.model.domain import LAUNCH, PROJECTION, EffectRow, EventSnapshot, Subscription
+from board_outbox.model.domain import (
+    LAUNCH,
+    PROJECTION,
+    EffectRow,
+    EventSnapshot,
+    MatchRule,
+    Subscription,
+    matches,
+)
 from board_outbox.model.errors import (
     BoardOutboxError,
     EffectError,
     LeaseLost,
     PermanentEffectError,
     StoreUnavailable,
+    SubscriptionNotFound,
 )
 from board_outbox.model.records import PushRecent, UpsertIfNewer
 from board_outbox.ports import ReadModelStore
@@ -49,6 +60,7 @@ __all__ = [
     "ExecutionContext",
     "HandlerContext",
     "LeaseLost",
+    "MatchRule",
     "PermanentEffectError",
     "PreparingHandler",
     "Projection",
@@ -56,5 +68,7 @@ __all__ = [
     "ReadModelStore",
     "StoreUnavailable",
     "Subscription",
+    "SubscriptionNotFound",
     "UpsertIfNewer",
+    "matches",
 ]

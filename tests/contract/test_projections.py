@@ -1,5 +1,6 @@
 """Projections on every backend (memory, mongomock, the wire): the read-model store's batch
-writes, the second built-in projection ``card-activity``, and the worker's batched apply (P2)."""
+writes, the built-in projections ``board-reflect`` and ``card-activity`` (the shipped contract
+checks of ``board_outbox.testing``, on each backend's store), and the worker's batched apply (P2)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from board_outbox_projections import BoardReflect, CardActivity
 from board_outbox.engine.batch import execute_batch, plan
 from board_outbox.model.domain import EventSnapshot
 from board_outbox.ports import PushRecent, UpsertIfNewer
+from board_outbox.testing import ProjectionContract, check_projection
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio
@@ -63,6 +65,20 @@ async def test_card_activity_keeps_the_last_n_with_who_and_when(kit: Kit) -> Non
 class Last3(CardActivity):
     name: ClassVar[str] = "last-3"
     keep: ClassVar[int] = 3
+
+
+@pytest.mark.parametrize("projection", [BoardReflect, CardActivity, Last3])
+async def test_builtin_projection_keeps_the_contract_on_the_store(kit: Kit, projection: type) -> None:
+    """The contract checks a user calls for their own projection, on this backend's store."""
+    await check_projection(projection, store=kit.readmodels)
+
+
+class TestBoardReflectContract(ProjectionContract):
+    projection = BoardReflect
+
+
+class TestCardActivityContract(ProjectionContract):
+    projection = CardActivity
 
 
 async def test_card_activity_converges_under_repeats_and_any_order(kit: Kit) -> None:

@@ -71,11 +71,12 @@ class Kit:
 
     # --- building the pipeline ------------------------------------------------------------
 
-    def tail(self, projections: tuple[str, ...] = (), **settings: Any) -> Tail:
+    def tail(self, projections: tuple[str, ...] = (), kinds: list[str] | None = None,
+             **settings: Any) -> Tail:
         return Tail(
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.cards, clock=self.clock, settings=TailSettings(**settings),
-            projections=projections,
+            projections=projections, kinds=kinds,
         )
 
     def registry(self, projections: list[str] | None = None) -> HandlerRegistry:

@@ -1,16 +1,21 @@
 """A user's plugins, as a deployment would write them outside board-outbox (tests of P1), and
-classes that do not fit the protocols (each must be a one-line config error)."""
+classes that do not fit the protocols (each must be a one-line config error). Like any user's
+code, it imports only the public face, ``board_outbox.sdk``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.model.domain import EffectRow, EventSnapshot
-from board_outbox.model.errors import PermanentEffectError
-from board_outbox.ports import ReadModelStore, UpsertIfNewer
-from board_outbox.service.plugins import HandlerContext
+from board_outbox.sdk import (
+    EffectRow,
+    EventSnapshot,
+    ExecutionContext,
+    HandlerContext,
+    PermanentEffectError,
+    ReadModelStore,
+    UpsertIfNewer,
+)
 
 
 class TitleLog:
@@ -64,7 +69,7 @@ class Notify:
     def __init__(self, ctx: HandlerContext) -> None:
         self.ctx = ctx
 
-    async def execute(self, row: EffectRow, ctx: ExecutionContext) -> str:
+    async def execute(self, row: EffectRow, ctx: ExecutionContext[Any]) -> str:
         if row.row_key.endswith("/poison"):
             raise RuntimeError("notification service said no")
         if row.row_key.endswith("/fatal"):

@@ -14,7 +14,7 @@ drain_tenant, per batch:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Literal
 
 import msgspec
@@ -29,8 +29,8 @@ from board_outbox.model.domain import (
     EventSnapshot,
     SubscriptionIndex,
     TraceContext,
-    new_launch_row,
     new_projection_row,
+    new_subscription_row,
 )
 from board_outbox.model.errors import MalformedDocument, StoreError, StoreUnavailable
 from board_outbox.model.validation import OnceLog, cap, is_seq, tenant_problem
@@ -65,6 +65,7 @@ class DrainResult(msgspec.Struct, kw_only=True):
     skipped_deleted: int = 0
     skipped_poison: int = 0
     stepped_gaps: int = 0
+    unhandled: int = 0  # rows of a kind no handler is registered for (written; they dead-letter)
     stopped: str = ""  # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter
     error: str = ""
 
@@ -102,6 +103,7 @@ class Tail:
         clock: Clock,
         settings: TailSettings | None = None,
         projections: Sequence[str] = (),
+        kinds: Collection[str] | None = None,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.events = events
@@ -113,6 +115,10 @@ class Tail:
         self.settings = settings or TailSettings()
         # The projection kinds come from the handler registry: one row per event per projection.
         self.projections = tuple(projections)
+        # The effect kinds with a registered handler (None: not checked). A subscription naming
+        # another kind still gets its rows (durable: they dead-letter with the reason and replay
+        # once a handler is deployed), and the tail says so, once per subscription and kind.
+        self.kinds = frozenset(kinds) if kinds is not None else None
         self._gaps = GapTracker(self.settings.young_gap_seconds)
         self._poison = _PoisonTracker()
         # tenant -> (cursor after our last CAS, subscription index), only within a drain_all pass
@@ -251,6 +257,8 @@ class Tail:
         if rows:
             result = await self.outbox.upsert_rows(rows)
             res.rows, res.rows_inserted = len(rows), result.inserted
+            if self.kinds is not None:
+                res.unhandled = sum(1 for r in rows if r.kind not in self.kinds)
         res.materialized = len(snapshots)
         if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
             res.cursor_after = self._known[tenant_id] = advance_to
@@ -294,7 +302,9 @@ class Tail:
         rows: list[EffectRow] = []
         for snap in snapshots:
             for sub in index.matching(snap):
-                row = new_launch_row(tenant_id, snap, sub, now)
+                if self.kinds is not None and sub.kind not in self.kinds:
+                    self._unhandled(tenant_id, sub.sub_id, sub.kind)
+                row = new_subscription_row(tenant_id, snap, sub, now)
                 row.trace = tc
                 rows.append(row)
             for proj in self.projections:
@@ -310,6 +320,13 @@ class Tail:
             if snapshots:
                 span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
         return rows
+
+    def _unhandled(self, tenant_id: str, sub_id: str, kind: str) -> None:
+        self._once(("unhandled", sub_id, kind), logging.ERROR,
+                   "subscription %s names effect kind %r, which no handler is registered for: its "
+                   "rows are written and dead-lettered (register the kind under [handlers] or the "
+                   "board_outbox.handlers entry points, then `dead-letters replay`)",
+                   sub_id, kind, extra={"tenant_id": tenant_id, "sub_id": sub_id})
 
     async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:
         """One pass: drain each tenant until it is caught up (or stopped by a gap/poison/error)."""

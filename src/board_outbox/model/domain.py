@@ -28,6 +28,18 @@ LIVE_STATES: Final = (PENDING, CLAIMED)
 _ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
 
+def check_kind(kind: object) -> str:
+    """A subscription's effect kind: an id (as ``check_id``), and not ``projection`` (projection
+    rows come from the configured projections, one per event, never from a subscription)."""
+    if not isinstance(kind, str):
+        raise InvalidId(f"invalid kind {kind!r}: not a string")
+    check_id("kind", kind)
+    if kind == PROJECTION:
+        raise InvalidId("invalid kind 'projection': projection rows come from the configured "
+                        "projections, not from a subscription")
+    return kind
+
+
 def check_id(what: str, value: str) -> str:
     """Tenant, subscription and projection ids must be safe to embed in a row key."""
     if not isinstance(value, str) or not _ID.match(value):
@@ -87,12 +99,18 @@ class MatchRule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Subscription(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tenant wants done when an event matches ``rule``: one row of effect ``kind`` per
+    matching event (``launch``, the default, launches ``bot``; any other kind is run by the
+    handler registered for it, which reads ``bot`` as it likes, e.g. a recipient). A subscription
+    stored before ``kind`` existed reads as a launch."""
+
     sub_id: str
     tenant_id: str
     bot: str
     rule: MatchRule = MatchRule()
     consume_labels: tuple[str, ...] = ()
     enabled: bool = True
+    kind: str = LAUNCH
 
 
 def matches(sub: Subscription, ev: EventSnapshot) -> bool:
@@ -175,7 +193,19 @@ def projection_row_key(tenant_id: str, seq: int, projection: str) -> str:
 def new_launch_row(
     tenant_id: str, ev: EventSnapshot, sub: Subscription, now: float
 ) -> EffectRow:
+    """A ``launch`` row for ``sub`` (whatever kind it names: see ``new_subscription_row``)."""
     return _new_row(tenant_id, ev, now, kind=LAUNCH, sub_id=sub.sub_id,
+                    row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id))
+
+
+def new_subscription_row(
+    tenant_id: str, ev: EventSnapshot, sub: Subscription, now: float
+) -> EffectRow:
+    """The row ``sub`` owes for ``ev``: of the subscription's ``kind``, carrying ``sub_id`` and the
+    event snapshot, keyed by (event, subscription) whatever the kind -- so a subscription whose
+    kind is edited never owes a second row for an event it already matched. No bot: the handler
+    reads the subscription when the row runs (a launch re-verifies it there, M10b)."""
+    return _new_row(tenant_id, ev, now, kind=sub.kind, sub_id=sub.sub_id,
                     row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id))
 
 

@@ -24,6 +24,7 @@ from board_outbox.model.domain import (
     ErrorEntry,
     Subscription,
     check_id,
+    check_kind,
 )
 from board_outbox.model.errors import InvalidId
 
@@ -64,7 +65,12 @@ def tenant_problem(tenant_id: object) -> str | None:
 
 def subscription_problem(sub: Subscription) -> str | None:
     """Why a decoded subscription must not be used (None: it may). Its label lists are bounded:
-    a 10,000-label consume is a pathological write that would pause the whole store."""
+    a 10,000-label consume is a pathological write that would pause the whole store. Its effect
+    kind must be an id, and not ``projection``."""
+    try:
+        check_kind(sub.kind)
+    except InvalidId as exc:
+        return str(exc)
     for name, labels in (("consume_labels", sub.consume_labels),
                          ("rule.labels_all", sub.rule.labels_all)):
         if len(labels) > MAX_LABELS:

@@ -26,7 +26,7 @@ from typing import Any
 
 from board_outbox.engine.handlers.contract import HandlerContext
 from board_outbox.engine.registry import EffectHandler, HandlerRegistry, Projection
-from board_outbox.model.domain import LAUNCH, PROJECTION, check_id
+from board_outbox.model.domain import LAUNCH, PROJECTION, check_id, check_kind
 from board_outbox.model.errors import ConfigError, InvalidId
 from board_outbox.ports import ReadModelStore, Stores
 
@@ -186,6 +186,14 @@ def _check_handler_class(obj: Any, where: str) -> type:
     return obj
 
 
+def _check_kind(kind: str, where: str) -> None:
+    """A kind no subscription could name (``check_kind``) would never get a row: refuse it."""
+    try:
+        check_kind(kind)
+    except InvalidId as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
 def resolve_handlers(table: Mapping[str, str]) -> dict[str, type]:
     """Effect kind -> handler class: the ``[handlers]`` table over the entry points."""
     out: dict[str, type] = {}
@@ -195,11 +203,13 @@ def resolve_handlers(table: Mapping[str, str]) -> dict[str, type]:
         where = f"entry point {HANDLER_GROUP}:{kind}"
         if kind in BUILTIN_KINDS:
             raise ConfigError(f"{where}: kind {kind!r} clashes with a built-in effect kind")
+        _check_kind(kind, where)
         out[kind] = _check_handler_class(_load_entry_point(ep, where), where)
     for kind, topic in table.items():
         where = f"handlers.{kind}"
         if kind in BUILTIN_KINDS:
             raise ConfigError(f"{where}: kind {kind!r} clashes with a built-in effect kind")
+        _check_kind(kind, where)
         if not isinstance(topic, str):
             raise ConfigError(f"{where}: expected a \"module:Class\" string")
         out[kind] = _check_handler_class(_import_topic(topic, where), where)

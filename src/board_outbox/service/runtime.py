@@ -88,6 +88,7 @@ class Service:
             clock=self.clock,
             settings=config.tail,
             projections=self.registry.projections,
+            kinds=self.registry.kinds,
             tracer_provider=tracer_provider,
         )
         self.worker = EffectWorker(

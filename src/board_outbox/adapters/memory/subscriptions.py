@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 from anyio.lowlevel import checkpoint
 
-from board_outbox.model.domain import Subscription, check_id
+from board_outbox.model.domain import Subscription, check_id, check_kind
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
 from board_outbox.model.validation import OnceLog, subscription_problem
 
@@ -55,6 +55,7 @@ class MemorySubscriptionStore:
         await checkpoint()
         check_id("tenant_id", sub.tenant_id)
         check_id("sub_id", sub.sub_id)
+        check_kind(sub.kind)
         old = self._subs.get(sub.sub_id)
         if old is not None:
             self._by_tenant[old.tenant_id].pop(sub.sub_id, None)

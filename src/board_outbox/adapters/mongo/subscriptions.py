@@ -7,7 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
-from board_outbox.model.domain import Subscription, check_id, from_doc, to_doc
+from board_outbox.model.domain import Subscription, check_id, check_kind, from_doc, to_doc
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
 from board_outbox.model.validation import OnceLog, cap, subscription_problem
 
@@ -74,6 +74,7 @@ class MongoSubscriptionStore:
     async def put(self, sub: Subscription) -> None:
         check_id("tenant_id", sub.tenant_id)
         check_id("sub_id", sub.sub_id)
+        check_kind(sub.kind)
         await self.coll.replace_one({"_id": sub.sub_id}, {"_id": sub.sub_id, **to_doc(sub)},
                                     upsert=True)
 

@@ -51,6 +51,10 @@ class LaunchHandler:
                 f"row of tenant {row.tenant_id!r} names subscription {sub.sub_id!r} "
                 f"of tenant {sub.tenant_id!r}"
             )
+        if sub.kind != row.kind and not row.consume_marked:
+            # the subscription now asks for another effect kind (M10b); a consume_marked row
+            # spent its labels for this launch already: it launches, as below
+            return f"dropped: subscription now of kind {sub.kind!r}"
         if not row.consume_marked and not matches(sub, row.event):
             # Re-verify against the CURRENT rule (M10b). A consume_marked row already spent its
             # labels for this launch: it launches whatever the rule says now.

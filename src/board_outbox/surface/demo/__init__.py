@@ -3,11 +3,13 @@ by default (SecantusDB's ``secantusd-py`` started as a child process, temp stora
 in-memory twin (``--store memory``).
 
 A generator plays a board (cards created, moved, labelled, retitled, deleted) across a few
-tenants with three subscriptions each, while the service runs its change-stream waker, drain
-loop and effect worker. A flaky launcher fails a share of launches so retries and backoff show. A
-live summary prints as it goes; at the end the run is checked through the ports: every event
-materialized, every row settled, no row launched twice, the board-reflect read model equal to
-the cards; and the throughput is printed.
+tenants with four subscriptions each (three launch bots, and one of the user effect kind
+``notify``, run by the example handler in ``notify.py``), while the service runs its
+change-stream waker, drain loop and effect worker. A flaky launcher fails a share of launches
+so retries and backoff show. A live summary prints as it goes; at the end the run is checked
+through the ports: every event materialized, every row settled, no row launched twice, the
+board-reflect read model equal to the cards, every notify row done by its handler; and the
+throughput is printed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from board_outbox.service.config import Config, load_config
 from board_outbox.service.runtime import Service
 from board_outbox.service.wireserver import WireServer, WireServerUnavailable
 from board_outbox.surface.demo.check import verify
+from board_outbox.surface.demo.notify import KIND as NOTIFY
+from board_outbox.surface.demo.notify import TOPIC as NOTIFY_TOPIC
 from board_outbox.surface.demo.simulator import BoardSimulator, demo_subscriptions
 from board_outbox.surface.demo.summary import print_summary
 
@@ -95,8 +99,9 @@ async def _run(
     rng = random.Random(opts.seed)
     launcher.fail = lambda _req: rng.random() < opts.failure_rate
     tenants = [f"tenant-{i + 1}" for i in range(opts.tenants)]
+    subs = {t: demo_subscriptions(t) for t in tenants}
     for t in tenants:
-        for sub in demo_subscriptions(t):
+        for sub in subs[t]:
             await stores.subs.put(sub)
     cfg = config or load_config(
         env={},
@@ -105,6 +110,7 @@ async def _run(
                 "max_attempts": 10, "batch_size": 50},
         service={"shutdown_grace_seconds": 2.0},
         projections=["board-reflect", *opts.projections],
+        handlers={NOTIFY: NOTIFY_TOPIC},  # the demo's user effect kind, as a deployment adds one
     )
     done_by_kind: dict[str, int] = {}
 
@@ -134,8 +140,10 @@ async def _run(
             behind += (await stores.events.max_inserted_seq(t)) - cur
         return state["phase"] == "draining" and pending == 0 and behind == 0
 
+    kinds = sorted({s.kind for ss in subs.values() for s in ss})
     print(
-        f"board-outbox demo: {opts.tenants} tenants x 3 subscriptions, {opts.events} events, "
+        f"board-outbox demo: {opts.tenants} tenants x {len(subs[tenants[0]]) if tenants else 0} "
+        f"subscriptions (kinds {', '.join(kinds)}), {opts.events} events, "
         f"launcher failure rate {opts.failure_rate:.0%} ({where})",
         file=out,
     )

@@ -1,5 +1,6 @@
 """The demo's final check: every event materialized once, every row settled, no launch doubled,
-the board-reflect read model equal to the cards. It reads through the ports, so it checks the
+the board-reflect read model equal to the cards, every ``notify`` row (the user effect kind)
+done by its handler. It reads through the ports, so it checks the
 in-memory twin and the wire server alike."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from typing import TextIO
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.ports import RowFilter, Stores
 from board_outbox.service.runtime import Service
+from board_outbox.surface.demo.notify import KIND as NOTIFY
+from board_outbox.surface.demo.notify import Notify, notifications
 from board_outbox.surface.demo.simulator import BoardSimulator
 
 ALL_ROWS = 10**9
@@ -68,9 +71,35 @@ async def verify(
         label = str(r.outcome or r.state).split(" launch-")[0]
         by_outcome[label] = by_outcome.get(label, 0) + 1
     consumed = sum(1 for r in launch_rows if r.consume_marked)
-    print(f"\n{events} events -> {len(rows)} rows ({len(launch_rows)} launch, "
-          f"{len(rows) - len(launch_rows)} projection); launch outcomes: "
+    by_kind: dict[str, int] = {}
+    for r in rows:
+        by_kind[r.kind] = by_kind.get(r.kind, 0) + 1
+    # the user kind: every row done by the notify handler (its outcome says what it did), and
+    # every "notified" one recorded in its read model, once
+    notify_rows = [r for r in rows if r.kind == NOTIFY]
+    notified = [r for r in notify_rows if r.state == "done" and str(r.outcome).startswith("notified")]
+    not_by_handler = [r for r in notify_rows if r.state != "done" or not str(r.outcome).startswith(
+        ("notified", "dropped"))]
+    if not_by_handler:
+        problems.append(f"{len(not_by_handler)} notify rows not done by the notify handler "
+                        f"(first: {not_by_handler[0].row_key} {not_by_handler[0].state} "
+                        f"{not_by_handler[0].outcome or ''})")
+    recorded = 0
+    expected: dict[tuple[str, str], int] = {}
+    for r in notified:
+        key = (r.tenant_id, r.sub_id or "")
+        expected[key] = expected.get(key, 0) + 1
+    for (t, sub_id), n in expected.items():
+        got = len(await notifications(stores.readmodels, t, sub_id))
+        recorded += got
+        if got != min(n, Notify.keep):
+            problems.append(f"{t}: {sub_id} has {got} notifications recorded, {n} rows notified")
+    print(f"\n{events} events -> {len(rows)} rows ("
+          + ", ".join(f"{v} {k}" for k, v in sorted(by_kind.items())) + "); launch outcomes: "
           + ", ".join(f"{k} {v}" for k, v in sorted(by_outcome.items())), file=out)
+    print(f"notify rows (a user effect kind) {len(notify_rows)}: {len(notified)} notified by the "
+          f"notify handler, {recorded} notifications recorded, "
+          f"{len(notify_rows) - len(notified) - len(not_by_handler)} dropped", file=out)
     print(f"events of cards deleted before materialization (skipped, ADR-094): {skipped}",
           file=out)
     print(f"launches {len(launcher.launches)} after {launcher.attempts} attempts "
@@ -90,5 +119,5 @@ async def verify(
         print("FAILED: " + "; ".join(problems), file=out)
         return 1
     print("OK: every event materialized once, every row settled, no launch doubled, "
-          "read model matches the board", file=out)
+          "read model matches the board, every notify row done by its handler", file=out)
     return 0

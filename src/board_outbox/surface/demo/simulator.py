@@ -10,6 +10,7 @@ import msgspec
 from board_outbox.model.domain import Card, MatchRule, Subscription
 from board_outbox.model.errors import CardNotFound
 from board_outbox.ports import Stores
+from board_outbox.surface.demo.notify import KIND as NOTIFY
 
 COLUMNS = ("inbox", "doing", "review", "done")
 
@@ -27,6 +28,11 @@ def demo_subscriptions(tenant: str) -> list[Subscription]:
         Subscription(
             sub_id=f"{tenant}.ship", tenant_id=tenant, bot="ship-bot",
             rule=MatchRule(event_types=("card.labeled",)), consume_labels=("ship",),
+        ),
+        # a user effect kind (surface/demo/notify.py): the team channel hears of finished cards
+        Subscription(
+            sub_id=f"{tenant}.done", tenant_id=tenant, bot="#team", kind=NOTIFY,
+            rule=MatchRule(event_types=("card.moved",), column="done"),
         ),
     ]
 

@@ -23,7 +23,8 @@ async def print_summary(
         f"{counts.get('claimed', 0):3d} done {counts.get('done', 0):6d} failed "
         f"{counts.get('failed', 0):3d} | launches {len(launcher.launches):5d} "
         f"(attempts {launcher.attempts}) | projection updates "
-        f"{done_by_kind.get('projection', 0):6d} | wakes stream {st.stream_wakes} poll "
+        f"{done_by_kind.get('projection', 0):6d} | notify {done_by_kind.get('notify', 0):4d} | wakes "
+        f"stream {st.stream_wakes} poll "
         f"{st.poll_wakes}",
         file=out,
         flush=True,
