@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable
+from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable, UsageError
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
@@ -18,7 +18,6 @@ from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
 from board_outbox.surface.cli.commands.run import cmd_run
 from board_outbox.surface.cli.commands.schema import cmd_ensure_schema
 from board_outbox.surface.cli.commands.status import cmd_status
-from board_outbox.surface.cli.output import UsageError
 from board_outbox.surface.cli.parser import build_parser
 
 __all__ = ["COMMANDS", "StoresFactory", "build_parser", "main"]
