@@ -71,19 +71,20 @@ def ops_routes(service: Service) -> list[BaseRoute]:
             Route("/metrics", metrics, methods=["GET"])]
 
 
-async def _not_found(_request: Request, _exc: Exception) -> Response:
-    return PlainTextResponse("not found: try /healthz, /readyz or /metrics\n", status_code=404)
-
-
 def build_app(routes: list[BaseRoute], *, ui: ASGIApp | None = None,
-              limit: int = MAX_IN_FLIGHT) -> Starlette:
+              limit: int = MAX_IN_FLIGHT,
+              not_found: str = "not found: try /healthz, /readyz or /metrics") -> Starlette:
     """The operator port's app: ``routes`` (the probes), the console mounted at ``/ui``."""
     routes = list(routes)
     if ui is not None:
         routes.append(Mount("/ui", app=ui, name="ui"))
+
+    async def missing(_request: Request, _exc: Exception) -> Response:
+        return PlainTextResponse(not_found + "\n", status_code=404)
+
     return Starlette(
         routes=routes,
         middleware=[Middleware(InFlightLimit, limit=limit),
                     Middleware(RequestBodyLimitMiddleware, max_body_size=MAX_BODY)],
-        exception_handlers={404: _not_found},
+        exception_handlers={404: missing},
     )

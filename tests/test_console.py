@@ -1,0 +1,183 @@
+"""The operator's web console (issue 25) over HTTP, on a running service (memory backend): the
+pages, the read-only default, the login, CSRF and origin checks, and an audited replay. The
+browser tests (``test_console_browser.py``) drive the same pages in Chromium over the wire."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import urlencode
+
+import anyio
+import httpx
+import pytest
+
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.domain import (
+    Card,
+    ErrorEntry,
+    EventSnapshot,
+    Subscription,
+    TraceContext,
+    new_launch_row,
+)
+from board_outbox.model.errors import ConfigError
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
+from board_outbox.surface.console import build_console
+from board_outbox.surface.http import open_ops_server
+
+pytestmark = pytest.mark.anyio
+
+T = "acme"
+TOKEN = "s3cret-admin-token-for-tests"
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+async def _parked_row(backend: MemoryBackend, seq: int = 1) -> str:
+    """A launch row parked as a dead-letter, as the worker leaves one."""
+    now = time.time()
+    ev = EventSnapshot(seq=seq, type="card.created", card_id="c", at=now)
+    row = new_launch_row(T, ev, Subscription(sub_id="s", tenant_id=T, bot="b"), now=now)
+    row.state = "failed"
+    row.attempts = 3
+    row.errors = [ErrorEntry(attempt=i, at=now + i, error=f"bot runner answered 503 <#{i}>")
+                  for i in (1, 2, 3)]
+    row.trace = TraceContext(traceparent=f"00-{TRACE}-b7ad6b7169203331-01")
+    await backend.outbox.upsert_rows([row])
+    return row.row_key
+
+
+@asynccontextmanager
+async def console(admin_token: str = "", jaeger: str = "") -> AsyncIterator[
+        tuple[MemoryBackend, httpx.AsyncClient, str]]:
+    backend = MemoryBackend()
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+    await backend.board.put(Card(tenant_id=T, card_id="c"))
+    key = await _parked_row(backend)
+    cfg = load_config(env={}, tail={"poll_interval_seconds": 0.1},
+                      ui={"enabled": True, "admin_token": admin_token, "jaeger_url": jaeger},
+                      service={"metrics_interval_seconds": 0.05})
+    service = Service(backend.stores(), cfg, rng=random.Random(1))
+    async with open_ops_server(service, "127.0.0.1", 0,
+                               ui=build_console(service.stores, cfg, service)) as server, \
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=10) as client, \
+            anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        try:
+            yield backend, client, key
+        finally:
+            service.stop()
+
+
+def csrf_of(html: str) -> str:
+    m = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert m, "no CSRF token in the page"
+    return m.group(1)
+
+
+def origin(client: httpx.AsyncClient) -> dict[str, str]:
+    return {"Origin": str(client.base_url).rstrip("/")}
+
+
+async def login(client: httpx.AsyncClient, token: str = TOKEN) -> httpx.Response:
+    page = await client.get("/ui/login")
+    return await client.post("/ui/login", data={"csrf": csrf_of(page.text), "token": token,
+                                                "who": "ana"}, headers=origin(client))
+
+
+async def test_pages_render_the_store_and_are_read_only_by_default() -> None:
+    async with console(jaeger="http://jaeger:16686/") as (_backend, client, key):
+        home = await client.get("/ui/")
+        assert home.status_code == 200 and 'http-equiv="refresh"' in home.text
+        assert f'data-tenant="{T}"' in home.text and "read-only" in home.text
+        tenant = await client.get(f"/ui/tenants/{T}")
+        assert tenant.status_code == 200 and "bot runner answered 503 &lt;#3&gt;" in tenant.text
+        assert "board-reflect" in tenant.text  # the read-model generations
+        dls = await client.get("/ui/dead-letters", params={"tenant": T, "sub": "s", "since": "7d"})
+        assert f'data-row="{key}"' in dls.text and 'type="checkbox"' not in dls.text
+        assert "Replay selected" not in dls.text
+        other = await client.get("/ui/dead-letters", params={"sub": "nope"})
+        assert f'data-row="{key}"' not in other.text
+        bad = await client.get("/ui/dead-letters", params={"since": "yesterday-ish"})
+        assert bad.status_code == 400 and "is not a time" in bad.text
+        row = await client.get(f"/ui/rows/{key}")
+        assert row.status_code == 200 and f'href="http://jaeger:16686/trace/{TRACE}"' in row.text
+        assert 'id="replay-row"' not in row.text
+        assert (await client.get("/ui/rows/acme/9/sub/none")).status_code == 404
+        assert (await client.get("/ui/tenants/nobody")).status_code == 404
+        # a forged POST on a console without a token: refused, nothing changes
+        forged = await client.post("/ui/replay", data={"csrf": csrf_of(dls.text), "key": key},
+                                   headers=origin(client))
+        assert forged.status_code == 403 and "read-only" in forged.text
+        assert (await _backend.outbox.get(key)).state == "failed"  # type: ignore[union-attr]
+        assert (await client.get("/healthz")).status_code == 200  # the probes still there
+
+
+async def test_replay_needs_login_csrf_and_same_origin_and_is_audited() -> None:
+    async with console(admin_token=TOKEN) as (backend, client, key):
+        page = await client.get("/ui/dead-letters")
+        token = csrf_of(page.text)
+        form = {"csrf": token, "key": key}
+        # not logged in: refused even with a good CSRF token
+        r = await client.post("/ui/replay", data=form, headers=origin(client))
+        assert r.status_code == 403 and "log in" in r.text
+        wrong = await login(client, token="not-the-token-at-all")
+        assert wrong.status_code == 403 and "not the admin token" in wrong.text
+        ok = await login(client)
+        assert ok.status_code == 303
+        page = await client.get("/ui/dead-letters")
+        assert 'type="checkbox"' in page.text and 'id="mode-admin"' in page.text
+        form["csrf"] = token = csrf_of(page.text)
+        # logged in, but no CSRF token / another one / another origin: refused
+        for data, headers in (({"key": key}, origin(client)),
+                              ({"key": key, "csrf": "x" * 43}, origin(client)),
+                              (form, {"Origin": "http://evil.example"}),
+                              (form, {"Sec-Fetch-Site": "cross-site"})):
+            r = await client.post("/ui/replay", data=data, headers=headers)
+            assert r.status_code == 403, (data, headers)
+        assert (await backend.outbox.get(key)).state == "failed"  # type: ignore[union-attr]
+        # the confirmation says what will happen and changes nothing
+        confirm = await client.post("/ui/replay/confirm", data=form, headers=origin(client))
+        assert confirm.status_code == 200 and "go back to pending" in confirm.text
+        assert "console:ana" in confirm.text
+        assert (await backend.outbox.get(key)).state == "failed"  # type: ignore[union-attr]
+        done = await client.post("/ui/replay", data=form, headers=origin(client))
+        assert done.status_code == 200 and "Replayed 1 of 1" in done.text
+        row = await backend.outbox.get(key)
+        assert row is not None and row.state in ("pending", "claimed", "done")
+        assert [(a.action, a.by) for a in row.audit] == [("replay", "console:ana")]
+        assert len(row.errors) == 3  # the history is kept
+        # replaying it again: left alone, said so
+        again = await client.post("/ui/replay", data=form, headers=origin(client))
+        assert "Replayed 0 of 1" in again.text and "Left alone" in again.text
+        # logged out: refused again
+        await client.post("/ui/logout", data={"csrf": token}, headers=origin(client))
+        r = await client.post("/ui/replay/confirm", data=form, headers=origin(client))
+        assert r.status_code == 403
+
+
+async def test_a_selection_is_bounded_and_bodies_are_limited() -> None:
+    async with console(admin_token=TOKEN) as (_backend, client, _key):
+        await login(client)
+        token = csrf_of((await client.get("/ui/dead-letters")).text)
+        many = [("csrf", token)] + [("key", f"{T}/{i}/sub/s") for i in range(600)]
+        r = await client.post("/ui/replay/confirm", content=urlencode(many).encode(), headers={
+            **origin(client), "Content-Type": "application/x-www-form-urlencoded"})
+        assert r.status_code == 400  # more fields than a selection may have
+        huge = await client.post("/ui/replay", content=b"key=" + b"x" * 100_000, headers={
+            **origin(client), "Content-Type": "application/x-www-form-urlencoded"})
+        assert huge.status_code == 413
+
+
+def test_ui_settings_are_validated() -> None:
+    assert load_config(env={}).ui.enabled is False and load_config(env={}).ui.port == 9465
+    with pytest.raises(ConfigError, match=r"ui\.admin_token: at least 16"):
+        load_config(env={}, ui={"admin_token": "short"})
+    with pytest.raises(ConfigError, match=r"ui\.jaeger_url"):
+        load_config(env={}, ui={"jaeger_url": "jaeger:16686"})
+    cfg = load_config(env={"BOARD_OUTBOX_UI__ENABLED": "true"})
+    assert cfg.ui.enabled is True
