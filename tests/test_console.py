@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from urllib.parse import urlencode
 
 import anyio
@@ -181,3 +182,75 @@ def test_ui_settings_are_validated() -> None:
         load_config(env={}, ui={"jaeger_url": "jaeger:16686"})
     cfg = load_config(env={"BOARD_OUTBOX_UI__ENABLED": "true"})
     assert cfg.ui.enabled is True
+
+
+async def test_a_store_that_fails_costs_the_page_not_the_console() -> None:
+    from board_outbox.model.errors import StoreUnavailable
+
+    async with console() as (backend, client, key):
+        real = backend.outbox.get
+
+        async def down(_key: str) -> object:
+            raise StoreUnavailable("injected: trigger_effects unreachable")
+
+        backend.outbox.get = down  # type: ignore[method-assign,assignment]
+        r = await client.get(f"/ui/rows/{key}")
+        assert r.status_code == 503 and "injected: trigger_effects unreachable" in r.text
+        backend.outbox.get = real  # type: ignore[method-assign]
+        assert (await client.get(f"/ui/rows/{key}")).status_code == 200
+
+
+async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
+    """A hostile row document (attempts a string, errors not a list): its own page says it
+    cannot be read; the dead-letter list and the tenant page still show every other row."""
+    async with console() as (backend, client, key):
+        backend.outbox.insert_raw({"tenant_id": T, "row_key": f"{T}/99/sub/s", "seq": 99,
+                                   "kind": "launch", "sub_id": "s", "state": "failed",
+                                   "attempts": "many", "errors": "boom", "updated_at": time.time()})
+        listing = await client.get("/ui/dead-letters")
+        assert listing.status_code == 200 and f'data-row="{key}"' in listing.text
+        assert (await client.get(f"/ui/tenants/{T}")).status_code == 200
+        bad = await client.get(f"/ui/rows/{T}/99/sub/s")
+        assert bad.status_code == 503 and "malformed effect row" in bad.text
+        assert (await client.get("/ui/")).status_code == 200
+
+
+def test_console_command_serves_the_pages_alone_and_a_port_in_use_is_exit_2(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.test_ops import free_port
+
+    port = free_port()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[ui]\nport = {port}\nadmin_token = "{TOKEN}"\n')
+    cmd = [sys.executable, "-m", "board_outbox", "console", "--config", str(cfg)]
+    with open(tmp_path / "console.log", "wb") as log_file:
+        proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL,
+                                stderr=log_file)
+    try:
+        deadline = time.monotonic() + 20
+        status = None
+        while time.monotonic() < deadline and status != 200:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/ui/", timeout=2).status_code
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert status == 200, (tmp_path / "console.log").read_text()
+        home = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+        assert home.status_code == 307 and home.headers["location"] == "/ui/"
+        page = httpx.get(f"http://127.0.0.1:{port}/ui/", timeout=2).text
+        assert "standalone console" in page and "Log in" in page
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 404
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.count("\n") == 1 and "ui.port" in second.stderr
+        assert "is already in use" in second.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -24,6 +24,7 @@ from starlette.templating import Jinja2Templates
 
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import FAILED
+from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import RowFilter
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
@@ -204,7 +205,15 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         request.session.clear()
         return RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
 
+    async def store_error(request: Request, exc: Exception) -> Response:
+        """The store failing (or a document it cannot decode) costs this page, not the console."""
+        log.warning("console: %s %s: %s: %s", request.method, request.url.path,
+                    type(exc).__name__, exc)
+        return page(request, "message.html", 503, title="The store did not answer",
+                    message=f"{type(exc).__name__}: {exc}. The page shows again once it does.")
+
     return Starlette(
+        exception_handlers={BoardOutboxError: store_error},
         routes=[
             Route("/", overview, methods=["GET"]),
             Route("/tenants/{tenant_id}", tenant, methods=["GET"]),

@@ -49,6 +49,10 @@ class OpsServer:
         self.port = port
 
 
+_IN_USE_HINT = {"service.http_port": "set another port, or 0 to turn the endpoints off",
+                "ui.port": "set another one with --port or [ui] port"}
+
+
 def bind(host: str, port: int, setting: str = "service.http_port") -> socket.socket:
     """A listening socket on ``host:port``; a port in use (or any bind failure) is a
     ``UsageError`` naming ``setting``."""
@@ -65,8 +69,8 @@ def bind(host: str, port: int, setting: str = "service.http_port") -> socket.soc
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise UsageError(f"{setting}: {host}:{port} is already in use "
-                             "(set another port, or 0 to turn the endpoints off)") from None
+            hint = _IN_USE_HINT.get(setting, "set another port")
+            raise UsageError(f"{setting}: {host}:{port} is already in use ({hint})") from None
         raise UsageError(f"{setting}: cannot listen on {host}:{port}: "
                          f"{exc.strerror or exc}") from None
     return sock
