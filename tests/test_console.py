@@ -95,6 +95,7 @@ async def test_pages_render_the_store_and_are_read_only_by_default() -> None:
         home = await client.get("/ui/")
         assert home.status_code == 200 and 'http-equiv="refresh"' in home.text
         assert f'data-tenant="{T}"' in home.text and "read-only" in home.text
+        assert 'id="latency"' in home.text  # this replica's histogram, beside a service
         tenant = await client.get(f"/ui/tenants/{T}")
         assert tenant.status_code == 200 and "bot runner answered 503 &lt;#3&gt;" in tenant.text
         assert "board-reflect" in tenant.text  # the read-model generations
@@ -254,3 +255,20 @@ def test_console_command_serves_the_pages_alone_and_a_port_in_use_is_exit_2(tmp_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_latency_quantiles_come_from_the_replicas_histogram() -> None:
+    from board_outbox.surface.console.data import ConsoleData, Latency
+
+    cfg = load_config(env={})
+    service = Service(MemoryBackend().stores(), cfg)
+    data = ConsoleData(service.stores, cfg, service)
+    assert data.latency() == []
+    for _ in range(60):
+        service.metrics.prom.latency.labels("launch").observe(0.03)
+    for _ in range(40):
+        service.metrics.prom.latency.labels("launch").observe(20)
+    service.metrics.prom.latency.labels("projection").observe(5000)  # past the last bucket
+    assert data.latency() == [Latency("launch", 100, 0.05, 30.0),
+                              Latency("projection", 1, float("inf"), float("inf"))]
+    assert ConsoleData(service.stores, cfg).latency() is None  # standalone: no histogram

@@ -74,6 +74,7 @@ def _templates() -> Jinja2Templates:
     env.filters["ago"] = _ago
     env.filters["when"] = _when
     env.globals["trace_id"] = trace_id
+    env.globals["inf"] = float("inf")
     return Jinja2Templates(env=env)
 
 

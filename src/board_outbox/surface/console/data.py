@@ -33,6 +33,17 @@ class Replica:
 
 
 @dataclass
+class Latency:
+    """Materialized -> done, per kind, from this replica's histogram since it started: each
+    quantile is the upper bound of the bucket it falls in."""
+
+    kind: str
+    rows: int
+    p50: float | None
+    p99: float | None
+
+
+@dataclass
 class Overview:
     generated_at: float
     tenants: list[TenantStatus]
@@ -40,6 +51,7 @@ class Overview:
     owners: dict[str, str]  # tenant -> member id (only with more than one live replica)
     replicas: list[Replica] | None  # None: the backend keeps no membership
     stream: str  # the change stream's state, as far as this process can tell
+    latency: list[Latency] | None = None  # None: no service in this process
 
 
 @dataclass
@@ -119,6 +131,27 @@ class ConsoleData:
         return ("a resume token is saved (each replica's /readyz says whether its stream is open)"
                 if token is not None else "no resume token saved yet")
 
+    def latency(self) -> list[Latency] | None:
+        if self.service is None:
+            return None
+        buckets: dict[str, list[tuple[float, float]]] = {}
+        for family in self.service.metrics.prom.latency.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    le = float(sample.labels["le"])
+                    buckets.setdefault(sample.labels["kind"], []).append((le, sample.value))
+        out = []
+        for kind, cumulative in sorted(buckets.items()):
+            cumulative.sort()
+            total = cumulative[-1][1] if cumulative else 0.0
+
+            def quantile(q: float, cumulative: list[tuple[float, float]] = cumulative,
+                         total: float = total) -> float | None:
+                return next((le for le, n in cumulative if n >= q * total), None) if total else None
+
+            out.append(Latency(kind, int(total), quantile(0.5), quantile(0.99)))
+        return out
+
     async def overview(self) -> Overview:
         now = time.time()
         statuses = await self.statuses(now)
@@ -126,7 +159,8 @@ class ConsoleData:
         shown = statuses[:MAX_TENANTS]
         replicas, owners = await self.replicas(now, [s.tenant_id for s in statuses])
         return Overview(generated_at=now, tenants=shown, more_tenants=len(statuses) - len(shown),
-                        owners=owners, replicas=replicas, stream=await self.stream_state())
+                        owners=owners, replicas=replicas, stream=await self.stream_state(),
+                        latency=self.latency())
 
     async def tenant(self, tenant_id: str) -> TenantPage | None:
         if tenant_id not in await all_tenants(self.stores):
