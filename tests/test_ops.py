@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -323,6 +324,55 @@ async def test_oversize_requests_get_a_status_not_a_closed_socket() -> None:
         garbage = await raw_exchange(server.port, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n")
         assert garbage.startswith(b"HTTP/1.1 400"), garbage[:80]
         assert (await client.get("/healthz")).status_code == 200  # and it carries on
+
+
+@pytest.mark.anyio
+async def test_idle_and_trickling_connections_are_closed_by_the_server() -> None:
+    """A connection that sends nothing, and one whose head trickles in a byte at a time, are
+    closed by the server (keep-alive timeout): neither holds a descriptor for ever."""
+    from board_outbox.surface.http.server import KEEP_ALIVE
+
+    service = Service(MemoryBackend().stores(), load_config(env={}))
+    closed: dict[str, bytes] = {}
+
+    async def idle(port: int) -> None:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            closed["idle"] = await _until_closed(stream)
+
+    async def trickle(port: int) -> None:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+
+            async def drip() -> None:
+                try:
+                    while True:
+                        await stream.send(b"X")
+                        await anyio.sleep(0.5)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drip)
+                closed["trickle"] = await _until_closed(stream)
+                tg.cancel_scope.cancel()
+
+    async with running(service) as (server, client):
+        await until(lambda: _alive(client))
+        with anyio.fail_after(KEEP_ALIVE * 4):  # a bound for the test, not a speed claim
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(idle, server.port)
+                tg.start_soon(trickle, server.port)
+        assert closed == {"idle": b"", "trickle": b""}  # closed without a response
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def _until_closed(stream: anyio.abc.SocketStream) -> bytes:
+    got = b""
+    while True:
+        try:
+            got += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return got
 
 
 @pytest.mark.anyio
