@@ -176,7 +176,8 @@ async def test_a_selection_is_bounded_and_bodies_are_limited() -> None:
 
 
 def test_ui_settings_are_validated() -> None:
-    assert load_config(env={}).ui.enabled is False and load_config(env={}).ui.port == 9465
+    ui = load_config(env={}).ui
+    assert (ui.enabled, ui.host, ui.port, ui.admin_token) == (False, "127.0.0.1", 9465, "")
     with pytest.raises(ConfigError, match=r"ui\.admin_token: at least 16"):
         load_config(env={}, ui={"admin_token": "short"})
     with pytest.raises(ConfigError, match=r"ui\.jaeger_url"):
@@ -272,3 +273,39 @@ def test_latency_quantiles_come_from_the_replicas_histogram() -> None:
     assert data.latency() == [Latency("launch", 100, 0.05, 30.0),
                               Latency("projection", 1, float("inf"), float("inf"))]
     assert ConsoleData(service.stores, cfg).latency() is None  # standalone: no histogram
+
+
+async def test_slow_console_pages_never_starve_the_probes() -> None:
+    """The console has its own in-flight budget: with every console slot held by a store that
+    does not answer, the next page is 503 and /healthz still answers 200."""
+    from board_outbox.surface.http.app import UI_IN_FLIGHT
+
+    async with console() as (backend, client, key):
+        release = anyio.Event()
+        real = backend.outbox.get
+
+        async def slow(row_key: str) -> object:
+            await release.wait()
+            return await real(row_key)
+
+        backend.outbox.get = slow  # type: ignore[method-assign,assignment]
+        codes: list[int] = []
+
+        async def open_row() -> None:
+            codes.append((await client.get(f"/ui/rows/{key}")).status_code)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(UI_IN_FLIGHT):
+                tg.start_soon(open_row)
+
+            async def console_full() -> bool:
+                return (await client.get("/ui/dead-letters")).status_code == 503
+
+            with anyio.fail_after(10):
+                while not await console_full():
+                    await anyio.sleep(0.02)
+            assert (await client.get("/healthz")).status_code == 200
+            assert codes == []
+            release.set()
+        assert codes == [200] * UI_IN_FLIGHT
+        assert (await client.get("/ui/dead-letters")).status_code == 200

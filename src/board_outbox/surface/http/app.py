@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 # requests handled at once; past it the answer is 503 at once (a scrape storm or slow store
 # cannot pile up tasks and sockets behind a probe)
 MAX_IN_FLIGHT = 32
+# the console's own budget, apart from the probes': slow pages never starve /healthz
+UI_IN_FLIGHT = 8
 # no endpoint takes a body bigger than a console form
 MAX_BODY = 64 * 1024
 
@@ -31,13 +33,14 @@ class InFlightLimit:
     """ASGI middleware: at most ``limit`` requests in the app at once; the next gets 503 with
     ``Retry-After`` without touching the app."""
 
-    def __init__(self, app: ASGIApp, limit: int = MAX_IN_FLIGHT) -> None:
+    def __init__(self, app: ASGIApp, limit: int = MAX_IN_FLIGHT, skip: str | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.skip = skip  # a path prefix counted elsewhere
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self.skip and str(scope["path"]).startswith(self.skip)):
             await self.app(scope, receive, send)
             return
         if self.in_flight >= self.limit:
@@ -77,14 +80,14 @@ def build_app(routes: list[BaseRoute], *, ui: ASGIApp | None = None,
     """The operator port's app: ``routes`` (the probes), the console mounted at ``/ui``."""
     routes = list(routes)
     if ui is not None:
-        routes.append(Mount("/ui", app=ui, name="ui"))
+        routes.append(Mount("/ui", app=InFlightLimit(ui, limit=UI_IN_FLIGHT), name="ui"))
 
     async def missing(_request: Request, _exc: Exception) -> Response:
         return PlainTextResponse(not_found + "\n", status_code=404)
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(InFlightLimit, limit=limit),
+        middleware=[Middleware(InFlightLimit, limit=limit, skip="/ui"),
                     Middleware(RequestBodyLimitMiddleware, max_body_size=MAX_BODY)],
         exception_handlers={404: missing},
     )
