@@ -309,3 +309,23 @@ async def test_slow_console_pages_never_starve_the_probes() -> None:
             release.set()
         assert codes == [200] * UI_IN_FLIGHT
         assert (await client.get("/ui/dead-letters")).status_code == 200
+
+
+async def test_a_selection_of_dead_letters_is_confirmed_then_replayed_together() -> None:
+    async with console(admin_token=TOKEN) as (backend, client, first):
+        second = await _parked_row(backend, seq=2)
+        await login(client)
+        listing = await client.get("/ui/dead-letters", params={"tenant": T})
+        boxes = re.findall(r'name="key" value="([^"]+)"', listing.text)
+        assert sorted(boxes) == sorted([first, second])
+        form = [("csrf", csrf_of(listing.text)), ("key", first), ("key", second)]
+        body = urlencode(form).encode()
+        headers = {**origin(client), "Content-Type": "application/x-www-form-urlencoded"}
+        confirm = await client.post("/ui/replay/confirm", content=body, headers=headers)
+        assert "Replay 2 dead-letters?" in confirm.text
+        assert confirm.text.count("go back to pending") == 2
+        done = await client.post("/ui/replay", content=body, headers=headers)
+        assert "Replayed 2 of 2" in done.text
+        for key in (first, second):
+            row = await backend.outbox.get(key)
+            assert row is not None and [a.by for a in row.audit] == ["console:ana"]
