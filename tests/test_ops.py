@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,6 +26,8 @@ from board_outbox.service.config import load_config
 from board_outbox.service.health import StallDetector, tenant_status
 from board_outbox.service.runtime import Service
 from board_outbox.surface.http import open_ops_server
+from board_outbox.surface.http.app import MAX_IN_FLIGHT
+from board_outbox.surface.http.checks import PROBE_TENANT
 from board_outbox.surface.http.server import OpsServer
 
 T = "t1"
@@ -265,12 +268,160 @@ async def test_tenant_status_lag_in_events_and_seconds_and_oldest_pending() -> N
     assert st.oldest_pending_age_seconds is None and st.rows == {"done": 4} and st.dead_letters == 0
 
 
+# --- the HTTP server itself: HEAD, oversize requests, the in-flight limit ------------------
+
+
+async def raw_exchange(port: int, request: bytes) -> bytes:
+    """Send ``request`` as is and read until the server closes the connection."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(request)
+        out = b""
+        with anyio.fail_after(10):
+            while True:
+                try:
+                    out += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return out
+
+
+@pytest.mark.anyio
+async def test_head_is_answered_without_a_body() -> None:
+    service = Service(MemoryBackend().stores(), load_config(env={}))
+    async with running(service) as (server, client):
+        await until(lambda: _alive(client))
+        got = await raw_exchange(server.port, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n"
+                                              b"Connection: close\r\n\r\n")
+        head, _, body = got.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), got
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")[1:]
+                          if line.lower().startswith(b"content-length:")))
+        assert length > 0 and body == b""  # the length GET would send, and no body
+        get = await client.get("/healthz")
+        assert len(get.content) == length
+
+
+async def _alive(client: httpx.AsyncClient) -> bool:
+    return (await client.get("/healthz")).status_code == 200
+
+
+@pytest.mark.anyio
+async def test_oversize_requests_get_a_status_not_a_closed_socket() -> None:
+    service = Service(MemoryBackend().stores(), load_config(env={}))
+    async with running(service) as (server, client):
+        await until(lambda: _alive(client))
+        line = await raw_exchange(server.port, b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n"
+                                                b"Host: x\r\n\r\n")
+        assert line.startswith(b"HTTP/1.1 431"), line[:80]
+        headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 1000) for i in range(100))
+        big = await raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers
+                                 + b"\r\n")
+        assert big.startswith(b"HTTP/1.1 431"), big[:80]
+        body = await client.post("/ui/replay", content=b"x" * 200_000)
+        assert body.status_code == 413  # refused on its Content-Length, before any route
+        declared = await raw_exchange(server.port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n"
+                                                   b"Content-Length: 10000000\r\n\r\n")
+        assert declared.startswith(b"HTTP/1.1 413"), declared[:80]  # not read, not a reset
+        garbage = await raw_exchange(server.port, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n")
+        assert garbage.startswith(b"HTTP/1.1 400"), garbage[:80]
+        assert (await client.get("/healthz")).status_code == 200  # and it carries on
+
+
+@pytest.mark.anyio
+async def test_idle_and_trickling_connections_are_closed_by_the_server() -> None:
+    """A connection that sends nothing, and one whose head trickles in a byte at a time, are
+    closed by the server (keep-alive timeout): neither holds a descriptor for ever."""
+    from board_outbox.surface.http.server import KEEP_ALIVE
+
+    service = Service(MemoryBackend().stores(), load_config(env={}))
+    closed: dict[str, bytes] = {}
+
+    async def idle(port: int) -> None:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            closed["idle"] = await _until_closed(stream)
+
+    async def trickle(port: int) -> None:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+
+            async def drip() -> None:
+                try:
+                    while True:
+                        await stream.send(b"X")
+                        await anyio.sleep(0.5)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drip)
+                closed["trickle"] = await _until_closed(stream)
+                tg.cancel_scope.cancel()
+
+    async with running(service) as (server, client):
+        await until(lambda: _alive(client))
+        with anyio.fail_after(KEEP_ALIVE * 4):  # a bound for the test, not a speed claim
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(idle, server.port)
+                tg.start_soon(trickle, server.port)
+        assert closed == {"idle": b"", "trickle": b""}  # closed without a response
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def _until_closed(stream: anyio.abc.SocketStream) -> bytes:
+    got = b""
+    while True:
+        try:
+            got += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return got
+
+
+@pytest.mark.anyio
+async def test_requests_past_the_in_flight_limit_get_503_and_the_port_recovers() -> None:
+    """A store that stops answering holds every /readyz in flight: past the limit the port
+    answers 503 at once instead of piling up, and serves again once the store answers."""
+    backend = MemoryBackend()
+    service = Service(backend.stores(), load_config(env={}, store={"op_timeout_seconds": 20}))
+    release = anyio.Event()
+    real_get = service.stores.cursors.get
+
+    async def slow_probe(tenant: str) -> int | None:
+        if tenant == PROBE_TENANT:
+            await release.wait()
+        return await real_get(tenant)
+
+    service.stores.cursors.get = slow_probe  # type: ignore[method-assign]
+    async with running(service) as (server, _client):
+        limits = httpx.Limits(max_connections=MAX_IN_FLIGHT + 10)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=30,
+                                     limits=limits) as client:
+            await until(lambda: _alive(client))
+            codes: list[int] = []
+
+            async def probe() -> None:
+                codes.append((await client.get("/readyz")).status_code)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(MAX_IN_FLIGHT):
+                    tg.start_soon(probe)
+                await until(lambda: _busy(client))  # the next one is turned away at once
+                extra = await client.get("/healthz")
+                assert extra.status_code == 503 and extra.headers["retry-after"] == "1"
+                assert codes == []  # the held ones are still waiting
+                release.set()
+            assert len(codes) == MAX_IN_FLIGHT and 503 not in codes
+            assert (await client.get("/healthz")).status_code == 200
+
+
+async def _busy(client: httpx.AsyncClient) -> bool:
+    return (await client.get("/healthz")).status_code == 503
+
+
 # --- binding ---------------------------------------------------------------------------------
 
 
 @pytest.mark.anyio
 async def test_a_port_in_use_is_a_usage_error() -> None:
-    from board_outbox.surface.cli.output import UsageError
+    from board_outbox.model.errors import UsageError
 
     service = Service(MemoryBackend().stores(), load_config(env={}))
     with socket.socket() as taken:

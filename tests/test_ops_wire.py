@@ -76,3 +76,86 @@ async def test_readyz_turns_503_when_the_store_stops_and_200_after_restart(
                 while await status() != 200:
                     await anyio.sleep(0.2)
             service.stop()
+
+
+# --- the operator port out of file descriptors (issue 20) ------------------------------------
+
+FD_LIMIT = 96  # enough for the interpreter, the driver's pools and a few requests
+
+
+def _low_fd_limit() -> None:  # preexec_fn: runs in the child before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+
+
+def _wait_http(url: str, want: int, timeout: float) -> int | None:
+    deadline = time.monotonic() + timeout
+    status = None
+    while time.monotonic() < deadline:
+        try:
+            status = httpx.get(url, timeout=2).status_code
+            if status == want:
+                return status
+        except httpx.TransportError:
+            status = None
+        time.sleep(0.1)
+    return status
+
+
+def test_running_out_of_file_descriptors_on_the_operator_port_never_ends_the_service(
+    live_uri: str, tmp_path: Path,
+) -> None:
+    """More idle connections than the process has descriptors: ``accept()`` fails with EMFILE.
+    The service keeps running, says so in a few lines (not one traceback per failed accept),
+    answers /healthz again once the connections are gone, and stops cleanly on SIGTERM."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    from tests.test_ops import free_port
+
+    port = free_port()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[store]\nbackend = "mongo"\nuri = "{live_uri}"\n'
+                   f'database = "fds_{uuid.uuid4().hex[:8]}"\n'
+                   f'[service]\nhttp_port = {port}\nlog_level = "INFO"\n'
+                   '[tail]\npoll_interval_seconds = 0.2\n')
+    env = {**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)}
+    log_path = tmp_path / "run.log"
+    # stderr to a file: a pipe nobody reads would fill up and freeze the process under test
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+                                preexec_fn=_low_fd_limit)
+    idle: list[socket.socket] = []
+    try:
+        url = f"http://127.0.0.1:{port}/healthz"
+        assert _wait_http(url, 200, 30) == 200, log_path.read_text()
+        for _ in range(FD_LIMIT * 2):  # the listen backlog holds what accept() cannot take
+            try:
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+            except OSError:  # the backlog is full too: enough
+                break
+        assert len(idle) > FD_LIMIT
+        time.sleep(1.5)  # the accept loop runs into EMFILE meanwhile
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        for s in idle:
+            s.close()
+        idle.clear()
+        assert _wait_http(url, 200, 20) == 200, log_path.read_text()[-3000:]
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log_path.read_text()[-3000:]
+    finally:
+        for s in idle:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log_path.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    reports = text.count("operator port: cannot accept connections")
+    assert 1 <= reports <= 3, text[-3000:]  # rate-limited, not one per failed accept

@@ -126,6 +126,11 @@ class ConfigError(BoardOutboxError):
     """Bad or missing configuration. The message names the setting."""
 
 
+class UsageError(BoardOutboxError):
+    """A request that cannot be acted on as given: a command line, a port already in use
+    (exit 2, one line on stderr)."""
+
+
 class ChangeStreamLost(BoardOutboxError):
     """The change stream cannot resume from its token (history lost, invalidated):
     drop the token, let polling reconcile, reopen from now."""

@@ -53,6 +53,19 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9464
 
 
+class UiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The operator's web console (``surface/console``): under ``/ui`` on the operator port
+    when ``enabled``; ``board-outbox console`` serves it alone on ``host:port``."""
+
+    enabled: bool = False
+    # actions (dead-letter replay) need this token; empty: the console is read-only
+    admin_token: str = ""
+    # trace ids link to {jaeger_url}/trace/{trace_id} when set
+    jaeger_url: str = ""
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9465
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     store: StoreConfig = StoreConfig()
     tail: TailSettings = TailSettings()  # the components' own settings: decoded straight in
@@ -60,6 +73,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     service: ServiceConfig = ServiceConfig()
     launcher: LauncherConfig = LauncherConfig()
     membership: MembershipSettings = MembershipSettings()
+    ui: UiConfig = UiConfig()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -86,6 +100,11 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
     if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):
         raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
+    if cfg.ui.admin_token and len(cfg.ui.admin_token) < 16:
+        raise ConfigError("ui.admin_token: at least 16 characters (it is the only key to the "
+                          "console's actions); leave it empty for a read-only console")
+    if cfg.ui.jaeger_url and not cfg.ui.jaeger_url.startswith(("http://", "https://")):
+        raise ConfigError("ui.jaeger_url: an http(s):// URL (the Jaeger UI, e.g. http://jaeger:16686)")
     from board_outbox.service.plugins import resolve_handlers, resolve_projections  # imports user code: P1
 
     resolve_projections(cfg.projections)
@@ -94,7 +113,7 @@ def validate(cfg: Config) -> Config:
 
 
 ENV_PREFIX = "BOARD_OUTBOX_"
-_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership"}
+_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership", "ui"}
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

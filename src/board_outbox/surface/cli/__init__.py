@@ -10,15 +10,15 @@ from typing import Any
 
 import anyio
 
-from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable
+from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable, UsageError
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
+from board_outbox.surface.cli.commands.console import cmd_console
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
 from board_outbox.surface.cli.commands.run import cmd_run
 from board_outbox.surface.cli.commands.schema import cmd_ensure_schema
 from board_outbox.surface.cli.commands.status import cmd_status
-from board_outbox.surface.cli.output import UsageError
 from board_outbox.surface.cli.parser import build_parser
 
 __all__ = ["COMMANDS", "StoresFactory", "build_parser", "main"]
@@ -49,6 +49,7 @@ COMMANDS: dict[str, Command] = {
     "dead-letters": cmd_dead_letters, "rebuild": cmd_rebuild,
 }
 COMMANDS["status"] = cmd_status
+COMMANDS["console"] = cmd_console
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:

@@ -7,11 +7,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from board_outbox.model.errors import BoardOutboxError
+from board_outbox.model.errors import UsageError
 
-
-class UsageError(BoardOutboxError):
-    """A command line that cannot be acted on (exit 2, one line on stderr)."""
+__all__ = ["UsageError", "confirm_purge", "print_dead_letters"]
 
 
 def print_dead_letters(rows: Sequence[Any]) -> None:

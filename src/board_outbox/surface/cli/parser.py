@@ -62,6 +62,13 @@ def _when(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _port(text: str) -> int:
+    port = _number(int, text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return int(port)
+
+
 # --- parser -------------------------------------------------------------------------------
 
 
@@ -122,6 +129,14 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "lag_events, lag_seconds, oldest_pending_age_seconds, rows, dead_letters, stalled,\n"
         "stalled_for_seconds}]} (stalled is only known to a running service: see /readyz).\n"
         "An unknown --tenant is an error (exit 2).",
+    ),
+    "console": (
+        "the operator's web console alone, against the configured store",
+        "Serve the web console (overview of tenants and replicas, tenant pages, dead-letters\n"
+        "with their history) on [ui] host:port (default 127.0.0.1:9465) until SIGTERM/SIGINT.\n"
+        "Read-only unless [ui] admin_token is set: then a login with that token may replay\n"
+        "dead-letters (confirmed, audited in the row like the CLI's replays). `run` serves the\n"
+        "same pages under /ui on its operator port when [ui] enabled = true.",
     ),
 }
 
@@ -213,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")
+    con = _command(sub, "console", common)
+    con.add_argument("--host", default=None, help="listen on this address (default: [ui] host, "
+                                                  "127.0.0.1)")
+    con.add_argument("--port", type=_port, default=None,
+                     help="listen on this port (default: [ui] port, 9465; 0: any free port)")
     return parser
 
 

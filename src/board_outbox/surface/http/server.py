@@ -1,22 +1,31 @@
-"""A tiny anyio HTTP/1.1 server for the operator endpoints: GET only, one request per
-connection, ``Connection: close``. Enough for probes and a Prometheus scrape, nothing more."""
+"""The operator port on hypercorn: an ASGI app (``app.py``) served inside the caller's anyio task
+group on a socket we bind ourselves.
+
+What the server gives us (issue 20): idle connections and heads that trickle in are closed after
+``KEEP_ALIVE`` seconds, an oversize head is answered 431, HEAD has no body, a graceful stop lets a
+request in flight finish. What we add: the bind (a port in use is a ``UsageError``: one line,
+exit 2), a small listen backlog, and a rate limit on asyncio's "accept() out of system resource"
+report, so that running out of file descriptors costs a log line now and then and never the
+process (the listener retries once descriptors are free again)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
-import json
 import logging
+import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
-from anyio.streams.stapled import MultiListener
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+from starlette.types import ASGIApp
 
-from board_outbox.surface.cli.output import UsageError
-from board_outbox.surface.http.checks import liveness, readiness
+from board_outbox.model.errors import UsageError
+from board_outbox.surface.http.app import build_app, ops_routes
 from board_outbox.surface.http.metrics import ServiceCollector
 
 if TYPE_CHECKING:
@@ -24,106 +33,155 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("board_outbox.http")
 
-MAX_REQUEST = 8192
-READ_TIMEOUT = 5.0
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Request",
-            503: "Service Unavailable"}
+KEEP_ALIVE = 5.0  # an idle connection (or one still sending its head) is closed after this
+READ_TIMEOUT = 10  # a request body that stops arriving
+MAX_HEAD = 16 * 1024  # request line + headers; past it: 431
+BACKLOG = 128
+GRACE = 3.0  # a request in flight at shutdown gets this long to finish
+ACCEPT_REPORT_EVERY = 10.0  # seconds between two "out of file descriptors" lines
+ACCEPT_RETRY = 1.0  # asyncio's own pause before it listens again after a failed accept()
 
 
 class OpsServer:
-    def __init__(self, service: Service, listener: MultiListener[SocketStream]) -> None:
-        self.service = service
-        self.listener = listener
-        service.metrics.prom.registry.register(ServiceCollector(service))
-        service.status_enabled = True  # per-tenant status and stall detection, for these endpoints
+    """The running operator port (``port``: the port bound, useful when asked for 0)."""
 
-    @property
-    def port(self) -> int:
-        return int(self.listener.listeners[0].extra(SocketAttribute.local_port))
-
-    async def serve(self) -> None:
-        await self.listener.serve(self._handle)
-
-    async def _handle(self, stream: SocketStream) -> None:
-        async with stream:
-            try:
-                with anyio.fail_after(READ_TIMEOUT):
-                    head = await _read_head(stream)
-                if head is None:
-                    return
-                status, ctype, body = await self.respond(head)
-                await stream.send(_response(status, ctype, body))
-            except (TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
-                return
-            except Exception as exc:  # one bad request never takes the server down
-                log.warning("http request failed: %s: %s", type(exc).__name__, exc)
-                try:
-                    await stream.send(_response(503, "text/plain", b"internal error\n"))
-                except Exception:
-                    return
-
-    async def respond(self, request_line: str) -> tuple[int, str, bytes]:
-        parts = request_line.split()
-        if len(parts) < 2:
-            return 400, "text/plain", b"bad request\n"
-        method, path = parts[0], parts[1].split("?", 1)[0]
-        if method not in ("GET", "HEAD"):
-            return 405, "text/plain", b"GET only\n"
-        if path == "/healthz":
-            failing = liveness(self.service)
-            return _json(200 if not failing else 503, {
-                "status": "ok" if not failing else "failing", "failing": failing})
-        if path == "/readyz":
-            failing, stalled = await readiness(self.service)
-            return _json(200 if not failing else 503, {
-                "status": "ready" if not failing else "not ready", "failing": failing,
-                "stalled_tenants": stalled})
-        if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.service.metrics.prom.registry)
-        return 404, "text/plain", b"not found: try /healthz, /readyz or /metrics\n"
+    def __init__(self, port: int) -> None:
+        self.port = port
 
 
-def _json(status: int, doc: object) -> tuple[int, str, bytes]:
-    return status, "application/json", json.dumps(doc, sort_keys=True).encode() + b"\n"
+_IN_USE_HINT = {"service.http_port": "set another port, or 0 to turn the endpoints off",
+                "ui.port": "set another one with --port or [ui] port"}
 
 
-async def _read_head(stream: SocketStream) -> str | None:
-    buf = b""
-    while b"\r\n\r\n" not in buf and b"\n\n" not in buf:
-        try:
-            chunk = await stream.receive()
-        except anyio.EndOfStream:
-            break
-        buf += chunk
-        if len(buf) > MAX_REQUEST:
-            return None
-    line = buf.split(b"\n", 1)[0].strip()
-    return line.decode("latin-1") if line else None
-
-
-def _response(status: int, ctype: str, body: bytes) -> bytes:
-    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {ctype}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
-    return head.encode("latin-1") + body
+def bind(host: str, port: int, setting: str = "service.http_port") -> socket.socket:
+    """A listening socket on ``host:port``; a port in use (or any bind failure) is a
+    ``UsageError`` naming ``setting``."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family = infos[0][0]
+    except (OSError, IndexError) as exc:
+        raise UsageError(f"{setting}: cannot listen on {host}:{port}: {exc}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            hint = _IN_USE_HINT.get(setting, "set another port")
+            raise UsageError(f"{setting}: {host}:{port} is already in use ({hint})") from None
+        raise UsageError(f"{setting}: cannot listen on {host}:{port}: "
+                         f"{exc.strerror or exc}") from None
+    return sock
 
 
 @asynccontextmanager
-async def open_ops_server(service: Service, host: str, port: int) -> AsyncIterator[OpsServer]:
-    """Bind ``host:port`` (a port in use is a ``UsageError``: one line, exit 2) and serve the
-    endpoints until the block ends. ``port`` 0 here means any free port (tests); the
-    configuration's 0 ("off") is handled by the caller."""
+async def quiet_accept_errors() -> AsyncIterator[None]:
+    """asyncio reports every failed ``accept()`` (EMFILE, ENFILE, ENOBUFS...) with a traceback,
+    as fast as the loop spins while descriptors are exhausted: thousands a second. Report it
+    once per ``ACCEPT_REPORT_EVERY`` seconds with a count; everything else goes to the handler
+    that was there before.
+
+    After such a failure asyncio retries serving the listener a second later
+    (``_start_serving``); a retry that finds the listener closed (we stopped meanwhile) fails
+    with a traceback of its own: those are dropped, and on the way out we stay a little
+    longer when a retry may still be pending."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    state = {"reported": -float("inf"), "seen": -float("inf"), "missed": 0}
+
+    def handler(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if message.startswith("socket.accept() out of system resource"):
+            now = time.monotonic()
+            state["seen"] = now
+            if now - state["reported"] < ACCEPT_REPORT_EVERY:
+                state["missed"] += 1
+                return
+            log.error("operator port: cannot accept connections (%s); retrying (%d more since "
+                      "the last report)", context.get("exception"), state["missed"])
+            state["reported"], state["missed"] = now, 0
+            return
+        if "_start_serving" in repr(context.get("handle")) and isinstance(
+                context.get("exception"), (ValueError, KeyError, OSError)):
+            return  # a retry of a listener closed since: nothing left to serve
+        if previous is not None:
+            previous(lp, context)
+        else:
+            lp.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
     try:
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=port, reuse_port=False)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise UsageError(f"service.http_port: {host}:{port} is already in use "
-                             "(set another port, or 0 to turn the endpoints off)") from None
-        raise UsageError(f"service.http_host/http_port: cannot listen on {host}:{port}: "
-                         f"{exc.strerror or exc}") from None
-    server = OpsServer(service, listener)
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
+        yield
+    finally:
+        pending = ACCEPT_RETRY + 0.2 - (time.monotonic() - state["seen"])
+        if pending > 0:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(pending)
+        loop.set_exception_handler(previous)
+
+
+def hypercorn_config(fd: int) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [f"fd://{fd}"]
+    config.accesslog = None
+    config.errorlog = log
+    config.keep_alive_timeout = KEEP_ALIVE
+    config.read_timeout = READ_TIMEOUT
+    config.h11_max_incomplete_size = MAX_HEAD
+    config.backlog = BACKLOG
+    config.graceful_timeout = GRACE
+    config.include_server_header = False
+    return config
+
+
+@asynccontextmanager
+async def serve_app(app: ASGIApp, host: str, port: int,
+                    setting: str = "service.http_port") -> AsyncIterator[OpsServer]:
+    """Serve ``app`` on ``host:port`` until the block ends (``port`` 0: any free port).
+
+    The server runs shielded from outside cancellation and is stopped through its own switch
+    (a graceful stop bounded by ``GRACE``): a cancelled caller never leaves the listener open."""
+    sock = bind(host, port, setting)
+    server = OpsServer(int(sock.getsockname()[1]))
+    config = hypercorn_config(sock.detach())  # hypercorn owns the descriptor from here on
+    trigger, stopped = anyio.Event(), anyio.Event()
+    serving = anyio.CancelScope(shield=True)
+
+    async def run() -> None:
+        try:
+            with serving:
+                await serve(app, config, shutdown_trigger=trigger.wait, mode="asgi")  # type: ignore[arg-type]
+        except Exception as exc:  # the probes go quiet; the service carries on
+            log.error("operator port stopped: %s: %s", type(exc).__name__, exc)
+        finally:
+            stopped.set()
+
+    async with quiet_accept_errors(), anyio.create_task_group() as tg:
+        tg.start_soon(run)
         try:
             yield server
         finally:
-            tg.cancel_scope.cancel()
+            trigger.set()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(GRACE + 1):
+                await stopped.wait()
+            serving.cancel()
+
+
+@asynccontextmanager
+async def open_ops_server(service: Service, host: str, port: int,
+                          ui: ASGIApp | None = None) -> AsyncIterator[OpsServer]:
+    """Serve ``/healthz``, ``/readyz``, ``/metrics`` (and the console under ``/ui`` when given)
+    for ``service`` on ``host:port`` until the block ends. A port in use is a ``UsageError``
+    (one line, exit 2). ``port`` 0 here means any free port (tests); the configuration's 0
+    ("off") is handled by the caller."""
+    collector = ServiceCollector(service)
+    registry = service.metrics.prom.registry
+    registry.register(collector)
+    service.status_enabled = True  # per-tenant status and stall detection, for these endpoints
+    try:
+        async with serve_app(build_app(ops_routes(service), ui=ui), host, port) as server:
+            yield server
+    finally:
+        registry.unregister(collector)

@@ -33,9 +33,17 @@ async def cmd_run(args: argparse.Namespace, factory: StoresFactory) -> int:
             if port:  # 0: endpoints off (O1)
                 from board_outbox.surface.http import open_ops_server
 
-                await stack.enter_async_context(open_ops_server(service, host, port))
-                log.info("operator endpoints on http://%s:%d (/healthz, /readyz, /metrics)",
-                         host, port)
+                ui = None
+                if cfg.ui.enabled:  # the console under /ui on the same port (issue 25)
+                    from board_outbox.surface.console import build_console
+
+                    ui = build_console(service.stores, cfg, service)
+                await stack.enter_async_context(open_ops_server(service, host, port, ui=ui))
+                log.info("operator endpoints on http://%s:%d (/healthz, /readyz, /metrics%s)",
+                         host, port, ", /ui: the console" if ui is not None else "")
+            elif cfg.ui.enabled:
+                log.warning("[ui] enabled but service.http_port = 0: no console (try "
+                            "`board-outbox console`)")
             where = (cfg.store.backend if cfg.store.backend == "memory"
                      else f"mongo database {cfg.store.database!r}")
             log.info("running on %s; projections: %s; %s", where,

@@ -9,8 +9,8 @@ import time
 
 import msgspec
 
+from board_outbox.model.errors import UsageError
 from board_outbox.surface.cli.commands import StoresFactory
-from board_outbox.surface.cli.output import UsageError
 
 # bumped only when a field changes meaning or goes away; new fields may be added
 STATUS_SCHEMA = 1

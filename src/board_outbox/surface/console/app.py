@@ -1,0 +1,231 @@
+"""The console's pages: a starlette app of server-rendered jinja2 templates, mounted at ``/ui``
+on the operator port (``run`` with ``[ui] enabled``) or served alone (``board-outbox console``).
+
+Read-only unless ``[ui] admin_token`` is set. The one action, replaying dead-letters, goes
+through a confirmation page and ``surface.admin.replay_rows`` (the CLI's replay: audited in the
+row, ``by`` = ``console:<name>``)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+import msgspec
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from board_outbox.model.clock import SystemClock
+from board_outbox.model.domain import FAILED
+from board_outbox.model.errors import BoardOutboxError
+from board_outbox.model.records import RowFilter
+from board_outbox.ports import Stores
+from board_outbox.service.config import Config
+from board_outbox.surface.admin import parse_when, replay_rows
+from board_outbox.surface.console.data import ConsoleData, trace_id
+from board_outbox.surface.console.security import (
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    csrf_ok,
+    csrf_token,
+    is_admin,
+    session_secret,
+    token_matches,
+    token_tag,
+)
+
+if TYPE_CHECKING:
+    from board_outbox.service.runtime import Service
+
+log = logging.getLogger("board_outbox.console")
+
+MAX_SELECTION = 500  # rows one replay may name
+REFRESH_SECONDS = 5  # the overview reloads itself this often
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _when(epoch: float | None) -> str:
+    if not epoch:
+        return "-"
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("board_outbox.surface.console", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["ago"] = _ago
+    env.filters["when"] = _when
+    env.globals["trace_id"] = trace_id
+    env.globals["inf"] = float("inf")
+    return Jinja2Templates(env=env)
+
+
+def build_console(stores: Stores, config: Config, service: Service | None = None) -> Starlette:
+    """The console app (its routes are relative: mount it at ``/ui``)."""
+    data = ConsoleData(stores, config, service)
+    templates = _templates()
+    admin_token, jaeger = config.ui.admin_token, config.ui.jaeger_url.rstrip("/")
+    mode = (f"replica {service.ownership.member_id}" if service is not None
+            else "standalone console")
+    where = (config.store.backend if config.store.backend == "memory"
+             else f"mongo database {config.store.database}")
+
+    def page(request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
+        base = request.scope.get("root_path", "")
+        admin = is_admin(request, admin_token)
+        return templates.TemplateResponse(request, name, {
+            "base": base, "admin": admin, "can_admin": bool(admin_token),
+            "csrf": csrf_token(request), "mode": mode, "where": where, "jaeger": jaeger,
+            "now": time.time(), **ctx}, status_code=status,
+            headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                     "Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'",
+                     "Referrer-Policy": "same-origin"})
+
+    def refused(request: Request, why: str) -> Response:
+        log.warning("console: refused %s %s: %s", request.method, request.url.path, why)
+        return page(request, "message.html", 403, title="Refused", message=why)
+
+    async def overview(request: Request) -> Response:
+        return page(request, "overview.html", ov=await data.overview(), refresh=REFRESH_SECONDS)
+
+    async def tenant(request: Request) -> Response:
+        tenant_id = request.path_params["tenant_id"]
+        tp = await data.tenant(tenant_id)
+        if tp is None:
+            return page(request, "message.html", 404, title="No such tenant",
+                        message=f"The store knows no tenant {tenant_id!r}.")
+        return page(request, "tenant.html", tp=tp)
+
+    async def dead_letters(request: Request) -> Response:
+        q = request.query_params
+        form = {k: q.get(k, "").strip() for k in ("tenant", "kind", "sub", "since", "until", "limit")}
+        try:
+            limit = int(form["limit"] or 100)
+            if not 1 <= limit <= 5000:
+                raise ValueError("limit: 1 to 5000 rows")
+            since = parse_when(form["since"]) if form["since"] else None
+            until = parse_when(form["until"]) if form["until"] else None
+        except ValueError as exc:
+            return page(request, "dead_letters.html", 400, rows=[], form=form, error=str(exc))
+        read = limit if not form["sub"] else min(max(limit * 10, 1000), 5000)
+        flt = RowFilter(tenant_id=form["tenant"] or None, states=(FAILED,), kind=form["kind"] or None,
+                        updated_after=since, updated_before=until, limit=read)
+        rows = (await data.dead_letters(flt, form["sub"] or None))[:limit]
+        return page(request, "dead_letters.html", rows=rows, form=form, error=None)
+
+    async def row(request: Request) -> Response:
+        key = request.path_params["row_key"]
+        r = await data.row(key)
+        if r is None:
+            return page(request, "message.html", 404, title="No such row",
+                        message=f"No effect row has the key {key!r}.")
+        doc = msgspec.json.format(msgspec.json.encode(r), indent=2).decode()
+        return page(request, "row.html", row=r, doc=doc)
+
+    async def action_form(request: Request) -> tuple[list[str], str] | Response:
+        """The posted row keys after the safety checks, or the refusal."""
+        if not admin_token:
+            return refused(request, "This console is read-only: no [ui] admin_token is configured.")
+        async with request.form(max_files=0, max_fields=MAX_SELECTION + 10,
+                                max_part_size=16 * 1024) as form:
+            token, keys = form.get("csrf"), [str(k) for k in form.getlist("key")]
+        if not csrf_ok(request, token):
+            return refused(request, "The form's security token or origin does not match this "
+                                    "session: reload the page and try again.")
+        if not is_admin(request, admin_token):
+            return refused(request, "Replaying needs the admin token: log in first.")
+        if not keys:
+            return page(request, "message.html", 400, title="Nothing selected",
+                        message="Select at least one dead-letter to replay.")
+        if len(keys) > MAX_SELECTION:
+            return page(request, "message.html", 400, title="Too many rows",
+                        message=f"At most {MAX_SELECTION} rows per replay.")
+        return list(dict.fromkeys(keys)), str(request.session.get("who") or "operator")
+
+    async def confirm(request: Request) -> Response:
+        got = await action_form(request)
+        if isinstance(got, Response):
+            return got
+        keys, who = got
+        rows = [(k, await data.row(k)) for k in keys]
+        return page(request, "confirm.html", rows=rows, who=who,
+                    replayable=sum(1 for _k, r in rows if r is not None and r.state == FAILED))
+
+    async def replay(request: Request) -> Response:
+        got = await action_form(request)
+        if isinstance(got, Response):
+            return got
+        keys, who = got
+        by = f"console:{who}"
+        done = await replay_rows(data.stores.outbox, keys, SystemClock(), by)
+        log.info("console: %s replayed %d of %d dead-letters", by, len(done), len(keys),
+                 extra={"row_keys": done})
+        return page(request, "replayed.html", done=done, left=[k for k in keys if k not in done],
+                    by=by)
+
+    async def login(request: Request) -> Response:
+        if request.method == "GET":
+            return page(request, "login.html", error=None)
+        if not admin_token:
+            return refused(request, "This console is read-only: no [ui] admin_token is configured.")
+        async with request.form(max_files=0, max_fields=10, max_part_size=4096) as form:
+            token, given, who = form.get("csrf"), str(form.get("token") or ""), str(form.get("who") or "")
+        if not csrf_ok(request, token):
+            return refused(request, "The form's security token or origin does not match this "
+                                    "session: reload the page and try again.")
+        if not token_matches(given, admin_token):
+            log.warning("console: a login with a wrong admin token")
+            return page(request, "login.html", 403, error="That is not the admin token.")
+        request.session["admin"] = token_tag(admin_token)
+        request.session["who"] = "".join(c for c in who.strip() if c.isprintable())[:64] or "operator"
+        return RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
+
+    async def logout(request: Request) -> Response:
+        async with request.form(max_files=0, max_fields=10, max_part_size=4096) as form:
+            token = form.get("csrf")
+        if not csrf_ok(request, token):
+            return refused(request, "The form's security token does not match this session.")
+        request.session.clear()
+        return RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
+
+    async def store_error(request: Request, exc: Exception) -> Response:
+        """The store failing (or a document it cannot decode) costs this page, not the console."""
+        log.warning("console: %s %s: %s: %s", request.method, request.url.path,
+                    type(exc).__name__, exc)
+        return page(request, "message.html", 503, title="The store did not answer",
+                    message=f"{type(exc).__name__}: {exc}. The page shows again once it does.")
+
+    return Starlette(
+        exception_handlers={BoardOutboxError: store_error},
+        routes=[
+            Route("/", overview, methods=["GET"]),
+            Route("/tenants/{tenant_id}", tenant, methods=["GET"]),
+            Route("/dead-letters", dead_letters, methods=["GET"]),
+            Route("/rows/{row_key:path}", row, methods=["GET"]),
+            Route("/replay/confirm", confirm, methods=["POST"]),
+            Route("/replay", replay, methods=["POST"]),
+            Route("/login", login, methods=["GET", "POST"]),
+            Route("/logout", logout, methods=["POST"]),
+        ],
+        middleware=[Middleware(SessionMiddleware, secret_key=session_secret(admin_token),
+                               session_cookie=SESSION_COOKIE, max_age=SESSION_SECONDS,
+                               same_site="strict", https_only=False)],
+    )

@@ -1,0 +1,297 @@
+"""The web console in a real browser (issue 25): headless Chromium (Debian's ``chromium`` and
+``chromium-driver``; ``.ci/run`` installs them) drives the pages of a running ``board-outbox run``
+on the wire server. A stalled tenant appears on the overview (every row write refused by a
+``failCommand`` failpoint, so the tail cannot move); a dead-letter (the bot runner refuses the
+launch) is opened, replayed with the admin token after the confirmation, and seen done; a
+read-only session has no replay button and its forged POST is refused.
+
+``CONSOLE_SCREENSHOTS=DIR`` saves the main pages there as PNG (how docs/console/*.png
+are made: ``CONSOLE_SCREENSHOTS=docs/console ./dev.sh test -n 0
+tests/test_console_browser.py``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pymongo import MongoClient
+
+from tests.support.live_mongo import LiveServer
+from tests.test_ops import free_port
+
+pytestmark = [pytest.mark.live_mongo]
+
+TOKEN = "console-admin-token-for-the-browser-test"
+APP = "bo-console-browser"
+JAEGER = "http://jaeger.example:16686"
+TENANTS = ("acme", "globex", "initech")
+
+
+def _chromium() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+class BotRunner:
+    """The bot runner the ``http`` launcher posts to: refuses (400: permanent, the row parks at
+    once) until told to accept."""
+
+    def __init__(self) -> None:
+        self.accept = False
+        runner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status = 200 if runner.accept else 400
+                body = b'{"launch_id": "L1"}' if runner.accept else b"no such bot"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_a: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/launch"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _wait(pred: Callable[[], object], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout:.0f}s: {what}")
+
+
+def _emit(db: Any, tenant: str) -> int:
+    seq = int(db["board_event_counters"].find_one_and_update(
+        {"_id": tenant}, {"$inc": {"seq": 1}}, upsert=True, return_document=True)["seq"])
+    db["board_events"].insert_one({"tenant_id": tenant, "seq": seq, "type": "card.created",
+                                   "card_id": "c", "at": time.time()})
+    return seq
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    found = _chromium()
+    if found is None:
+        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium "
+                    "chromium-driver; .ci/run does it)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service as DriverService
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1360,900", "--force-device-scale-factor=1"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=DriverService(found[1]), options=opts)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def failpoints(live: LiveServer) -> Iterator[MongoClient[dict[str, Any]]]:
+    if not live.failpoints():
+        pytest.skip("this server has no test commands (mongod: --setParameter enableTestCommands=1)")
+    admin: MongoClient[dict[str, Any]] = MongoClient(live.uri, serverSelectionTimeoutMS=5000)
+    yield admin
+    admin.admin.command("configureFailPoint", "failCommand", mode="off")
+    admin.close()
+
+
+def test_the_console_in_a_browser_over_a_running_service(
+    live_uri: str, tmp_path: Path, browser: Any, failpoints: MongoClient[dict[str, Any]],
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    shots = os.environ.get("CONSOLE_SCREENSHOTS")
+    shot_dir = Path(shots) if shots else tmp_path / "shots"
+    shot_dir.mkdir(parents=True, exist_ok=True)
+
+    def text_of(by: str, sel: str, contains: str, timeout: float = 15) -> str:
+        """The element's text once it contains ``contains`` (a click that submits a form
+        navigates on its own time: the old page may still be there)."""
+        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+        def look() -> str:
+            try:
+                text = str(browser.find_element(by, sel).text)
+            except (NoSuchElementException, StaleElementReferenceException):
+                return ""
+            return text if contains in text else ""
+
+        return str(_wait(look, timeout, f"{sel} showing {contains!r}"))
+
+    def shot(name: str) -> None:
+        browser.save_screenshot(str(shot_dir / f"{name}.png"))
+
+    name = f"console_{uuid.uuid4().hex[:8]}"
+    client: MongoClient[dict[str, Any]] = MongoClient(live_uri)
+    db = client[name]
+    for t in TENANTS:
+        db["trigger_subscriptions"].insert_one({"_id": f"{t}.s", "sub_id": f"{t}.s", "tenant_id": t,
+                                                "bot": "triage-bot",
+                                                "rule": {"event_types": ["card.created"]}})
+        db["board_cards"].insert_one({"_id": f"{t}/c", "tenant_id": t, "card_id": "c",
+                                      "title": "Fix login", "column": "inbox"})
+    runner = BotRunner()
+    runner.accept = True
+    port = free_port()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[store]\nbackend = "mongo"\nuri = "{live_uri}"\ndatabase = "{name}"\n'
+        f'app_name = "{APP}"\nop_timeout_seconds = 1\nserver_selection_timeout_seconds = 2\n'
+        f'[tail]\nseed = "earliest"\npoll_interval_seconds = 0.2\nyoung_gap_seconds = 2\n'
+        f'stall_seconds = 3\n'
+        f'[service]\nmetrics_interval_seconds = 0.3\nreplica_name = "replica-a"\n'
+        f'[launcher]\nkind = "http"\nurl = "{runner.url}"\ntimeout_seconds = 2\n'
+        f'[ui]\nenabled = true\nadmin_token = "{TOKEN}"\njaeger_url = "{JAEGER}"\n')
+    env = {**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)}
+    log_path = tmp_path / "run.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=log_file)
+    base = f"http://127.0.0.1:{port}/ui"
+    try:
+        try:
+            _wait(lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, 30, "the service ready")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{log_path.read_text()[-3000:]}") from None
+        for t in TENANTS:
+            for _ in range(2):
+                _emit(db, t)
+        _wait(lambda: db["trigger_effects"].count_documents({"state": "done"}) == 12, 30,
+              "every first row done")
+
+        # -- a stalled tenant appears: every row write refused, acme's new events wait ------
+        failpoints.admin.command("configureFailPoint", "failCommand", mode="alwaysOn", data={
+            "failCommands": ["update", "insert"], "appName": APP, "errorCode": 50})
+        _emit(db, "acme")
+        browser.get(base + "/")
+        assert "Overview" in browser.title
+
+        def acme_stalled() -> bool:
+            browser.get(base + "/")
+            rows = browser.find_elements(By.CSS_SELECTOR, 'tr[data-tenant="acme"]')
+            return bool(rows) and "stalled" in rows[0].text
+
+        _wait(acme_stalled, 30, "acme shown stalled on the overview")
+        assert browser.find_element(By.ID, "stalled-count").text == "1"
+        globex = browser.find_element(By.CSS_SELECTOR, 'tr[data-tenant="globex"]').text
+        assert "caught up" in globex
+        assert "replica-a" in browser.find_element(By.ID, "replicas").text
+        shot("overview")
+        failpoints.admin.command("configureFailPoint", "failCommand", mode="off")
+
+        def acme_recovered() -> bool:
+            browser.get(base + "/")
+            return "caught up" in browser.find_element(By.CSS_SELECTOR, 'tr[data-tenant="acme"]').text
+
+        _wait(acme_recovered, 30, "acme caught up again")
+
+        # -- a dead-letter: the bot runner refuses the launch ---------------------------------
+        runner.accept = False
+        seq = _emit(db, "acme")
+        key = f"acme/{seq}/sub/acme.s"
+        _wait(lambda: (db["trigger_effects"].find_one({"row_key": key}) or {}).get("state")
+              == "failed", 30, "the launch parked as a dead-letter")
+
+        # a read-only session: no replay button, and its forged POST is refused
+        browser.get(base + "/dead-letters?tenant=acme")
+        assert browser.find_elements(By.CSS_SELECTOR, f'tr[data-row="{key}"]')
+        assert not browser.find_elements(By.ID, "replay-selected")
+        assert browser.find_elements(By.ID, "mode-read-only")
+        browser.get(base + "/rows/" + key)
+        assert not browser.find_elements(By.ID, "replay-row")
+        with httpx.Client(base_url=base, timeout=10) as anon:
+            page = anon.get("/dead-letters")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert csrf is not None
+            forged = anon.post("/replay", data={"csrf": csrf.group(1), "key": key},
+                               headers={"Origin": f"http://127.0.0.1:{port}"})
+            assert forged.status_code == 403
+        assert db["trigger_effects"].find_one({"row_key": key})["state"] == "failed"
+
+        browser.get(base + "/tenants/acme")
+        assert "bot runner refused: 400" in browser.find_element(By.ID, "failures").text
+        assert "board-reflect" in browser.find_element(By.ID, "generations").text
+        shot("tenant")
+
+        # -- log in, open the dead-letter, replay it --------------------------------------
+        browser.get(base + "/login")
+        browser.find_element(By.ID, "token").send_keys(TOKEN)
+        browser.find_element(By.ID, "who").send_keys("ana")
+        browser.find_element(By.ID, "login").click()
+        _wait(lambda: browser.find_elements(By.ID, "mode-admin"), 10, "logged in")
+        browser.get(base + "/dead-letters?tenant=acme&since=1h")
+        shot("dead-letters")
+        browser.find_element(By.CSS_SELECTOR, f'tr[data-row="{key}"] a.mono').click()
+        text_of(By.ID, "row-state", "failed")
+        trace = browser.find_elements(By.ID, "trace")
+        if trace:  # the row carries a trace context when telemetry is on
+            assert trace[0].get_attribute("href").startswith(JAEGER + "/trace/")
+        assert "bot runner refused: 400" in browser.find_element(By.ID, "errors").text
+        shot("row")
+        browser.find_element(By.ID, "replay-row").click()
+        confirm = text_of(By.ID, "confirm", "go back to pending")
+        assert key in confirm
+        shot("confirm")
+        assert db["trigger_effects"].find_one({"row_key": key})["state"] == "failed"
+        runner.accept = True
+        browser.find_element(By.ID, "confirm-replay").click()
+        text_of(By.TAG_NAME, "h1", "Replayed 1 of 1")
+
+        def row_done() -> bool:
+            browser.get(base + "/rows/" + key)
+            return browser.find_element(By.ID, "row-state").text == "done"
+
+        _wait(row_done, 30, "the replayed row done")
+        audit = browser.find_element(By.ID, "audit").text
+        assert "replay" in audit and "console:ana" in audit
+        doc = db["trigger_effects"].find_one({"row_key": key})
+        assert [(a["action"], a["by"]) for a in doc["audit"]] == [("replay", "console:ana")]
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        try:
+            rc = proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            runner.close()
+            client.drop_database(name)
+            client.close()
+    assert rc == 0, log_path.read_text()[-3000:]
+
+
+def _get(url: str) -> int | None:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.TransportError:
+        return None
