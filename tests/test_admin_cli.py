@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model import transitions as tr
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service, build_registry
@@ -116,7 +117,7 @@ async def test_replay_under_a_running_worker_is_executed() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
         await anyio.sleep(0.1)  # the worker is running and finds nothing to do
-        assert await backend.outbox.replay(keys[0], time.time(), "ops")
+        assert await backend.outbox.apply_failed(keys[0], tr.replay(now=time.time(), by="ops"))
         with anyio.fail_after(5):
             while backend.outbox.raw(keys[0])["state"] != "done":  # type: ignore[index]
                 await anyio.sleep(0.01)

@@ -25,6 +25,7 @@ from pymongo import AsyncMongoClient, MongoClient, monitoring
 
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import ensure_schema, mongo_stores
+from board_outbox.model import transitions as tr
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.service.config import load_config
@@ -334,8 +335,9 @@ async def test_fenced_mark_after_steal_is_a_no_op_on_the_wire(wire: Wire) -> Non
     k.clock.advance(6)
     (fresh,) = await claim(k.outbox, T, k.clock.now(), 30, 10)
     assert fresh.claim_id != stale.claim_id
-    assert not await k.outbox.mark_done(stale.ref, stale.claim_id, k.clock.now(), "late")
-    assert await k.outbox.mark_done(fresh.ref, fresh.claim_id, k.clock.now(), "ok")
+    assert not await k.outbox.apply_claimed(
+        stale.ref, stale.claim_id, tr.done(now=k.clock.now(), outcome="late"))
+    assert await k.outbox.apply_claimed(fresh.ref, fresh.claim_id, tr.done(now=k.clock.now(), outcome="ok"))
     (row,) = await k.rows(T)
     assert row.outcome == "ok"
 

@@ -35,7 +35,7 @@ async def test_the_entry_goes_once_consume_marked_is_durable(kit: Kit) -> None:
 
 async def test_a_crash_before_consume_marked_keeps_the_entry_and_still_launches(kit: Kit) -> None:
     key = await _labeled(kit)
-    kit.faults.crash_at("outbox.mark_consumed")
+    kit.faults.crash_at("outbox.apply_claimed[consumed]")
     with pytest.raises(Crash):
         await kit.worker(lease_seconds=10).tick_any()
     kit.clock.advance(11)

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 from board_outbox.engine.registry import ExecutionContext
+from board_outbox.model import transitions as tr
 from board_outbox.model.domain import EffectRow, MatchRule, Subscription
 from tests.support.kits import Kit, claim
 
@@ -87,11 +88,14 @@ async def test_extend_lease_is_fenced_by_claim_id(kit: Kit) -> None:
     await kit.tail(seed="earliest").drain_all([T])
     now = kit.clock.now()
     (mine,) = await claim(kit.outbox, T, now, LEASE, 1)
-    assert not await kit.outbox.extend_lease(mine.ref, "someone-else", now, now + 100)
-    assert await kit.outbox.extend_lease(mine.ref, mine.claim_id, now, now + 100)
+    assert not await kit.outbox.apply_claimed(
+        mine.ref, "someone-else", tr.extend_lease(now=now, lease_until=now + 100))
+    assert await kit.outbox.apply_claimed(
+        mine.ref, mine.claim_id, tr.extend_lease(now=now, lease_until=now + 100))
     kit.clock.advance(50)  # past the first lease, within the extended one
     assert await claim(kit.outbox, T, kit.clock.now(), LEASE, 1) == []
     kit.clock.advance(51)
     (stolen,) = await claim(kit.outbox, T, kit.clock.now(), LEASE, 1)
     assert stolen.reclaimed and stolen.row is not None and stolen.row.attempts == 1
-    assert not await kit.outbox.extend_lease(mine.ref, mine.claim_id, kit.clock.now(), now + 500)
+    assert not await kit.outbox.apply_claimed(
+        mine.ref, mine.claim_id, tr.extend_lease(now=kit.clock.now(), lease_until=now + 500))

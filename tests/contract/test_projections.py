@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 import pytest
 from board_outbox_projections import BoardReflect, CardActivity
 
-from board_outbox.engine.batch import execute_batch, plan
+from board_outbox.engine.batch import plan
+from board_outbox.model import transitions as tr
 from board_outbox.model.domain import EventSnapshot
 from board_outbox.ports import PushRecent, UpsertIfNewer
 from tests.support.kits import Kit, claim
@@ -115,10 +116,10 @@ async def test_worker_applies_a_projection_batch_and_marks_it_fenced(kit: Kit) -
     reflect = next(u for u in units if u[0].row is not None and u[0].row.projection == "board-reflect")
     # another worker steals one row of the batch (released, then claimed under its own claim_id)
     stolen = reflect[2]
-    assert await kit.outbox.release(stolen.ref, stolen.claim_id, kit.clock.now())
+    assert await kit.outbox.apply_claimed(stolen.ref, stolen.claim_id, tr.release(now=kit.clock.now()))
     theirs = await claim(kit.outbox, T, kit.clock.now(), 30.0, 50)
     assert [c.ref for c in theirs] == [stolen.ref]
-    outcomes = await execute_batch(worker, reflect)
+    outcomes = await worker.batch.run(reflect)
     assert outcomes == ["done", "done", "lease_lost", "done", "done", "done"]
     assert stolen.row is not None
     raw = await kit.raw_row(stolen.row.row_key)
@@ -126,7 +127,7 @@ async def test_worker_applies_a_projection_batch_and_marks_it_fenced(kit: Kit) -
     done = await kit.raw_row(reflect[0].row.row_key)  # type: ignore[union-attr]
     assert done is not None and done["state"] == "done" and done["outcome"].startswith(
         ("applied", "superseded"))
-    assert await execute_batch(worker, [c for u in units if u is not reflect for c in u]) == ["done"] * 6
+    assert await worker.batch.run([c for u in units if u is not reflect for c in u]) == ["done"] * 6
     model = {d["card_id"]: d["last_seq"] for d in await kit.readmodels.list("board-reflect", T)}
     assert model == {"c1": 5, "c2": 6}
     assert [e["seq"] for e in await CardActivity(kit.readmodels).activity(T, "c2")] == [6, 4, 2]

@@ -174,7 +174,7 @@ async def test_launch_failure_after_consume_retries_without_second_consume(kit: 
 
 async def test_worker_crash_after_consume_marked_still_launches_once(kit: Kit) -> None:
     await materialize(kit, SHIP, etype="card.labeled", labels=("ship",))
-    kit.faults.crash_at("outbox.mark_consumed.after")
+    kit.faults.crash_at("outbox.apply_claimed[consumed].after")
     with pytest.raises(Crash):
         await kit.worker(lease_seconds=5).tick_any()
     kit.clock.advance(6)
@@ -427,17 +427,17 @@ async def test_lease_lost_right_after_consume_still_launches_exactly_once(kit: K
 async def test_transient_consume_mark_failure_still_launches(kit: Kit) -> None:
     """Found by the harness: a store blip on the consume_marked write made the retry skip."""
     await materialize(kit, SHIP, etype="card.labeled", labels=("ship",))
-    kit.faults.fail_at("outbox.mark_consumed", times=3)
+    kit.faults.fail_at("outbox.apply_claimed[consumed]", times=3)
     res = await kit.worker().tick_any()
     assert res.done == 1 and len(kit.launcher.launches) == 1
-    assert kit.faults.fired["outbox.mark_consumed"] == 3
+    assert kit.faults.fired["outbox.apply_claimed[consumed]"] == 3
 
 
 async def test_transient_mark_done_failure_is_retried_not_relaunched(kit: Kit) -> None:
     """Found by the harness: a store blip on mark_done left the row claimed; after the lease it
     ran again -> a double launch with no crash at all. mark_done now rides out the blip."""
     await materialize(kit)
-    kit.faults.fail_at("outbox.mark_done", times=2)
+    kit.faults.fail_at("outbox.apply_claimed[done]", times=2)
     assert (await kit.worker().tick_any()).done == 1
     kit.clock.advance(100)
     assert (await kit.worker().tick_any()).claimed == 0
@@ -447,7 +447,7 @@ async def test_transient_mark_done_failure_is_retried_not_relaunched(kit: Kit) -
 async def test_store_blip_on_mark_retry_does_not_stop_the_batch(kit: Kit) -> None:
     await materialize(kit, n=2)
     kit.launcher.fail = always_fail
-    kit.faults.fail_at("outbox.mark_retry")  # the first row's failure cannot be recorded
+    kit.faults.fail_at("outbox.apply_claimed[retry]")  # the first row's failure cannot be recorded
     res = await kit.worker(lease_seconds=10).tick_any()
     assert (res.claimed, res.unrecorded, res.retried) == (2, 1, 1)  # the second row still ran
     kit.clock.advance(11)

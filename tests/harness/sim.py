@@ -44,7 +44,7 @@ from board_outbox.model.domain import (
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.ports import Stores
 from board_outbox.service.runtime import build_registry
-from tests.support.faults import Crash
+from tests.support.faults import Crash, point_of
 
 LEASE = 10.0
 HEARTBEAT_FRACTION = 0.34
@@ -53,8 +53,11 @@ MAX_EXECUTION = 120.0
 YOUNG_GAP = 30.0
 POISON_TICKS = 3
 SEED_MODES = ("earliest", "latest")
-MARKS = ("outbox.mark_consumed", "outbox.mark_done", "outbox.mark_retry", "outbox.mark_failed",
-         "outbox.release")
+# the fenced single-row marks (fault points name the transition: tests/support/faults.point_of)
+CONSUMED_MARK = "outbox.apply_claimed[consumed]"
+DONE_MARK = "outbox.apply_claimed[done]"
+MARKS = (CONSUMED_MARK, DONE_MARK, "outbox.apply_claimed[retry]", "outbox.apply_claimed[park]",
+         "outbox.apply_claimed[release]")
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
 ENV_ACTIONS = ("emit", "emit_slow", "finish_slow", "tick", "jump", "edit_sub", "delete_sub",
                "delete_card", "poison", "outage", "cross_tenant")
@@ -223,10 +226,10 @@ class SimPort:
         attr = getattr(self._target, name)
         if not callable(attr) or name.startswith("_"):
             return attr
-        point = f"{self._prefix}.{name}"
-        sim, rid = self._sim, self._rid
+        prefix, sim, rid = self._prefix, self._sim, self._rid
 
         async def call(*args: Any, **kwargs: Any) -> Any:
+            point = point_of(prefix, name, args)
             fault = await sim.turns.turn(rid, point)
             if fault == "transient":
                 sim.note_transient(rid, point)
@@ -421,15 +424,15 @@ class Simulation:
         self.report.faults[f"crash {when} {point}"] += 1
         if row is None:
             return
-        if (point, when) in (("labels.consume", "after"), ("outbox.mark_consumed", "before")):
+        if (point, when) in (("labels.consume", "after"), (CONSUMED_MARK, "before")):
             self.window1.add(row)
-        if (point, when) in (("launcher.launch", "after"), ("outbox.mark_done", "before"),
-                             ("outbox.mark_done_many", "before")):
+        # (a grouped done mark, apply_claimed_many, carries projection rows only: no launch window)
+        if (point, when) in (("launcher.launch", "after"), (DONE_MARK, "before")):
             self.window2.add(row)
 
     def note_transient(self, rid: int, point: str) -> None:
         row = self.current_row.get(rid)
-        if row is not None and point in ("outbox.mark_done", "outbox.mark_done_many"):
+        if row is not None and point == DONE_MARK:
             self.done_blips[row] += 1
             if self.done_blips[row] >= 3:  # every retry of the done mark failed
                 self.window2.add(row)
@@ -509,19 +512,14 @@ class Simulation:
                 self.live_violations.append(
                     f"[stale-rule] row {req.row_key} launched though subscription {sub.sub_id} "
                     f"(enabled={sub.enabled}, rule={sub.rule}) no longer matches its event")
-        if point == "outbox.mark_consumed" and result is False:
+        if point == CONSUMED_MARK and result is False:
             row = self.current_row.get(rid)
             if row is not None:
                 self.window1_lease.add(row)  # consumed, then the lease was gone before the mark
-        if point == "outbox.mark_done" and result is False:
+        if point == DONE_MARK and result is False:
             row = self.current_row.get(rid)
             if row is not None and any(r.row_key == row for r in self.launcher.launches):
                 self.window2_lease.add(row)  # lease lost after the launch: the mark was fenced out
-        if point == "outbox.mark_done_many" and result and result[-1] is False \
-                and str(args[0][-1][2]).startswith("launched"):
-            row = self.current_row.get(rid)  # a launch row's mark rides last in the batch
-            if row is not None and any(r.row_key == row for r in self.launcher.launches):
-                self.window2_lease.add(row)
 
     def _observe_seed(self, tenant: str, proposed: int, got: int) -> None:
         inserted = [seq for (t, seq), info in self.events.items()

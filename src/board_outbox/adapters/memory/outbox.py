@@ -55,7 +55,7 @@ def _apply(doc: dict[str, Any], t: T.Transition) -> None:
         doc.setdefault("audit", []).append(to_doc(t.audit))
 
 
-class MemoryEffectOutbox(T.FencedMarks):
+class MemoryEffectOutbox:
     def __init__(self) -> None:
         self._docs: dict[int, dict[str, Any]] = {}
         self._by_key: dict[str, int] = {}
@@ -165,26 +165,13 @@ class MemoryEffectOutbox(T.FencedMarks):
                                          reclaimed=True))
         return claims
 
-    async def mark_done_many(
-        self, marks: Sequence[tuple[Any, str, str]], now: float
-    ) -> list[bool]:
-        await checkpoint()
-        out: list[bool] = []
-        for ref, claim_id, outcome in marks:
-            doc = self._fenced(ref, claim_id)
-            if doc is not None:
-                _apply(doc, T.done(now=now, outcome=outcome))
-                self._track(ref)
-            out.append(doc is not None)
-        return out
-
     def _fenced(self, ref: Any, claim_id: str) -> dict[str, Any] | None:
         doc = self._docs.get(ref)
         if doc is None or doc.get("state") != CLAIMED or doc.get("claim_id") != claim_id:
             return None
         return doc
 
-    async def _apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:
+    async def apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:
         await checkpoint()
         doc = self._fenced(ref, claim_id)
         if doc is None:
@@ -192,6 +179,9 @@ class MemoryEffectOutbox(T.FencedMarks):
         _apply(doc, t)
         self._track(ref)
         return True
+
+    async def apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: T.Transition) -> list[Any]:
+        return [ref for ref in refs if await self.apply_claimed(ref, claim_id, t)]
 
     async def park_broken(
         self, ref: Any, now: float, error: str, *, claim_id: str | None = None
@@ -213,7 +203,7 @@ class MemoryEffectOutbox(T.FencedMarks):
         return [(ref, dict(d)) for ref, d in self._docs.items()
                 if stuck_reason(d, now, horizon) is not None][:limit]
 
-    async def _apply_failed(self, row_key: str, t: T.Transition) -> bool:
+    async def apply_failed(self, row_key: str, t: T.Transition) -> bool:
         await checkpoint()
         ref = self._by_key.get(row_key)
         if ref is None or self._docs[ref].get("state") != FAILED:

@@ -71,7 +71,7 @@ def update_of(t: T.Transition) -> dict[str, Any]:
     return update
 
 
-class MongoEffectOutbox(T.FencedMarks):
+class MongoEffectOutbox:
     def __init__(self, db: Any) -> None:
         self.coll = db[EFFECTS]
 
@@ -190,33 +190,13 @@ class MongoEffectOutbox(T.FencedMarks):
         return claims
 
     @translated
-    async def mark_done_many(
-        self, marks: Sequence[tuple[Any, str, str]], now: float
-    ) -> list[bool]:
-        """One unordered bulk write of fenced ``done`` updates; only when some mark missed its
-        claim does a read-back say which (``done`` keeps the claim_id)."""
-        if not marks:
-            return []
-        ops = [UpdateOne({"_id": ref, "state": CLAIMED, "claim_id": cid},
-                         update_of(T.done(now=now, outcome=outcome)))
-               for ref, cid, outcome in marks]
-        res = await self.coll.bulk_write(ops, ordered=False)
-        if int(res.matched_count) == len(marks):  # the filter only matches a row we hold
-            return [True] * len(marks)
-        ours = await self.coll.find(
-            {"_id": {"$in": [m[0] for m in marks]}, "state": "done"}, {"_id": 1, "claim_id": 1}
-        ).to_list(None)
-        held = {(d["_id"], d.get("claim_id")) for d in ours}
-        return [(ref, cid) in held for ref, cid, _ in marks]
-
-    @translated
-    async def _apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:
+    async def apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:
         res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id},
                                          update_of(t))
         return bool(res.modified_count == 1)
 
     @translated
-    async def _apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: T.Transition) -> list[Any]:
+    async def apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: T.Transition) -> list[Any]:
         """One fenced ``update_many``; only when a lease was stolen from some of the rows, one
         more read to learn which ones this claim moved (the moved rows keep our claim_id)."""
         if not refs:
@@ -258,7 +238,7 @@ class MongoEffectOutbox(T.FencedMarks):
         return [(d["_id"], d) for d in docs]
 
     @translated
-    async def _apply_failed(self, row_key: str, t: T.Transition) -> bool:
+    async def apply_failed(self, row_key: str, t: T.Transition) -> bool:
         res = await self.coll.update_one({"row_key": row_key, "state": FAILED}, update_of(t))
         return bool(res.modified_count == 1)
 
