@@ -10,7 +10,7 @@ searching every ``.py`` under ``src/`` for the snippet, so the campaign
 survives modules being moved; a snippet that is not found, or found more than once (and not
 narrowed by the hint), fails loudly so the mutant can be retargeted.
 
-For each mutant the repository (src/, tests/, tracing/, benchmarks/, docs/, the top-level
+For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, the top-level
 files) is copied to a temporary directory, the snippet replaced there, and run with ``PYTHONPATH`` pointing at
 the copy (so the copy, not the editable install, is imported -- checked before the campaign):
 
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPY = ("src", "tests", "tracing", "benchmarks", "docs", "pyproject.toml", "README.md",
+COPY = ("src", "projections", "tests", "tracing", "benchmarks", "docs", "pyproject.toml", "README.md",
         "ARCHITECTURE.md", "board-outbox.example.toml")
 SEARCH = ("src",)
 UNIT_TIMEOUT = 900.0
@@ -211,7 +211,7 @@ def apply(m: Mutant, copy: Path) -> Path:
 
 def env_for(copy: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(copy / "src"), str(copy)])
+    env["PYTHONPATH"] = os.pathsep.join([str(copy / "src"), str(copy / "projections"), str(copy)])
     env.pop("MONGODB_URI", None)  # the live tests stay skipped: the campaign is about logic
     return env
 
@@ -342,7 +342,7 @@ def preflight(baseline: bool) -> None:
         copy = Path(tmp)
         make_copy(copy)
         rc, out = run([sys.executable, "-c",
-                       "import board_outbox, board_outbox.projections as p, tests; "
+                       "import board_outbox, board_outbox_projections as p, tests; "
                        "print(board_outbox.__file__, p.__file__, tests.__file__)"],
                       copy, 60)
         files = out.split()
