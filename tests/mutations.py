@@ -71,13 +71,13 @@ MUTANTS: tuple[Mutant, ...] = (
            'return Transition(name="reclaim", count_attempt=True,',
            'return Transition(name="reclaim", count_attempt=False,', "outbox_transitions"),
     Mutant("worker-never-parks", "worker",
-           "        if attempt >= self.settings.max_attempts:\n"
+           "        if attempt >= self.max_attempts:\n"
            '            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")',
            "        if False:\n"
-           '            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")', "worker"),
+           '            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")', "completer"),
     Mutant("worker-budget-off-by-one", "worker",
-           "if attempt >= self.settings.max_attempts:",
-           "if attempt > self.settings.max_attempts:", "worker"),
+           "if attempt >= self.max_attempts:",
+           "if attempt > self.max_attempts:", "completer"),
     Mutant("worker-mark-done-unfenced-memory", "worker",
            '        if doc is None or doc.get("state") != CLAIMED or doc.get("claim_id") != claim_id:\n'
            '            return None',
@@ -130,9 +130,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("runtime-stream-change-wakes-nothing", "runtime",
            "self.wake_tenant(change.tenant_id)", "pass", "runtime"),
     Mutant("worker-retry-without-backoff", "worker+",
-           "marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay)",
-           "marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now)",
-           "worker"),
+           "T.retry(now=now, error=err, not_before=now + delay)",
+           "T.retry(now=now, error=err, not_before=now)", "completer"),
     Mutant("worker-expired-lease-still-executes", "worker+",
            "if now >= claim.lease_until:", "if False:", "worker"),
     Mutant("cursor-cas-always-wins-memory", "adapters",
@@ -212,7 +211,7 @@ def apply(m: Mutant, copy: Path) -> Path:
 
 def env_for(copy: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(copy / "src"), str(copy)])
+    env["PYTHONPATH"] = os.pathsep.join([str(copy / "src"), str(copy / "projections"), str(copy)])
     env.pop("MONGODB_URI", None)  # the live tests stay skipped: the campaign is about logic
     return env
 
@@ -343,7 +342,7 @@ def preflight(baseline: bool) -> None:
         copy = Path(tmp)
         make_copy(copy)
         rc, out = run([sys.executable, "-c",
-                       "import board_outbox, board_outbox.projections as p, tests; "
+                       "import board_outbox, board_outbox_projections as p, tests; "
                        "print(board_outbox.__file__, p.__file__, tests.__file__)"],
                       copy, 60)
         files = out.split()

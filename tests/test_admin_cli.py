@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model import transitions as tr
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service, build_registry
@@ -47,7 +48,7 @@ async def _dead_letters(backend: MemoryBackend, n: int = 3) -> list[str]:
     cfg = load_config(env={}, tail={"seed": "earliest"}, worker={"max_attempts": 1}, projections=[])
     service = Service(backend.stores(), cfg)
     await service.tail.drain_all()
-    await service.worker.tick()
+    await service.worker.tick_any()
     docs = backend.outbox.all_docs()
     assert all(d["state"] == "failed" for d in docs)
     return sorted(d["row_key"] for d in docs if d["tenant_id"] == T)
@@ -116,7 +117,7 @@ async def test_replay_under_a_running_worker_is_executed() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
         await anyio.sleep(0.1)  # the worker is running and finds nothing to do
-        assert await backend.outbox.replay(keys[0], time.time(), "ops")
+        assert await backend.outbox.apply_failed(keys[0], tr.replay(now=time.time(), by="ops"))
         with anyio.fail_after(5):
             while backend.outbox.raw(keys[0])["state"] != "done":  # type: ignore[index]
                 await anyio.sleep(0.01)
@@ -275,7 +276,7 @@ def test_admin_commands_on_the_mongo_adapters(capsys: pytest.CaptureFixture[str]
         cfg = load_config(env={}, tail={"seed": "earliest"}, worker={"max_attempts": 1})
         service = Service(stores, cfg)
         await service.tail.drain_all()
-        await service.worker.tick()
+        await service.worker.tick_any()
 
     anyio.run(seed)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import board_outbox.engine.handlers.launch
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.model.domain import DONE
+from board_outbox.model.transitions import Transition
 from tests.harness.broken import AllocatorSeedTail, CursorFirstTail, EagerPoisonTail
 from tests.harness.sim import (
     VIOLATION_KINDS,
@@ -67,21 +68,25 @@ def test_harness_catches_the_cursor_first_shape() -> None:
 
 
 def test_harness_catches_unfenced_marks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """mark_done with no fence at all (neither claim_id nor state): a late mark from a stolen
-    claim overwrites the row. Only mark_done is broken; the other marks stay fenced."""
+    """The done mark with no fence at all (neither claim_id nor state): a late mark from a stolen
+    claim overwrites the row. Only the done mark is broken; the other marks stay fenced."""
     from datetime import UTC, datetime
 
-    async def unfenced_done(self: MemoryEffectOutbox, ref: Any, claim_id: str, now: float,
-                            outcome: str) -> bool:
+    fenced = MemoryEffectOutbox.apply_claimed
+
+    async def unfenced_done(self: MemoryEffectOutbox, ref: Any, claim_id: str,
+                            t: Transition) -> bool:
+        if t.name != "done":
+            return await fenced(self, ref, claim_id, t)
         doc = self._docs.get(ref)
         if doc is None:
             return False
-        doc.update(state=DONE, outcome=outcome, updated_at=now, lease_until=None,
-                   done_at=datetime.fromtimestamp(now, UTC))
+        doc.update(state=DONE, outcome=t.set["outcome"], updated_at=t.set["updated_at"],
+                   lease_until=None, done_at=datetime.fromtimestamp(t.set["updated_at"], UTC))
         self._track(ref)
         return True
 
-    monkeypatch.setattr(MemoryEffectOutbox, "mark_done", unfenced_done)
+    monkeypatch.setattr(MemoryEffectOutbox, "apply_claimed", unfenced_done)
     from tests.harness import sim
 
     monkeypatch.setattr(sim, "HEARTBEAT", False)  # leases must be stolen for fencing to matter

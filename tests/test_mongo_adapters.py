@@ -16,6 +16,7 @@ from pymongo.errors import (
 from board_outbox.adapters.mongo import MongoEventLog, ensure_schema
 from board_outbox.adapters.mongo.errors import classify, translated
 from board_outbox.adapters.mongo.schema import DONE_TTL_SECONDS
+from board_outbox.model import transitions as tr
 from board_outbox.model.errors import ConfigError, StoreError, StoreUnavailable
 from board_outbox.ports import RowFilter
 from board_outbox.service.backends import mongo_client
@@ -120,10 +121,11 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     import time
 
     long_ago = time.time() - DONE_TTL_SECONDS - 3600
-    c1, c2, c3 = await outbox.claim_due("t", long_ago, 30, 3)
-    assert await outbox.mark_done(c1.ref, c1.claim_id, long_ago, "ok")
+    c1, c2, c3 = await outbox.claim_any(long_ago, 30, 3)
+    assert await outbox.apply_claimed(c1.ref, c1.claim_id, tr.done(now=long_ago, outcome="ok"))
     err = ErrorEntry(attempt=1, at=long_ago, error="x")
-    assert await outbox.mark_failed(c2.ref, c2.claim_id, long_ago, err, count_attempt=True)
-    assert await outbox.mark_done(c3.ref, c3.claim_id, time.time(), "ok")
+    assert await outbox.apply_claimed(
+        c2.ref, c2.claim_id, tr.park(now=long_ago, error=err, count_attempt=True))
+    assert await outbox.apply_claimed(c3.ref, c3.claim_id, tr.done(now=time.time(), outcome="ok"))
     left = {r.seq: r.state for r in await outbox.find(RowFilter(tenant_id="t"))}
     assert left == {2: "failed", 3: "done"}

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from board_outbox.model.domain import Card, EffectRow, ErrorEntry, Subscription
+from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.records import (
     Change,
@@ -25,6 +25,7 @@ from board_outbox.model.records import (
     UpsertIfNewer,
     UpsertResult,
 )
+from board_outbox.model.transitions import Transition
 
 __all__ = [
     "CardStore",
@@ -112,61 +113,42 @@ class EffectOutbox(Protocol):
         """One unordered bulk write of ``$setOnInsert`` upserts keyed by ``row_key``."""
         ...
 
-    async def claim_due(
-        self, tenant_id: str, now: float, lease_seconds: float, limit: int
-    ) -> list[Claim]:
-        """Atomically claim up to ``limit`` rows: pending rows with not_before <= now, and
-        claimed rows whose lease expired (those get ``attempts`` +1 and ``reclaimed``)."""
-        ...
-
     async def claim_any(
         self, now: float, lease_seconds: float, limit: int, *,
         prefer: Collection[str] | None = None, steal_before: float | None = None,
+        tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Claim up to ``limit`` due pending rows across every tenant in a constant number of
-        round trips (one pick; one findAndModify for a single row, else update_many + read
-        back). With ``prefer``, rows of those tenants go first and another tenant's row is taken
-        only if it was due by ``steal_before`` (its owner had its chance)."""
+        """Claim up to ``limit`` due pending rows (not_before <= now) across every tenant in a
+        constant number of round trips (one pick; one findAndModify for a single row, else
+        update_many + read back). With ``prefer``, rows of those tenants go first and another
+        tenant's row is taken only if it was due by ``steal_before`` (its owner had its chance).
+        ``tenants`` limits the claim to those tenants (None: every tenant)."""
         ...
 
-    async def reclaim_expired(self, now: float, lease_seconds: float, limit: int) -> list[Claim]:
-        """Claimed rows whose lease expired, across tenants: one query finds them, each is
-        reclaimed atomically (``attempts`` +1, ``reclaimed``)."""
+    async def reclaim_expired(
+        self, now: float, lease_seconds: float, limit: int, *,
+        tenants: Collection[str] | None = None,
+    ) -> list[Claim]:
+        """Claimed rows whose lease expired, across tenants (or only ``tenants``): one query finds
+        them, each is reclaimed atomically (``attempts`` +1, ``reclaimed``)."""
         ...
 
-    async def mark_done_many(
-        self, marks: Sequence[tuple[Any, str, str]], now: float
-    ) -> list[bool]:
-        """Fenced ``done`` for several (ref, claim_id, outcome) in one write; per mark, whether
-        it held its claim."""
+    async def apply_claimed(self, ref: Any, claim_id: str, t: Transition) -> bool:
+        """Apply a transition (``model/transitions.py``) to a row this claim holds, fenced on
+        ``{ref, state: claimed, claim_id}`` (M8): False, and nothing written, when the lease was
+        stolen. Raises ``StoreError`` when the document refuses it ($inc on a non-number, $push
+        onto a non-array), and then nothing is written."""
         ...
 
-    async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool: ...
-
-    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool: ...
-
-    async def mark_done_for_claim(
-        self, refs: Sequence[Any], claim_id: str, now: float, outcome: str
-    ) -> list[Any]:
-        """``mark_done`` for rows of one claim sharing one outcome, in as few writes as the store
-        allows (Mongo: one ``update_many`` fenced on ``{_id in refs, state: claimed, claim_id}``);
-        returns the refs it marked (a row whose lease was stolen is left alone)."""
+    async def apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: Transition) -> list[Any]:
+        """``apply_claimed`` on several rows of one claim, in as few writes as the store allows
+        (Mongo: one ``update_many`` fenced on ``{_id in refs, state: claimed, claim_id}``);
+        returns the refs it moved (a row whose lease was stolen is left alone)."""
         ...
 
-    async def mark_retry(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
-    ) -> bool:
-        """Back to pending, attempts +1, error appended."""
-        ...
-
-    async def mark_failed(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, *, count_attempt: bool
-    ) -> bool:
-        """Park as the dead-letter (state failed), error appended (transitions: ``park``)."""
-        ...
-
-    async def release(self, ref: Any, claim_id: str, now: float) -> bool:
-        """Give a claim back (graceful shutdown): pending again, attempts unchanged."""
+    async def apply_failed(self, row_key: str, t: Transition) -> bool:
+        """Apply a transition to a dead-letter (``{row_key, state: failed}``, e.g. ``replay``);
+        False: no such failed row."""
         ...
 
     async def park_broken(
@@ -185,10 +167,6 @@ class EffectOutbox(Protocol):
         beyond ``horizon`` seconds. (ref, raw document) pairs."""
         ...
 
-    async def extend_lease(self, ref: Any, claim_id: str, now: float, lease_until: float) -> bool:
-        """The heartbeat (O4): move a claim's lease to ``lease_until``, fenced by claim_id."""
-        ...
-
     async def get(self, row_key: str) -> EffectRow | None: ...
 
     async def find(self, flt: RowFilter) -> list[EffectRow]: ...
@@ -201,10 +179,6 @@ class EffectOutbox(Protocol):
 
     async def oldest_live_created_at(self, tenant_id: str) -> float | None:
         """``created_at`` of the tenant's oldest pending or claimed row (None: none); O1/O3."""
-        ...
-
-    async def replay(self, row_key: str, now: float, by: str) -> bool:
-        """A failed row back to pending, attempts reset, error history kept, audit appended."""
         ...
 
     async def purge(self, flt: RowFilter) -> int:

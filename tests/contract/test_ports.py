@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from board_outbox.model import transitions as tr
 from board_outbox.model.domain import (
     Card,
     EffectRow,
@@ -17,7 +18,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import CardNotFound, MalformedCard, SubscriptionNotFound
 from board_outbox.ports import RowFilter
-from tests.support.kits import Kit
+from tests.support.kits import Kit, claim
 
 pytestmark = pytest.mark.anyio
 
@@ -136,15 +137,18 @@ async def test_claim_is_atomic_and_leased(kit: Kit) -> None:
     claimed: list[str] = []
 
     async def claimer() -> None:
-        for c in await kit.outbox.claim_due(T, now, 30.0, 4):
-            assert c.row is not None
-            claimed.append(c.row.row_key)
+        # a claim that loses a race for its picked rows takes fewer (the next tick takes more):
+        # each claimer claims until nothing is left
+        while got := await claim(kit.outbox, T, now, 30.0, 4):
+            for c in got:
+                assert c.row is not None
+                claimed.append(c.row.row_key)
 
     async with anyio.create_task_group() as tg:
         for _ in range(4):
             tg.start_soon(claimer)
     assert len(claimed) == 10 and len(set(claimed)) == 10  # every row once, none twice
-    assert await kit.outbox.claim_due(T, now + 29.0, 30.0, 10) == []  # leases hold
+    assert await claim(kit.outbox, T, now + 29.0, 30.0, 10) == []  # leases hold
     assert (await kit.outbox.count_by_state(T)) == {"claimed": 10}
 
 
@@ -152,8 +156,8 @@ async def test_claim_respects_not_before_and_tenant(kit: Kit) -> None:
     later = _row(1)
     later.not_before = kit.clock.now() + 60
     await kit.outbox.upsert_rows([later, _row(2, tenant="t2")])
-    assert await kit.outbox.claim_due(T, kit.clock.now(), 30.0, 10) == []
-    got = await kit.outbox.claim_due(T, kit.clock.now() + 61, 30.0, 10)
+    assert await claim(kit.outbox, T, kit.clock.now(), 30.0, 10) == []
+    got = await claim(kit.outbox, T, kit.clock.now() + 61, 30.0, 10)
     assert [c.row.seq for c in got if c.row] == [1]
     assert await kit.outbox.live_tenants() == {T, "t2"}
 
@@ -161,20 +165,23 @@ async def test_claim_respects_not_before_and_tenant(kit: Kit) -> None:
 async def test_fencing_and_reclaim(kit: Kit) -> None:
     await kit.outbox.upsert_rows([_row(1)])
     now = kit.clock.now()
-    (first,) = await kit.outbox.claim_due(T, now, 10.0, 1)
+    (first,) = await claim(kit.outbox, T, now, 10.0, 1)
     # the lease expires; another worker reclaims: attempts +1, a lease_expired error entry
-    (second,) = await kit.outbox.claim_due(T, now + 11, 10.0, 1)
+    (second,) = await claim(kit.outbox, T, now + 11, 10.0, 1)
     assert second.reclaimed and second.claim_id != first.claim_id
     assert second.row is not None and second.row.attempts == 1
     assert second.row.errors[-1].kind == "lease_expired"
     # the first worker's late writes are no-ops
-    assert not await kit.outbox.mark_done(first.ref, first.claim_id, now + 12, "late")
-    assert not await kit.outbox.mark_consumed(first.ref, first.claim_id, now + 12)
+    assert not await kit.outbox.apply_claimed(
+        first.ref, first.claim_id, tr.done(now=now + 12, outcome="late"))
+    assert not await kit.outbox.apply_claimed(first.ref, first.claim_id, tr.consumed(now=now + 12))
     err = ErrorEntry(attempt=1, at=now, error="x")
-    assert not await kit.outbox.mark_retry(first.ref, first.claim_id, now + 12, err, now)
-    assert not await kit.outbox.mark_failed(first.ref, first.claim_id, now + 12, err, count_attempt=True)
-    assert not await kit.outbox.release(first.ref, first.claim_id, now + 12)
-    assert await kit.outbox.mark_done(second.ref, second.claim_id, now + 12, "ok")
+    assert not await kit.outbox.apply_claimed(
+        first.ref, first.claim_id, tr.retry(now=now + 12, error=err, not_before=now))
+    assert not await kit.outbox.apply_claimed(
+        first.ref, first.claim_id, tr.park(now=now + 12, error=err, count_attempt=True))
+    assert not await kit.outbox.apply_claimed(first.ref, first.claim_id, tr.release(now=now + 12))
+    assert await kit.outbox.apply_claimed(second.ref, second.claim_id, tr.done(now=now + 12, outcome="ok"))
     row = await kit.outbox.get(_row(1).row_key)
     assert row is not None and row.state == "done" and row.outcome == "ok"
     assert row.done_at is not None
@@ -183,12 +190,14 @@ async def test_fencing_and_reclaim(kit: Kit) -> None:
 async def test_retry_failed_release_and_consume_marks(kit: Kit) -> None:
     await kit.outbox.upsert_rows([_row(1), _row(2), _row(3)])
     now = kit.clock.now()
-    c1, c2, c3 = await kit.outbox.claim_due(T, now, 30.0, 3)
-    assert await kit.outbox.mark_consumed(c1.ref, c1.claim_id, now)
+    c1, c2, c3 = await claim(kit.outbox, T, now, 30.0, 3)
+    assert await kit.outbox.apply_claimed(c1.ref, c1.claim_id, tr.consumed(now=now))
     err = ErrorEntry(attempt=1, at=now, error="boom")
-    assert await kit.outbox.mark_retry(c1.ref, c1.claim_id, now, err, now + 5)
-    assert await kit.outbox.mark_failed(c2.ref, c2.claim_id, now, err, count_attempt=True)
-    assert await kit.outbox.release(c3.ref, c3.claim_id, now)
+    assert await kit.outbox.apply_claimed(
+        c1.ref, c1.claim_id, tr.retry(now=now, error=err, not_before=now + 5))
+    assert await kit.outbox.apply_claimed(
+        c2.ref, c2.claim_id, tr.park(now=now, error=err, count_attempt=True))
+    assert await kit.outbox.apply_claimed(c3.ref, c3.claim_id, tr.release(now=now))
     r1 = await kit.outbox.get(_row(1).row_key)
     r2 = await kit.outbox.get(_row(2).row_key)
     r3 = await kit.outbox.get(_row(3).row_key)
@@ -200,13 +209,15 @@ async def test_retry_failed_release_and_consume_marks(kit: Kit) -> None:
     # dead-letters are queryable, replayable (history kept, audited) and purgeable
     dead = await kit.outbox.find(RowFilter(tenant_id=T, states=("failed",)))
     assert [d.row_key for d in dead] == [_row(2).row_key]
-    assert await kit.outbox.replay(_row(2).row_key, now + 1, "tester")
+    assert await kit.outbox.apply_failed(_row(2).row_key, tr.replay(now=now + 1, by="tester"))
     again = await kit.outbox.get(_row(2).row_key)
     assert again and again.state == "pending" and again.attempts == 0
     assert [e.error for e in again.errors] == ["boom"] and again.audit[-1].by == "tester"
-    assert not await kit.outbox.replay(_row(1).row_key, now, "x")  # not failed: refused
-    (c,) = await kit.outbox.claim_due(T, now + 1, 30.0, 1)
-    assert await kit.outbox.mark_failed(c.ref, c.claim_id, now + 2, err, count_attempt=True)
+    # not failed: refused
+    assert not await kit.outbox.apply_failed(_row(1).row_key, tr.replay(now=now, by="x"))
+    (c,) = await claim(kit.outbox, T, now + 1, 30.0, 1)
+    assert await kit.outbox.apply_claimed(
+        c.ref, c.claim_id, tr.park(now=now + 2, error=err, count_attempt=True))
     assert await kit.outbox.purge(RowFilter(tenant_id=T)) == 1
     assert await kit.outbox.count_by_state(T) == {"pending": 2}
 
@@ -216,7 +227,7 @@ async def test_malformed_row_is_claimed_with_decode_error(kit: Kit) -> None:
         {"tenant_id": T, "row_key": "bad/1", "seq": "not-a-number", "state": "pending",
          "not_before": 0.0}
     )
-    (c,) = await kit.outbox.claim_due(T, kit.clock.now(), 30.0, 5)
+    (c,) = await claim(kit.outbox, T, kit.clock.now(), 30.0, 5)
     assert c.row is None and c.decode_error and "seq" in c.decode_error
 
 

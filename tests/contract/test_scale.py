@@ -10,6 +10,7 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryMembershipStore
 from board_outbox.engine.membership import Ownership, owner
+from board_outbox.model import transitions as tr
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import EventSnapshot, MatchRule, Subscription, new_projection_row
 from board_outbox.ports import MembershipStore
@@ -69,21 +70,27 @@ async def test_reclaim_expired_sweeps_every_tenant_and_counts_the_attempt(kit: K
     assert sorted(c.tenant_id for c in again) == ["a", "b"]
     assert all(c.reclaimed and c.row is not None and c.row.attempts == 1 for c in again)
     assert {c.claim_id for c in again}.isdisjoint({c.claim_id for c in first})
-    # the old holder's marks are fenced off; the new holder's batch mark lands
-    assert await kit.outbox.mark_done_many([(c.ref, c.claim_id, "x") for c in first],
-                                           kit.clock.now()) == [False, False]
-    assert await kit.outbox.mark_done_many([(c.ref, c.claim_id, "ok") for c in again],
-                                           kit.clock.now()) == [True, True]
+    # the old holder's marks are fenced off; the new holder's grouped mark lands
+    late, ok = tr.done(now=kit.clock.now(), outcome="x"), tr.done(now=kit.clock.now(), outcome="ok")
+    for cid in {c.claim_id for c in first}:
+        refs = [c.ref for c in first if c.claim_id == cid]
+        assert await kit.outbox.apply_claimed_many(refs, cid, late) == []
+    moved: list[Any] = []
+    for cid in {c.claim_id for c in again}:
+        moved += await kit.outbox.apply_claimed_many([c.ref for c in again if c.claim_id == cid], cid, ok)
+    assert sorted(map(str, moved)) == sorted(str(c.ref) for c in again)
     assert {r.state for r in await kit.rows()} == {"done"}
 
 
-async def test_mark_done_many_reports_each_mark(kit: Kit) -> None:
+async def test_a_grouped_mark_reports_each_row_it_moved(kit: Kit) -> None:
     await two_tenants(kit, n=1)
     claims = await kit.outbox.claim_any(kit.clock.now(), 30, 10)
     a, b = sorted(claims, key=lambda c: c.tenant_id)
-    assert await kit.outbox.release(b.ref, b.claim_id, kit.clock.now())  # b's claim is gone
-    assert await kit.outbox.mark_done_many([(a.ref, a.claim_id, "ok"), (b.ref, b.claim_id, "ok")],
-                                           kit.clock.now()) == [True, False]
+    assert a.claim_id == b.claim_id  # one claim across tenants
+    # b's claim is gone
+    assert await kit.outbox.apply_claimed(b.ref, b.claim_id, tr.release(now=kit.clock.now()))
+    done = tr.done(now=kit.clock.now(), outcome="ok")
+    assert await kit.outbox.apply_claimed_many([a.ref, b.ref], a.claim_id, done) == [a.ref]
     states = {r.tenant_id: r.state for r in await kit.rows()}
     assert states == {"a": "done", "b": "pending"}
 
@@ -110,8 +117,8 @@ async def test_projection_rows_of_a_claim_are_marked_in_one_write(kit: Kit) -> N
     res = await worker.tick_any()
     assert (res.claimed, res.done) == (6, 6)
     # one fenced write per (claim, outcome label), fewer than one per projection row
-    assert 1 <= kit.faults.hits["outbox.mark_done_for_claim"] < 3
-    assert kit.faults.hits["outbox.mark_done"] == 3
+    assert 1 <= kit.faults.hits["outbox.apply_claimed_many[done]"] < 3
+    assert kit.faults.hits["outbox.apply_claimed[done]"] == 3
     assert {r.state for r in await kit.rows()} == {"done"}
 
 

@@ -44,7 +44,7 @@ from board_outbox.model.domain import (
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.ports import Stores
 from board_outbox.service.runtime import build_registry
-from tests.support.faults import Crash
+from tests.support.faults import Crash, point_of
 
 LEASE = 10.0
 HEARTBEAT_FRACTION = 0.34
@@ -53,8 +53,11 @@ MAX_EXECUTION = 120.0
 YOUNG_GAP = 30.0
 POISON_TICKS = 3
 SEED_MODES = ("earliest", "latest")
-MARKS = ("outbox.mark_consumed", "outbox.mark_done", "outbox.mark_retry", "outbox.mark_failed",
-         "outbox.release")
+# the fenced single-row marks (fault points name the transition: tests/support/faults.point_of)
+CONSUMED_MARK = "outbox.apply_claimed[consumed]"
+DONE_MARK = "outbox.apply_claimed[done]"
+MARKS = (CONSUMED_MARK, DONE_MARK, "outbox.apply_claimed[retry]", "outbox.apply_claimed[park]",
+         "outbox.apply_claimed[release]")
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
 ENV_ACTIONS = ("emit", "emit_slow", "finish_slow", "tick", "jump", "edit_sub", "delete_sub",
                "delete_card", "poison", "outage", "cross_tenant")
@@ -223,10 +226,10 @@ class SimPort:
         attr = getattr(self._target, name)
         if not callable(attr) or name.startswith("_"):
             return attr
-        point = f"{self._prefix}.{name}"
-        sim, rid = self._sim, self._rid
+        prefix, sim, rid = self._prefix, self._sim, self._rid
 
         async def call(*args: Any, **kwargs: Any) -> Any:
+            point = point_of(prefix, name, args)
             fault = await sim.turns.turn(rid, point)
             if fault == "transient":
                 sim.note_transient(rid, point)
@@ -400,7 +403,7 @@ class Simulation:
         self.seeded: dict[str, int] = {}  # tenant -> the cursor's seed
         self.head_reads: Counter[tuple[int, str, int]] = Counter()  # (replica, tenant, seq)
         self.claim_attempts: dict[str, int] = {}  # row_key -> attempts at its last claim
-        self.claimed: dict[int, dict[str, EffectRow]] = {}  # replica -> rows of its last claims
+        self.claimed: dict[int, dict[str, EffectRow]] = {}  # replica -> rows as it last claimed them
         self.sub_read: dict[int, Subscription] = {}  # replica -> the subscription it last read
         self.planted: set[str] = set()  # cross-tenant rows planted by the driver
         self.planted_subs: set[str] = set()  # the subscriptions they name
@@ -421,15 +424,15 @@ class Simulation:
         self.report.faults[f"crash {when} {point}"] += 1
         if row is None:
             return
-        if (point, when) in (("labels.consume", "after"), ("outbox.mark_consumed", "before")):
+        if (point, when) in (("labels.consume", "after"), (CONSUMED_MARK, "before")):
             self.window1.add(row)
-        if (point, when) in (("launcher.launch", "after"), ("outbox.mark_done", "before"),
-                             ("outbox.mark_done_many", "before")):
+        # (a grouped done mark, apply_claimed_many, carries projection rows only: no launch window)
+        if (point, when) in (("launcher.launch", "after"), (DONE_MARK, "before")):
             self.window2.add(row)
 
     def note_transient(self, rid: int, point: str) -> None:
         row = self.current_row.get(rid)
-        if row is not None and point in ("outbox.mark_done", "outbox.mark_done_many"):
+        if row is not None and point == DONE_MARK:
             self.done_blips[row] += 1
             if self.done_blips[row] >= 3:  # every retry of the done mark failed
                 self.window2.add(row)
@@ -468,8 +471,9 @@ class Simulation:
             info = self.events.get((args[0], head))
             if head > args[1] and info is not None and info.kind == "poison":
                 self.head_reads[(rid, args[0], head)] += 1  # a head-of-line tick of a poison
-        if point == "outbox.claim_due":
-            mine = self.claimed[rid] = {}
+        if point in ("outbox.claim_any", "outbox.reclaim_expired"):
+            # a tick's claims: the expired leases it reclaimed, then the due rows it claimed
+            mine = self.claimed.setdefault(rid, {})
             for claim in result:
                 if claim.row is None:
                     continue
@@ -508,19 +512,14 @@ class Simulation:
                 self.live_violations.append(
                     f"[stale-rule] row {req.row_key} launched though subscription {sub.sub_id} "
                     f"(enabled={sub.enabled}, rule={sub.rule}) no longer matches its event")
-        if point == "outbox.mark_consumed" and result is False:
+        if point == CONSUMED_MARK and result is False:
             row = self.current_row.get(rid)
             if row is not None:
                 self.window1_lease.add(row)  # consumed, then the lease was gone before the mark
-        if point == "outbox.mark_done" and result is False:
+        if point == DONE_MARK and result is False:
             row = self.current_row.get(rid)
             if row is not None and any(r.row_key == row for r in self.launcher.launches):
                 self.window2_lease.add(row)  # lease lost after the launch: the mark was fenced out
-        if point == "outbox.mark_done_many" and result and result[-1] is False \
-                and str(args[0][-1][2]).startswith("launched"):
-            row = self.current_row.get(rid)  # a launch row's mark rides last in the batch
-            if row is not None and any(r.row_key == row for r in self.launcher.launches):
-                self.window2_lease.add(row)
 
     def _observe_seed(self, tenant: str, proposed: int, got: int) -> None:
         inserted = [seq for (t, seq), info in self.events.items()
@@ -570,7 +569,7 @@ class Simulation:
                                                   seed=self.seed_mode),  # type: ignore[arg-type]
                             projections=registry.projections)
                 worker = EffectWorker(
-                    outbox=stores.outbox, registry=registry, clock=self.clock, tenants=tail.tenants,
+                    outbox=stores.outbox, registry=registry, clock=self.clock,
                     settings=WorkerSettings(lease_seconds=LEASE, max_attempts=self.max_attempts,
                                             batch_size=3,
                                             backoff_base_seconds=0.5, backoff_cap_seconds=4,
@@ -585,14 +584,15 @@ class Simulation:
                 worker.prefer = view.prefer
                 try:
                     while True:
+                        # the service's claim path: tick_any (one claim across tenants, owned
+                        # tenants first when ownership is on; expired leases swept every
+                        # reclaim_every_seconds)
                         if not self.membership:
                             await tail.drain_all(self.tenants)
-                            with contextlib.suppress(StoreUnavailable):
-                                await worker.tick(self.tenants)
-                            continue
-                        if rid not in self.frozen and self.silent.get(rid, -1) < self.step:
-                            await view.beat()
-                        await tail.drain_all(view.owned(self.tenants))
+                        else:
+                            if rid not in self.frozen and self.silent.get(rid, -1) < self.step:
+                                await view.beat()
+                            await tail.drain_all(view.owned(self.tenants))
                         with contextlib.suppress(StoreUnavailable):
                             await worker.tick_any()
                 except Crash:

@@ -1,7 +1,9 @@
 """Named fault points for tests and the fault-injection harness.
 
 ``FaultProxy`` wraps any port (memory twin or Mongo adapter) so that every call passes the points
-``<port>.<method>`` and ``<port>.<method>.after``; a few twins also hit points of their own
+``<port>.<method>`` and ``<port>.<method>.after`` (a call that applies a row transition names it:
+``outbox.apply_claimed[done]``, ``outbox.apply_claimed_many[done]``, ``outbox.apply_failed[replay]``,
+see ``point_of``); a few twins also hit points of their own
 (``changefeed.next``, ``launcher.launch[.after]``). A test arms a rule: crash the "process"
 (``Crash``, a BaseException nobody catches) or raise a transient ``StoreUnavailable`` at the N-th
 hit of a point. With no rules armed, ``hit`` only counts.
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.transitions import Transition
 
 
 class Crash(BaseException):
@@ -61,6 +64,13 @@ class FaultInjector:
 
 
 
+def point_of(prefix: str, name: str, args: tuple[object, ...]) -> str:
+    """The fault point of a port call: ``<prefix>.<name>``, and for a call that applies a row
+    transition (``apply_claimed(ref, claim_id, t)``...) the transition's name in brackets."""
+    t = next((a for a in args if isinstance(a, Transition)), None)
+    return f"{prefix}.{name}" if t is None else f"{prefix}.{name}[{t.name}]"
+
+
 class FaultProxy:
     """Wrap any port so that each async method call passes fault points
     ``<prefix>.<method>`` (before) and ``<prefix>.<method>.after`` (after it returned).
@@ -78,10 +88,11 @@ class FaultProxy:
         attr = getattr(self._target, name)
         if not callable(attr) or name.startswith("_") or name == "watch":
             return attr
-        point = f"{self._prefix}.{name}"
+        prefix = self._prefix
         faults = self._faults
 
         async def call(*args: object, **kwargs: object) -> object:
+            point = point_of(prefix, name, args)
             faults.hit(point)
             keep = faults.partial.pop(point, None)
             if keep is not None and args:

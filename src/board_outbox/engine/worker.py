@@ -2,37 +2,38 @@
 handler registry, retry with backoff, park as a dead-letter after the attempt budget.
 
 Every replica runs one. Correctness comes from the store: the atomic claim mints a claim_id and
-every mark is fenced on it (M8), so a worker whose lease was stolen writes nothing.
+every mark is fenced on it (M8), so a worker whose lease was stolen writes nothing. The worker
+claims, runs and chooses each row's outcome; the completer (``completer.py``) writes it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable
-from typing import Any, Literal
+from collections.abc import Callable, Collection
+from typing import Any
 
 import anyio
 import msgspec
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.batch import execute_batch, plan
+from board_outbox.engine.batch import BatchUnit, plan
+from board_outbox.engine.completer import Completer
+from board_outbox.engine.outcomes import Outcome, TickResult
 from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
 from board_outbox.model.bounds import AtLeastOne, Frac, Pos, PosInt
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
-from board_outbox.model.domain import EffectRow, ErrorEntry
+from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import BrokenRow, LeaseLost, PermanentEffectError, StoreError, StoreUnavailable
 from board_outbox.model.validation import OnceLog, cap, stuck_reason
 from board_outbox.ports import Claim, EffectOutbox
 
+__all__ = ["EffectWorker", "Lease", "WorkerSettings"]
+
 log = logging.getLogger("board_outbox.worker")
-
-
-# Pauses between mark_done attempts after a store blip (about 3 s in all, and never past the
-# lease). Each attempt is itself bounded by the store op timeout.
-MARK_DONE_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 # R1/R2: how often the worker looks for rows no claim can ever pick (a state outside the enum, a
 # non-string tenant, a non-numeric not_before or lease...), how many it parks per look, and how
@@ -71,28 +72,6 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                              cap_seconds=self.backoff_cap_seconds, jitter=self.backoff_jitter)
 
 
-# What became of one claimed row: the worker applies it to its tally (a ``TickResult`` field).
-Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded"]
-
-
-class TickResult(msgspec.Struct, kw_only=True):
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    failed: int = 0
-    skipped_expired: int = 0
-    lease_lost: int = 0
-    released: int = 0
-    unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
-
-    def count(self, outcome: Outcome) -> None:
-        setattr(self, outcome, getattr(self, outcome) + 1)
-
-    def add(self, other: TickResult) -> None:
-        for f in self.__struct_fields__:
-            setattr(self, f, getattr(self, f) + getattr(other, f))
-
-
 class Lease:
     """The lease of one claim in flight, as the heartbeat has extended it."""
 
@@ -108,7 +87,6 @@ class EffectWorker:
         outbox: EffectOutbox,
         registry: HandlerRegistry,
         clock: Clock,
-        tenants: Callable[[], Awaitable[Iterable[str]]],
         settings: WorkerSettings | None = None,
         rng: RandomSource | None = None,
         on_done: Callable[[EffectRow, str], None] | None = None,
@@ -118,20 +96,31 @@ class EffectWorker:
         self.outbox = outbox
         self.registry = registry
         self.clock = clock
-        self.tenants = tenants
         self.settings = settings or WorkerSettings()
         self.rng = rng or seeded_random()
-        self.on_done = on_done
-        self.metrics = metrics
         self.stopping = False
         self.inflight: dict[str, Lease] = {}  # claim_id -> lease, while its row executes
         self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
+        self.completer = Completer(
+            outbox=outbox, clock=clock, rng=self.rng, max_attempts=self.settings.max_attempts,
+            backoff=self.settings.backoff, lease_until=self._lease_until, on_done=on_done,
+            metrics=metrics)
+        self.batch = BatchUnit(registry=registry, clock=clock, completer=self.completer,
+                               tracer=self._tracer, execute_one=self.execute)
         self._once = OnceLog(log)
         self._next_sweep = -float("inf")
         # S1: tenants this replica owns (None: no ownership, every row is ours)
         self.prefer: Callable[[], Collection[str] | None] = lambda: None
         self._row_seconds = 0.0  # EWMA of one row's execution time: sizes the claim
         self._next_reclaim = -float("inf")
+
+    @property
+    def metrics(self) -> Metrics | None:
+        return self.completer.metrics
+
+    @metrics.setter
+    def metrics(self, metrics: Metrics | None) -> None:
+        self.completer.metrics = metrics
 
     def claim_limit(self) -> int:
         """As many rows as run within half the lease at the measured pace (and at most
@@ -141,10 +130,11 @@ class EffectWorker:
             return s.batch_size
         return max(1, min(s.batch_size, int(s.lease_seconds * 0.5 / self._row_seconds)))
 
-    async def tick_any(self) -> TickResult:
+    async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
         """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
         expired leases are swept by one query every ``reclaim_every_seconds``; rows no claim can
-        pick are parked by ``sweep`` (R2)."""
+        pick are parked by ``sweep`` (R2). ``tenants`` limits the claims to those tenants (a
+        test's filter; the service claims for every tenant)."""
         s = self.settings
         total = await self.sweep()
         now = self.clock.now()
@@ -153,17 +143,19 @@ class EffectWorker:
         for _ in range(BROKEN_PER_TICK):
             try:
                 if now >= self._next_reclaim:
-                    claims = await self.outbox.reclaim_expired(now, s.lease_seconds, limit)
+                    claims = await self.outbox.reclaim_expired(now, s.lease_seconds, limit,
+                                                               tenants=tenants)
                     self._next_reclaim = now + s.reclaim_every_seconds
                 if len(claims) < limit:
                     prefer = self.prefer()
                     claims += await self.outbox.claim_any(
                         now, s.lease_seconds, limit - len(claims), prefer=prefer,
                         steal_before=None if prefer is None else now - s.steal_after_seconds,
+                        tenants=tenants,
                     )
                 break
             except BrokenRow as exc:  # R1: park that one row, then claim again
-                total.count(await self._park_broken(
+                total.count(await self.completer.park_broken(
                     exc.ref, None, f"row broke its claim: {exc.detail}",
                     {"row_ref": str(exc.ref)}))
         t0 = self.clock.now()
@@ -197,23 +189,6 @@ class EffectWorker:
                 log.warning("batch prefetch failed, reading per row: %s", exc)
         return out
 
-    async def tick(self, tenants: Iterable[str] | None = None) -> TickResult:
-        """Claim and execute one batch per tenant."""
-        total = TickResult()
-        if tenants is None:
-            total.add(await self.sweep())
-        for tenant in sorted(tenants if tenants is not None else await self.tenants()):
-            if self.stopping:
-                break
-            try:
-                total.add(await self.tick_tenant(tenant))
-            except (StoreError, ValueError, TypeError, KeyError) as exc:
-                # R1: this tenant waits a tick; the others carry on
-                self._once(("tick", tenant, str(exc)), logging.ERROR,
-                           "worker tick failed for this tenant (%s: %s): other tenants carry on",
-                           type(exc).__name__, exc, extra={"tenant_id": tenant})
-        return total
-
     async def sweep(self) -> TickResult:
         """Park the rows no claim can ever pick, one line each (R2); at most every
         ``SWEEP_SECONDS``. A store error only postpones the sweep."""
@@ -231,36 +206,18 @@ class EffectWorker:
             reason = stuck_reason(doc, now)
             if reason is None:
                 continue
-            res.count(await self._park_broken(ref, None, f"unclaimable row: {reason}",
-                                              _doc_ctx(ref, doc)))
+            res.count(await self.completer.park_broken(ref, None, f"unclaimable row: {reason}",
+                                                       _doc_ctx(ref, doc)))
         return res
 
-    async def tick_tenant(self, tenant_id: str) -> TickResult:
-        res = TickResult()
-        s = self.settings
-        claims: list[Claim] = []
-        for _ in range(BROKEN_PER_TICK):
-            try:
-                claims = await self.outbox.claim_due(
-                    tenant_id, self.clock.now(), s.lease_seconds, s.batch_size
-                )
-                break
-            except BrokenRow as exc:  # R1: park that one row, then claim again
-                res.count(await self._park_broken(
-                    exc.ref, None, f"row broke its claim: {exc.detail}",
-                    {"tenant_id": tenant_id, "row_ref": str(exc.ref)}))
-        # one tenant's claim runs row by row (its reads too); tick_any batches the reads
-        res.add(await self.run_claims(claims, prefetch=False))
-        return res
-
-    async def run_claims(self, claims: list[Claim], *, prefetch: bool = True) -> TickResult:
+    async def run_claims(self, claims: list[Claim]) -> TickResult:
         """Execute claimed rows: one batch read per handler (``prepare``), projection rows of
         one projection as one unit (P2), the rest one by one; graceful release on shutdown."""
         s = self.settings
         res = TickResult(claimed=len(claims))
         if not claims:
             return res
-        prefetched = await self._prepare(claims) if prefetch else {}
+        prefetched = await self._prepare(claims)
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
                  if s.projection_batching else [[c] for c in claims])
         claims = [c for unit in units for c in unit]
@@ -273,29 +230,17 @@ class EffectWorker:
                 if len(unit) == 1:
                     res.count(await self.execute(unit[0], prefetched=prefetched))
                 else:
-                    for outcome in await execute_batch(self, unit):
+                    for outcome in await self.batch.run(unit):
                         res.count(outcome)
         except anyio.get_cancelled_exc_class():
             # Cancelled past the shutdown grace period: the interrupted unit and the rest go back.
-            res.released += await self._release(claims[begun:])
+            res.released += await self.completer.release(claims[begun:])
             raise
         if self.stopping:
             # Graceful shutdown: give back what we did not start, so another replica runs it
             # now rather than after the lease expires.
-            res.released += await self._release(claims[started:])
+            res.released += await self.completer.release(claims[started:])
         return res
-
-    async def _release(self, claims: list[Claim]) -> int:
-        """Give claims back; how many were released."""
-        released = 0
-        with anyio.CancelScope(shield=True):
-            for claim in claims:
-                try:
-                    if await self.outbox.release(claim.ref, claim.claim_id, self.clock.now()):
-                        released += 1
-                except StoreUnavailable as exc:  # its lease expires instead
-                    log.warning("could not release claim %s: %s", claim.claim_id, exc)
-        return released
 
     async def execute(self, claim: Claim, *, prefetched: dict[str, Any] | None = None) -> Outcome:
         """Run one claimed row and record what became of it; return that outcome. While it runs,
@@ -347,7 +292,8 @@ class EffectWorker:
         if until <= lease.until:
             return True
         try:
-            ok = await self.outbox.extend_lease(lease.claim.ref, lease.claim.claim_id, now, until)
+            ok = await self.outbox.apply_claimed(lease.claim.ref, lease.claim.claim_id,
+                                                 T.extend_lease(now=now, lease_until=until))
         except StoreUnavailable as exc:  # the next beat tries again, while the lease lasts
             log.warning("could not extend a lease (%s)", exc, extra={"row_ref": str(lease.claim.ref)})
             return True
@@ -364,33 +310,24 @@ class EffectWorker:
         return claim.lease_until if lease is None else lease.until
 
     async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
+        """Run the row's handler and choose what became of it; the completer records it."""
         now = self.clock.now()
         if now >= claim.lease_until:
             return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
+        done = self.completer
         row = claim.row
         if row is None:  # parked with its bad fields replaced, so dead-letters can list it (R2)
-            return await self._park_broken(claim.ref, claim.claim_id,
-                                           f"malformed row: {claim.decode_error}",
-                                           {"tenant_id": claim.tenant_id, "row_ref": str(claim.ref)})
+            return await done.park_broken(claim.ref, claim.claim_id,
+                                          f"malformed row: {claim.decode_error}",
+                                          {"tenant_id": claim.tenant_id, "row_ref": str(claim.ref)})
         attempt = row.attempts + 1
         if claim.reclaimed and row.attempts >= self.settings.max_attempts:
             # M9: a hung effect burned its budget through expired leases.
-            return await self._park(claim, attempt=row.attempts,
-                                    msg="attempt budget spent by expired leases", count_attempt=False,
-                                    row=row)
-        parent, links = telemetry.parent_and_links(row.trace.traceparent if row.trace else None)
-        attrs: dict[str, str | int] = {
-            telemetry.ATTR_TENANT: row.tenant_id,
-            telemetry.ATTR_SEQ: row.seq,
-            telemetry.ATTR_KIND: row.kind,
-            telemetry.ATTR_ROW_KEY: row.row_key,
-            telemetry.ATTR_ATTEMPT: attempt,
-        }
-        if row.sub_id:
-            attrs[telemetry.ATTR_SUB] = row.sub_id
-        with self._tracer.start_as_current_span(
-            telemetry.SPAN_EXECUTE, context=parent, links=links, attributes=attrs
-        ) as span:
+            return await done.park(claim, attempt=row.attempts,
+                                   msg="attempt budget spent by expired leases", count_attempt=False,
+                                   row=row)
+        span = telemetry.start_execute_span(self._tracer, row, attempt=attempt)
+        with trace.use_span(span, end_on_exit=True):
             try:
                 if row.tenant_id != claim.tenant_id:
                     raise PermanentEffectError(
@@ -408,128 +345,16 @@ class EffectWorker:
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR, str(exc))
                 span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
-                return await self._park(claim, attempt=attempt, msg=f"{type(exc).__name__}: {exc}",
-                                        count_attempt=True, row=row)
+                return await done.park(claim, attempt=attempt, msg=f"{type(exc).__name__}: {exc}",
+                                       count_attempt=True, row=row)
             except anyio.get_cancelled_exc_class():
                 raise
             except Exception as exc:  # every other failure is retried: nothing is lost
                 span.record_exception(exc)
                 span.set_status(trace.StatusCode.ERROR, str(exc))
-                return await self._retry(claim, attempt=attempt, exc=exc, row=row, span=span)
+                return await done.retry(claim, attempt=attempt, exc=exc, row=row, span=span)
             span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
-            done_at = self.clock.now()
-            try:
-                marked = await self._mark_done(claim, row, done_at, outcome)
-            except StoreError as exc:  # R1: the row's document refuses the write
-                return await self._park_broken(
-                    claim.ref, claim.claim_id,
-                    f"effect done ({outcome}) but mark_done failed: {exc}", _ctx(row))
-            if marked is None:
-                return "unrecorded"
-            if not marked:
-                log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(row))
-                return "lease_lost"
-            if self.metrics is not None:
-                self.metrics.row_done(row, done_at)
-            if self.on_done is not None:
-                self.on_done(row, outcome)
-            return "done"
-
-    async def _mark_done(
-        self, claim: Claim, row: EffectRow, now: float, outcome: str
-    ) -> bool | None:
-        """The effect happened: record it, riding out a store outage for as long as the lease
-        lasts (a lost mark_done means the row runs again after its lease -- ADR-094's second
-        residual window -- so giving up early only makes that double certain). None: not
-        recorded."""
-        delays = iter(MARK_DONE_BACKOFF)
-        while True:
-            try:
-                return await self.outbox.mark_done(claim.ref, claim.claim_id, now, outcome)
-            except StoreUnavailable as exc:
-                delay = next(delays, None)
-                if delay is None or self.clock.now() + delay >= self._lease_until(claim):
-                    log.error("effect done but not recorded (%s): the row runs again after its "
-                              "lease", exc, extra=_ctx(row))
-                    return None
-                await anyio.sleep(delay)
-
-    async def _retry(
-        self, claim: Claim, *, attempt: int, exc: Exception, row: EffectRow, span: trace.Span
-    ) -> Outcome:
-        msg = f"{type(exc).__name__}: {exc}"
-        if attempt >= self.settings.max_attempts:
-            span.set_attribute(telemetry.ATTR_OUTCOME, "failed")
-            return await self._park(claim, attempt=attempt, msg=msg, count_attempt=True, row=row)
-        now = self.clock.now()
-        delay = self.settings.backoff.delay(attempt, self.rng)
-        span.set_attribute(telemetry.ATTR_OUTCOME, "retry")
-        err = ErrorEntry(attempt=attempt, at=now, error=msg)
-        try:
-            marked = await self.outbox.mark_retry(claim.ref, claim.claim_id, now, err, now + delay)
-        except StoreUnavailable as store_exc:
-            # The row stays claimed; when its lease expires a reclaim counts the attempt.
-            log.warning("could not record the failed attempt (%s)", store_exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
-            return await self._park_broken(
-                claim.ref, claim.claim_id, f"{msg}; then mark_retry failed: {store_exc}", _ctx(row))
-        if not marked:
-            return "lease_lost"
-        log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
-        return "retried"
-
-    async def _park(
-        self, claim: Claim, *, attempt: int, msg: str, count_attempt: bool,
-        row: EffectRow | None = None,
-    ) -> Outcome:
-        now = self.clock.now()
-        err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
-        try:
-            marked = await self.outbox.mark_failed(claim.ref, claim.claim_id, now, err,
-                                                   count_attempt=count_attempt)
-        except StoreUnavailable as store_exc:
-            # reclaimed after the lease, and parked then
-            log.warning("could not park the row (%s)", store_exc,
-                        extra=_ctx(row) if row else {"row_ref": str(claim.ref)})
-            return "unrecorded"
-        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
-            return await self._park_broken(
-                claim.ref, claim.claim_id, f"{msg}; then mark_failed failed: {store_exc}",
-                _ctx(row) if row else {"row_ref": str(claim.ref)})
-        if not marked:
-            return "lease_lost"
-        if self.metrics is not None:
-            self.metrics.row_failed(row.kind if row else "malformed")
-        # Warned once: only the fenced transition to failed logs, and it happens once.
-        log.warning(
-            "row parked as dead-letter after attempt %d: %s", attempt, cap(msg),
-            extra=_ctx(row) if row else {"row_ref": str(claim.ref)},
-        )
-        return "failed"
-
-    async def _park_broken(
-        self, ref: object, claim_id: str | None, msg: str, ctx: dict[str, object]
-    ) -> Outcome:
-        """R1: park a row whose document broke a transition (or can never be claimed) with one
-        ``$set`` of a clean failed state; one warning. If even that fails, one error per
-        distinct problem, and the row is tried again later."""
-        msg = cap(msg)
-        try:
-            parked = await self.outbox.park_broken(ref, self.clock.now(), msg, claim_id=claim_id)
-        except StoreUnavailable as exc:
-            log.warning("could not park the broken row (%s)", exc, extra=ctx)
-            return "unrecorded"
-        except StoreError as exc:
-            self._once(("park", str(ref)), logging.ERROR,
-                       "could not park the broken row (%s); it was: %s", exc, msg, extra=ctx)
-            return "unrecorded"
-        if not parked:
-            return "lease_lost"
-        if self.metrics is not None:
-            self.metrics.row_failed("malformed")
-        log.warning("row parked as dead-letter: %s", msg, extra=ctx)
-        return "failed"
+            return await done.done(claim, row, outcome)
 
 
 def _ctx(row: EffectRow) -> dict[str, object]:

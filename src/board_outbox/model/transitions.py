@@ -2,13 +2,16 @@
 
 A ``Transition`` says what a move does to the stored row: the fields it sets (new state, lease
 cleared, outcome...), whether ``attempts`` goes up, and the error or audit entry it appends. The
-adapters only apply one: memory/ as a dict update, mongo/ as ``$set``/``$inc``/``$push`` built from
-the same struct. ``FencedMarks`` holds the port's mark methods once, on top of the two apply
-primitives each adapter provides:
+adapters only apply one, handed to them as data: memory/ as a dict update, mongo/ as
+``$set``/``$inc``/``$push`` built from the same struct, through the outbox port's
 
-- ``_apply_claimed``: fenced on ``{ref, state: claimed, claim_id}`` (M8: a stolen lease makes it a
-  no-op, False);
-- ``_apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter).
+- ``apply_claimed`` / ``apply_claimed_many``: fenced on ``{ref, state: claimed, claim_id}`` (M8: a
+  stolen lease makes it a no-op, False);
+- ``apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter).
+
+The worker's completer (``engine/completer.py``) builds the final ones (done, retry, park,
+release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``, the admin
+``replay``.
 
     pending --claim--> claimed --done--> done
        ^                  |  \\--retry--> pending (attempts +1, error)
@@ -21,7 +24,6 @@ primitives each adapter provides:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -134,51 +136,3 @@ def claim_of(
     return Claim(ref=ref, claim_id=claim_id, lease_until=lease_until,
                  tenant_id=str(doc.get("tenant_id")), row=row, decode_error=err,
                  reclaimed=reclaimed)
-
-
-class FencedMarks:
-    """The outbox port's marks, once for every adapter: each declares its transition and hands it
-    to the adapter's apply primitive."""
-
-    async def _apply_claimed(self, ref: Any, claim_id: str, t: Transition) -> bool:
-        raise NotImplementedError
-
-    async def _apply_failed(self, row_key: str, t: Transition) -> bool:
-        raise NotImplementedError
-
-    async def mark_consumed(self, ref: Any, claim_id: str, now: float) -> bool:
-        return await self._apply_claimed(ref, claim_id, consumed(now=now))
-
-    async def mark_done(self, ref: Any, claim_id: str, now: float, outcome: str) -> bool:
-        return await self._apply_claimed(ref, claim_id, done(now=now, outcome=outcome))
-
-    async def _apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: Transition) -> list[Any]:
-        """``_apply_claimed`` on several rows of one claim: the refs it moved. An adapter with a
-        cheaper multi-document write overrides it (mongo: one fenced ``update_many``)."""
-        return [ref for ref in refs if await self._apply_claimed(ref, claim_id, t)]
-
-    async def mark_done_for_claim(
-        self, refs: Sequence[Any], claim_id: str, now: float, outcome: str
-    ) -> list[Any]:
-        return await self._apply_claimed_many(refs, claim_id, done(now=now, outcome=outcome))
-
-    async def mark_retry(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, not_before: float
-    ) -> bool:
-        return await self._apply_claimed(ref, claim_id, retry(now=now, error=error, not_before=not_before))
-
-    async def mark_failed(
-        self, ref: Any, claim_id: str, now: float, error: ErrorEntry, *, count_attempt: bool
-    ) -> bool:
-        return await self._apply_claimed(
-            ref, claim_id, park(now=now, error=error, count_attempt=count_attempt)
-        )
-
-    async def release(self, ref: Any, claim_id: str, now: float) -> bool:
-        return await self._apply_claimed(ref, claim_id, release(now=now))
-
-    async def extend_lease(self, ref: Any, claim_id: str, now: float, lease_until: float) -> bool:
-        return await self._apply_claimed(ref, claim_id, extend_lease(now=now, lease_until=lease_until))
-
-    async def replay(self, row_key: str, now: float, by: str) -> bool:
-        return await self._apply_failed(row_key, replay(now=now, by=by))

@@ -17,10 +17,11 @@ from opentelemetry import trace
 from board_outbox.engine.generations import versioned
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.membership import Ownership, new_member_id
+from board_outbox.engine.outcomes import TickResult
 from board_outbox.engine.registry import HandlerRegistry
 from board_outbox.engine.tail import DrainResult, Tail
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker, TickResult
+from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
@@ -95,7 +96,6 @@ class Service:
             outbox=stores.outbox,
             registry=self.registry,
             clock=self.clock,
-            tenants=self.tail.tenants,
             settings=config.worker,
             rng=rng or seeded_random(),
             on_done=on_done,

@@ -16,6 +16,7 @@ from board_outbox.engine.generations import VersionedReadModels
 from board_outbox.engine.reading import GapTracker, read_batch
 from board_outbox.engine.registry import HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import MalformedDocument, RebuildConflict
@@ -70,7 +71,7 @@ async def replay_rows(outbox: EffectOutbox, keys: list[str], clock: Clock, by: s
     """Replay each failed row; return the keys that were replayed (others were not failed)."""
     done = []
     for key in keys:
-        if await outbox.replay(key, clock.now(), by):
+        if await outbox.apply_failed(key, T.replay(now=clock.now(), by=by)):
             log.info("replayed dead-letter", extra={"row_key": key})
             done.append(key)
     return done

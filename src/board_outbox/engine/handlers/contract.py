@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import EffectRow, EventSnapshot
 from board_outbox.model.errors import LeaseLost
@@ -36,7 +37,8 @@ class ExecutionContext(Generic[P]):
 
     async def mark_consumed(self) -> None:
         """Persist consume_marked (M6). Raises ``LeaseLost`` if our claim was stolen."""
-        ok = await self.outbox.mark_consumed(self.claim.ref, self.claim.claim_id, self.clock.now())
+        ok = await self.outbox.apply_claimed(self.claim.ref, self.claim.claim_id,
+                                             T.consumed(now=self.clock.now()))
         if not ok:
             raise LeaseLost(f"claim {self.claim.claim_id} lost before consume_marked")
 

@@ -22,6 +22,7 @@ from board_outbox.engine.telemetry.spans import (
     SPAN_MATERIALIZE,
     parent_and_links,
     parse_traceparent,
+    start_execute_span,
     trace_context,
     trace_context_of,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "SPAN_MATERIALIZE",
     "parent_and_links",
     "parse_traceparent",
+    "start_execute_span",
     "trace_context",
     "trace_context_of",
 ]

@@ -6,6 +6,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
+from board_outbox.model.domain import EffectRow
+
 SPAN_MATERIALIZE = "board_outbox.materialize"
 SPAN_EXECUTE = "board_outbox.execute"
 
@@ -50,3 +52,19 @@ def parent_and_links(traceparent: str | None) -> tuple[Context | None, list[Link
     if ctx is None:
         return None, []
     return trace.set_span_in_context(NonRecordingSpan(ctx)), [Link(ctx)]
+
+
+def start_execute_span(tracer: trace.Tracer, row: EffectRow, *, attempt: int) -> trace.Span:
+    """The execute span of one attempt of a row: a child of, and linked to, the materialization
+    that wrote it. Started, not made current (``trace.use_span`` does that); the caller ends it."""
+    parent, links = parent_and_links(row.trace.traceparent if row.trace else None)
+    attrs: dict[str, str | int] = {
+        ATTR_TENANT: row.tenant_id,
+        ATTR_SEQ: row.seq,
+        ATTR_KIND: row.kind,
+        ATTR_ROW_KEY: row.row_key,
+        ATTR_ATTEMPT: attempt,
+    }
+    if row.sub_id:
+        attrs[ATTR_SUB] = row.sub_id
+    return tracer.start_span(SPAN_EXECUTE, context=parent, links=links, attributes=attrs)

@@ -1,0 +1,29 @@
+"""What became of a claimed row (``Outcome``) and a tick's tally of them (``TickResult``): plain
+values shared by the worker, the batch unit and the completer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+# What became of one claimed row: the worker applies it to its tally (a ``TickResult`` field).
+Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded"]
+
+
+class TickResult(msgspec.Struct, kw_only=True):
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    skipped_expired: int = 0
+    lease_lost: int = 0
+    released: int = 0
+    unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
+
+    def count(self, outcome: Outcome) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def add(self, other: TickResult) -> None:
+        for f in self.__struct_fields__:
+            setattr(self, f, getattr(self, f) + getattr(other, f))
