@@ -54,7 +54,7 @@ async def test_a_subscriptions_kind_is_the_kind_of_its_rows_and_its_handler_runs
     assert row.event is not None and (row.event.card_id, row.event.column) == ("c1", "done")
     assert {r.kind for k, r in rows.items() if k != key} == {"launch"}
 
-    worker = kit.worker(registry=reg, tail=tail)
+    worker = kit.worker(registry=reg)
     assert (await worker.tick_any()).done == 3
     raw = await kit.raw_row(key)
     assert raw is not None and (raw["state"], raw["outcome"]) == ("done", "notified #team")
@@ -124,7 +124,7 @@ async def test_a_kind_nobody_handles_is_flagged_once_and_dead_letters_with_the_r
     await kit.card(T, "c1")
     reg = build_registry(kit.stores, [])  # no handler for "page"
     tail = kit.tail(seed="earliest", kinds=reg.kinds)
-    worker = kit.worker(registry=reg, tail=tail, max_attempts=3)
+    worker = kit.worker(registry=reg, max_attempts=3)
     caplog.set_level(logging.WARNING, logger="board_outbox")
     unhandled = 0
     for _ in range(3):
