@@ -25,7 +25,8 @@ from tests.support.live_mongo import LiveServer
 
 T = "t1"
 FIELDS = ["tenant_id", "cursor", "allocated_seq", "lag_events", "lag_seconds",
-          "oldest_pending_age_seconds", "rows", "dead_letters", "stalled", "stalled_for_seconds"]
+          "oldest_pending_age_seconds", "rows", "dead_letters", "stalled", "stalled_for_seconds",
+          "problems"]
 
 
 def factory_for(backend: MemoryBackend) -> Any:
@@ -62,7 +63,8 @@ def test_status_json_is_the_documented_stable_document(capsys: pytest.CaptureFix
     anyio.run(_two_tenants, backend)
     assert run(backend, "--json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert list(doc) == ["schema", "generated_at", "tenants", "replicas"] and doc["schema"] == 1
+    assert list(doc) == ["schema", "generated_at", "tenants", "replicas", "bad_documents"]
+    assert doc["schema"] == 1
     assert doc["replicas"] == []  # no `run` heartbeats into this backend
     by = {t["tenant_id"]: t for t in doc["tenants"]}
     assert list(by) == [T, "t2"]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import is_seq
+from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
+
+CURSORS = "trigger_cursors"
 
 
 class MemoryCursorStore:
@@ -23,6 +27,15 @@ class MemoryCursorStore:
         await checkpoint()
         return self._cursors.setdefault(tenant_id, value)
 
+    async def seed_many(self, values: Mapping[str, int]) -> None:
+        await checkpoint()
+        for tenant_id, value in values.items():
+            self._cursors.setdefault(tenant_id, value)
+
+    async def put(self, tenant_id: str, value: int) -> None:
+        await checkpoint()
+        self._cursors[tenant_id] = value
+
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
         await checkpoint()
         if self._cursors.get(tenant_id) != expected:
@@ -32,4 +45,11 @@ class MemoryCursorStore:
 
     async def all(self) -> dict[str, int]:
         await checkpoint()
-        return dict(self._cursors)
+        out: dict[str, int] = {}
+        for t, seq in self._cursors.items():
+            if is_seq(seq):
+                out[t] = seq
+                BAD_DOCUMENTS.resolved(CURSORS, t)
+            else:
+                BAD_DOCUMENTS.report(CURSORS, t, f"seq {seq!r} is not an integer seq")
+        return out

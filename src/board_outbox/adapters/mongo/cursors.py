@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import cap, is_seq
+from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq
 
 CURSORS = "trigger_cursors"
 
@@ -34,11 +38,37 @@ class MongoCursorStore:
         return bool(res.modified_count == 1)
 
     @translated
+    async def seed_many(self, values: Mapping[str, int]) -> None:
+        if not values:
+            return
+        ops = [UpdateOne({"_id": t}, {"$setOnInsert": {"seq": v}}, upsert=True)
+               for t, v in values.items()]
+        try:
+            await self.coll.bulk_write(ops, ordered=False)
+        except BulkWriteError as exc:
+            # another replica seeding the same tenant at once: its cursor exists, as wanted
+            if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
+                raise
+
+    @translated
+    async def put(self, tenant_id: str, value: int) -> None:
+        await self.coll.update_one({"_id": tenant_id}, {"$set": {"seq": value}}, upsert=True)
+
+    @translated
     async def all(self) -> dict[str, int]:
-        # a cursor whose seq is not a true int is left out: its tenant then looks behind, is
-        # drained, and stalls alone with the reason (R1) -- the poll net goes on for the others
-        return {str(d["_id"]): d["seq"] for d in await self.coll.find({}).to_list(None)
-                if is_seq(d.get("seq"))}
+        # a cursor whose seq is not a true int is left out (reported once): its tenant then
+        # looks behind, is drained, and stalls alone with the reason (R1) -- the poll net goes
+        # on for the others
+        out: dict[str, int] = {}
+        for d in await self.coll.find({}).to_list(None):
+            t, seq = d.get("_id"), d.get("seq")
+            if isinstance(t, str) and is_seq(seq):
+                out[t] = seq
+                BAD_DOCUMENTS.resolved(CURSORS, t)
+            else:
+                BAD_DOCUMENTS.report(CURSORS, t, f"seq {cap(repr(seq), 100)} is not an integer seq"
+                                     if isinstance(t, str) else "_id is not a string")
+        return out
 
 def _seq(tenant_id: str, doc: dict[str, Any]) -> int:
     """R2: a cursor is a true int; anything else stalls its tenant (StoreError), not the process."""

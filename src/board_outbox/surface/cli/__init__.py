@@ -12,6 +12,7 @@ import anyio
 
 from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
+from board_outbox.surface.cli.commands.cursor import cmd_cursor
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
@@ -49,6 +50,7 @@ COMMANDS: dict[str, Command] = {
     "dead-letters": cmd_dead_letters, "rebuild": cmd_rebuild,
 }
 COMMANDS["status"] = cmd_status
+COMMANDS["cursor"] = cmd_cursor
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:
