@@ -359,7 +359,7 @@ class Service:
                         if not self.stream_open:
                             self._stream_state(True)
                         refusals = 0
-                        if poll_when_open:
+                        if poll_when_open and change.token is not None:  # really delivering
                             poll_when_open = False
                             self.request_full_poll()
                         losses = 0
