@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -595,6 +596,570 @@ async def test_the_running_service_outlives_the_worst_documents(
         service.stop()
     assert "c1" in service.tail.stalled
     assert launched("c1") == 0
+
+
+# --- issue 20: the service's own collections, parsed per document ---------------------------
+#
+# Members, generation pointers, resume tokens, counters and cursors: each bad document costs
+# only itself (one line, BAD_DOCUMENTS lists and counts it), on the memory twins, on the Mongo
+# adapters (mongomock) and, where the wire decides, on the wire server.
+
+SIDES = ["memory", "mongomock", pytest.param("mongo-live", marks=pytest.mark.live_mongo)]
+
+
+@dataclass
+class Side:
+    """One backend's full ``Stores`` plus raw planting into the service's own collections."""
+
+    name: str
+    stores: Any
+    backend: MemoryBackend | None = None
+    db: Any = None
+
+    async def member(self, member_id: object, expires_at: object) -> None:
+        if self.backend is not None:
+            self.backend.members._leases[member_id] = expires_at  # type: ignore[index,assignment]
+        else:
+            await self.db["board_outbox_members"].insert_one({"_id": member_id,
+                                                              "expires_at": expires_at})
+
+    async def pointer(self, model: str, tenant: str, doc: dict[str, Any]) -> None:
+        if self.backend is not None:
+            self.backend.rm_versions._docs[(model, tenant)] = doc  # type: ignore[assignment]
+        else:
+            await self.db["read_model_versions"].insert_one({"_id": f"{model}/{tenant}", **doc})
+
+    async def token(self, value: object) -> None:
+        if self.backend is not None:
+            self.backend.tokens.token = value
+        else:
+            await self.db["board_outbox_state"].insert_one(
+                {"_id": "resume_token:board_events", "token": value})
+
+    async def counter(self, tenant: str, seq: object) -> None:
+        if self.backend is not None:
+            self.backend.events._counters[tenant] = seq  # type: ignore[assignment]
+        else:
+            await self.db["board_event_counters"].insert_one({"_id": tenant, "seq": seq})
+
+    async def cursor(self, tenant: str, seq: object) -> None:
+        if self.backend is not None:
+            self.backend.cursors._cursors[tenant] = seq  # type: ignore[assignment]
+        else:
+            await self.db["trigger_cursors"].update_one({"_id": tenant}, {"$set": {"seq": seq}},
+                                                        upsert=True)
+
+    def launched(self, tenant: str) -> int:
+        launcher = self.stores.launcher
+        return sum(1 for r in launcher.launches if r.tenant_id == tenant)
+
+
+@asynccontextmanager
+async def open_side(name: str, request: pytest.FixtureRequest) -> AsyncIterator[Side]:
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo import ensure_schema, mongo_stores
+
+    if name == "memory":
+        b = MemoryBackend()
+        yield Side(name, b.stores(), backend=b)
+    elif name == "mongomock":
+        from tests.support.mongomock_async import mock_database
+
+        mock: Any = mock_database()
+        await ensure_schema(mock)
+        yield Side(name, mongo_stores(mock, MemoryLauncher(), change_feed=False), db=mock)
+    else:
+        from tests.conftest import live_database
+
+        async with live_database(request.getfixturevalue("live_uri")) as db:
+            yield Side(name, mongo_stores(db, MemoryLauncher()), db=db)
+
+
+def _uniq(prefix: str) -> str:
+    """A key no other case used: the once-per-problem lines are per process."""
+    return f"{prefix}-{random.randrange(10**9)}"
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize(("bad_id", "expires_at", "match"), [
+    ("string-expiry", "soon", "is not a finite number"),
+    ("far-ahead", 1e12, "further ahead than the heartbeat timeout"),
+    (7, None, "is not a non-empty string"),
+])
+async def test_a_bad_membership_lease_is_not_a_member(
+        side: str, bad_id: object, expires_at: object, match: str,
+        caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest) -> None:
+    """Item 1: a non-numeric expiry used to end `run` (and `status`) with a traceback on every
+    replica; a lease far ahead, or a non-string member id, was a live member forever (its
+    rendezvous share of the tenants never drained). Now each is left out, with one line."""
+    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    clock = ManualClock()
+    async with open_side(side, request) as s:
+        key: object = _uniq(bad_id) if isinstance(bad_id, str) else random.randrange(10**9)
+        await s.member(key, clock.now() + 5.0 if expires_at is None else expires_at)
+        me = Ownership(s.stores.members, clock, member_id="me",
+                       settings=MembershipSettings(heartbeat_timeout_seconds=10.0))
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        for _ in range(3):
+            await me.beat()  # never raises
+            clock.advance(1.0)
+        assert me.members == ("me",)  # the bad lease is nobody: every tenant stays drained
+        assert all(me.owns(f"t{i}") for i in range(50))
+        lines = _lines(caplog)
+        assert len(lines) == 1 and match in lines[0] and "board_outbox_members" in lines[0], lines
+        assert any(d.collection == "board_outbox_members" and match in d.problem
+                   for d in BAD_DOCUMENTS.current())
+
+
+@pytest.mark.anyio
+async def test_status_lists_a_bad_lease_instead_of_crashing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    b = MemoryBackend()
+    await b.subs.put(Subscription(sub_id="s", tenant_id="t", bot="b"))
+    bad = _uniq("bad-member")
+    b.members._leases[bad] = "soon"  # type: ignore[assignment]
+    b.members._leases["ok-member"] = 1e18  # far ahead: not trusted, not listed as alive
+
+    @asynccontextmanager
+    async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+        yield b.stores()
+
+    assert await anyio.to_thread.run_sync(lambda: main(["status", "--json"], factory=factory)) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["replicas"] == []
+    assert {"collection": "board_outbox_members", "key": bad,
+            "problem": "expires_at 'soon' is not a finite number"} in doc["bad_documents"]
+    assert [t["tenant_id"] for t in doc["tenants"]] == ["t"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("doc", [{"active": "x"}, {"active": 0, "building": "soon"},
+                                 {"active": 1.5}, {"active": 0, "progress": [1]}])
+async def test_a_bad_generation_pointer_costs_only_its_read_model(
+        side: str, doc: dict[str, Any], caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
+    """Item 1: one malformed generation pointer (even for a tenant that does not exist) made
+    every tenant's projection rows fail and park. Now only its own read model's writes fail."""
+    from board_outbox.engine.generations import VersionedReadModels
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.errors import StoreError
+
+    async with open_side(side, request) as s:
+        ghost = _uniq("ghost")
+        await s.pointer("board-reflect", ghost, doc)
+        rm = VersionedReadModels(s.stores.readmodels, s.stores.rm_versions, ManualClock())
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        for tenant in ("healthy", "other"):
+            assert await rm.upsert_if_newer("board-reflect", tenant, "k", 1, {"v": 1})
+            assert (await rm.get("board-reflect", tenant, "k")) is not None
+        assert await rm.write_many("card-activity", "healthy", []) == []
+        with pytest.raises(StoreError, match="generation pointer of board-reflect/"):
+            await rm.upsert_if_newer("board-reflect", ghost, "k", 1, {"v": 1})
+        lines = _lines(caplog)
+        assert len(lines) == 1 and "read_model_versions" in lines[0], lines
+
+
+@pytest.mark.anyio
+async def test_a_bad_pointer_leaves_every_other_tenants_projection_rows_done(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The pipeline view of the case above: a running service, board-reflect on, a malformed
+    pointer for a tenant that does not exist; the healthy tenant's projection rows all finish."""
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+
+    b = MemoryBackend()
+    await b.subs.put(Subscription(sub_id="s", tenant_id="healthy", bot="b"))
+    await b.board.put(Card(tenant_id="healthy", card_id="ok", title="ok"))
+    b.rm_versions._docs[("board-reflect", _uniq("ghost"))] = {"active": "x"}  # type: ignore[assignment]
+    config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest"},
+                         worker={"idle_seconds": 0.02})
+    service = Service(b.stores(), config, rng=random.Random(1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(10):
+            for _ in range(3):
+                await b.events.emit("healthy", "card.created", "ok")
+            while sum(1 for d in b.outbox.all_docs() if d["state"] == "done") < 6:
+                await anyio.sleep(0.01)
+        service.stop()
+    assert not [d for d in b.outbox.all_docs() if d["state"] != "done"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", "mongomock"])
+@pytest.mark.parametrize("token", ["garbage", ["x"], {"no_data": 1}])
+async def test_a_stored_token_that_cannot_be_one_loads_as_none(
+        side: str, token: object, caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    async with open_side(side, request) as s:
+        await s.token(token)
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        before = BAD_DOCUMENTS.counts.get("board_outbox_state", 0)
+        for _ in range(3):
+            assert await s.stores.tokens.load() is None
+        assert len(_lines(caplog)) <= 1  # one line per distinct problem (per process)
+        assert BAD_DOCUMENTS.counts.get("board_outbox_state", 0) <= before + 1
+        assert any(d.collection == "board_outbox_state" for d in BAD_DOCUMENTS.current())
+
+
+async def _other_collections_token(db: Any) -> Any:
+    stream = await db["elsewhere"].watch()
+    async with stream:
+        await db["elsewhere"].insert_one({"x": 1})
+        while await stream.try_next() is None:
+            pass
+        return stream.resume_token
+
+
+@pytest.mark.anyio
+@pytest.mark.live_mongo
+@pytest.mark.parametrize("kind", ["garbage-data", "other-collection", "string"])
+async def test_a_refused_resume_token_is_dropped_and_the_stream_reopens_on_the_wire(
+        kind: str, live_db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Item 3: a stored token the server refuses kept the change stream closed forever (an
+    ERROR every few seconds, /readyz ready). Now: a bounded number of attempts, one line, the
+    token dropped, the stream reopened; meanwhile /readyz and board_outbox_poll_only say the
+    service runs on the poll net alone. Polling is 60 s apart here: only the reopened stream
+    (and the full poll on reopening) can launch the events in time."""
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo import mongo_stores
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import MAX_TOKEN_REFUSALS, Service
+    from board_outbox.surface.http.checks import readiness
+
+    token: object = {"other-collection": None, "garbage-data": {"_data": "garbage"},
+                     "string": "stringtoken"}[kind]
+    if kind == "other-collection":
+        token = await _other_collections_token(live_db)
+    stores = mongo_stores(live_db, MemoryLauncher())
+    await stores.subs.put(Subscription(sub_id="s", tenant_id="t", bot="b"))
+    await stores.cards.put(Card(tenant_id="t", card_id="ok", title="ok"))
+    await live_db["board_outbox_state"].insert_one({"_id": "resume_token:board_events",
+                                                    "token": token})
+    config = load_config(env={}, projections=[], tail={"poll_interval_seconds": 60,
+                                                       "seed": "earliest"},
+                         worker={"idle_seconds": 0.05})
+    service = Service(stores, config, rng=random.Random(1))
+    caplog.set_level(logging.WARNING, logger="board_outbox")
+    launcher = stores.launcher
+    assert isinstance(launcher, MemoryLauncher)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(30):
+            while not service.loops.get("waker"):
+                await anyio.sleep(0.01)
+            assert service.poll_only  # not open yet
+            while not service.stream_open:
+                await anyio.sleep(0.02)
+            failing, _ = await readiness(service)
+            assert "stream" not in failing
+            for i in range(1, 4):
+                seq = await stores.events.allocate_seq("t")
+                await stores.events.insert({"tenant_id": "t", "seq": seq, "type": "card.created",
+                                            "card_id": "ok", "at": 1.0})
+                while sum(1 for r in launcher.launches if r.tenant_id == "t") < i:
+                    await anyio.sleep(0.02)
+        assert service.stats.stream_wakes >= 1
+        service.stop()
+    lines = _lines(caplog)
+    if kind == "string":  # not a token at all: the store drops it on load, one line
+        assert service.stats.tokens_dropped == 0
+        assert len(lines) == 1 and "board_outbox_state" in lines[0], lines
+    else:  # the server refuses it: MAX_TOKEN_REFUSALS attempts, then dropped
+        assert service.stats.tokens_dropped == 1
+        refused = [m for m in lines if "change stream failed" in m]
+        dropped = [m for m in lines if f"resume token refused {MAX_TOKEN_REFUSALS} times" in m]
+        assert len(refused) == 1 and len(dropped) == 1, lines
+        assert len(lines) == 2, lines
+    doc = await live_db["board_outbox_state"].find_one({"_id": "resume_token:board_events"})
+    assert doc is None or doc["token"] != token
+
+
+@pytest.mark.anyio
+async def test_poll_only_shows_in_readyz_and_metrics() -> None:
+    """A stream that cannot open: /readyz names it once the wake allowance has passed, and
+    board_outbox_poll_only is 1; events still flow on the poll net."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+    from board_outbox.surface.http.checks import readiness
+    from board_outbox.surface.http.metrics import ServiceCollector
+
+    b = MemoryBackend()
+
+    async def refusing(token: Any) -> Any:
+        raise ValueError("the feed refuses to open")
+        yield  # an async generator
+
+    b.events.watch = refusing  # type: ignore[method-assign,assignment]
+    clock = ManualClock()
+    config = load_config(env={}, projections=[], tail={"poll_interval_seconds": 0.05})
+    service = Service(b.stores(), config, clock=clock, rng=random.Random(1))
+    service.metrics.prom.registry.register(ServiceCollector(service))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(5):
+            while service.stats.stream_reopens < 2:
+                await anyio.sleep(0.01)
+        clock.advance(60)
+        failing, _ = await readiness(service)
+        assert "running on the poll net alone" in failing["stream"]
+        assert "the feed refuses to open" in failing["stream"]
+        from prometheus_client import generate_latest
+
+        fam = {f.name: f for f in text_string_to_metric_families(
+            generate_latest(service.metrics.prom.registry).decode())}
+        assert fam["board_outbox_poll_only"].samples[0].value == 1.0
+        service.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_a_bad_counter_or_cursor_costs_only_its_tenants_status(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """Item 1: one malformed counter or cursor blanked /metrics per-tenant gauges, stall
+    detection and `status` for every tenant (the per-tenant read raised). Now the others
+    stand and the bad tenant carries a ``problems`` entry."""
+    from board_outbox.service.health import tenant_statuses
+
+    async with open_side(side, request) as s:
+        for t in ("healthy", "c1", "k1"):
+            await s.stores.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+        c1, k1 = _uniq("c1"), _uniq("k1")
+        for t in (c1, k1):
+            await s.stores.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+        for _ in range(2):
+            await s.stores.events.allocate_seq("healthy")
+        await s.stores.events.allocate_seq(c1)
+        await s.cursor(c1, "abc")
+        await s.counter(k1, "lots")
+        st = await tenant_statuses(s.stores, 1000.0)
+        assert (st["healthy"].allocated_seq, st["healthy"].lag_events) == (2, 2)
+        assert st["healthy"].problems == []
+        assert "'abc' is not an integer seq" in st[c1].problems[0]
+        assert "'lots' is not an integer seq" in st[k1].problems[0]
+
+
+@pytest.mark.anyio
+async def test_refresh_status_survives_a_bad_cursor() -> None:
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+
+    b = MemoryBackend()
+    for t in ("healthy", "c1"):
+        await b.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+        await b.events.emit(t, "card.created", "ok")
+    b.cursors._cursors["c1"] = "abc"  # type: ignore[assignment]
+    service = Service(b.stores(), load_config(env={}, projections=[]), rng=random.Random(1))
+    await service.refresh_gauges()
+    service.status_enabled = True
+    await service.refresh_status()
+    assert service.status["healthy"].lag_events == 1 and service.status["c1"].problems
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_a_cursor_ahead_of_its_counter_holds_the_tenant_until_reset(
+        side: str, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 2: a cursor ahead of its tenant's counter (restored or hand-edited) made the tail
+    skip the events numbered up to it, with no line, /readyz ready and `status` lag 0. Now the
+    tenant is held (one line, status and /readyz say so) and `cursor reset` releases it: every
+    event launches, none is skipped."""
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.service.config import load_config
+    from board_outbox.service.health import tenant_statuses
+    from board_outbox.service.runtime import Service
+    from board_outbox.surface.http.checks import readiness
+
+    async with open_side(side, request) as s:
+        t = _uniq("ahead")
+        for x in ("healthy", t):
+            await s.stores.subs.put(Subscription(sub_id=f"{x}-s", tenant_id=x, bot="b"))
+            await s.stores.cards.put(Card(tenant_id=x, card_id="ok", title="ok"))
+        clock = ManualClock()
+        config = load_config(env={}, projections=[], tail={"seed": "earliest"})
+        service = Service(s.stores, config, clock=clock, rng=random.Random(1))
+
+        async def emit(x: str) -> None:
+            seq = await s.stores.events.allocate_seq(x)
+            await s.stores.events.insert({"tenant_id": x, "seq": seq, "type": "card.created",
+                                          "card_id": "ok", "at": clock.now()})
+
+        async def one_pass() -> None:
+            await emit("healthy")
+            await service.tail.drain_all(await service.tail.behind())
+            await service.worker.tick_any()
+
+        await emit(t)
+        await one_pass()
+        assert s.launched(t) == 1
+        await s.cursor(t, 5)  # a restored cursor: 5, the counter is at 1
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        for _ in range(7):  # seqs 2..8: without the hold, 2..5 would be skipped
+            await emit(t)
+            await one_pass()
+        assert s.launched(t) == 1 and s.launched("healthy") == 8
+        assert service.tail.cursor_ahead == {t: (5, 2)}  # seen at the first pass after
+        lines = _lines(caplog)
+        assert len(lines) == 1 and "cursor ahead of its counter" in lines[0], lines
+        failing, _ = await readiness(service)
+        assert t in failing["cursor"]
+        st = await tenant_statuses(s.stores, clock.now())
+        assert st[t].problems == [f"cursor 5 is ahead of the counter (2): held until "
+                                  f"`board-outbox cursor reset --tenant {t} --to N`"]
+
+        @asynccontextmanager
+        async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+            yield s.stores
+
+        from board_outbox.surface.cli.commands.cursor import cmd_cursor
+        from board_outbox.surface.cli.output import UsageError
+        from board_outbox.surface.cli.parser import build_parser
+
+        def args(*a: str) -> Any:
+            return build_parser().parse_args(["cursor", *a])
+
+        assert await cmd_cursor(args("show", "--tenant", t), factory) == 0
+        assert "HELD: found ahead of the counter (cursor 5, counter 2)" in capsys.readouterr().out
+        # a restarted replica (a fresh tail) still holds it, though the counter has caught up
+        fresh = Service(s.stores, config, clock=clock, rng=random.Random(1))
+        assert await fresh.tail.behind() == ["healthy"] or t not in await fresh.tail.behind()
+        assert fresh.tail.cursor_ahead == {t: (5, 2)}
+        with pytest.raises(UsageError, match="would be skipped"):
+            await cmd_cursor(args("reset", "--tenant", t, "--to", "99"), factory)
+        assert await cmd_cursor(args("reset", "--tenant", t, "--to", "1"), factory) == 0
+        await one_pass()
+        assert service.tail.cursor_ahead == {}
+        assert s.launched(t) == 8  # seqs 2..8, none skipped
+        assert sorted(r.seq for r in s.stores.launcher.launches if r.tenant_id == t) == list(
+            range(1, 9))
+
+
+def test_cursor_reset_beyond_the_counter_is_one_line_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    b = MemoryBackend()
+    anyio.run(b.events.emit, "t", "card.created", "ok")
+
+    @asynccontextmanager
+    async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+        yield b.stores()
+
+    assert main(["cursor", "reset", "--tenant", "t", "--to", "5"], factory=factory) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "events 2..5 would be skipped" in err
+    assert main(["cursor", "reset", "--tenant", "a/b", "--to", "0"], factory=factory) == 2
+    assert main(["cursor", "reset", "--tenant", "t", "--to", "1"], factory=factory) == 0
+    assert b.cursors._cursors["t"] == 1
+
+
+@pytest.mark.anyio
+async def test_status_shows_a_cursor_ahead() -> None:
+    from board_outbox.service.health import tenant_statuses
+
+    b = MemoryBackend()
+    await b.events.emit("t", "card.created", "ok")
+    b.cursors._cursors["t"] = 9
+    st = await tenant_statuses(b.stores(), 100.0)
+    assert "cursor 9 is ahead of the counter (1)" in st["t"].problems[0]
+    assert st["t"].lag_events == 0
+
+
+class _Counting:
+    """Counts the calls made through a port (one call = one query or bulk write)."""
+
+    def __init__(self, inner: Any, calls: dict[str, int], name: str) -> None:
+        self._inner, self._calls, self._name = inner, calls, name
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = getattr(self._inner, attr)
+        if not callable(fn):
+            return fn
+
+        def call(*a: Any, **k: Any) -> Any:
+            key = f"{self._name}.{attr}"
+            self._calls[key] = self._calls.get(key, 0) + 1
+            return fn(*a, **k)
+        return call
+
+
+def _counted(stores: Any, calls: dict[str, int]) -> Any:
+    from dataclasses import replace
+
+    return replace(stores, **{f: _Counting(getattr(stores, f), calls, f)
+                              for f in ("events", "cursors", "outbox", "subs", "status")})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", "mongomock"])
+async def test_many_new_tenants_are_seeded_in_one_write_not_one_by_one(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """Item 7: 2,000 counters at seq 0 with no cursor (new, idle tenants) all looked behind, and
+    the first poll pass seeded them one by one (four round trips each) before a live tenant's
+    event. Now one bulk write seeds them and the pass drains the live tenant alone."""
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+
+    async with open_side(side, request) as s:
+        await s.stores.subs.put(Subscription(sub_id="s", tenant_id="live", bot="b"))
+        await s.stores.cards.put(Card(tenant_id="live", card_id="ok", title="ok"))
+        for i in range(2000):
+            await s.counter(f"idle{i:05}", 0)
+        seq = await s.stores.events.allocate_seq("live")
+        await s.stores.events.insert({"tenant_id": "live", "seq": seq, "type": "card.created",
+                                      "card_id": "ok", "at": 1.0})
+        calls: dict[str, int] = {}
+        stores = _counted(s.stores, calls)
+        service = Service(stores, load_config(env={}, tail={"seed": "earliest"}),
+                          clock=ManualClock(), rng=random.Random(1))
+        behind = await service.tail.behind()
+        assert behind == ["live"]
+        results = await service.tail.drain_all(behind)
+        assert [r.tenant_id for r in results] == ["live"] and results[0].cursor_after == 1
+        assert calls.get("cursors.seed_many") == 1 and calls.get("cursors.seed", 0) <= 1
+        assert await s.stores.cursors.get("idle01999") == 0  # seeded: the next event is read
+        calls.clear()
+        assert await service.tail.behind() == []  # the next pass: nothing to seed, nothing behind
+        assert "cursors.seed_many" not in calls
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", "mongomock"])
+async def test_status_costs_the_same_queries_for_10_or_1000_tenants(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """Item 7: the per-tenant status refresh cost several reads per tenant per interval."""
+    from board_outbox.service.health import tenant_statuses
+
+    async with open_side(side, request) as s:
+        cost: list[int] = []
+        for n in (10, 1000):
+            for i in range(len(cost) * 10, n):  # add tenants up to n, each one event behind
+                t = f"t{i:05}"
+                await s.stores.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+                seq = await s.stores.events.allocate_seq(t)
+                await s.stores.events.insert({"tenant_id": t, "seq": seq, "type": "x",
+                                              "card_id": "c", "at": 1.0})
+            calls: dict[str, int] = {}
+            st = await tenant_statuses(_counted(s.stores, calls), 100.0)
+            assert len(st) == n and all(x.lag_seconds == 99.0 for x in st.values())
+            cost.append(sum(calls.values()))
+        assert cost[0] == cost[1] <= 8, cost
 
 
 # --- config and CLI ----------------------------------------------------------------------------

@@ -109,7 +109,17 @@ class CursorStore(Protocol):
         ...
 
     async def put(self, tenant_id: str, value: int) -> None:
-        """Set the cursor unconditionally: the operator's ``cursor reset`` only."""
+        """Set the cursor unconditionally (and lift a hold): the operator's ``cursor reset``."""
+        ...
+
+    async def hold(self, tenant_id: str, cursor: int, counter: int) -> None:
+        """Record on the cursor that it was found ahead of its counter (R2): the tenant stays
+        held across restarts, even once the counter has caught up, until the cursor moves by
+        ``compare_and_set`` or ``put`` (both lift the hold)."""
+        ...
+
+    async def holds(self) -> dict[str, tuple[int, int]]:
+        """Held tenants -> (cursor, counter when found), in one query."""
         ...
 
 

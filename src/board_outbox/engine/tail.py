@@ -161,7 +161,7 @@ class Tail:
         would skip the events numbered up to the cursor, silently (R2)."""
         heads = await self.events.heads()
         cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
-        self._check_ahead(heads, cursors)
+        await self._check_ahead(heads, cursors, await self.cursors.holds())
         # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
         # behind, so its drain stalls it alone, with the reason
         ahead = {t for t, head in heads.items() if is_seq(head) and head > cursors.get(t, -1)}
@@ -174,15 +174,18 @@ class Tail:
             log.info("%d new tenant cursor(s) seeded at 0", len(seed))
         return sorted(ahead - fresh - set(self.cursor_ahead))
 
-    def _check_ahead(self, heads: dict[str, int], cursors: dict[str, int]) -> None:
+    async def _check_ahead(self, heads: dict[str, int], cursors: dict[str, int],
+                           stored: dict[str, tuple[int, int]]) -> None:
         held: dict[str, tuple[int, int]] = {}
         for t, cur in cursors.items():
-            was = self.cursor_ahead.get(t)
+            was = self.cursor_ahead.get(t) or stored.get(t)
             head = heads.get(t, 0)
             if was is not None and was[0] == cur:
-                held[t] = (cur, head)  # still the cursor we refused: keep holding the tenant
+                held[t] = was  # still the cursor we refused: keep holding the tenant
             elif is_seq(head) and cur > head:
                 held[t] = (cur, head)
+                # durable: a restart after the counter has caught up still holds the tenant
+                await self.cursors.hold(t, cur, head)
                 self._once(("cursor_ahead", t, cur), logging.ERROR,
                            "cursor ahead of its counter: tenant %s has cursor %d but only %d "
                            "events were allocated; the tenant is held (nothing drained, nothing "

@@ -272,7 +272,7 @@ def member_problem(member_id: object, expires_at: object, now: float,
         return problem
     assert _num(expires_at)
     if max_ahead is not None and expires_at > now + max_ahead:
-        return (f"lease ends {expires_at - now:.0f}s ahead, more than the heartbeat timeout "
+        return (f"lease ends at {expires_at!r}, further ahead than the heartbeat timeout "
                 f"({max_ahead:g}s) allows")
     return None
 

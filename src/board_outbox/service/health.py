@@ -78,6 +78,7 @@ async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]
         return out
     heads = await stores.events.heads()
     cursors = await stores.cursors.all()
+    holds = await stores.cursors.holds()
     summary = await stores.status.row_summary()
     live = {t for t, s in summary.items() if s.oldest_live_created_at is not None}
     tenants = await stores.events.tenants() | await stores.subs.tenants() | live
@@ -95,8 +96,10 @@ async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]
         rows = dict(sorted(s.rows.items())) if s is not None else {}
         oldest = s.oldest_live_created_at if s is not None else None
         problems = list(bad.get(t, []))
-        if cursor > head:
-            problems.append(f"cursor {cursor} is ahead of the counter ({head}): held until "
+        held = holds.get(t)
+        if cursor > head or held is not None:
+            c, n = held if held is not None else (cursor, head)
+            problems.append(f"cursor {c} is ahead of the counter ({n}): held until "
                             f"`board-outbox cursor reset --tenant {t} --to N`")
         at = next_at.get(t)
         out[t] = TenantStatus(

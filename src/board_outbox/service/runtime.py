@@ -66,6 +66,12 @@ def build_registry(
     return registry
 
 
+def _problem(exc: BaseException) -> str:
+    """What names a failure once: its type and message, without the server's per-reply
+    details (cluster time...), so that a repeat of the same refusal is logged once."""
+    return f"{type(exc).__name__}: {str(exc).split(', full error', 1)[0][:300]}"
+
+
 class Service:
     def __init__(
         self,
@@ -196,9 +202,12 @@ class Service:
         if open_:
             if self.stream_down_since is not None:
                 log.info("change stream open: waking on inserts again")
+                self._once = OnceLog(log)  # a relapse is logged again
             self.stream_down_since = None
-        elif self.stream_down_since is None:
+            return
+        if self.stream_down_since is None:
             self.stream_down_since = self.clock.now()
+        if reason:
             self.stream_down_reason = cap(reason, 300)
 
     # --- loops -----------------------------------------------------------------------------
@@ -299,10 +308,6 @@ class Service:
         for tenant, st in status.items():
             st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
             st.stalled = st.stalled_for_seconds > 0
-            held = self.tail.cursor_ahead.get(tenant)
-            if held is not None and not any("ahead of the counter" in p for p in st.problems):
-                st.problems.append(f"cursor {held[0]} was ahead of the counter ({held[1]}): held "
-                                   f"until `board-outbox cursor reset --tenant {tenant} --to N`")
         self.stalls.forget(status)
         self.status = status
 
@@ -405,7 +410,7 @@ class Service:
                     delay = min(delay * 2, 5.0)
                 except Exception as exc:
                     self._stream_state(False, f"{type(exc).__name__}: {exc}")
-                    self._once(("stream", type(exc).__name__, str(exc)), logging.ERROR,
+                    self._once(("stream", _problem(exc)), logging.ERROR,
                                "change stream failed (%s: %s): polling carries on, reopening",
                                type(exc).__name__, exc)
                     self.stats.stream_reopens += 1
@@ -417,7 +422,7 @@ class Service:
                             # W3/R1: a stored token the server refuses (garbage, another
                             # collection's) would keep the stream closed forever: drop it, reopen
                             # at "now"; the full polls above and on reopen cover the gap
-                            self._once(("token-dropped", str(exc)), logging.ERROR,
+                            self._once(("token-dropped", _problem(exc)), logging.ERROR,
                                        "resume token refused %d times (%s): dropping it, the "
                                        "stream reopens from now and a full poll covers the gap",
                                        refusals, exc)

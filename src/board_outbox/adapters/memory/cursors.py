@@ -15,6 +15,7 @@ CURSORS = "trigger_cursors"
 class MemoryCursorStore:
     def __init__(self) -> None:
         self._cursors: dict[str, int] = {}
+        self._held: dict[str, tuple[int, int]] = {}
 
     async def get(self, tenant_id: str) -> int | None:
         await checkpoint()
@@ -35,12 +36,23 @@ class MemoryCursorStore:
     async def put(self, tenant_id: str, value: int) -> None:
         await checkpoint()
         self._cursors[tenant_id] = value
+        self._held.pop(tenant_id, None)
+
+    async def hold(self, tenant_id: str, cursor: int, counter: int) -> None:
+        await checkpoint()
+        if self._cursors.get(tenant_id) == cursor:
+            self._held[tenant_id] = (cursor, counter)
+
+    async def holds(self) -> dict[str, tuple[int, int]]:
+        await checkpoint()
+        return dict(self._held)
 
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
         await checkpoint()
         if self._cursors.get(tenant_id) != expected:
             return False
         self._cursors[tenant_id] = new
+        self._held.pop(tenant_id, None)
         return True
 
     async def all(self) -> dict[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,7 +35,8 @@ class MongoCursorStore:
 
     @translated
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
-        res = await self.coll.update_one({"_id": tenant_id, "seq": expected}, {"$set": {"seq": new}})
+        res = await self.coll.update_one({"_id": tenant_id, "seq": expected},
+                                         {"$set": {"seq": new}, "$unset": {"held": ""}})
         return bool(res.modified_count == 1)
 
     @translated
@@ -52,7 +54,27 @@ class MongoCursorStore:
 
     @translated
     async def put(self, tenant_id: str, value: int) -> None:
-        await self.coll.update_one({"_id": tenant_id}, {"$set": {"seq": value}}, upsert=True)
+        await self.coll.update_one({"_id": tenant_id},
+                                   {"$set": {"seq": value}, "$unset": {"held": ""}}, upsert=True)
+
+    @translated
+    async def hold(self, tenant_id: str, cursor: int, counter: int) -> None:
+        await self.coll.update_one({"_id": tenant_id, "seq": cursor},
+                                   {"$set": {"held": {"cursor": cursor, "counter": counter}}})
+
+    @translated
+    async def holds(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for d in await self.coll.find({"held": {"$exists": True}}).to_list(None):
+            held, t = d.get("held"), d.get("_id")
+            c, n = (held.get("cursor"), held.get("counter")) if isinstance(held, dict) else (None, None)
+            if isinstance(t, str) and isinstance(c, int) and isinstance(n, int) and is_seq(c) \
+                    and is_seq(n) and d.get("seq") == c:
+                out[t] = (c, n)
+            else:  # a hold that no longer matches its cursor: the cursor moved, it is lifted
+                BAD_DOCUMENTS.report(CURSORS, t, f"held {cap(repr(held), 100)} does not match "
+                                     f"seq {cap(repr(d.get('seq')), 40)}", level=logging.WARNING)
+        return out
 
     @translated
     async def all(self) -> dict[str, int]:

@@ -31,9 +31,14 @@ async def cmd_cursor(args: argparse.Namespace, factory: StoresFactory) -> int:
         except StoreError as exc:  # a malformed cursor document: reset overwrites it
             current, current_text = None, f"malformed ({exc})"
         if args.cursor_command == "show":
-            ahead = current is not None and current > counter
-            print(f"tenant {args.tenant}: cursor {current_text}, counter {counter}"
-                  + (" -- AHEAD of the counter: run `cursor reset`" if ahead else ""))
+            held = (await stores.cursors.holds()).get(args.tenant)
+            note = ""
+            if held is not None:
+                note = (f" -- HELD: found ahead of the counter (cursor {held[0]}, counter "
+                        f"{held[1]}); run `cursor reset`")
+            elif current is not None and current > counter:
+                note = " -- AHEAD of the counter: run `cursor reset`"
+            print(f"tenant {args.tenant}: cursor {current_text}, counter {counter}{note}")
             return 0
         to = args.to
         if to > counter:
