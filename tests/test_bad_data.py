@@ -1189,6 +1189,70 @@ def test_bad_config_is_one_line_exit_2(name: str, tmp_path: Path,
     assert "Traceback" not in err
 
 
+# item 6 (issue 20): bounds, cross-field rules, handler kind names; each one line, exit 2
+BOUNDS = {
+    "interval-1e-9": ("[tail]\npoll_interval_seconds = 1e-9\n", "tail.poll_interval_seconds"),
+    "idle-1e-9": ("[worker]\nidle_seconds = 1e-9\n", "worker.idle_seconds"),
+    "lease-a-year": ("[worker]\nlease_seconds = 31536000\n", "worker.lease_seconds"),
+    "lease-past-sweep-horizon": ("[worker]\nlease_seconds = 50000\n"
+                                 "max_execution_seconds = 60000\n",
+                                 "stuck-row sweep parks a claimed row"),
+    "heartbeat-every-lease": ("[worker]\nheartbeat_fraction = 1.0\n",
+                              "worker.heartbeat_fraction"),
+    "max-execution-below-lease": ("[worker]\nlease_seconds = 60\nmax_execution_seconds = 30\n",
+                                  "worker.max_execution_seconds"),
+    "poll-beyond-stall": ("[tail]\npoll_interval_seconds = 300\n", "tail.poll_interval_seconds"),
+    "stall-below-young-gap": ("[tail]\nstall_seconds = 20\n", "tail.stall_seconds"),
+    "membership-timeout-tiny": ("[membership]\nheartbeat_timeout_seconds = 0.01\n",
+                                "membership.heartbeat_timeout_seconds"),
+    "batch-size-huge": ("[tail]\nbatch_size = 100000000\n", "tail.batch_size"),
+    "handler-kind-slash": ('[handlers]\n"a/b" = "x:Y"\n', "is not an effect kind name"),
+    "handler-kind-empty": ('[handlers]\n"" = "x:Y"\n', "is not an effect kind name"),
+    "write-concern-1000": ("[store]\nwrite_concern = 1000\n", "store.write_concern"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_config_out_of_bounds_is_one_line_exit_2(name: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    toml, match = BOUNDS[name]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    assert main(["dead-letters", "list", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("board-outbox: config error: ")
+    assert match in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("var", "value", "field", "expected"), [
+    ("SERVICE__REPLICA_NAME", "123", ("service", "replica_name"), "123"),
+    ("STORE__DATABASE", "2024", ("store", "database"), "2024"),
+    ("STORE__APP_NAME", "1e5", ("store", "app_name"), "1e5"),
+    ("LAUNCHER__URL", "true", ("launcher", "url"), "true"),
+    ("SERVICE__HTTP_PORT", "9000", ("service", "http_port"), 9000),
+    ("TAIL__CHANGE_STREAMS", "false", ("tail", "change_streams"), False),
+    ("STORE__WRITE_CONCERN", "2", ("store", "write_concern"), 2),
+    ("TAIL__YOUNG_GAP_SECONDS", "45", ("tail", "young_gap_seconds"), 45.0),
+])
+def test_environment_values_are_converted_by_the_fields_type(
+        var: str, value: str, field: tuple[str, str], expected: object) -> None:
+    """A numeric-looking replica or database name was turned into a number and rejected."""
+    from board_outbox.service.config import load_config
+
+    cfg = load_config(env={f"BOARD_OUTBOX_{var}": value})
+    got = getattr(getattr(cfg, field[0]), field[1])
+    assert got == expected and type(got) is type(expected)
+
+
+def test_a_bad_environment_value_names_the_setting(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOARD_OUTBOX_TAIL__POLL_INTERVAL_SECONDS", "soon")
+    assert main(["dead-letters", "list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "tail.poll_interval_seconds (BOARD_OUTBOX_TAIL__POLL_INTERVAL_SECONDS)" in err
+
+
 @pytest.mark.parametrize("args", [
     ["--limit", "99999999999999999999999"],
     ["--limit", "0"],
