@@ -771,29 +771,37 @@ async def test_a_bad_generation_pointer_costs_only_its_read_model(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
 async def test_a_bad_pointer_leaves_every_other_tenants_projection_rows_done(
-        caplog: pytest.LogCaptureFixture) -> None:
+        side: str, request: pytest.FixtureRequest) -> None:
     """The pipeline view of the case above: a running service, board-reflect on, a malformed
     pointer for a tenant that does not exist; the healthy tenant's projection rows all finish."""
     from board_outbox.service.config import load_config
     from board_outbox.service.runtime import Service
 
-    b = MemoryBackend()
-    await b.subs.put(Subscription(sub_id="s", tenant_id="healthy", bot="b"))
-    await b.board.put(Card(tenant_id="healthy", card_id="ok", title="ok"))
-    b.rm_versions._docs[("board-reflect", _uniq("ghost"))] = {"active": "x"}  # type: ignore[assignment]
-    config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest"},
-                         worker={"idle_seconds": 0.02})
-    service = Service(b.stores(), config, rng=random.Random(1))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(service.run)
-        with anyio.fail_after(10):
-            for _ in range(3):
-                await b.events.emit("healthy", "card.created", "ok")
-            while sum(1 for d in b.outbox.all_docs() if d["state"] == "done") < 6:
-                await anyio.sleep(0.01)
-        service.stop()
-    assert not [d for d in b.outbox.all_docs() if d["state"] != "done"]
+    async with open_side(side, request) as s:
+        await s.stores.subs.put(Subscription(sub_id="s", tenant_id="healthy", bot="b"))
+        await s.stores.cards.put(Card(tenant_id="healthy", card_id="ok", title="ok"))
+        await s.pointer("board-reflect", _uniq("ghost"), {"active": "x"})
+        config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest",
+                                           "change_streams": False},
+                             worker={"idle_seconds": 0.02})
+        service = Service(s.stores, config, rng=random.Random(1))
+        states: dict[str, int] = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(service.run)
+            with anyio.fail_after(20):
+                for _ in range(3):
+                    seq = await s.stores.events.allocate_seq("healthy")
+                    await s.stores.events.insert({"tenant_id": "healthy", "seq": seq,
+                                                  "type": "card.created", "card_id": "ok",
+                                                  "at": 1.0})
+                while (states := await s.stores.outbox.count_by_state()).get("done", 0) < 6:
+                    if states.get("failed"):
+                        break
+                    await anyio.sleep(0.02)
+            service.stop()
+        assert states == {"done": 6}  # 3 launches, 3 projection rows: none parked
 
 
 @pytest.mark.anyio
