@@ -573,6 +573,11 @@ async def test_the_running_service_outlives_the_worst_documents(
     await b.events.emit("e1", "card.created", "ok")
     b.events.insert_now(_ev("e1", seq=2**63 - 1), allocated=False)
     b.events.insert_now(_ev("e1", seq=1.5), allocated=False)
+    # issue 20: a lease with a non-numeric expiry ended `run` at start on every replica; a
+    # token that cannot be one; a generation pointer that does not parse
+    b.members._leases["bad-member"] = "soon"  # type: ignore[assignment]
+    b.tokens.token = "garbage"
+    b.rm_versions._docs[("board-reflect", "ghost")] = {"active": "x"}  # type: ignore[assignment]
     config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest"},
                          worker={"idle_seconds": 0.02})
     service = Service(b.stores(), config, rng=random.Random(1))
