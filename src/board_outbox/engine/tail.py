@@ -126,6 +126,7 @@ class Tail:
         # R2: tenants whose cursor is ahead of their counter -> (cursor, counter): held, not
         # drained, until the cursor is reset (``behind`` checks every poll pass)
         self.cursor_ahead: dict[str, tuple[int, int]] = {}
+        self._to_seed: dict[str, int] = {}  # new, idle tenants: seeded at the end of a pass
         # S3: the cursor as our last CAS left it; a stale value only costs a lost CAS (re-read)
         self._known: dict[str, int] = {}
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
@@ -168,11 +169,22 @@ class Tail:
         fresh = {t for t in ahead if heads[t] == 0 and t not in cursors}
         if ahead and not self.projections:
             ahead &= await self.subs.tenants() | await self.outbox.live_tenants()
-        seed = {t: 0 for t in fresh & ahead if tenant_problem(t) is None}
-        if seed:
-            await self.cursors.seed_many(seed)
-            log.info("%d new tenant cursor(s) seeded at 0", len(seed))
+        # seeded after this pass's drains (``drain_all``): a live tenant's event never waits
+        # for the bulk write
+        self._to_seed = {t: 0 for t in fresh & ahead if tenant_problem(t) is None}
         return sorted(ahead - fresh - set(self.cursor_ahead))
+
+    async def seed_new(self) -> None:
+        """Seed the new, idle tenants ``behind`` found, in one bulk write."""
+        seed, self._to_seed = self._to_seed, {}
+        if not seed:
+            return
+        try:
+            await self.cursors.seed_many(seed)
+        except StoreError as exc:  # the next pass finds them again
+            log.warning("seeding %d new tenant cursor(s) failed: %s", len(seed), exc)
+            return
+        log.info("%d new tenant cursor(s) seeded at 0", len(seed))
 
     async def _check_ahead(self, heads: dict[str, int], cursors: dict[str, int],
                            stored: dict[str, tuple[int, int]]) -> None:
@@ -368,4 +380,5 @@ class Tail:
             finally:
                 self._in_pass = None
                 self._backlog.pop(tenant, None)
+        await self.seed_new()
         return results
