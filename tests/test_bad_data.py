@@ -1319,3 +1319,38 @@ def test_bad_cli_argument_is_a_usage_error(args: list[str],
 # store.uri tlsCAFile missing, database "bad.name" / "" -> traceback -> one line, exit 2
 # dead-letters list --limit 10^23         -> OverflowError traceback -> usage error, exit 2
 # dead-letters list --since nan           -> "no dead-letters"       -> usage error, exit 2
+#
+# --- note table (issue 20): input -> before -> after -----------------------------------------
+#
+# member lease expires_at "soon" / Decimal128 -> `run` exits 1 at start (traceback) on every
+#                                          replica, `status` too -> lease left out, one line,
+#                                          listed by status --json (bad_documents), counted
+# member lease expires_at 1e12            -> a live member forever: its tenants never drained
+#                                          -> beyond heartbeat_timeout_seconds: not trusted, one line
+# member _id 7 (not a string)             -> a live member forever -> left out, one line
+# read_model_versions active:"x" (any model/tenant, even unknown) -> every tenant's projection
+#                                          rows fail and park -> only that model/tenant's writes
+#                                          fail (StoreError naming the pointer), one line
+# resume token "garbage" / ["x"] / {}     -> stream never opens, ERROR every few seconds, /readyz
+#                                          ready -> loads as None (one line), stream opens at now,
+#                                          the first full poll covers the gap
+# resume token {_data:"garbage"} / another collection's (server refuses) -> same as above ->
+#                                          3 attempts, one line, dropped, stream reopens + full
+#                                          poll; /readyz "stream" and board_outbox_poll_only meanwhile
+# counter seq "lots" / cursor seq "abc"   -> status, /metrics per-tenant gauges and stall
+#                                          detection blank for EVERY tenant -> that tenant carries a
+#                                          `problems` entry, the others stand; one line; counted
+# cursor ahead of its counter (restored)  -> events up to it skipped, no line, /readyz ready, lag 0
+#                                          -> tenant held (durably, across restarts), one line,
+#                                             /readyz "cursor", board_outbox_cursor_ahead, status
+#                                             problems; `cursor reset --tenant T --to N` releases it
+#                                             and every event launches
+# 20,000 counters at seq 0, no cursor     -> first poll seeds them one by one (minutes), a live
+#                                          tenant's event waits -> one bulk write after the pass
+#                                          (benchmarks/README.md: start-up to first launch)
+# status / metrics refresh, N tenants     -> ~5 reads per tenant per refresh -> 7 queries, any N
+# tail.poll_interval_seconds = 1e-9, worker.lease_seconds = 1 year, heartbeat_fraction = 1,
+#   lease beyond the sweep horizon, poll >= stall, [handlers] "a/b" -> accepted -> one-line
+#                                          config error, exit 2
+# BOARD_OUTBOX_SERVICE__REPLICA_NAME=123, BOARD_OUTBOX_STORE__DATABASE=2024 -> rejected
+#                                          ("expected str, got int") -> accepted as strings
