@@ -191,10 +191,10 @@ class Tail:
         held: dict[str, tuple[int, int]] = {}
         for t, cur in cursors.items():
             was = self.cursor_ahead.get(t) or stored.get(t)
-            head = heads.get(t, 0)
+            head = heads.get(t)  # None: no counter, or one that does not parse -- says nothing
             if was is not None and was[0] == cur:
                 held[t] = was  # still the cursor we refused: keep holding the tenant
-            elif is_seq(head) and cur > head:
+            elif head is not None and cur > head:
                 held[t] = (cur, head)
                 # durable: a restart after the counter has caught up still holds the tenant
                 await self.cursors.hold(t, cur, head)

@@ -97,7 +97,7 @@ async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]
         oldest = s.oldest_live_created_at if s is not None else None
         problems = list(bad.get(t, []))
         held = holds.get(t)
-        if cursor > head or held is not None:
+        if (t in heads and cursor > head) or held is not None:
             c, n = held if held is not None else (cursor, head)
             problems.append(f"cursor {c} is ahead of the counter ({n}): held until "
                             f"`board-outbox cursor reset --tenant {t} --to N`")
