@@ -7,12 +7,14 @@ one ``board-outbox status --json`` over the same database. ``--src`` runs a base
 ``src/`` (before: the first poll pass seeded the idle tenants one by one, several round trips
 each, before it reached the live one; status read several documents per tenant).
 
-Run: ``.venv/bin/python -m benchmarks.startup [--tenants 20000] [--src BASELINE/src --name X]``.
+Run: ``.venv/bin/python -m benchmarks.startup [--tenants 20000] [--src BASELINE/src --name X]``;
+``--plot startup-before startup-after`` draws ``results/startup.png`` from two runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -26,7 +28,7 @@ from pymongo import MongoClient
 
 from board_outbox.service.wireserver import WireServer
 
-from .common import write_result
+from .common import RESULTS, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +67,9 @@ def one_run(server: WireServer, tenants: int, src: Path, timeout: float) -> dict
     client: MongoClient[dict[str, Any]] = MongoClient(server.uri)
     db = client[name]
     env = {**os.environ, "PYTHONPATH": str(src)}
-    out: dict[str, Any] = {"tenants": tenants, "src": str(src)}
+    # no machine paths in the results: which code ran, not where it lay
+    out: dict[str, Any] = {"tenants": tenants,
+                           "src": "this checkout" if src == ROOT / "src" else "--src baseline"}
     try:
         seed(db, tenants)
         with tempfile.TemporaryDirectory() as d:
@@ -102,13 +106,40 @@ def one_run(server: WireServer, tenants: int, src: Path, timeout: float) -> dict
     return out
 
 
+def plot(before: dict[str, Any], after: dict[str, Any], path: Path) -> None:
+    """Before/after bars (log scale): start -> first launch and one ``status --json``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, key, title in ((axes[0], "start_to_first_launch_s", "start -> first launch (s)"),
+                           (axes[1], "status_json_s", "status --json (s)")):
+        values = [before[key], after[key]]
+        ax.bar(["before", "after"], values, color=["#cc6677", "#4477aa"])
+        ax.set_yscale("log")
+        ax.set(title=title)
+        for i, v in enumerate(values):
+            ax.annotate(f"{v:g}", (i, v), ha="center", va="bottom")
+    fig.suptitle(f"{after['tenants']:,} idle tenants + 1 live, MongoDB-wire server (SecantusDB)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tenants", type=int, default=20_000)
     ap.add_argument("--src", help="run from this src/ (e.g. a baseline checkout)")
     ap.add_argument("--name", default="startup", help="result file name")
     ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--plot", nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="only draw results/startup.png from two result names")
     args = ap.parse_args()
+    if args.plot:
+        runs = [json.loads((RESULTS / f"{n}.json").read_text())["run"] for n in args.plot]
+        plot(runs[0], runs[1], RESULTS / "startup.png")
+        return 0
     src = Path(args.src).resolve() if args.src else ROOT / "src"
     server = WireServer().start()
     try:
@@ -116,8 +147,8 @@ def main() -> int:
     finally:
         server.close()
     print(r, flush=True)
-    write_result(args.name, {"run": r, "setup": {"server": "secantusd-py (WireServer)",
-                                                 **vars(args)}})
+    setup = {**vars(args), "src": bool(args.src)}
+    write_result(args.name, {"run": r, "setup": {"server": "secantusd-py (WireServer)", **setup}})
     return 0
 
 
