@@ -811,20 +811,23 @@ async def test_a_bad_pointer_leaves_every_other_tenants_projection_rows_done(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("side", ["memory", "mongomock"])
-@pytest.mark.parametrize("token", ["garbage", ["x"], {"no_data": 1}])
+@pytest.mark.parametrize("kind", ["string", "list", "no-data"])
 async def test_a_stored_token_that_cannot_be_one_loads_as_none(
-        side: str, token: object, caplog: pytest.LogCaptureFixture,
+        side: str, kind: str, caplog: pytest.LogCaptureFixture,
         request: pytest.FixtureRequest) -> None:
     from board_outbox.model.validation import BAD_DOCUMENTS
 
+    u = _uniq("garbage")  # a distinct problem: the once-per-problem lines are per process
+    token = {"string": u, "list": ["x", u], "no-data": {"no_data": u}}[kind]
     async with open_side(side, request) as s:
         await s.token(token)
         caplog.set_level(logging.WARNING, logger="board_outbox")
         before = BAD_DOCUMENTS.counts.get("board_outbox_state", 0)
         for _ in range(3):
             assert await s.stores.tokens.load() is None
-        assert len(_lines(caplog)) <= 1  # one line per distinct problem (per process)
-        assert BAD_DOCUMENTS.counts.get("board_outbox_state", 0) <= before + 1
+        lines = _lines(caplog)  # one line per distinct problem, however often it is loaded
+        assert len(lines) == 1 and "board_outbox_state" in lines[0], lines
+        assert BAD_DOCUMENTS.counts.get("board_outbox_state", 0) == before + 1
         assert any(d.collection == "board_outbox_state" for d in BAD_DOCUMENTS.current())
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from board_outbox.model.domain import FAILED
+from board_outbox.model.domain import FAILED, LIVE_STATES
 from board_outbox.model.errors import StoreError
 from board_outbox.model.validation import BAD_DOCUMENTS, cap
 from board_outbox.ports import Stores
@@ -80,7 +80,7 @@ async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]
     cursors = await stores.cursors.all()
     holds = await stores.cursors.holds()
     summary = await stores.status.row_summary()
-    live = {t for t, s in summary.items() if s.oldest_live_created_at is not None}
+    live = {t for t, s in summary.items() if any(s.rows.get(state) for state in LIVE_STATES)}
     tenants = await stores.events.tenants() | await stores.subs.tenants() | live
     bad: dict[str, list[str]] = {}
     for doc in BAD_DOCUMENTS.current():  # what the two reads above met, for these tenants

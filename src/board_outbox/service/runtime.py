@@ -134,8 +134,9 @@ class Service:
         self.last_poll_ok: float | None = None  # clock time of the last drain pass that read the store
         self.stalls = StallDetector(config.tail.stall_seconds)
         self.status: dict[str, TenantStatus] = {}
-        # per-tenant status costs several reads per tenant per refresh: only while the operator
-        # endpoints serve it (the ops server turns it on)
+        # per-tenant status (a constant number of queries per refresh, but each reads every
+        # tenant's figures): only while the operator endpoints serve it (the ops server turns
+        # it on)
         self.status_enabled = False
 
     # --- control ---------------------------------------------------------------------------
