@@ -118,8 +118,10 @@ def test_status_over_the_wire_server(live: LiveServer) -> None:
             {"_id": "replica-gone", "expires_at": now - 3600, "seen_at": now - 3610}])
     finally:
         client.close()
+    # the replicas' heartbeat timeout: a lease further ahead than it is not trusted (issue 20)
     env = {**os.environ, "BOARD_OUTBOX_STORE__BACKEND": "mongo", "BOARD_OUTBOX_STORE__URI": live.uri,
-           "BOARD_OUTBOX_STORE__DATABASE": db}
+           "BOARD_OUTBOX_STORE__DATABASE": db,
+           "BOARD_OUTBOX_MEMBERSHIP__HEARTBEAT_TIMEOUT_SECONDS": "900"}
     proc = subprocess.run([sys.executable, "-m", "board_outbox", "status", "--json"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
