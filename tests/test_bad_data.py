@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -612,6 +613,11 @@ async def test_the_running_service_outlives_the_worst_documents(
     await b.events.emit("e1", "card.created", "ok")
     b.events.insert_now(_ev("e1", seq=2**63 - 1), allocated=False)
     b.events.insert_now(_ev("e1", seq=1.5), allocated=False)
+    # issue 20: a lease with a non-numeric expiry ended `run` at start on every replica; a
+    # token that cannot be one; a generation pointer that does not parse
+    b.members._leases["bad-member"] = "soon"  # type: ignore[assignment]
+    b.tokens.token = "garbage"
+    b.rm_versions._docs[("board-reflect", "ghost")] = {"active": "x"}  # type: ignore[assignment]
     config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest"},
                          worker={"idle_seconds": 0.02})
     service = Service(b.stores(), config, rng=random.Random(1))
@@ -635,6 +641,581 @@ async def test_the_running_service_outlives_the_worst_documents(
         service.stop()
     assert "c1" in service.tail.stalled
     assert launched("c1") == 0
+
+
+# --- issue 20: the service's own collections, parsed per document ---------------------------
+#
+# Members, generation pointers, resume tokens, counters and cursors: each bad document costs
+# only itself (one line, BAD_DOCUMENTS lists and counts it), on the memory twins, on the Mongo
+# adapters (mongomock) and, where the wire decides, on the wire server.
+
+SIDES = ["memory", "mongomock", pytest.param("mongo-live", marks=pytest.mark.live_mongo)]
+
+
+@dataclass
+class Side:
+    """One backend's full ``Stores`` plus raw planting into the service's own collections."""
+
+    name: str
+    stores: Any
+    backend: MemoryBackend | None = None
+    db: Any = None
+
+    async def member(self, member_id: object, expires_at: object) -> None:
+        if self.backend is not None:
+            self.backend.members._leases[member_id] = expires_at  # type: ignore[index,assignment]
+        else:
+            await self.db["board_outbox_members"].insert_one({"_id": member_id,
+                                                              "expires_at": expires_at})
+
+    async def pointer(self, model: str, tenant: str, doc: dict[str, Any]) -> None:
+        if self.backend is not None:
+            self.backend.rm_versions._docs[(model, tenant)] = doc  # type: ignore[assignment]
+        else:
+            await self.db["read_model_versions"].insert_one({"_id": f"{model}/{tenant}", **doc})
+
+    async def token(self, value: object) -> None:
+        if self.backend is not None:
+            self.backend.tokens.token = value
+        else:
+            await self.db["board_outbox_state"].insert_one(
+                {"_id": "resume_token:board_events", "token": value})
+
+    async def counter(self, tenant: str, seq: object) -> None:
+        if self.backend is not None:
+            self.backend.events._counters[tenant] = seq  # type: ignore[assignment]
+        else:
+            await self.db["board_event_counters"].insert_one({"_id": tenant, "seq": seq})
+
+    async def cursor(self, tenant: str, seq: object) -> None:
+        if self.backend is not None:
+            self.backend.cursors._cursors[tenant] = seq  # type: ignore[assignment]
+        else:
+            await self.db["trigger_cursors"].update_one({"_id": tenant}, {"$set": {"seq": seq}},
+                                                        upsert=True)
+
+    def launched(self, tenant: str) -> int:
+        launcher = self.stores.launcher
+        return sum(1 for r in launcher.launches if r.tenant_id == tenant)
+
+
+@asynccontextmanager
+async def open_side(name: str, request: pytest.FixtureRequest) -> AsyncIterator[Side]:
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo import ensure_schema, mongo_stores
+
+    if name == "memory":
+        b = MemoryBackend()
+        yield Side(name, b.stores(), backend=b)
+    elif name == "mongomock":
+        from tests.support.mongomock_async import mock_database
+
+        mock: Any = mock_database()
+        await ensure_schema(mock)
+        yield Side(name, mongo_stores(mock, MemoryLauncher(), change_feed=False), db=mock)
+    else:
+        from tests.conftest import live_database
+
+        async with live_database(request.getfixturevalue("live_uri")) as db:
+            yield Side(name, mongo_stores(db, MemoryLauncher()), db=db)
+
+
+def _uniq(prefix: str) -> str:
+    """A key no other case used: the once-per-problem lines are per process."""
+    return f"{prefix}-{random.randrange(10**9)}"
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize(("bad_id", "expires_at", "match"), [
+    ("string-expiry", "soon", "is not a finite number"),
+    ("far-ahead", 1e12, "further ahead than the heartbeat timeout"),
+    (7, None, "is not a non-empty string"),
+])
+async def test_a_bad_membership_lease_is_not_a_member(
+        side: str, bad_id: object, expires_at: object, match: str,
+        caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest) -> None:
+    """Item 1: a non-numeric expiry used to end `run` (and `status`) with a traceback on every
+    replica; a lease far ahead, or a non-string member id, was a live member forever (its
+    rendezvous share of the tenants never drained). Now each is left out, with one line."""
+    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    clock = ManualClock()
+    async with open_side(side, request) as s:
+        key: object = _uniq(bad_id) if isinstance(bad_id, str) else random.randrange(10**9)
+        await s.member(key, clock.now() + 5.0 if expires_at is None else expires_at)
+        me = Ownership(s.stores.members, clock, member_id="me",
+                       settings=MembershipSettings(heartbeat_timeout_seconds=10.0))
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        for _ in range(3):
+            await me.beat()  # never raises
+            clock.advance(1.0)
+        assert me.members == ("me",)  # the bad lease is nobody: every tenant stays drained
+        assert all(me.owns(f"t{i}") for i in range(50))
+        lines = _lines(caplog)
+        assert len(lines) == 1 and match in lines[0] and "board_outbox_members" in lines[0], lines
+        assert any(d.collection == "board_outbox_members" and match in d.problem
+                   for d in BAD_DOCUMENTS.current())
+
+
+@pytest.mark.anyio
+async def test_status_lists_a_bad_lease_instead_of_crashing(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    b = MemoryBackend()
+    await b.subs.put(Subscription(sub_id="s", tenant_id="t", bot="b"))
+    bad = _uniq("bad-member")
+    b.members._leases[bad] = "soon"  # type: ignore[assignment]
+    b.members._leases["ok-member"] = 1e18  # far ahead: not trusted, not listed as alive
+
+    @asynccontextmanager
+    async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+        yield b.stores()
+
+    assert await anyio.to_thread.run_sync(lambda: main(["status", "--json"], factory=factory)) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["replicas"] == []
+    assert {"collection": "board_outbox_members", "key": bad,
+            "problem": "expires_at 'soon' is not a finite number"} in doc["bad_documents"]
+    assert [t["tenant_id"] for t in doc["tenants"]] == ["t"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("doc", [{"active": "x"}, {"active": 0, "building": "soon"},
+                                 {"active": 1.5}, {"active": 0, "progress": [1]}])
+async def test_a_bad_generation_pointer_costs_only_its_read_model(
+        side: str, doc: dict[str, Any], caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
+    """Item 1: one malformed generation pointer (even for a tenant that does not exist) made
+    every tenant's projection rows fail and park. Now only its own read model's writes fail."""
+    from board_outbox.engine.generations import VersionedReadModels
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.errors import StoreError
+
+    async with open_side(side, request) as s:
+        ghost = _uniq("ghost")
+        await s.pointer("board-reflect", ghost, doc)
+        rm = VersionedReadModels(s.stores.readmodels, s.stores.rm_versions, ManualClock())
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        for tenant in ("healthy", "other"):
+            assert await rm.upsert_if_newer("board-reflect", tenant, "k", 1, {"v": 1})
+            assert (await rm.get("board-reflect", tenant, "k")) is not None
+        assert await rm.write_many("card-activity", "healthy", []) == []
+        with pytest.raises(StoreError, match="generation pointer of board-reflect/"):
+            await rm.upsert_if_newer("board-reflect", ghost, "k", 1, {"v": 1})
+        lines = _lines(caplog)
+        assert len(lines) == 1 and "read_model_versions" in lines[0], lines
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_a_bad_pointer_leaves_every_other_tenants_projection_rows_done(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """The pipeline view of the case above: a running service, board-reflect on, a malformed
+    pointer for a tenant that does not exist; the healthy tenant's projection rows all finish."""
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+
+    async with open_side(side, request) as s:
+        await s.stores.subs.put(Subscription(sub_id="s", tenant_id="healthy", bot="b"))
+        await s.stores.cards.put(Card(tenant_id="healthy", card_id="ok", title="ok"))
+        await s.pointer("board-reflect", _uniq("ghost"), {"active": "x"})
+        config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest",
+                                           "change_streams": False},
+                             worker={"idle_seconds": 0.02})
+        service = Service(s.stores, config, rng=random.Random(1))
+        states: dict[str, int] = {}
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(service.run)
+            with anyio.fail_after(20):
+                for _ in range(3):
+                    seq = await s.stores.events.allocate_seq("healthy")
+                    await s.stores.events.insert({"tenant_id": "healthy", "seq": seq,
+                                                  "type": "card.created", "card_id": "ok",
+                                                  "at": 1.0})
+                while (states := await s.stores.outbox.count_by_state()).get("done", 0) < 6:
+                    if states.get("failed"):
+                        break
+                    await anyio.sleep(0.02)
+            service.stop()
+        assert states == {"done": 6}  # 3 launches, 3 projection rows: none parked
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", "mongomock"])
+@pytest.mark.parametrize("kind", ["string", "list", "no-data"])
+async def test_a_stored_token_that_cannot_be_one_loads_as_none(
+        side: str, kind: str, caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    u = _uniq("garbage")  # a distinct problem: the once-per-problem lines are per process
+    token = {"string": u, "list": ["x", u], "no-data": {"no_data": u}}[kind]
+    async with open_side(side, request) as s:
+        await s.token(token)
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        before = BAD_DOCUMENTS.counts.get("board_outbox_state", 0)
+        for _ in range(3):
+            assert await s.stores.tokens.load() is None
+        lines = _lines(caplog)  # one line per distinct problem, however often it is loaded
+        assert len(lines) == 1 and "board_outbox_state" in lines[0], lines
+        assert BAD_DOCUMENTS.counts.get("board_outbox_state", 0) == before + 1
+        assert any(d.collection == "board_outbox_state" for d in BAD_DOCUMENTS.current())
+
+
+async def _other_collections_token(db: Any) -> Any:
+    stream = await db["elsewhere"].watch()
+    async with stream:
+        await db["elsewhere"].insert_one({"x": 1})
+        while await stream.try_next() is None:
+            pass
+        return stream.resume_token
+
+
+@pytest.mark.anyio
+@pytest.mark.live_mongo
+@pytest.mark.parametrize("kind", ["garbage-data", "other-collection", "string"])
+async def test_a_refused_resume_token_is_dropped_and_the_stream_reopens_on_the_wire(
+        kind: str, live_db: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Item 3: a stored token the server refuses kept the change stream closed forever (an
+    ERROR every few seconds, /readyz ready). Now: a bounded number of attempts, one line, the
+    token dropped, the stream reopened; meanwhile /readyz and board_outbox_poll_only say the
+    service runs on the poll net alone. Polling is 60 s apart here: only the reopened stream
+    (and the full poll on reopening) can launch the events in time."""
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo import mongo_stores
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import MAX_TOKEN_REFUSALS, Service
+    from board_outbox.surface.http.checks import readiness
+
+    token: object = {"other-collection": None, "garbage-data": {"_data": "garbage"},
+                     "string": "stringtoken"}[kind]
+    if kind == "other-collection":
+        token = await _other_collections_token(live_db)
+    stores = mongo_stores(live_db, MemoryLauncher())
+    await stores.subs.put(Subscription(sub_id="s", tenant_id="t", bot="b"))
+    await stores.cards.put(Card(tenant_id="t", card_id="ok", title="ok"))
+    await live_db["board_outbox_state"].insert_one({"_id": "resume_token:board_events",
+                                                    "token": token})
+    config = load_config(env={}, projections=[], tail={"poll_interval_seconds": 60,
+                                                       "seed": "earliest"},
+                         worker={"idle_seconds": 0.05})
+    service = Service(stores, config, rng=random.Random(1))
+    caplog.set_level(logging.WARNING, logger="board_outbox")
+    launcher = stores.launcher
+    assert isinstance(launcher, MemoryLauncher)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(30):
+            while not service.loops.get("waker"):
+                await anyio.sleep(0.01)
+            assert service.poll_only  # not open yet
+            while not service.stream_open:
+                await anyio.sleep(0.02)
+            failing, _ = await readiness(service)
+            assert "stream" not in failing
+            for i in range(1, 4):
+                seq = await stores.events.allocate_seq("t")
+                await stores.events.insert({"tenant_id": "t", "seq": seq, "type": "card.created",
+                                            "card_id": "ok", "at": 1.0})
+                while sum(1 for r in launcher.launches if r.tenant_id == "t") < i:
+                    await anyio.sleep(0.02)
+        assert service.stats.stream_wakes >= 1
+        service.stop()
+    lines = _lines(caplog)
+    if kind == "string":  # not a token at all: the store drops it on load, one line
+        assert service.stats.tokens_dropped == 0
+        assert len(lines) == 1 and "board_outbox_state" in lines[0], lines
+    else:  # the server refuses it: MAX_TOKEN_REFUSALS attempts, then dropped
+        assert service.stats.tokens_dropped == 1
+        refused = [m for m in lines if "change stream failed" in m]
+        dropped = [m for m in lines if f"resume token refused {MAX_TOKEN_REFUSALS} times" in m]
+        assert len(refused) == 1 and len(dropped) == 1, lines
+        assert len(lines) == 2, lines
+    doc = await live_db["board_outbox_state"].find_one({"_id": "resume_token:board_events"})
+    assert doc is None or doc["token"] != token
+
+
+@pytest.mark.anyio
+async def test_poll_only_shows_in_readyz_and_metrics() -> None:
+    """A stream that cannot open: /readyz names it once the wake allowance has passed, and
+    board_outbox_poll_only is 1; events still flow on the poll net."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+    from board_outbox.surface.http.checks import readiness
+    from board_outbox.surface.http.metrics import ServiceCollector
+
+    b = MemoryBackend()
+
+    async def refusing(token: Any) -> Any:
+        raise ValueError("the feed refuses to open")
+        yield  # an async generator
+
+    b.events.watch = refusing  # type: ignore[method-assign,assignment]
+    clock = ManualClock()
+    config = load_config(env={}, projections=[], tail={"poll_interval_seconds": 0.05})
+    service = Service(b.stores(), config, clock=clock, rng=random.Random(1))
+    service.metrics.prom.registry.register(ServiceCollector(service))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        with anyio.fail_after(5):
+            while service.stats.stream_reopens < 2:
+                await anyio.sleep(0.01)
+        clock.advance(60)
+        failing, _ = await readiness(service)
+        assert "running on the poll net alone" in failing["stream"]
+        assert "the feed refuses to open" in failing["stream"]
+        from prometheus_client import generate_latest
+
+        fam = {f.name: f for f in text_string_to_metric_families(
+            generate_latest(service.metrics.prom.registry).decode())}
+        assert fam["board_outbox_poll_only"].samples[0].value == 1.0
+        service.stop()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_a_bad_counter_or_cursor_costs_only_its_tenants_status(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """Item 1: one malformed counter or cursor blanked /metrics per-tenant gauges, stall
+    detection and `status` for every tenant (the per-tenant read raised). Now the others
+    stand and the bad tenant carries a ``problems`` entry."""
+    from board_outbox.service.health import tenant_statuses
+
+    async with open_side(side, request) as s:
+        for t in ("healthy", "c1", "k1"):
+            await s.stores.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+        c1, k1 = _uniq("c1"), _uniq("k1")
+        for t in (c1, k1):
+            await s.stores.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+        for _ in range(2):
+            await s.stores.events.allocate_seq("healthy")
+        await s.stores.events.allocate_seq(c1)
+        await s.cursor(c1, "abc")
+        await s.counter(k1, "lots")
+        st = await tenant_statuses(s.stores, 1000.0)
+        assert (st["healthy"].allocated_seq, st["healthy"].lag_events) == (2, 2)
+        assert st["healthy"].problems == []
+        assert "'abc' is not an integer seq" in st[c1].problems[0]
+        assert "'lots' is not an integer seq" in st[k1].problems[0]
+
+
+@pytest.mark.anyio
+async def test_refresh_status_survives_a_bad_cursor() -> None:
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+
+    b = MemoryBackend()
+    for t in ("healthy", "c1"):
+        await b.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+        await b.events.emit(t, "card.created", "ok")
+    b.cursors._cursors["c1"] = "abc"  # type: ignore[assignment]
+    service = Service(b.stores(), load_config(env={}, projections=[]), rng=random.Random(1))
+    await service.refresh_gauges()
+    service.status_enabled = True
+    await service.refresh_status()
+    assert service.status["healthy"].lag_events == 1 and service.status["c1"].problems
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_a_cursor_ahead_of_its_counter_holds_the_tenant_until_reset(
+        side: str, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Item 2: a cursor ahead of its tenant's counter (restored or hand-edited) made the tail
+    skip the events numbered up to it, with no line, /readyz ready and `status` lag 0. Now the
+    tenant is held (one line, status and /readyz say so) and `cursor reset` releases it: every
+    event launches, none is skipped."""
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.service.config import load_config
+    from board_outbox.service.health import tenant_statuses
+    from board_outbox.service.runtime import Service
+    from board_outbox.surface.http.checks import readiness
+
+    async with open_side(side, request) as s:
+        t = _uniq("ahead")
+        for x in ("healthy", t):
+            await s.stores.subs.put(Subscription(sub_id=f"{x}-s", tenant_id=x, bot="b"))
+            await s.stores.cards.put(Card(tenant_id=x, card_id="ok", title="ok"))
+        clock = ManualClock()
+        config = load_config(env={}, projections=[], tail={"seed": "earliest"})
+        service = Service(s.stores, config, clock=clock, rng=random.Random(1))
+
+        async def emit(x: str) -> None:
+            seq = await s.stores.events.allocate_seq(x)
+            await s.stores.events.insert({"tenant_id": x, "seq": seq, "type": "card.created",
+                                          "card_id": "ok", "at": clock.now()})
+
+        async def one_pass() -> None:
+            await emit("healthy")
+            await service.tail.drain_all(await service.tail.behind())
+            await service.worker.tick_any()
+
+        await emit(t)
+        await one_pass()
+        assert s.launched(t) == 1
+        await s.cursor(t, 5)  # a restored cursor: 5, the counter is at 1
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        for _ in range(7):  # seqs 2..8: without the hold, 2..5 would be skipped
+            await emit(t)
+            await one_pass()
+        assert s.launched(t) == 1 and s.launched("healthy") == 8
+        assert service.tail.cursor_ahead == {t: (5, 2)}  # seen at the first pass after
+        lines = _lines(caplog)
+        assert len(lines) == 1 and "cursor ahead of its counter" in lines[0], lines
+        failing, _ = await readiness(service)
+        assert t in failing["cursor"]
+        st = await tenant_statuses(s.stores, clock.now())
+        assert st[t].problems == [f"cursor 5 is ahead of the counter (2): held until "
+                                  f"`board-outbox cursor reset --tenant {t} --to N`"]
+
+        @asynccontextmanager
+        async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+            yield s.stores
+
+        from board_outbox.surface.cli.commands.cursor import cmd_cursor
+        from board_outbox.surface.cli.output import UsageError
+        from board_outbox.surface.cli.parser import build_parser
+
+        def args(*a: str) -> Any:
+            return build_parser().parse_args(["cursor", *a])
+
+        assert await cmd_cursor(args("show", "--tenant", t), factory) == 0
+        assert "HELD: found ahead of the counter (cursor 5, counter 2)" in capsys.readouterr().out
+        # a restarted replica (a fresh tail) still holds it, though the counter has caught up
+        fresh = Service(s.stores, config, clock=clock, rng=random.Random(1))
+        assert await fresh.tail.behind() == ["healthy"] or t not in await fresh.tail.behind()
+        assert fresh.tail.cursor_ahead == {t: (5, 2)}
+        with pytest.raises(UsageError, match="would be skipped"):
+            await cmd_cursor(args("reset", "--tenant", t, "--to", "99"), factory)
+        assert await cmd_cursor(args("reset", "--tenant", t, "--to", "1"), factory) == 0
+        await one_pass()
+        assert service.tail.cursor_ahead == {}
+        assert s.launched(t) == 8  # seqs 2..8, none skipped
+        assert sorted(r.seq for r in s.stores.launcher.launches if r.tenant_id == t) == list(
+            range(1, 9))
+
+
+def test_cursor_reset_beyond_the_counter_is_one_line_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    b = MemoryBackend()
+    anyio.run(b.events.emit, "t", "card.created", "ok")
+
+    @asynccontextmanager
+    async def factory(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+        yield b.stores()
+
+    assert main(["cursor", "reset", "--tenant", "t", "--to", "5"], factory=factory) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "events 2..5 would be skipped" in err
+    assert main(["cursor", "reset", "--tenant", "a/b", "--to", "0"], factory=factory) == 2
+    assert main(["cursor", "reset", "--tenant", "t", "--to", "1"], factory=factory) == 0
+    assert b.cursors._cursors["t"] == 1
+
+
+@pytest.mark.anyio
+async def test_status_shows_a_cursor_ahead() -> None:
+    from board_outbox.service.health import tenant_statuses
+
+    b = MemoryBackend()
+    await b.events.emit("t", "card.created", "ok")
+    b.cursors._cursors["t"] = 9
+    st = await tenant_statuses(b.stores(), 100.0)
+    assert "cursor 9 is ahead of the counter (1)" in st["t"].problems[0]
+    assert st["t"].lag_events == 0
+
+
+class _Counting:
+    """Counts the calls made through a port (one call = one query or bulk write)."""
+
+    def __init__(self, inner: Any, calls: dict[str, int], name: str) -> None:
+        self._inner, self._calls, self._name = inner, calls, name
+
+    def __getattr__(self, attr: str) -> Any:
+        fn = getattr(self._inner, attr)
+        if not callable(fn):
+            return fn
+
+        def call(*a: Any, **k: Any) -> Any:
+            key = f"{self._name}.{attr}"
+            self._calls[key] = self._calls.get(key, 0) + 1
+            return fn(*a, **k)
+        return call
+
+
+def _counted(stores: Any, calls: dict[str, int]) -> Any:
+    from dataclasses import replace
+
+    return replace(stores, **{f: _Counting(getattr(stores, f), calls, f)
+                              for f in ("events", "cursors", "outbox", "subs", "status")})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", "mongomock"])
+async def test_many_new_tenants_are_seeded_in_one_write_not_one_by_one(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """Item 7: 2,000 counters at seq 0 with no cursor (new, idle tenants) all looked behind, and
+    the first poll pass seeded them one by one (four round trips each) before a live tenant's
+    event. Now one bulk write seeds them and the pass drains the live tenant alone."""
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+
+    async with open_side(side, request) as s:
+        await s.stores.subs.put(Subscription(sub_id="s", tenant_id="live", bot="b"))
+        await s.stores.cards.put(Card(tenant_id="live", card_id="ok", title="ok"))
+        for i in range(2000):
+            await s.counter(f"idle{i:05}", 0)
+        seq = await s.stores.events.allocate_seq("live")
+        await s.stores.events.insert({"tenant_id": "live", "seq": seq, "type": "card.created",
+                                      "card_id": "ok", "at": 1.0})
+        calls: dict[str, int] = {}
+        stores = _counted(s.stores, calls)
+        service = Service(stores, load_config(env={}, tail={"seed": "earliest"}),
+                          clock=ManualClock(), rng=random.Random(1))
+        behind = await service.tail.behind()
+        assert behind == ["live"]
+        results = await service.tail.drain_all(behind)
+        assert [r.tenant_id for r in results] == ["live"] and results[0].cursor_after == 1
+        assert calls.get("cursors.seed_many") == 1 and calls.get("cursors.seed", 0) <= 1
+        assert await s.stores.cursors.get("idle01999") == 0  # seeded: the next event is read
+        calls.clear()
+        assert await service.tail.behind() == []  # the next pass: nothing to seed, nothing behind
+        assert "cursors.seed_many" not in calls
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", "mongomock"])
+async def test_status_costs_the_same_queries_for_10_or_1000_tenants(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """Item 7: the per-tenant status refresh cost several reads per tenant per interval."""
+    from board_outbox.service.health import tenant_statuses
+
+    async with open_side(side, request) as s:
+        cost: list[int] = []
+        for n in (10, 1000):
+            for i in range(len(cost) * 10, n):  # add tenants up to n, each one event behind
+                t = f"t{i:05}"
+                await s.stores.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+                seq = await s.stores.events.allocate_seq(t)
+                await s.stores.events.insert({"tenant_id": t, "seq": seq, "type": "x",
+                                              "card_id": "c", "at": 1.0})
+            calls: dict[str, int] = {}
+            st = await tenant_statuses(_counted(s.stores, calls), 100.0)
+            assert len(st) == n and all(x.lag_seconds == 99.0 for x in st.values())
+            cost.append(sum(calls.values()))
+        assert cost[0] == cost[1] <= 8, cost
 
 
 # --- config and CLI ----------------------------------------------------------------------------
@@ -662,6 +1243,70 @@ def test_bad_config_is_one_line_exit_2(name: str, tmp_path: Path,
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("board-outbox: config error: store.")
     assert "Traceback" not in err
+
+
+# item 6 (issue 20): bounds, cross-field rules, handler kind names; each one line, exit 2
+BOUNDS = {
+    "interval-1e-9": ("[tail]\npoll_interval_seconds = 1e-9\n", "tail.poll_interval_seconds"),
+    "idle-1e-9": ("[worker]\nidle_seconds = 1e-9\n", "worker.idle_seconds"),
+    "lease-a-year": ("[worker]\nlease_seconds = 31536000\n", "worker.lease_seconds"),
+    "lease-past-sweep-horizon": ("[worker]\nlease_seconds = 50000\n"
+                                 "max_execution_seconds = 60000\n",
+                                 "stuck-row sweep parks a claimed row"),
+    "heartbeat-every-lease": ("[worker]\nheartbeat_fraction = 1.0\n",
+                              "worker.heartbeat_fraction"),
+    "max-execution-below-lease": ("[worker]\nlease_seconds = 60\nmax_execution_seconds = 30\n",
+                                  "worker.max_execution_seconds"),
+    "poll-beyond-stall": ("[tail]\npoll_interval_seconds = 300\n", "tail.poll_interval_seconds"),
+    "stall-below-young-gap": ("[tail]\nstall_seconds = 20\n", "tail.stall_seconds"),
+    "membership-timeout-tiny": ("[membership]\nheartbeat_timeout_seconds = 0.01\n",
+                                "membership.heartbeat_timeout_seconds"),
+    "batch-size-huge": ("[tail]\nbatch_size = 100000000\n", "tail.batch_size"),
+    "handler-kind-slash": ('[handlers]\n"a/b" = "x:Y"\n', "is not an effect kind name"),
+    "handler-kind-empty": ('[handlers]\n"" = "x:Y"\n', "is not an effect kind name"),
+    "write-concern-1000": ("[store]\nwrite_concern = 1000\n", "store.write_concern"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_config_out_of_bounds_is_one_line_exit_2(name: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    toml, match = BOUNDS[name]
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    assert main(["dead-letters", "list", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("board-outbox: config error: ")
+    assert match in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("var", "value", "field", "expected"), [
+    ("SERVICE__REPLICA_NAME", "123", ("service", "replica_name"), "123"),
+    ("STORE__DATABASE", "2024", ("store", "database"), "2024"),
+    ("STORE__APP_NAME", "1e5", ("store", "app_name"), "1e5"),
+    ("LAUNCHER__URL", "true", ("launcher", "url"), "true"),
+    ("SERVICE__HTTP_PORT", "9000", ("service", "http_port"), 9000),
+    ("TAIL__CHANGE_STREAMS", "false", ("tail", "change_streams"), False),
+    ("STORE__WRITE_CONCERN", "2", ("store", "write_concern"), 2),
+    ("TAIL__YOUNG_GAP_SECONDS", "45", ("tail", "young_gap_seconds"), 45.0),
+])
+def test_environment_values_are_converted_by_the_fields_type(
+        var: str, value: str, field: tuple[str, str], expected: object) -> None:
+    """A numeric-looking replica or database name was turned into a number and rejected."""
+    from board_outbox.service.config import load_config
+
+    cfg = load_config(env={f"BOARD_OUTBOX_{var}": value})
+    got = getattr(getattr(cfg, field[0]), field[1])
+    assert got == expected and type(got) is type(expected)
+
+
+def test_a_bad_environment_value_names_the_setting(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOARD_OUTBOX_TAIL__POLL_INTERVAL_SECONDS", "soon")
+    assert main(["dead-letters", "list"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "tail.poll_interval_seconds (BOARD_OUTBOX_TAIL__POLL_INTERVAL_SECONDS)" in err
 
 
 @pytest.mark.parametrize("args", [
@@ -723,3 +1368,38 @@ def test_bad_cli_argument_is_a_usage_error(args: list[str],
 # subscription of a kind nobody handles   -> (no kind field)
 #                                          -> its rows are written and dead-lettered ("no effect
 #                                             handler registered"); the tail says so once
+#
+# --- note table (issue 20): input -> before -> after -----------------------------------------
+#
+# member lease expires_at "soon" / Decimal128 -> `run` exits 1 at start (traceback) on every
+#                                          replica, `status` too -> lease left out, one line,
+#                                          listed by status --json (bad_documents), counted
+# member lease expires_at 1e12            -> a live member forever: its tenants never drained
+#                                          -> beyond heartbeat_timeout_seconds: not trusted, one line
+# member _id 7 (not a string)             -> a live member forever -> left out, one line
+# read_model_versions active:"x" (any model/tenant, even unknown) -> every tenant's projection
+#                                          rows fail and park -> only that model/tenant's writes
+#                                          fail (StoreError naming the pointer), one line
+# resume token "garbage" / ["x"] / {}     -> stream never opens, ERROR every few seconds, /readyz
+#                                          ready -> loads as None (one line), stream opens at now,
+#                                          the first full poll covers the gap
+# resume token {_data:"garbage"} / another collection's (server refuses) -> same as above ->
+#                                          3 attempts, one line, dropped, stream reopens + full
+#                                          poll; /readyz "stream" and board_outbox_poll_only meanwhile
+# counter seq "lots" / cursor seq "abc"   -> status, /metrics per-tenant gauges and stall
+#                                          detection blank for EVERY tenant -> that tenant carries a
+#                                          `problems` entry, the others stand; one line; counted
+# cursor ahead of its counter (restored)  -> events up to it skipped, no line, /readyz ready, lag 0
+#                                          -> tenant held (durably, across restarts), one line,
+#                                             /readyz "cursor", board_outbox_cursor_ahead, status
+#                                             problems; `cursor reset --tenant T --to N` releases it
+#                                             and every event launches
+# 20,000 counters at seq 0, no cursor     -> first poll seeds them one by one (minutes), a live
+#                                          tenant's event waits -> one bulk write after the pass
+#                                          (benchmarks/README.md: start-up to first launch)
+# status / metrics refresh, N tenants     -> ~5 reads per tenant per refresh -> 7 queries, any N
+# tail.poll_interval_seconds = 1e-9, worker.lease_seconds = 1 year, heartbeat_fraction = 1,
+#   lease beyond the sweep horizon, poll >= stall, [handlers] "a/b" -> accepted -> one-line
+#                                          config error, exit 2
+# BOARD_OUTBOX_SERVICE__REPLICA_NAME=123, BOARD_OUTBOX_STORE__DATABASE=2024 -> rejected
+#                                          ("expected str, got int") -> accepted as strings

@@ -22,6 +22,7 @@ from board_outbox.model.records import (
     PushRecent,
     ReadModelVersions,
     RowFilter,
+    RowSummary,
     UpsertIfNewer,
     UpsertResult,
 )
@@ -49,6 +50,8 @@ __all__ = [
     "ReadModelVersions",
     "ResumeTokenStore",
     "RowFilter",
+    "RowSummary",
+    "StatusStore",
     "Stores",
     "SubscriptionStore",
     "UpsertIfNewer",
@@ -98,7 +101,26 @@ class CursorStore(Protocol):
         ...
 
     async def all(self) -> dict[str, int]:
-        """Every tenant's cursor, in one round trip (the O(1) poll net, S2)."""
+        """Every tenant's cursor, in one round trip (the O(1) poll net, S2). A cursor document
+        that does not parse is left out and reported (``BAD_DOCUMENTS``)."""
+        ...
+
+    async def seed_many(self, values: Mapping[str, int]) -> None:
+        """``seed`` for many tenants in one bulk write (new tenants cost no round trip each)."""
+        ...
+
+    async def put(self, tenant_id: str, value: int) -> None:
+        """Set the cursor unconditionally (and lift a hold): the operator's ``cursor reset``."""
+        ...
+
+    async def hold(self, tenant_id: str, cursor: int, counter: int) -> None:
+        """Record on the cursor that it was found ahead of its counter (R2): the tenant stays
+        held across restarts, even once the counter has caught up, until the cursor moves by
+        ``compare_and_set`` or ``put`` (both lift the hold)."""
+        ...
+
+    async def holds(self) -> dict[str, tuple[int, int]]:
+        """Held tenants -> (cursor, counter when found), in one query."""
         ...
 
 
@@ -336,8 +358,23 @@ class Stores:
     tokens: ResumeTokenStore | None = None
     members: MembershipStore | None = None
     rm_versions: ReadModelVersionStore | None = None
+    status: StatusStore | None = None
 
 
+
+
+class StatusStore(Protocol):
+    """The per-tenant figures of ``status`` and ``/metrics`` for every tenant at once (O1-O3): a
+    constant number of queries per refresh, whatever the tenant count."""
+
+    async def row_summary(self) -> dict[str, RowSummary]:
+        """Rows by state and the oldest live row's ``created_at``, per tenant (one aggregate)."""
+        ...
+
+    async def next_event_at(self, after: Mapping[str, int]) -> dict[str, float]:
+        """For each tenant of ``after`` (tenant -> cursor), the ``at`` of its first event past
+        the cursor, when one is inserted (one query)."""
+        ...
 
 
 class MembershipStore(Protocol):

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from board_outbox.model.clock import Clock
+from board_outbox.model.errors import StoreError
 from board_outbox.ports import ReadModelOp, ReadModelStore, ReadModelVersions, ReadModelVersionStore, Stores
 
 DEFAULT_TTL_SECONDS = 5.0
@@ -34,6 +35,15 @@ _DEFAULT = ReadModelVersions()
 def physical(model: str, gen: int) -> str:
     """The name generation ``gen`` of ``model`` is stored under."""
     return model if gen == 0 else f"{model}#{gen}"
+
+
+def _usable(model: str, tenant_id: str, v: ReadModelVersions) -> ReadModelVersions:
+    """R1: a malformed pointer fails its own read model's reads and writes (the row retries,
+    then parks), never another model's or tenant's: which generation is live is unknown."""
+    if v.problem is not None:
+        raise StoreError(f"generation pointer of {model}/{tenant_id} is malformed ({v.problem}): "
+                         "fix or delete that read_model_versions document")
+    return v
 
 
 class VersionedReadModels:
@@ -62,6 +72,7 @@ class VersionedReadModels:
 
     async def _targets(self, model: str, tenant_id: str) -> list[str]:
         v = await self.pointer(model, tenant_id)
+        _usable(model, tenant_id, v)
         names = [physical(model, v.active)]
         if v.building is not None and v.building != v.active:
             names.append(physical(model, v.building))
@@ -84,15 +95,15 @@ class VersionedReadModels:
         return out
 
     async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None:
-        v = await self.pointer(model, tenant_id)
+        v = _usable(model, tenant_id, await self.pointer(model, tenant_id))
         return await self.base.get(physical(model, v.active), tenant_id, key)
 
     async def list(self, model: str, tenant_id: str) -> list[dict[str, Any]]:
-        v = await self.pointer(model, tenant_id)
+        v = _usable(model, tenant_id, await self.pointer(model, tenant_id))
         return await self.base.list(physical(model, v.active), tenant_id)
 
     async def reset(self, model: str, tenant_id: str) -> int:
-        v = await self.pointer(model, tenant_id, fresh=True)
+        v = _usable(model, tenant_id, await self.pointer(model, tenant_id, fresh=True))
         return await self.base.reset(physical(model, v.active), tenant_id)
 
     def pinned(self, model: str, gen: int) -> PinnedReadModels:

@@ -21,8 +21,9 @@ import msgspec
 
 from board_outbox.model.bounds import Pos
 from board_outbox.model.clock import Clock
-from board_outbox.model.errors import StoreUnavailable
-from board_outbox.ports import MembershipStore
+from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.model.validation import BAD_DOCUMENTS, member_problem
+from board_outbox.ports import Member, MembershipStore
 
 log = logging.getLogger("board_outbox.membership")
 
@@ -41,6 +42,24 @@ class MembershipSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     @property
     def interval_seconds(self) -> float:
         return self.heartbeat_timeout_seconds / 6
+
+
+MEMBERS = "board_outbox_members"
+
+
+def trusted(members: Iterable[Member], now: float, settings: MembershipSettings) -> list[Member]:
+    """The leases a replica may believe: a lease is written one ``lease_seconds`` ahead of its
+    heartbeat, so one that ends further ahead than ``heartbeat_timeout_seconds`` was not
+    written by a heartbeat (a hand edit, a clock far ahead): trusting it would hand tenants to
+    a member that may be long gone, forever. Each one is reported once and left out."""
+    out = []
+    for m in members:
+        problem = member_problem(m.member_id, m.expires_at, now, settings.heartbeat_timeout_seconds)
+        if problem is None:
+            out.append(m)
+        else:
+            BAD_DOCUMENTS.report(MEMBERS, m.member_id, problem)
+    return out
 
 
 def new_member_id(name: str = "") -> str:
@@ -114,13 +133,16 @@ class Ownership:
         if not self.active:
             return False
         assert self.store is not None
+        now = self.clock.now()
         try:
-            live = await self.store.heartbeat(self.member_id, self.clock.now(),
-                                              self.settings.lease_seconds)
+            live = await self.store.heartbeat(self.member_id, now, self.settings.lease_seconds)
         except StoreUnavailable as exc:
             log.warning("heartbeat failed (%s): keeping the last membership view", exc)
             return False
-        return self.set_members(m.member_id for m in live)
+        except StoreError as exc:  # not transient either: never the process (R1)
+            log.error("heartbeat failed (%s): keeping the last membership view", exc)
+            return False
+        return self.set_members(m.member_id for m in trusted(live, now, self.settings))
 
     async def leave(self) -> None:
         if not self.active:

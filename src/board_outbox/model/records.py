@@ -90,9 +90,19 @@ class ReadModelVersions(msgspec.Struct, frozen=True, kw_only=True):
     active: int = 0
     building: int | None = None
     progress: int = 0
+    # set when the stored pointer did not parse (R1): its read model's writes fail, alone
+    problem: str | None = None
 
 
 class Member(msgspec.Struct, frozen=True):
     member_id: str
     expires_at: float
 
+
+
+class RowSummary(msgspec.Struct, kw_only=True):
+    """One tenant's rows for ``status``: counts by state, and the oldest live (pending or
+    claimed) row's ``created_at`` (None: no live row)."""
+
+    rows: dict[str, int]
+    oldest_live_created_at: float | None = None

@@ -27,6 +27,7 @@ from board_outbox.model.domain import (
     check_kind,
 )
 from board_outbox.model.errors import InvalidId
+from board_outbox.model.records import ReadModelVersions
 
 MAX_ERROR_CHARS = 2000  # every logged or stored error text is capped at this
 MAX_SEQ = 2**63 - 1  # the counter is a BSON long
@@ -199,3 +200,117 @@ class OnceLog:
 
     def forget(self, key: object) -> None:
         self._seen.discard(key)
+
+
+# --- documents of the service's own collections (members, pointers, tokens, counters, cursors) --
+
+
+class BadDocument(msgspec.Struct, frozen=True, kw_only=True):
+    """One stored document the service could not use, as ``status --json`` lists it."""
+
+    collection: str
+    key: str
+    problem: str
+
+
+class BadDocuments:
+    """The queryable trace of R1 for the service's own collections: every distinct bad document
+    (collection, key, problem) is logged once, counted per collection (a metric) and kept for
+    ``status --json``. One instance per process (``BAD_DOCUMENTS``): the adapters report into it
+    as they parse each document, so a one-shot ``status`` run lists what its own reads met."""
+
+    def __init__(self, logger: logging.Logger, keep: int = 1000) -> None:
+        self._once = OnceLog(logger)
+        self.keep = keep
+        self.counts: dict[str, int] = {}  # collection -> distinct bad documents seen
+        self._current: dict[tuple[str, str], BadDocument] = {}
+
+    def report(self, collection: str, key: object, problem: str, *,
+               level: int = logging.ERROR) -> bool:
+        """Record one bad document; True the first time this (collection, key, problem) is seen."""
+        doc = BadDocument(collection=collection, key=cap(repr(key) if not isinstance(key, str)
+                                                         else key, 200),
+                          problem=cap(problem, 400))
+        if not self._once((collection, doc.key, doc.problem), level,
+                          "ignoring malformed %s document %s: %s", collection, doc.key,
+                          doc.problem, extra={"collection": collection}):
+            return False
+        self.counts[collection] = self.counts.get(collection, 0) + 1
+        if len(self._current) >= self.keep:
+            self._current.pop(next(iter(self._current)))
+        self._current[(collection, doc.key)] = doc
+        return True
+
+    def resolved(self, collection: str, key: str) -> None:
+        """The document is good again (or gone): no longer listed; a relapse is logged again."""
+        doc = self._current.pop((collection, key), None)
+        if doc is not None:
+            self._once.forget((collection, doc.key, doc.problem))
+
+    def current(self) -> list[BadDocument]:
+        return sorted(self._current.values(), key=lambda d: (d.collection, d.key))
+
+
+BAD_DOCUMENTS = BadDocuments(logging.getLogger("board_outbox.documents"))
+
+
+def finite(value: object) -> float | None:
+    """``value`` as a float when it is a finite number (int or float, not bool), else None."""
+    return float(value) if _num(value) else None
+
+
+def number_problem(name: str, value: object) -> str | None:
+    """Why ``value`` is not a finite number (int or float, not bool, not Decimal128)."""
+    if _num(value):
+        return None
+    return f"{name} {cap(repr(value), 100)} is not a finite number"
+
+
+def member_problem(member_id: object, expires_at: object, now: float,
+                   max_ahead: float | None = None) -> str | None:
+    """Why a membership lease cannot be trusted (None: it can). A lease ends at most one lease
+    ahead of its last heartbeat: one that ends further ahead than ``max_ahead`` (the heartbeat
+    timeout) would hand a member that may be long gone tenants forever (S1)."""
+    if not isinstance(member_id, str) or not member_id:
+        return f"member id {cap(repr(member_id), 100)} is not a non-empty string"
+    problem = number_problem("expires_at", expires_at)
+    if problem is not None:
+        return problem
+    assert _num(expires_at)
+    if max_ahead is not None and expires_at > now + max_ahead:
+        return (f"lease ends at {expires_at!r}, further ahead than the heartbeat timeout "
+                f"({max_ahead:g}s) allows")
+    return None
+
+
+def parse_generation(doc: Mapping[str, Any]) -> ReadModelVersions:
+    """A stored generation pointer, parsed on its own: a bad one comes back with ``problem``
+    set (its read model's writes fail, alone), never an exception for every pointer."""
+    problem = generation_problem(doc)
+    if problem is not None:
+        return ReadModelVersions(problem=problem)
+    return ReadModelVersions(active=int(doc.get("active", 0)), building=doc.get("building"),
+                             progress=int(doc.get("progress", 0)))
+
+
+def generation_problem(doc: Mapping[str, Any]) -> str | None:
+    """Why a read-model generation pointer document is unusable (None: it is fine)."""
+    active, building, progress = doc.get("active", 0), doc.get("building"), doc.get("progress", 0)
+    if not is_seq(active):
+        return f"active {cap(repr(active), 100)} is not a generation number"
+    if building is not None and not is_seq(building):
+        return f"building {cap(repr(building), 100)} is not a generation number"
+    if not is_seq(progress):
+        return f"progress {cap(repr(progress), 100)} is not a seq"
+    return None
+
+
+def resume_token_problem(token: object) -> str | None:
+    """Why a stored change-stream resume token cannot be one (None: it may be; the server still
+    has the last word). A resume token is a document with a string or binary ``_data``."""
+    if not isinstance(token, Mapping):
+        return f"token {cap(repr(token), 100)} is not a document"
+    data = token.get("_data")
+    if not isinstance(data, (str, bytes)) or not data:
+        return f"token has no _data string ({cap(repr(token), 100)})"
+    return None

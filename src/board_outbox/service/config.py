@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -16,6 +17,7 @@ from board_outbox.engine.tail import TailSettings
 from board_outbox.engine.worker import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
+from board_outbox.model.validation import LEASE_HORIZON_SECONDS
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -29,7 +31,7 @@ class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     app_name: str = "board-outbox"
     # O5: events and cursors read, rows / cursor CAS / marks written, with majority by default
     read_concern: Literal["majority", "local", "linearizable"] = "majority"
-    write_concern: Literal["majority"] | Annotated[int, msgspec.Meta(ge=1)] = "majority"
+    write_concern: Literal["majority"] | Annotated[int, msgspec.Meta(ge=1, le=50)] = "majority"
     # B3: how long a replica trusts its cached read-model generation pointer; a shadow rebuild
     # waits this long after announcing a generation and after swapping (set it the same on
     # every replica and on the rebuild)
@@ -79,8 +81,41 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+# a [handlers] effect kind: stored in every row it names, shown by dead-letters and metrics
+KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field rules msgspec cannot express."""
+    w, t, m = cfg.worker, cfg.tail, cfg.membership
+    horizon = LEASE_HORIZON_SECONDS / 2
+    if w.lease_seconds > horizon:
+        raise ConfigError(
+            f"worker.lease_seconds ({w.lease_seconds:g}) must be at most {horizon:g}: the "
+            f"stuck-row sweep parks a claimed row whose lease ends more than "
+            f"{LEASE_HORIZON_SECONDS:g}s ahead (half of that leaves room for clock skew)")
+    if w.heartbeat_fraction > 0.5:
+        raise ConfigError(
+            f"worker.heartbeat_fraction ({w.heartbeat_fraction:g}) must be at most 0.5 (or 0: "
+            "off): the lease is extended every lease_seconds x fraction, and an extension must "
+            "land well before the lease ends")
+    if w.max_execution_seconds < w.lease_seconds:
+        raise ConfigError(
+            f"worker.max_execution_seconds ({w.max_execution_seconds:g}) must be >= "
+            f"worker.lease_seconds ({w.lease_seconds:g})")
+    if t.poll_interval_seconds >= t.stall_seconds:
+        raise ConfigError(
+            f"tail.poll_interval_seconds ({t.poll_interval_seconds:g}) must be below "
+            f"tail.stall_seconds ({t.stall_seconds:g}): every tenant behind would look stalled")
+    if m.heartbeat_timeout_seconds < 0.1:
+        raise ConfigError(
+            f"membership.heartbeat_timeout_seconds ({m.heartbeat_timeout_seconds:g}) must be at "
+            "least 0.1: members beat every sixth of it")
+    for kind in cfg.handlers:
+        if not KIND_NAME.fullmatch(kind):
+            raise ConfigError(
+                f"handlers: {kind[:80]!r} is not an effect kind name (a letter, then up to 62 "
+                "letters, digits, '_', '.' or '-')")
     if cfg.tail.young_gap_seconds <= cfg.store.op_timeout_seconds:
         raise ConfigError(
             f"tail.young_gap_seconds ({cfg.tail.young_gap_seconds:g}) must exceed "
@@ -112,6 +147,10 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+_SECTION_TYPES: dict[str, type] = {
+    "store": StoreConfig, "tail": TailSettings, "worker": WorkerSettings,
+    "service": ServiceConfig, "launcher": LauncherConfig, "membership": MembershipSettings,
+}
 ENV_PREFIX = "BOARD_OUTBOX_"
 _SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership", "ui"}
 
@@ -134,19 +173,25 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
                 f"{key}: not a setting (use {ENV_PREFIX}<SECTION>__<NAME>, sections: "
                 f"{', '.join(sorted(_SECTIONS))})"
             )
-        out.setdefault(section, {})[field] = _env_value(value)
+        out.setdefault(section, {})[field] = _env_value(key, section, field, value)
     return out
 
 
-def _env_value(value: str) -> Any:
-    low = value.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if re.fullmatch(r"-?\d+", low):
-        return int(low)
-    if re.fullmatch(r"-?\d+\.\d*(e-?\d+)?|-?\d+e-?\d+", low):
-        return float(low)
-    return value
+def _env_value(key: str, section: str, field: str, value: str) -> Any:
+    """Convert an environment value by the TYPE of the field it sets (a numeric-looking replica
+    name or database name stays a string; a port becomes an int); an unknown field is left as
+    the string, for the decoder to name."""
+    if section == "handlers":
+        return value
+    struct = _SECTION_TYPES[section]
+    hints = typing.get_type_hints(struct, include_extras=True)
+    if field not in hints:
+        return value
+    try:
+        return msgspec.convert(value.strip(), hints[field], strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{section}.{field} ({key}): {str(exc).split(' - at ')[0]} "
+                          f"(got {value[:80]!r})") from None
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,12 @@ from collections.abc import Iterable
 
 import msgspec
 
-from board_outbox.model.domain import FAILED
+from board_outbox.model.domain import FAILED, LIVE_STATES
+from board_outbox.model.errors import StoreError
+from board_outbox.model.validation import BAD_DOCUMENTS, cap
 from board_outbox.ports import Stores
+
+COUNTERS, CURSORS = "board_event_counters", "trigger_cursors"
 
 log = logging.getLogger("board_outbox.health")
 
@@ -33,6 +37,9 @@ class TenantStatus(msgspec.Struct, kw_only=True):
     dead_letters: int
     stalled: bool = False
     stalled_for_seconds: float = 0.0
+    # R1/R2: what is wrong with this tenant's own documents (a cursor or counter that does not
+    # parse, a cursor ahead of its counter); empty when nothing is
+    problems: list[str] = msgspec.field(default_factory=list)
 
 
 async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantStatus:
@@ -53,6 +60,60 @@ async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantSta
         oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
         rows=dict(sorted(rows.items())), dead_letters=rows.get(FAILED, 0),
     )
+
+
+async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]:
+    """Every tenant's status in a constant number of queries (counters, cursors, subscribed
+    tenants, one row aggregate, one query for the first event past each lagging cursor),
+    whatever the tenant count. A counter or cursor that does not parse costs its own tenant a
+    ``problems`` entry, never the other tenants' figures. Without a ``StatusStore`` (a bare set
+    of ports) it falls back to ``tenant_status`` per tenant, each one on its own."""
+    if stores.status is None:
+        out: dict[str, TenantStatus] = {}
+        for t in await all_tenants(stores):
+            try:
+                out[t] = await tenant_status(stores, t, now)
+            except StoreError as exc:
+                out[t] = _broken(t, cap(str(exc), 300))
+        return out
+    heads = await stores.events.heads()
+    cursors = await stores.cursors.all()
+    holds = await stores.cursors.holds()
+    summary = await stores.status.row_summary()
+    live = {t for t, s in summary.items() if any(s.rows.get(state) for state in LIVE_STATES)}
+    tenants = await stores.events.tenants() | await stores.subs.tenants() | live
+    bad: dict[str, list[str]] = {}
+    for doc in BAD_DOCUMENTS.current():  # what the two reads above met, for these tenants
+        if doc.collection in (COUNTERS, CURSORS) and doc.key in tenants:
+            bad.setdefault(doc.key, []).append(f"{doc.collection}: {doc.problem}")
+    lagging = {t: cursors.get(t, 0) for t in tenants
+               if t not in bad and heads.get(t, 0) > cursors.get(t, 0)}
+    next_at = await stores.status.next_event_at(lagging)
+    out = {}
+    for t in sorted(tenants):
+        head, cursor = heads.get(t, 0), cursors.get(t, 0)
+        s = summary.get(t)
+        rows = dict(sorted(s.rows.items())) if s is not None else {}
+        oldest = s.oldest_live_created_at if s is not None else None
+        problems = list(bad.get(t, []))
+        held = holds.get(t)
+        if (t in heads and cursor > head) or held is not None:
+            c, n = held if held is not None else (cursor, head)
+            problems.append(f"cursor {c} is ahead of the counter ({n}): held until "
+                            f"`board-outbox cursor reset --tenant {t} --to N`")
+        at = next_at.get(t)
+        out[t] = TenantStatus(
+            tenant_id=t, cursor=cursor, allocated_seq=head, lag_events=max(0, head - cursor),
+            lag_seconds=max(0.0, now - at) if at is not None and at > 0 else 0.0,
+            oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
+            rows=rows, dead_letters=rows.get(FAILED, 0), problems=problems)
+    return out
+
+
+def _broken(tenant_id: str, problem: str) -> TenantStatus:
+    return TenantStatus(tenant_id=tenant_id, cursor=0, allocated_seq=0, lag_events=0,
+                        lag_seconds=0.0, oldest_pending_age_seconds=None, rows={},
+                        dead_letters=0, problems=[problem])
 
 
 async def all_tenants(stores: Stores) -> list[str]:

@@ -25,12 +25,15 @@ from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
+from board_outbox.model.validation import OnceLog, cap
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
-from board_outbox.service.health import StallDetector, TenantStatus, all_tenants, tenant_status
+from board_outbox.service.health import StallDetector, TenantStatus, tenant_statuses
 from board_outbox.service.plugins import build_handlers, register_projections
 
 log = logging.getLogger("board_outbox.service")
+
+MAX_TOKEN_REFUSALS = 3  # failed opens from one stored resume token before it is dropped
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Stats:
     poll_wakes: int = 0
     stream_reopens: int = 0
     cas_lost: int = 0
+    tokens_dropped: int = 0  # stored resume tokens the server refused, dropped (W3)
     worker: TickResult = field(default_factory=TickResult)
     last_drain: list[DrainResult] = field(default_factory=list)
 
@@ -61,6 +65,12 @@ def build_registry(
     for kind, handler in build_handlers(handlers or {}, stores).items():
         registry.register(kind, handler)
     return registry
+
+
+def _problem(exc: BaseException) -> str:
+    """What names a failure once: its type and message, without the server's per-reply
+    details (cluster time...), so that a repeat of the same refusal is logged once."""
+    return f"{type(exc).__name__}: {str(exc).split(', full error', 1)[0][:300]}"
 
 
 class Service:
@@ -117,11 +127,17 @@ class Service:
         # what /healthz and /readyz look at (O1, O2)
         self.loops: dict[str, bool] = {}
         self.stream_open = False
+        # since when (clock time) the change stream has been closed, and why: the service runs
+        # on the poll net alone meanwhile (None: open, or change streams are off)
+        self.stream_down_since: float | None = None
+        self.stream_down_reason = "not opened yet"
+        self._once = OnceLog(log)
         self.last_poll_ok: float | None = None  # clock time of the last drain pass that read the store
         self.stalls = StallDetector(config.tail.stall_seconds)
         self.status: dict[str, TenantStatus] = {}
-        # per-tenant status costs several reads per tenant per refresh: only while the operator
-        # endpoints serve it (the ops server turns it on)
+        # per-tenant status (a constant number of queries per refresh, but each reads every
+        # tenant's figures): only while the operator endpoints serve it (the ops server turns
+        # it on)
         self.status_enabled = False
 
     # --- control ---------------------------------------------------------------------------
@@ -164,6 +180,7 @@ class Service:
             tg.start_soon(self._alive, "tail", self._tail_loop)
             tg.start_soon(self._alive, "worker", self._worker_loop)
             if self.stores.feed is not None and self.config.tail.change_streams:
+                self.stream_down_since = self.clock.now()
                 tg.start_soon(self._alive, "waker", self._waker_loop)
             tg.start_soon(self._alive, "metrics", self._metrics_loop)
             if self.ownership.active:
@@ -176,6 +193,24 @@ class Service:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             await self.ownership.leave()  # our tenants move now, not after our lease
         log.info("service stopped")
+
+    @property
+    def poll_only(self) -> bool:
+        """Change streams are on but the stream is not open: events flow on the poll net alone."""
+        return self.stream_down_since is not None
+
+    def _stream_state(self, open_: bool, reason: str = "") -> None:
+        self.stream_open = open_
+        if open_:
+            if self.stream_down_since is not None:
+                log.info("change stream open: waking on inserts again")
+                self._once = OnceLog(log)  # a relapse is logged again
+            self.stream_down_since = None
+            return
+        if self.stream_down_since is None:
+            self.stream_down_since = self.clock.now()
+        if reason:
+            self.stream_down_reason = cap(reason, 300)
 
     # --- loops -----------------------------------------------------------------------------
 
@@ -270,13 +305,11 @@ class Service:
 
     async def refresh_status(self) -> None:
         """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
-        status: dict[str, TenantStatus] = {}
-        for tenant in await all_tenants(self.stores):
-            now = self.clock.now()
-            st = await tenant_status(self.stores, tenant, now)
+        now = self.clock.now()
+        status = await tenant_statuses(self.stores, now)
+        for tenant, st in status.items():
             st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
             st.stalled = st.stalled_for_seconds > 0
-            status[tenant] = st
         self.stalls.forget(status)
         self.status = status
 
@@ -312,6 +345,7 @@ class Service:
         last_save = -float("inf")
         delay = 0.1
         losses = 0
+        refusals = 0  # consecutive failures to open the stream from a stored token
         poll_when_open = False  # after a loss: reconcile once the new stream is really open
 
         async def save(force: bool = False) -> None:
@@ -329,12 +363,15 @@ class Service:
                     if tokens is not None and token is None and saved is None:
                         token = saved = await tokens.load()
                     async for change in feed.watch(token):
-                        self.stream_open = True
-                        if poll_when_open:
+                        if not self.stream_open:
+                            self._stream_state(True)
+                        refusals = 0
+                        if poll_when_open and change.token is not None:  # really delivering
                             poll_when_open = False
                             self.request_full_poll()
                         losses = 0
-                        token = change.token
+                        if change.token is not None:  # None: "open", no position yet
+                            token = change.token
                         if change.tenant_id and self.ownership.owns(change.tenant_id):
                             self.stats.stream_wakes += 1
                             self.metrics.wake("stream")
@@ -344,7 +381,7 @@ class Service:
                         if self.stopping:
                             break
                 except ChangeStreamLost as exc:
-                    self.stream_open = False
+                    self._stream_state(False, str(exc))
                     log.warning("change stream lost (%s): dropping the resume token, polling "
                                 "reconciles", exc)
                     token = saved = None
@@ -363,7 +400,7 @@ class Service:
                     if losses > 1:
                         delay = min(delay * 2, 5.0)
                 except StoreUnavailable as exc:
-                    self.stream_open = False
+                    self._stream_state(False, str(exc))
                     log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
                     self.stats.stream_reopens += 1
                     if token is None:
@@ -374,12 +411,32 @@ class Service:
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 5.0)
                 except Exception as exc:
-                    self.stream_open = False
-                    log.error("change stream failed (%s: %s): polling carries on, reopening in "
-                              "%.1fs", type(exc).__name__, exc, delay)
+                    self._stream_state(False, f"{type(exc).__name__}: {exc}")
+                    self._once(("stream", _problem(exc)), logging.ERROR,
+                               "change stream failed (%s: %s): polling carries on, reopening",
+                               type(exc).__name__, exc)
                     self.stats.stream_reopens += 1
                     self.request_full_poll()
                     poll_when_open = True
+                    if token is not None:
+                        refusals += 1
+                        if refusals >= MAX_TOKEN_REFUSALS:
+                            # W3/R1: a stored token the server refuses (garbage, another
+                            # collection's) would keep the stream closed forever: drop it, reopen
+                            # at "now"; the full polls above and on reopen cover the gap
+                            self._once(("token-dropped", _problem(exc)), logging.ERROR,
+                                       "resume token refused %d times (%s): dropping it, the "
+                                       "stream reopens from now and a full poll covers the gap",
+                                       refusals, exc)
+                            token = saved = None
+                            refusals = 0
+                            self.stats.tokens_dropped += 1
+                            try:
+                                if tokens is not None:
+                                    await tokens.clear()
+                            except Exception as clear_exc:
+                                log.warning("could not drop the refused resume token (%s)",
+                                            clear_exc)
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 5.0)
         finally:

@@ -206,6 +206,9 @@ async def shadow_rebuild(
     """
     res = RebuildResult(tenant_id=tenant_id, projection=name)
     v = await readmodels.pointer(name, tenant_id, fresh=True)
+    if v.problem is not None:
+        raise RebuildConflict(f"{name}/{tenant_id}: the generation pointer is malformed "
+                              f"({v.problem}); fix or delete that read_model_versions document")
     gen = v.active + 1 if v.building is None else v.building
     registry = registry_for(readmodels.pinned(name, gen))
     registry.projection(name)  # UnknownEffectKind for a bad name, before anything is announced

@@ -18,6 +18,7 @@ from board_outbox.adapters.memory.membership import MemoryMembershipStore
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.adapters.memory.readmodels import MemoryReadModelStore
+from board_outbox.adapters.memory.status import MemoryStatusStore
 from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
 from board_outbox.ports import Launcher, Stores
@@ -64,6 +65,7 @@ class MemoryBackend:
             cards=self.board, labels=self.board, launcher=launcher or self.launcher,
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
+            status=MemoryStatusStore(self.events, self.outbox),
         )
 
 

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import is_seq
+from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
+
+CURSORS = "trigger_cursors"
 
 
 class MemoryCursorStore:
     def __init__(self) -> None:
         self._cursors: dict[str, int] = {}
+        self._held: dict[str, tuple[int, int]] = {}
 
     async def get(self, tenant_id: str) -> int | None:
         await checkpoint()
@@ -23,13 +28,40 @@ class MemoryCursorStore:
         await checkpoint()
         return self._cursors.setdefault(tenant_id, value)
 
+    async def seed_many(self, values: Mapping[str, int]) -> None:
+        await checkpoint()
+        for tenant_id, value in values.items():
+            self._cursors.setdefault(tenant_id, value)
+
+    async def put(self, tenant_id: str, value: int) -> None:
+        await checkpoint()
+        self._cursors[tenant_id] = value
+        self._held.pop(tenant_id, None)
+
+    async def hold(self, tenant_id: str, cursor: int, counter: int) -> None:
+        await checkpoint()
+        if self._cursors.get(tenant_id) == cursor:
+            self._held[tenant_id] = (cursor, counter)
+
+    async def holds(self) -> dict[str, tuple[int, int]]:
+        await checkpoint()
+        return dict(self._held)
+
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
         await checkpoint()
         if self._cursors.get(tenant_id) != expected:
             return False
         self._cursors[tenant_id] = new
+        self._held.pop(tenant_id, None)
         return True
 
     async def all(self) -> dict[str, int]:
         await checkpoint()
-        return dict(self._cursors)
+        out: dict[str, int] = {}
+        for t, seq in self._cursors.items():
+            if is_seq(seq):
+                out[t] = seq
+                BAD_DOCUMENTS.resolved(CURSORS, t)
+            else:
+                BAD_DOCUMENTS.report(CURSORS, t, f"seq {seq!r} is not an integer seq")
+        return out

@@ -11,7 +11,10 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.model.errors import ChangeStreamLost
+from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
 from board_outbox.ports import Change, EventRecord
+
+COUNTERS = "board_event_counters"
 
 
 class MemoryEventLog:
@@ -87,7 +90,14 @@ class MemoryEventLog:
 
     async def heads(self) -> dict[str, int]:
         await checkpoint()
-        return dict(self._counters)
+        out: dict[str, int] = {}
+        for t, seq in self._counters.items():  # as the Mongo adapter: each counter parsed alone
+            if is_seq(seq):
+                out[t] = seq
+                BAD_DOCUMENTS.resolved(COUNTERS, t)
+            else:
+                BAD_DOCUMENTS.report(COUNTERS, t, f"seq {seq!r} is not an integer seq")
+        return out
 
     # --- change feed -----------------------------------------------------------------------
 
@@ -103,6 +113,8 @@ class MemoryEventLog:
             pos = int(resume_token) + 1
             if pos < self._history_floor:
                 raise ChangeStreamLost(f"resume token {resume_token} is older than the history")
+        # open: say so at once, as the Mongo feed's first (quiet) batch does
+        yield Change("", 0, None)
         while True:
             self.faults.hit("changefeed.next")
             if pos < len(self._history):

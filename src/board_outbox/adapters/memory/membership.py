@@ -1,10 +1,14 @@
-"""In-memory membership heartbeats (S1)."""
+"""In-memory membership heartbeats (S1). Leases are parsed as the Mongo adapter parses its
+documents (a planted bad lease is reported and left out)."""
 
 from __future__ import annotations
 
 from anyio.lowlevel import checkpoint
 
+from board_outbox.model.validation import BAD_DOCUMENTS, member_problem
 from board_outbox.ports import Member
+
+MEMBERS = "board_outbox_members"
 
 
 class MemoryMembershipStore:
@@ -14,11 +18,21 @@ class MemoryMembershipStore:
     async def heartbeat(self, member_id: str, now: float, ttl_seconds: float) -> list[Member]:
         await checkpoint()
         self._leases[member_id] = now + ttl_seconds
-        return [Member(m, exp) for m, exp in sorted(self._leases.items()) if exp > now]
+        return self._live(now)
 
     async def live(self, now: float) -> list[Member]:
         await checkpoint()
-        return [Member(m, exp) for m, exp in sorted(self._leases.items()) if exp > now]
+        return self._live(now)
+
+    def _live(self, now: float) -> list[Member]:
+        out: list[Member] = []
+        for m, exp in self._leases.items():
+            problem = member_problem(m, exp, now)
+            if problem is not None:
+                BAD_DOCUMENTS.report(MEMBERS, m, problem)
+            elif exp > now:
+                out.append(Member(m, float(exp)))
+        return sorted(out, key=lambda x: x.member_id)
 
     async def leave(self, member_id: str) -> None:
         await checkpoint()

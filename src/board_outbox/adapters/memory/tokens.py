@@ -1,10 +1,14 @@
-"""The in-memory change-feed resume token."""
+"""The in-memory change-feed resume token (the feed's history index)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from anyio.lowlevel import checkpoint
+
+from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
+
+STATE = "board_outbox_state"
 
 
 class MemoryResumeTokenStore:
@@ -13,6 +17,11 @@ class MemoryResumeTokenStore:
 
     async def load(self) -> Any | None:
         await checkpoint()
+        if self.token is not None and not is_seq(self.token):
+            # as the Mongo adapter: a token that cannot be one loads as None, reported once
+            BAD_DOCUMENTS.report(STATE, "resume_token", f"token {self.token!r} is not a history "
+                                 "index")
+            return None
         return self.token
 
     async def save(self, token: Any) -> None:

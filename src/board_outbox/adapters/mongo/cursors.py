@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
+
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import cap, is_seq
+from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq
 
 CURSORS = "trigger_cursors"
 
@@ -30,15 +35,62 @@ class MongoCursorStore:
 
     @translated
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
-        res = await self.coll.update_one({"_id": tenant_id, "seq": expected}, {"$set": {"seq": new}})
+        res = await self.coll.update_one({"_id": tenant_id, "seq": expected},
+                                         {"$set": {"seq": new}, "$unset": {"held": ""}})
         return bool(res.modified_count == 1)
 
     @translated
+    async def seed_many(self, values: Mapping[str, int]) -> None:
+        if not values:
+            return
+        ops = [UpdateOne({"_id": t}, {"$setOnInsert": {"seq": v}}, upsert=True)
+               for t, v in values.items()]
+        try:
+            await self.coll.bulk_write(ops, ordered=False)
+        except BulkWriteError as exc:
+            # another replica seeding the same tenant at once: its cursor exists, as wanted
+            if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
+                raise
+
+    @translated
+    async def put(self, tenant_id: str, value: int) -> None:
+        await self.coll.update_one({"_id": tenant_id},
+                                   {"$set": {"seq": value}, "$unset": {"held": ""}}, upsert=True)
+
+    @translated
+    async def hold(self, tenant_id: str, cursor: int, counter: int) -> None:
+        await self.coll.update_one({"_id": tenant_id, "seq": cursor},
+                                   {"$set": {"held": {"cursor": cursor, "counter": counter}}})
+
+    @translated
+    async def holds(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for d in await self.coll.find({"held": {"$exists": True}}).to_list(None):
+            held, t = d.get("held"), d.get("_id")
+            c, n = (held.get("cursor"), held.get("counter")) if isinstance(held, dict) else (None, None)
+            if isinstance(t, str) and isinstance(c, int) and isinstance(n, int) and is_seq(c) \
+                    and is_seq(n) and d.get("seq") == c:
+                out[t] = (c, n)
+            else:  # a hold that no longer matches its cursor: the cursor moved, it is lifted
+                BAD_DOCUMENTS.report(CURSORS, t, f"held {cap(repr(held), 100)} does not match "
+                                     f"seq {cap(repr(d.get('seq')), 40)}", level=logging.WARNING)
+        return out
+
+    @translated
     async def all(self) -> dict[str, int]:
-        # a cursor whose seq is not a true int is left out: its tenant then looks behind, is
-        # drained, and stalls alone with the reason (R1) -- the poll net goes on for the others
-        return {str(d["_id"]): d["seq"] for d in await self.coll.find({}).to_list(None)
-                if is_seq(d.get("seq"))}
+        # a cursor whose seq is not a true int is left out (reported once): its tenant then
+        # looks behind, is drained, and stalls alone with the reason (R1) -- the poll net goes
+        # on for the others
+        out: dict[str, int] = {}
+        for d in await self.coll.find({}).to_list(None):
+            t, seq = d.get("_id"), d.get("seq")
+            if isinstance(t, str) and is_seq(seq):
+                out[t] = seq
+                BAD_DOCUMENTS.resolved(CURSORS, t)
+            else:
+                BAD_DOCUMENTS.report(CURSORS, t, f"seq {cap(repr(seq), 100)} is not an integer seq"
+                                     if isinstance(t, str) else "_id is not a string")
+        return out
 
 def _seq(tenant_id: str, doc: dict[str, Any]) -> int:
     """R2: a cursor is a true int; anything else stalls its tenant (StoreError), not the process."""

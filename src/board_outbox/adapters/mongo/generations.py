@@ -9,6 +9,7 @@ from typing import Any
 from pymongo.errors import DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.validation import BAD_DOCUMENTS, parse_generation
 from board_outbox.ports import ReadModelVersions
 
 READ_MODEL_VERSIONS = "read_model_versions"
@@ -28,8 +29,12 @@ class MongoGenerationStore:
 
     @staticmethod
     def _decode(doc: dict[str, Any]) -> ReadModelVersions:
-        return ReadModelVersions(active=int(doc.get("active", 0)), building=doc.get("building"),
-                                 progress=int(doc.get("progress", 0)))
+        """One pointer, parsed on its own (R1): a bad one is reported once and comes back with
+        ``problem`` set, so only its own read model's writes fail."""
+        v = parse_generation(doc)
+        if v.problem is not None:
+            BAD_DOCUMENTS.report(READ_MODEL_VERSIONS, doc.get("_id"), v.problem)
+        return v
 
     @translated
     async def get(self, model: str, tenant_id: str) -> ReadModelVersions:
@@ -40,15 +45,20 @@ class MongoGenerationStore:
     async def all(self) -> dict[tuple[str, str], ReadModelVersions]:
         out: dict[tuple[str, str], ReadModelVersions] = {}
         for doc in await self.coll.find({}).to_list(None):
-            model, sep, tenant = str(doc["_id"]).rpartition("/")
-            if sep:
-                out[(model, tenant)] = self._decode(doc)
+            _id = doc.get("_id")
+            model, sep, tenant = _id.rpartition("/") if isinstance(_id, str) else ("", "", "")
+            if not sep or not model:
+                BAD_DOCUMENTS.report(READ_MODEL_VERSIONS, _id, "_id is not \"model/tenant\"")
+                continue
+            out[(model, tenant)] = self._decode(doc)
         return out
 
     @translated
     async def compare_and_set(self, model: str, tenant_id: str, expected: ReadModelVersions,
                               new: ReadModelVersions) -> bool:
         _id = self._id(model, tenant_id)
+        if expected.problem is not None:
+            return False  # a malformed pointer is never "expected": nothing overwrites it unseen
         if expected == ReadModelVersions():
             # no document yet, or one still holding the defaults
             flt: dict[str, Any] = {"_id": _id, "active": 0, "building": None, "progress": 0}

@@ -1,14 +1,33 @@
 """``board_outbox_members``: a lease per replica, renewed by heartbeats (S1). Two round trips
-per heartbeat whatever the tenant count: renew ours, read the live ones."""
+per heartbeat whatever the tenant count: renew ours, read the live ones.
+
+Each lease document is parsed on its own (R1): one with a non-string id or an expiry that is
+not a finite number is left out with one line (``BAD_DOCUMENTS``), never the whole view."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.validation import BAD_DOCUMENTS, finite, member_problem
 from board_outbox.ports import Member
 
 MEMBERS = "board_outbox_members"
+
+
+def parse_members(docs: list[dict[str, Any]], now: float, collection: str) -> list[Member]:
+    """The live, well-formed leases of ``docs`` (each bad one reported, once, and skipped)."""
+    out: list[Member] = []
+    for d in docs:
+        member_id, expires_at = d.get("_id"), d.get("expires_at")
+        problem = member_problem(member_id, expires_at, now)
+        if problem is not None:
+            BAD_DOCUMENTS.report(collection, member_id, problem)
+            continue
+        exp = finite(expires_at)
+        if isinstance(member_id, str) and exp is not None and exp > now:
+            out.append(Member(member_id, exp))
+    return sorted(out, key=lambda m: m.member_id)
 
 
 class MongoMembershipStore:
@@ -27,9 +46,11 @@ class MongoMembershipStore:
         return await self._live(now)
 
     async def _live(self, now: float) -> list[Member]:
-        live = await self.coll.find({"expires_at": {"$gt": now}}).to_list(None)
-        return sorted((Member(str(d["_id"]), float(d["expires_at"])) for d in live),
-                      key=lambda m: m.member_id)
+        # every lease, parsed one by one: an expiry that is not a number (a string, a date,
+        # a Decimal128) is reported, not silently ignored -- the collection holds one small
+        # document per replica
+        docs = await self.coll.find({}).to_list(None)
+        return parse_members(docs, now, MEMBERS)
 
     @translated
     async def leave(self, member_id: str) -> None:

@@ -5,13 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.validation import BAD_DOCUMENTS, resume_token_problem
 
 STATE = "board_outbox_state"
 
 
 class MongoResumeTokenStore:
     """The change stream's resume token, one per stream name (shared by every replica: any
-    replica resuming from any persisted token is fine, the token only speeds up waking)."""
+    replica resuming from any persisted token is fine, the token only speeds up waking).
+
+    A stored token that cannot be one (not a document with ``_data``) is reported once and
+    loads as None (R1): the stream opens at "now" and the first full poll covers the gap. One
+    the server refuses all the same is the runtime's to drop (``_waker_loop``)."""
 
     def __init__(self, db: Any, name: str = "board_events") -> None:
         self.coll = db[STATE]
@@ -20,7 +25,14 @@ class MongoResumeTokenStore:
     @translated
     async def load(self) -> Any | None:
         doc = await self.coll.find_one({"_id": self.key})
-        return None if doc is None else doc.get("token")
+        if doc is None or doc.get("token") is None:
+            return None
+        token = doc["token"]
+        problem = resume_token_problem(token)
+        if problem is not None:
+            BAD_DOCUMENTS.report(STATE, self.key, problem)
+            return None
+        return token
 
     @translated
     async def save(self, token: Any) -> None:

@@ -13,6 +13,7 @@ import anyio
 from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable, UsageError
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
 from board_outbox.surface.cli.commands.console import cmd_console
+from board_outbox.surface.cli.commands.cursor import cmd_cursor
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
@@ -50,6 +51,7 @@ COMMANDS: dict[str, Command] = {
 }
 COMMANDS["status"] = cmd_status
 COMMANDS["console"] = cmd_console
+COMMANDS["cursor"] = cmd_cursor
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:

@@ -39,6 +39,13 @@ def _positive_int(text: str) -> int:
     return int(value)
 
 
+def _seq(text: str) -> int:
+    value: int = _number(int, text)
+    if not 0 <= value <= 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"must be a seq (0 .. 2^63-1), not {text}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = _number(float, text)
     if value <= 0:
@@ -119,6 +126,16 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "it stopped when run again; --drop-shadow discards it. Neither writes a row or\n"
         "fires a launch. Deploy new projection code to the replicas before rebuilding.\n"
         "Exit 3: --shadow waited --gap-wait for a young gap and left the shadow to resume.",
+    ),
+    "cursor": (
+        "show or reset one tenant's cursor (the remedy for a cursor ahead of its counter)",
+        "show: the tenant's cursor and its counter (the last allocated seq).\n"
+        "reset --to N: set the cursor to N (<= the counter). A cursor ahead of its counter\n"
+        "(restored from a backup, hand-edited) is held by every replica -- logged, counted\n"
+        "in board_outbox_cursor_ahead, /readyz not ready, listed by status -- because\n"
+        "draining on would skip the events numbered up to it. Reset it to the last seq you\n"
+        "know was materialized (or lower: events whose rows exist cost nothing, rows are\n"
+        "inserted once per event); the replicas drain from there on their next poll.",
     ),
     "status": (
         "per-tenant cursor, lag, oldest pending row, rows by state, dead-letters",
@@ -225,6 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--gap-wait", type=_positive_float, default=None, metavar="SECONDS",
                     help="--shadow: how long to wait out a young seq gap before leaving the "
                          "shadow to resume later (default: 2 x tail.young_gap_seconds)")
+    cur = _command(sub, "cursor")
+    curs = cur.add_subparsers(dest="cursor_command", metavar="ACTION", required=True)
+    cshow = curs.add_parser("show", parents=[common], help="the tenant's cursor and counter",
+                            description="Show the tenant's cursor and its counter.")
+    cshow.add_argument("--tenant", required=True)
+    creset = curs.add_parser("reset", parents=[common], help="set the tenant's cursor",
+                             description="Set the tenant's cursor to N (at most its counter).")
+    creset.add_argument("--tenant", required=True)
+    creset.add_argument("--to", type=_seq, required=True, metavar="N",
+                        help="the last seq materialized: the replicas drain from N + 1")
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")

@@ -28,6 +28,9 @@ async def readiness(service: Service) -> tuple[dict[str, str], list[str]]:
 
     - ``store``: one cursor read answers within the store op timeout;
     - ``wake``: the change stream is open, or the poll net completed a full pass recently;
+    - ``stream``: with change streams on, the stream has not been closed (the service running on
+      the poll net alone) for longer than the ``wake`` allowance;
+    - ``cursor``: no tenant is held for a cursor ahead of its counter (R2);
     - ``tail``: no tenant is stalled (behind, cursor still for ``tail.stall_seconds``)."""
     failing = liveness(service)
     timeout = service.config.store.op_timeout_seconds
@@ -48,6 +51,18 @@ async def readiness(service: Service) -> tuple[dict[str, str], list[str]]:
     if not (stream or polling):
         failing["wake"] = ("change stream not open and no full poll pass completed in the last "
                            f"{fresh:g}s")
+    down = service.stream_down_since
+    if bool(service.loops.get("waker")) and down is not None:
+        for_ = service.clock.now() - down
+        if for_ > fresh:
+            # W3: events still flow, on the poll net alone (every poll interval, not at once)
+            failing["stream"] = (f"running on the poll net alone for {for_:.0f}s: change stream "
+                                 f"not open ({service.stream_down_reason})")
+    held = service.tail.cursor_ahead
+    if held:
+        # R2: draining these would skip events silently; they wait for `cursor reset`
+        failing["cursor"] = "cursor ahead of its counter (held until `cursor reset`): " + ", ".join(
+            f"{t} ({c} > {h})" for t, (c, h) in sorted(held.items()))
     stalled = sorted(t for t, st in service.status.items() if st.stalled)
     if stalled:
         failing["tail"] = f"stalled tenants: {', '.join(stalled)}"

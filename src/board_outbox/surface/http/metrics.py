@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from board_outbox.model.validation import BAD_DOCUMENTS
+
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
 
@@ -73,3 +75,19 @@ class ServiceCollector(Collector):
         yield outcomes
         yield GaugeMetricFamily("board_outbox_change_stream_open", "1 while the change stream is open",
                                 value=int(svc.stream_open))
+        yield GaugeMetricFamily("board_outbox_poll_only",
+                                "1 while change streams are on but the stream is closed: events "
+                                "flow on the poll net alone", value=int(svc.poll_only))
+        yield counter("board_outbox_resume_tokens_dropped",
+                      "stored resume tokens the server refused, dropped", stats.tokens_dropped)
+        bad = CounterMetricFamily("board_outbox_bad_documents",
+                                  "distinct malformed stored documents met, by collection "
+                                  "(each left out alone; listed by status --json)",
+                                  labels=["collection"])
+        for coll, n in sorted(BAD_DOCUMENTS.counts.items()):
+            bad.add_metric([coll], n)
+        yield bad
+        yield per_tenant("board_outbox_cursor_ahead",
+                         "1 while the tenant's cursor is ahead of its counter: held, not drained, "
+                         "until `cursor reset`", "",
+                         [(t, 1) for t in sorted(svc.tail.cursor_ahead)])
