@@ -105,10 +105,12 @@ class Kit:
         moves the clock past a lease expects the next tick to reclaim the row."""
         import random
 
-        settings.setdefault("reclaim_every_seconds", RECLAIM_EVERY_TICK)
+        every = settings.pop("reclaim_every_seconds", RECLAIM_EVERY_TICK)
+        validated = msgspec.convert(_flat(settings), WorkerSettings)
+        # below the configurable minimum (1 ms) on purpose: a test clock may not move between ticks
         return EffectWorker(
             outbox=self.outbox, registry=registry or self.registry(), clock=self.clock,
-            settings=msgspec.convert(_flat(settings), WorkerSettings),
+            settings=msgspec.structs.replace(validated, reclaim_every_seconds=every),
             rng=random.Random(1),
         )
 
