@@ -197,7 +197,7 @@ BAD: list[tuple[list[str], dict[str, str], str]] = [
     ([], {"notify": f"{TOPIC}:TitleLog"}, "handlers.notify: TitleLog does not fit the effect handler"),
     ([], {"notify": "notatopic"}, "handlers.notify: 'notatopic' is not a topic"),
     ([], {"notify": f"{TOPIC}:BadCtor"}, "handlers.notify: BadCtor does not fit"),
-    ([], {'"no/tify"': f"{TOPIC}:Notify"}, "handlers.no/tify: invalid kind 'no/tify'"),  # quoted key
+    ([], {'"no/tify"': f"{TOPIC}:Notify"}, "handlers: 'no/tify' is not an effect kind name"),  # quoted key
 ]
 
 

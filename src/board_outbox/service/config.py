@@ -150,9 +150,10 @@ def validate(cfg: Config) -> Config:
 _SECTION_TYPES: dict[str, type] = {
     "store": StoreConfig, "tail": TailSettings, "worker": WorkerSettings,
     "service": ServiceConfig, "launcher": LauncherConfig, "membership": MembershipSettings,
+    "ui": UiConfig,
 }
 ENV_PREFIX = "BOARD_OUTBOX_"
-_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership", "ui"}
+_SECTIONS = {*_SECTION_TYPES, "handlers"}
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
