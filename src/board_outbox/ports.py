@@ -16,12 +16,14 @@ from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.records import (
     Change,
     Claim,
+    DoneLatency,
     EventRecord,
     LaunchRequest,
     Member,
     PushRecent,
     ReadModelVersions,
     RowFilter,
+    RowSummary,
     UpsertIfNewer,
     UpsertResult,
 )
@@ -33,6 +35,7 @@ __all__ = [
     "Claim",
     "ConsumeOutcome",
     "CursorStore",
+    "DoneLatency",
     "EffectOutbox",
     "EventLog",
     "EventRecord",
@@ -48,6 +51,7 @@ __all__ = [
     "ReadModelVersions",
     "ResumeTokenStore",
     "RowFilter",
+    "RowSummary",
     "Stores",
     "SubscriptionStore",
     "UpsertIfNewer",
@@ -209,6 +213,22 @@ class EffectOutbox(Protocol):
 
     async def purge(self, flt: RowFilter) -> int:
         """Delete failed rows matching the filter (other states are never purged)."""
+        ...
+
+    # --- read-only: the completeness audit, the replays and the latency summary (A1, A4, A5)
+
+    async def rows_between(self, tenant_id: str, after_seq: int, upto_seq: int) -> list[RowSummary]:
+        """The tenant's rows with ``after_seq < seq <= upto_seq``, by seq, in one query (Mongo:
+        the ``tenant_seq`` index); a document without a usable row key or seq is left out."""
+        ...
+
+    async def existing_keys(self, row_keys: Collection[str]) -> set[str]:
+        """Which of ``row_keys`` are stored, in one query (only the keys come back)."""
+        ...
+
+    async def done_latencies(self, since: float, limit: int) -> list[DoneLatency]:
+        """Event insert -> done of the ``limit`` newest rows done at or after ``since``, across
+        every tenant, in one query; rows that do not say (no event time) are left out."""
         ...
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from board_outbox.engine.audit import AuditSettings
 from board_outbox.engine.membership import MembershipSettings
 from board_outbox.engine.tail import TailSettings
 from board_outbox.engine.worker import WorkerSettings
@@ -60,6 +61,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     service: ServiceConfig = ServiceConfig()
     launcher: LauncherConfig = LauncherConfig()
     membership: MembershipSettings = MembershipSettings()
+    audit: AuditSettings = AuditSettings()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -94,7 +96,7 @@ def validate(cfg: Config) -> Config:
 
 
 ENV_PREFIX = "BOARD_OUTBOX_"
-_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership"}
+_SECTIONS = {"store", "tail", "worker", "service", "launcher", "handlers", "membership", "audit"}
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 from opentelemetry import trace
 
+from board_outbox.engine.audit import Auditor, BackgroundAudit
 from board_outbox.engine.generations import versioned
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.membership import Ownership, new_member_id
@@ -122,6 +123,9 @@ class Service:
         # per-tenant status costs several reads per tenant per refresh: only while the operator
         # endpoints serve it (the ops server turns it on)
         self.status_enabled = False
+        # A1: the bounded, incremental completeness audit of the tenants this replica owns
+        self.audit = BackgroundAudit(
+            Auditor(self.tail, done_ttl_seconds=config.audit.done_ttl_seconds), config.audit)
 
     # --- control ---------------------------------------------------------------------------
 
@@ -167,6 +171,8 @@ class Service:
             tg.start_soon(self._alive, "metrics", self._metrics_loop)
             if self.ownership.active:
                 tg.start_soon(self._alive, "membership", self._membership_loop)
+            if self.config.audit.enabled:
+                tg.start_soon(self._alive, "audit", self._audit_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
@@ -290,6 +296,16 @@ class Service:
                     self.request_full_poll()
             except Exception as exc:
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+
+    async def _audit_loop(self) -> None:
+        """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` newly passed
+        events of each owned tenant; any error is logged and the next pass tries again."""
+        while not self.stopping:
+            try:
+                await self.audit.tick(self.ownership.owned(sorted(await self.stores.cursors.all())))
+            except Exception as exc:
+                log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)
+            await anyio.sleep(self.config.audit.interval_seconds)
 
     async def _metrics_loop(self) -> None:
         while not self.stopping:

@@ -1,4 +1,5 @@
-"""Operator tools: the dead-letter queue (B1) and projection rebuilds (B3)."""
+"""Operator tools: the dead-letter queue (B1), projection rebuilds (B3), the shadow diff (A3),
+and the helpers of the audit and the replays (A1, A4)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,21 @@ from board_outbox.engine.batch import apply_batch
 from board_outbox.engine.generations import VersionedReadModels
 from board_outbox.engine.reading import GapTracker, read_batch
 from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import EffectRow
-from board_outbox.model.errors import MalformedDocument, RebuildConflict
-from board_outbox.ports import CardStore, EffectOutbox, EventLog, ReadModelStore, ReadModelVersions, RowFilter
+from board_outbox.model.domain import FAILED, LAUNCH, PROJECTION, EffectRow, matches
+from board_outbox.model.errors import MalformedDocument, RebuildConflict, SubscriptionNotFound
+from board_outbox.ports import (
+    CardStore,
+    EffectOutbox,
+    EventLog,
+    ReadModelStore,
+    ReadModelVersions,
+    RowFilter,
+    Stores,
+    SubscriptionStore,
+)
 
 log = logging.getLogger("board_outbox.admin")
 
@@ -268,3 +279,45 @@ async def drop_shadow(*, name: str, tenant_id: str, readmodels: VersionedReadMod
     readmodels.forget(name, tenant_id)
     await sleep(readmodels.ttl_seconds)  # writers stop writing the dropped generation
     return await readmodels.pinned(name, v.building).reset(name, tenant_id)
+
+
+# --- audit, replays (A1, A4) -------------------------------------------------------------------
+
+
+def tail_for(stores: Stores, registry: HandlerRegistry, settings: TailSettings, clock: Clock) -> Tail:
+    """A tail over ``stores`` with the configured projections: what the audit and the replays use
+    to know which rows the tail owes (its ``build_rows``), and to write them its way."""
+    return Tail(events=stores.events, cursors=stores.cursors, outbox=stores.outbox,
+                subs=stores.subs, cards=stores.cards, clock=clock, settings=settings,
+                projections=registry.projections)
+
+
+async def preview_dead_letter(row: EffectRow, subs: SubscriptionStore, registry: HandlerRegistry) -> str:
+    """What replaying this dead-letter would do under the current rules, read-only: the launch
+    handler's own re-verification (subscription exists, same tenant, still matches), or whether
+    a handler serves the row's projection or kind."""
+    if row.state != FAILED:
+        return f"not a dead-letter ({row.state}): left alone"
+    if row.kind == PROJECTION:
+        if row.projection in registry.projections:
+            return f"would apply the event to projection {row.projection}"
+        return f"would park again: projection {row.projection!r} is not enabled"
+    if row.kind not in registry.kinds:
+        return f"would park again: no handler for kind {row.kind!r}"
+    if row.kind != LAUNCH:
+        return f"would run kind {row.kind}"
+    if row.sub_id is None or row.event is None:
+        return "would park again: launch row without sub_id or event"
+    try:
+        sub = await subs.get(row.sub_id)
+    except SubscriptionNotFound:
+        return "would be dropped: subscription deleted"
+    except MalformedDocument as exc:
+        return f"would park again: {exc}"
+    if sub.tenant_id != row.tenant_id:
+        return f"would park again: subscription {sub.sub_id!r} belongs to tenant {sub.tenant_id!r}"
+    if not row.consume_marked and not matches(sub, row.event):
+        return "would be dropped: no longer matches the subscription"
+    consume = " (consuming " + ", ".join(sub.consume_labels) + ")" if (
+        sub.consume_labels and not row.consume_marked) else ""
+    return f"would launch bot {sub.bot}{consume}"

@@ -12,9 +12,11 @@ import anyio
 
 from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
+from board_outbox.surface.cli.commands.audit import cmd_audit
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
+from board_outbox.surface.cli.commands.replay import cmd_replay
 from board_outbox.surface.cli.commands.run import cmd_run
 from board_outbox.surface.cli.commands.schema import cmd_ensure_schema
 from board_outbox.surface.cli.commands.status import cmd_status
@@ -49,6 +51,8 @@ COMMANDS: dict[str, Command] = {
     "dead-letters": cmd_dead_letters, "rebuild": cmd_rebuild,
 }
 COMMANDS["status"] = cmd_status
+COMMANDS["audit"] = cmd_audit
+COMMANDS["replay"] = cmd_replay
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:

@@ -53,6 +53,13 @@ def _fraction(text: str) -> float:
     return float(value)
 
 
+def _seq(text: str) -> int:
+    value = _number(int, text)
+    if not 1 <= value <= 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"expected a seq >= 1, got {value}")
+    return int(value)
+
+
 def _when(text: str) -> float:
     from board_outbox.surface.admin import parse_when
 
@@ -112,6 +119,30 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "it stopped when run again; --drop-shadow discards it. Neither writes a row or\n"
         "fires a launch. Deploy new projection code to the replicas before rebuilding.\n"
         "Exit 3: --shadow waited --gap-wait for a young gap and left the shadow to resume.",
+    ),
+    "audit": (
+        "check that every event the cursor passed has its rows, and every row its event",
+        "Completeness audit of one tenant, for the events in --since..cursor: every enabled\n"
+        "projection's row must exist (a row owed for an event older than the done TTL may\n"
+        "have run and expired: it is counted as presumably expired, never as missing), and\n"
+        "every row must belong to an event still in the log (a launch row also to one of the\n"
+        "tenant's subscriptions, a projection row to an enabled projection): the others are\n"
+        "orphans, reported only. --repair re-materializes the missing rows the tail's way\n"
+        "(its row construction, one $setOnInsert bulk upsert keyed by row key): safe to run\n"
+        "twice or under a running service. Exit 1 when rows are missing (and --repair was not\n"
+        "given), 0 otherwise; an unknown tenant is exit 2.",
+    ),
+    "replay": (
+        "list (--dry-run) or write the rows a range of events owes under the current rules",
+        "Materialize the tenant's events --since..cursor again under the CURRENT rules (today's\n"
+        "subscriptions, projections and cards), keyed as the tail keys them. Each row is:\n"
+        "fire (not stored: written now, then run by a worker), queued (pending or claimed\n"
+        "already), done (already ran: a replay never runs it again), dead-letter (use\n"
+        "`dead-letters replay`), maybe-expired (not stored, but its event is older than the\n"
+        "done TTL: it may have run and expired, so it is never re-created). --dry-run lists\n"
+        "what would fire and writes nothing. --subscription limits it to one subscription's\n"
+        "launch rows. The write is one $setOnInsert bulk upsert per chunk: running it twice,\n"
+        "or racing the tail, writes each row once. Unknown tenant or subscription: exit 2.",
     ),
     "status": (
         "per-tenant cursor, lag, oldest pending row, rows by state, dead-letters",
@@ -191,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("row_keys", metavar="ROW_KEY", nargs="*")
     rp.add_argument("--all", action="store_true", help="replay every dead-letter the filters match")
     rp.add_argument("--by", default="", help="who replays (audit; default $USER)")
+    rp.add_argument("--dry-run", action="store_true",
+                    help="say what each replay would do under the current rules; change nothing")
     pg = dls.add_parser("purge", parents=[filt], help="delete dead-letters (asks first)",
                         description="Delete the dead-letters the filters match. Asks for "
                                     "confirmation unless --yes.")
@@ -210,6 +243,31 @@ def build_parser() -> argparse.ArgumentParser:
     rb.add_argument("--gap-wait", type=_positive_float, default=None, metavar="SECONDS",
                     help="--shadow: how long to wait out a young seq gap before leaving the "
                          "shadow to resume later (default: 2 x tail.young_gap_seconds)")
+    au = _command(sub, "audit", common)
+    au.add_argument("--tenant", required=True, help="the tenant to audit (unknown: exit 2)")
+    au.add_argument("--since", type=_seq, default=1, metavar="SEQ",
+                    help="audit events from this seq on (default 1: the whole log)")
+    au.add_argument("--repair", action="store_true",
+                    help="re-materialize the missing rows (idempotent)")
+    au.add_argument("--json", action="store_true", help="the whole report as one JSON document")
+    au.add_argument("--limit", type=_positive_int, default=20,
+                    help="findings printed per kind (default 20; --json prints all)")
+    au.add_argument("--batch-size", type=_positive_int, default=500,
+                    help="events read per query (default 500)")
+    rpl = _command(sub, "replay", common)
+    rpl.add_argument("--tenant", required=True, help="the tenant (unknown: exit 2)")
+    rpl.add_argument("--since", type=_seq, required=True, metavar="SEQ",
+                     help="replay events from this seq on, up to the cursor")
+    rpl.add_argument("--subscription", metavar="SUB_ID",
+                     help="only this subscription's launch rows (unknown: exit 2)")
+    rpl.add_argument("--dry-run", action="store_true", help="list what would fire; write nothing")
+    rpl.add_argument("--json", action="store_true", help="the whole plan as one JSON document")
+    rpl.add_argument("--all-rows", action="store_true",
+                     help="list every planned row, not only those that fire")
+    rpl.add_argument("--limit", type=_positive_int, default=100,
+                     help="rows printed (default 100; --json prints all)")
+    rpl.add_argument("--batch-size", type=_positive_int, default=500,
+                     help="events read per query (default 500)")
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")

@@ -46,6 +46,10 @@ class ServiceCollector(Collector):
                          "tail.stall_seconds", "", [(s.tenant_id, int(s.stalled)) for s in status])
         yield per_tenant("board_outbox_tenant_stalled_seconds", "how long the tenant has been stalled",
                          "seconds", [(s.tenant_id, s.stalled_for_seconds) for s in status])
+        yield per_tenant("board_outbox_audit_missing_rows",
+                         "rows the background audit found missing for events the cursor passed "
+                         "(still missing at its last look), per tenant", "",
+                         list(svc.audit.missing_rows().items()))
         rows = GaugeMetricFamily("board_outbox_rows", "effect rows by state", labels=["state"])
         for state, n in sorted(svc.metrics.rows.items()):
             rows.add_metric([state], n)
