@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any, Literal
 
 import msgspec
 
@@ -178,6 +179,74 @@ async def _replay(
     res.cursor = cursor
 
 
+class DiffExample(msgspec.Struct, frozen=True, kw_only=True):
+    key: str
+    change: str  # added | removed | changed
+    fields: list[str] = msgspec.field(default_factory=list)  # changed: the fields that differ
+
+
+class GenerationDiff(msgspec.Struct, kw_only=True):
+    """How a shadow generation differs from the live one (A3), document by document (by key;
+    ``_id`` and ``model`` are storage, not content)."""
+
+    live: int
+    shadow: int
+    live_docs: int = 0
+    shadow_docs: int = 0
+    added: int = 0  # in the shadow only
+    removed: int = 0  # in the live generation only
+    changed: int = 0
+    unchanged: int = 0
+    examples: list[DiffExample] = msgspec.field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return self.added == self.removed == self.changed == 0
+
+
+_STORAGE_FIELDS = frozenset({"_id", "model"})
+
+
+def _content(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in _STORAGE_FIELDS}
+
+
+async def diff_generations(readmodels: VersionedReadModels, name: str, tenant_id: str, live: int,
+                           shadow: int, examples: int = 3) -> GenerationDiff:
+    """Compare two generations of one (model, tenant) read model: one ``list`` of each (both are
+    held in memory). At most ``examples`` examples of each kind of change, by key order."""
+    old = {str(d.get("key")): _content(d)
+           for d in await readmodels.pinned(name, live).list(name, tenant_id)}
+    new = {str(d.get("key")): _content(d)
+           for d in await readmodels.pinned(name, shadow).list(name, tenant_id)}
+    out = GenerationDiff(live=live, shadow=shadow, live_docs=len(old), shadow_docs=len(new))
+    shown: dict[str, int] = {}
+
+    def example(key: str, change: str, fields: list[str] | None = None) -> None:
+        if shown.get(change, 0) < examples:
+            shown[change] = shown.get(change, 0) + 1
+            out.examples.append(DiffExample(key=key, change=change, fields=fields or []))
+
+    for key in sorted(old.keys() | new.keys()):
+        if key not in old:
+            out.added += 1
+            example(key, "added")
+        elif key not in new:
+            out.removed += 1
+            example(key, "removed")
+        elif old[key] != new[key]:
+            out.changed += 1
+            fields = sorted(f for f in old[key].keys() | new[key].keys()
+                            if old[key].get(f) != new[key].get(f))
+            example(key, "changed", fields)
+        else:
+            out.unchanged += 1
+    return out
+
+
+SwapMode = Literal["swap", "no", "if-unchanged"]
+
+
 class ShadowResult(msgspec.Struct, kw_only=True):
     replay: RebuildResult
     generation: int  # the generation built
@@ -185,6 +254,7 @@ class ShadowResult(msgspec.Struct, kw_only=True):
     resumed_from: int  # 0, or the seq an interrupted shadow rebuild had reached
     swapped: bool = False
     dropped_docs: int = 0  # documents of the previous generation removed after the swap
+    diff: GenerationDiff | None = None  # the shadow against the live generation, before the swap
 
 
 async def shadow_rebuild(
@@ -202,6 +272,8 @@ async def shadow_rebuild(
     batch_size: int = 1000,
     progress: Callable[[int, int], None] | None = None,
     metrics: Metrics | None = None,
+    swap: SwapMode = "swap",
+    diff_examples: int = 3,
 ) -> ShadowResult:
     """Build the next generation of ``name``'s read model for one tenant beside the live one,
     catch up, then swap the generation pointer in one compare-and-set (B3).
@@ -213,6 +285,10 @@ async def shadow_rebuild(
     generation and the seq reached; running again resumes there, ``drop_shadow`` discards it.
     A young gap is waited out (up to ``gap_wait_seconds``) rather than swapped over: events past
     it whose rows ran before the shadow existed are only in the log.
+
+    Caught up, it compares the shadow with the live generation (``diff_generations``, A3) and
+    swaps when ``swap`` is "swap", or "if-unchanged" and nothing differs; otherwise it stops
+    before the swap, the shadow left building (kept current by the rows) for a later run.
     """
     res = RebuildResult(tenant_id=tenant_id, projection=name)
     v = await readmodels.pointer(name, tenant_id, fresh=True)
@@ -254,6 +330,9 @@ async def shadow_rebuild(
         if clock.now() >= deadline:
             return out  # left building at res.cursor: run again to resume
         await sleep(min(1.0, max(0.05, deadline - clock.now())))
+    out.diff = await diff_generations(readmodels, name, tenant_id, v.active, gen, diff_examples)
+    if swap == "no" or (swap == "if-unchanged" and not out.diff.identical):
+        return out  # stopped before the swap: run again (with a swap flag) to resume and swap
     swapped = ReadModelVersions(active=gen, building=None, progress=0)
     if not await readmodels.versions.compare_and_set(name, tenant_id, cur, swapped):
         raise RebuildConflict(f"{name}/{tenant_id}: the pointer changed before the swap; the "

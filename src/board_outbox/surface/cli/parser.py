@@ -114,11 +114,16 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "stepped over. Safe while the service runs: its projection rows carry on from there.\n"
         "Readers see the model emptied and refilled; with --shadow they never do: the next\n"
         "generation is built beside the live one (the running service's projection rows\n"
-        "write both), caught up to the end of the log, then swapped in with one atomic\n"
-        "pointer update and the old one removed. An interrupted --shadow run resumes where\n"
-        "it stopped when run again; --drop-shadow discards it. Neither writes a row or\n"
-        "fires a launch. Deploy new projection code to the replicas before rebuilding.\n"
-        "Exit 3: --shadow waited --gap-wait for a young gap and left the shadow to resume.",
+        "write both) and caught up to the end of the log; then it is compared with the live\n"
+        "one (documents added, removed and changed, with examples) and, only when told\n"
+        "(--swap, or --swap-if-unchanged when nothing differs), swapped in with one atomic\n"
+        "pointer update and the old one removed. Without a swap flag --shadow stops before\n"
+        "the swap: the shadow stays, kept current by the rows, and the same command with\n"
+        "--swap resumes and swaps. An interrupted --shadow run resumes where it stopped when\n"
+        "run again; --drop-shadow discards it. Neither writes a row or fires a launch. Deploy\n"
+        "new projection code to the replicas before rebuilding. Exit 3: --shadow waited\n"
+        "--gap-wait for a young gap and left the shadow to resume; exit 1: --swap-if-unchanged\n"
+        "found differences and did not swap.",
     ),
     "audit": (
         "check that every event the cursor passed has its rows, and every row its event",
@@ -240,6 +245,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "(resumes an interrupted shadow rebuild)")
     mode.add_argument("--drop-shadow", action="store_true",
                       help="discard an interrupted shadow rebuild; the live model is untouched")
+    swap = rb.add_mutually_exclusive_group()
+    swap.add_argument("--swap", action="store_true",
+                      help="--shadow: swap the new generation in once caught up (without a swap "
+                           "flag --shadow stops before the swap and reports the diff)")
+    swap.add_argument("--swap-if-unchanged", action="store_true",
+                      help="--shadow: swap only if the new generation equals the live one "
+                           "(otherwise report the diff, keep the shadow, exit 1)")
+    rb.add_argument("--diff-examples", type=_positive_int, default=3, metavar="N",
+                    help="--shadow: examples shown per kind of difference (default 3)")
     rb.add_argument("--gap-wait", type=_positive_float, default=None, metavar="SECONDS",
                     help="--shadow: how long to wait out a young seq gap before leaving the "
                          "shadow to resume later (default: 2 x tail.young_gap_seconds)")
