@@ -10,6 +10,7 @@ service's ``/metrics`` show the same numbers. ``StallDetector`` takes the time f
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Iterable
 
 import msgspec
@@ -33,6 +34,11 @@ class TenantStatus(msgspec.Struct, kw_only=True):
     dead_letters: int
     stalled: bool = False
     stalled_for_seconds: float = 0.0
+    # A5: event insert -> row done of the tenant's rows done within the latency window (null:
+    # none done there); from the store, so every replica's work counts
+    effect_latency_p50_seconds: float | None = None
+    effect_latency_p99_seconds: float | None = None
+    effect_latency_rows: int = 0
 
 
 async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantStatus:
@@ -53,6 +59,34 @@ async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantSta
         oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
         rows=dict(sorted(rows.items())), dead_letters=rows.get(FAILED, 0),
     )
+
+
+LATENCY_WINDOW_SECONDS = 900.0
+LATENCY_SAMPLE = 10_000  # the newest done rows of the window that are read, across tenants
+
+
+class Latency(msgspec.Struct, frozen=True, kw_only=True):
+    p50: float
+    p99: float
+    rows: int
+
+
+async def effect_latency(stores: Stores, now: float, window: float = LATENCY_WINDOW_SECONDS,
+                         sample: int = LATENCY_SAMPLE) -> dict[str, Latency]:
+    """Per tenant, the p50 and p99 of event insert -> done over the rows done in the last
+    ``window`` seconds (at most the ``sample`` newest): one query for every tenant (A5)."""
+    by: dict[str, list[float]] = {}
+    for lat in await stores.outbox.done_latencies(now - window, sample):
+        by.setdefault(lat.tenant_id, []).append(lat.seconds)
+    out: dict[str, Latency] = {}
+    for tenant, values in by.items():
+        if len(values) == 1:
+            p50 = p99 = values[0]
+        else:
+            q = statistics.quantiles(values, n=100, method="inclusive")
+            p50, p99 = q[49], q[98]
+        out[tenant] = Latency(p50=round(p50, 3), p99=round(p99, 3), rows=len(values))
+    return out
 
 
 async def all_tenants(stores: Stores) -> list[str]:

@@ -50,3 +50,15 @@ def parent_and_links(traceparent: str | None) -> tuple[Context | None, list[Link
     if ctx is None:
         return None, []
     return trace.set_span_in_context(NonRecordingSpan(ctx)), [Link(ctx)]
+
+
+def trace_id_of(traceparent: str) -> str | None:
+    """The 32-hex trace id of a W3C ``traceparent`` (None: not one), e.g. for an exemplar."""
+    parts = traceparent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
+        return None
+    try:
+        int(parts[1], 16)
+    except ValueError:
+        return None
+    return parts[1]

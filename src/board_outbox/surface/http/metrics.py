@@ -8,10 +8,20 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
+
+
+def exposition(registry: CollectorRegistry, accept: str) -> tuple[str, bytes]:
+    """``/metrics``' body and content type for the scraper's ``Accept`` header: OpenMetrics
+    (with the latency histogram's trace-id exemplars, A5) when it asks for
+    ``application/openmetrics-text``, the Prometheus text format otherwise (exemplars dropped).
+    Plain function of (registry, header), so any HTTP server can serve it."""
+    encode, content_type = choose_encoder(accept)
+    return content_type, encode(registry)
 
 
 class ServiceCollector(Collector):

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.stapled import MultiListener
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from board_outbox.surface.cli.output import UsageError
 from board_outbox.surface.http.checks import liveness, readiness
-from board_outbox.surface.http.metrics import ServiceCollector
+from board_outbox.surface.http.metrics import ServiceCollector, exposition
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -51,7 +50,8 @@ class OpsServer:
                     head = await _read_head(stream)
                 if head is None:
                     return
-                status, ctype, body = await self.respond(head)
+                line, accept = head
+                status, ctype, body = await self.respond(line, accept)
                 await stream.send(_response(status, ctype, body))
             except (TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
                 return
@@ -62,7 +62,7 @@ class OpsServer:
                 except Exception:
                     return
 
-    async def respond(self, request_line: str) -> tuple[int, str, bytes]:
+    async def respond(self, request_line: str, accept: str = "") -> tuple[int, str, bytes]:
         parts = request_line.split()
         if len(parts) < 2:
             return 400, "text/plain", b"bad request\n"
@@ -79,7 +79,8 @@ class OpsServer:
                 "status": "ready" if not failing else "not ready", "failing": failing,
                 "stalled_tenants": stalled})
         if path == "/metrics":
-            return 200, CONTENT_TYPE_LATEST, generate_latest(self.service.metrics.prom.registry)
+            ctype, body = exposition(self.service.metrics.prom.registry, accept)
+            return 200, ctype, body
         return 404, "text/plain", b"not found: try /healthz, /readyz or /metrics\n"
 
 
@@ -87,7 +88,8 @@ def _json(status: int, doc: object) -> tuple[int, str, bytes]:
     return status, "application/json", json.dumps(doc, sort_keys=True).encode() + b"\n"
 
 
-async def _read_head(stream: SocketStream) -> str | None:
+async def _read_head(stream: SocketStream) -> tuple[str, str] | None:
+    """The request line and the ``Accept`` header ("" when absent)."""
     buf = b""
     while b"\r\n\r\n" not in buf and b"\n\n" not in buf:
         try:
@@ -97,8 +99,11 @@ async def _read_head(stream: SocketStream) -> str | None:
         buf += chunk
         if len(buf) > MAX_REQUEST:
             return None
-    line = buf.split(b"\n", 1)[0].strip()
-    return line.decode("latin-1") if line else None
+    lines = buf.decode("latin-1").split("\n")
+    line = lines[0].strip()
+    accept = next((h.split(":", 1)[1].strip() for h in lines[1:]
+                   if h.lower().startswith("accept:")), "")
+    return (line, accept) if line else None
 
 
 def _response(status: int, ctype: str, body: bytes) -> bytes:
