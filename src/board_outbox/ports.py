@@ -308,13 +308,26 @@ class ChangeFeed(Protocol):
         on a transient error."""
         ...
 
+    async def history_start(self) -> float | None:
+        """Epoch seconds of the oldest change the feed can still resume after, from the server's
+        own figures (Mongo: the first ``local.oplog.rs`` entry's wall time); None when the server
+        will not say (no permission on ``local``, not a replica set). A2."""
+        ...
+
 
 class ResumeTokenStore(Protocol):
     async def load(self) -> Any | None: ...
 
-    async def save(self, token: Any) -> None: ...
+    async def save(self, token: Any) -> None:
+        """Persist the token, with the time it was saved (Mongo: the server's clock)."""
+        ...
 
     async def clear(self) -> None: ...
+
+    async def saved_at(self) -> float | None:
+        """Epoch seconds the token was last saved (None: no token); a token's clusterTime is at
+        most this, so the history headroom (A2) reads at most a save interval high."""
+        ...
 
 
 

@@ -89,6 +89,21 @@ async def effect_latency(stores: Stores, now: float, window: float = LATENCY_WIN
     return out
 
 
+async def history_headroom(stores: Stores) -> float | None:
+    """How far the saved resume token is from falling off the change stream's history (A2):
+    the token's save time minus the time of the oldest change the server still keeps (the
+    oplog window minus the token's age). Negative: the token is gone and the next resume of it
+    fails (the waker then drops it and polls, C1). None: no token, or the server will not say.
+    Two reads: the token's document and the first oplog entry."""
+    if stores.feed is None or stores.tokens is None:
+        return None
+    saved = await stores.tokens.saved_at()
+    if saved is None:
+        return None
+    start = await stores.feed.history_start()
+    return None if start is None else round(saved - start, 3)
+
+
 async def all_tenants(stores: Stores) -> list[str]:
     """Every tenant the store knows: allocated events, subscriptions, or live rows."""
     found = (await stores.events.tenants()) | (await stores.subs.tenants())

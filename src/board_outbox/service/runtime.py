@@ -27,7 +27,13 @@ from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
-from board_outbox.service.health import StallDetector, TenantStatus, all_tenants, tenant_status
+from board_outbox.service.health import (
+    StallDetector,
+    TenantStatus,
+    all_tenants,
+    history_headroom,
+    tenant_status,
+)
 from board_outbox.service.plugins import build_handlers, register_projections
 
 log = logging.getLogger("board_outbox.service")
@@ -123,6 +129,7 @@ class Service:
         # per-tenant status costs several reads per tenant per refresh: only while the operator
         # endpoints serve it (the ops server turns it on)
         self.status_enabled = False
+        self.history_headroom: float | None = None  # seconds (A2), refreshed with the status
         # A1: the bounded, incremental completeness audit of the tenants this replica owns
         self.audit = BackgroundAudit(
             Auditor(self.tail, done_ttl_seconds=config.audit.done_ttl_seconds), config.audit)
@@ -272,6 +279,7 @@ class Service:
         self.metrics.rows = await self.stores.outbox.count_by_state()
         if self.status_enabled:
             await self.refresh_status()
+            self.history_headroom = await history_headroom(self.stores)  # A2
 
     async def refresh_status(self) -> None:
         """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""

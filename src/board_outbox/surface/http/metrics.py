@@ -87,3 +87,9 @@ class ServiceCollector(Collector):
         yield outcomes
         yield GaugeMetricFamily("board_outbox_change_stream_open", "1 while the change stream is open",
                                 value=int(svc.stream_open))
+        if svc.history_headroom is not None:
+            yield GaugeMetricFamily(
+                "board_outbox_change_stream_headroom_seconds",
+                "the saved resume token's save time minus the oldest change the server keeps "
+                "(oplog window minus token age); below 0 the token can no longer resume",
+                value=svc.history_headroom, unit="seconds")
