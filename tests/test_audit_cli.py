@@ -7,6 +7,7 @@ and a replay writes what the current rules owe."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import subprocess
 import sys
@@ -245,3 +246,42 @@ async def test_the_service_audit_and_the_commands_find_a_deleted_row_and_an_orph
             service.stop()
     assert sorted(r.seq for r in launcher.launches if r.sub_id == "late") == [7, 8]
     assert sorted(r.seq for r in launcher.launches if r.sub_id == "s") == [1, 5]
+
+
+@pytest.mark.anyio
+async def test_the_background_audit_rides_out_a_failing_store(caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """R1: the audit loop logs a failed pass and tries again; it never ends the service."""
+    from board_outbox.model.errors import StoreUnavailable
+
+    caplog.set_level(logging.WARNING, logger="board_outbox")
+    backend = MemoryBackend()
+    await backend.board.put(Card(tenant_id=T, card_id="c"))
+    for _ in range(3):
+        await backend.events.emit(T, "card.updated", "c", time.time())
+    real = backend.outbox.rows_between
+    fails = 3
+
+    async def flaky(*args: Any) -> Any:
+        nonlocal fails
+        if fails:
+            fails -= 1
+            raise StoreUnavailable("rows_between: connection reset")
+        return await real(*args)
+
+    monkeypatch.setattr(backend.outbox, "rows_between", flaky)
+    cfg = load_config(env={}, tail={"seed": "earliest", "poll_interval_seconds": 0.05},
+                      worker={"idle_seconds": 0.02}, audit={"interval_seconds": 0.02})
+    service = Service(backend.stores(), cfg, rng=random.Random(1))
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(service.run)
+            while service.audit.head.get(T) != 3:
+                await anyio.sleep(0.02)
+            assert backend.outbox.delete_raw(f"{T}/2/proj/board-reflect")
+            while service.audit.missing_rows().get(T) != 1:
+                await anyio.sleep(0.02)
+            assert service.loops["audit"] is True
+            service.stop()
+    assert fails == 0
+    assert sum("audit pass failed: StoreUnavailable" in r.getMessage() for r in caplog.records) == 3
