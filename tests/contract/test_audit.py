@@ -102,19 +102,46 @@ async def test_a_row_owed_for_an_event_older_than_the_ttl_is_presumed_expired(ki
 async def test_background_audit_is_bounded_finds_old_deletions_and_forgets_repairs(kit: Kit) -> None:
     tail = await _materialized(kit, n=6)
     bg = BackgroundAudit(Auditor(tail, batch_size=2), AuditSettings(batch_events=4))
-    await bg.tick([T])
+    cursors = {T: 6}
+    await bg.tick(cursors)
     assert bg.head[T] == 4 and bg.events_audited == 4  # bounded: 4 events per pass
-    await bg.tick([T])  # the head's 2 new events, then the sweep: seqs 1-2
-    assert bg.head[T] == 6 and bg.sweep[T] == 2 and bg.missing_rows() == {T: 0}
+    await bg.tick(cursors)  # the head's 2 new events, then the sweep: seqs 1-2
+    assert bg.head[T] == 6 and bg.sweep[T] == 2 and bg.events_audited == 8
+    assert bg.missing_rows() == {T: 0}
     assert kit.delete_raw_row is not None
     await kit.delete_raw_row(f"{T}/1/proj/board-reflect")  # long after seq 1 was audited
-    await bg.tick([T])  # nothing new at the head; the sweep: seqs 3-6
-    assert bg.sweep[T] == 6 and bg.missing_rows() == {T: 0}
-    await bg.tick([T])  # the sweep reached the head: it starts over from seq 1
+    await bg.tick(cursors)  # nothing new at the head; the sweep: seqs 3-6, then it starts over
+    assert bg.sweep[T] == 0 and bg.missing_rows() == {T: 0}
+    await bg.tick(cursors)  # the sweep from seq 1 again
     assert bg.missing_rows() == {T: 1}
     await Auditor(tail).audit(T, repair=True)
-    await bg.tick([T])
+    await bg.tick(cursors)
     assert bg.missing_rows() == {T: 0}
+
+
+async def test_background_audit_shares_one_budget_across_tenants(kit: Kit) -> None:
+    await kit.card("t2", "c")
+    for _ in range(3):
+        await kit.emit("t2", "card.updated", "c")
+    tail = await _materialized(kit, n=6)
+    await tail.drain_all(["t2"])
+    bg = BackgroundAudit(Auditor(tail, batch_size=2), AuditSettings(batch_events=4))
+    cursors = {T: 6, "t2": 3}
+    seen = []
+    for _ in range(6):
+        before = bg.events_audited
+        await bg.tick(cursors)
+        seen.append(bg.events_audited - before)
+    assert all(n <= 4 for n in seen) and sum(seen) == 24  # never more than the budget per pass
+    assert bg.head == {T: 6, "t2": 3}
+    assert kit.delete_raw_row is not None
+    await kit.delete_raw_row("t2/3/proj/board-reflect")
+    for _ in range(4):  # one sweep round over both tenants (9 events) fits in 3 passes
+        await bg.tick(cursors)
+    assert bg.missing_rows() == {T: 0, "t2": 1}
+    idle = bg.events_audited
+    await bg.tick({})  # no tenant owned: nothing audited
+    assert bg.events_audited == idle
 
 
 async def test_replay_plans_under_the_current_rules_and_writes_only_what_is_not_stored(kit: Kit) -> None:

@@ -27,7 +27,7 @@ bulk upsert.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 
 import msgspec
 from opentelemetry import trace
@@ -50,7 +50,7 @@ class AuditSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     enabled: bool = True
     interval_seconds: Pos = 30.0
-    # events audited per tenant per interval: what bounds the background audit's cost
+    # events audited per pass, across the replica's tenants: what bounds the audit's cost
     batch_events: PosInt = 500
     done_ttl_seconds: Pos = float(DONE_TTL_SECONDS)
 
@@ -204,48 +204,69 @@ class Auditor:
 
 
 class BackgroundAudit:
-    """The service's bounded, incremental audit. Each pass spends at most ``batch_events``
-    events per tenant: first on the events the cursor passed since the last pass (the head),
-    then, with what is left, on a sweep that walks the older log and starts over from seq 1
-    when it reaches the head, so a row deleted long after its event was audited is found too.
-    Rows found missing are re-checked every pass (one ``existing_keys`` query per tenant), so a
+    """The service's bounded, incremental audit. Each pass audits at most ``batch_events`` events
+    in all, across the tenants it is given: first the events each cursor passed since the last
+    pass (a tenant whose cursor did not move costs nothing), then, with what is left, a sweep
+    over the older log, one tenant after the other, each from seq 1 up to what the head audit
+    reached, so a row deleted long after its event was audited is found too. Rows found missing
+    are re-checked every pass (one ``existing_keys`` query per tenant that has some), so a
     repaired row stops counting."""
 
     def __init__(self, auditor: Auditor, settings: AuditSettings) -> None:
         self.auditor = auditor
         self.settings = settings
         self.head: dict[str, int] = {}  # tenant -> seq the head audit reached
-        self.sweep: dict[str, int] = {}  # tenant -> seq the sweep reached
+        self.sweep: dict[str, int] = {}  # tenant -> seq the sweep reached (0: not started)
+        self.sweeping: str | None = None  # the tenant the sweep is on
         self.missing: dict[str, dict[str, int]] = {}  # tenant -> row key -> seq
         self.events_audited = 0
 
     def missing_rows(self) -> dict[str, int]:
         return {t: len(keys) for t, keys in sorted(self.missing.items())}
 
-    async def tick(self, tenants: Sequence[str]) -> None:
+    async def tick(self, cursors: Mapping[str, int]) -> None:
+        """One pass over these tenants (tenant -> cursor, as ``CursorStore.all`` reads them)."""
         outbox = self.auditor.tail.outbox
+        tenants = sorted(t for t, c in cursors.items() if is_seq(c))
         for tenant in tenants:
             known = self.missing.setdefault(tenant, {})
             if known:
                 for key in await outbox.existing_keys(list(known)):
                     known.pop(key, None)
-            budget = self.settings.batch_events
+        budget = self.settings.batch_events
+        for tenant in tenants:  # 1. the head: events passed since the last pass
             head = self.head.get(tenant, 0)
-            rep = await self.auditor.audit(tenant, after=head, max_events=budget)
-            self._found(tenant, known, rep)
+            if budget <= 0:
+                break
+            if cursors[tenant] <= head:
+                continue
+            rep = await self.auditor.audit(tenant, after=head, max_events=budget,
+                                           upto=cursors[tenant])
+            self._found(tenant, rep)
             self.head[tenant] = rep.upto
-            budget -= rep.events
-            sweep = self.sweep.get(tenant, 0)
-            if budget > 0 and rep.upto > 0:
-                if sweep >= rep.upto:
-                    sweep = 0  # the sweep reached the head: start over
-                more = await self.auditor.audit(tenant, after=sweep, max_events=budget,
-                                                upto=rep.upto)
-                self._found(tenant, known, more)
-                self.sweep[tenant] = more.upto
+            budget -= max(1, rep.events)
+        order = [t for t in tenants if self.head.get(t, 0) > 0]
+        if not order or budget <= 0:
+            return
+        i = order.index(self.sweeping) if self.sweeping in order else 0
+        for _ in range(len(order)):  # 2. the sweep, tenant after tenant
+            tenant = order[i % len(order)]
+            rep = await self.auditor.audit(tenant, after=self.sweep.get(tenant, 0),
+                                           max_events=budget, upto=self.head[tenant])
+            self._found(tenant, rep)
+            budget -= max(1, rep.events)
+            if rep.upto < self.head[tenant]:
+                self.sweep[tenant] = rep.upto  # out of budget: carry on here next pass
+                break
+            self.sweep[tenant] = 0  # swept up to the head: the next tenant's turn
+            i += 1
+            if budget <= 0:
+                break
+        self.sweeping = order[i % len(order)]
 
-    def _found(self, tenant: str, known: dict[str, int], rep: AuditReport) -> None:
+    def _found(self, tenant: str, rep: AuditReport) -> None:
         self.events_audited += rep.events
+        known = self.missing.setdefault(tenant, {})
         fresh = [f for f in rep.missing if f.row_key not in known]
         for f in fresh:
             if len(known) < MISSING_KEYS_KEPT:

@@ -306,11 +306,12 @@ class Service:
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
 
     async def _audit_loop(self) -> None:
-        """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` newly passed
-        events of each owned tenant; any error is logged and the next pass tries again."""
+        """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` events of
+        the owned tenants (``BackgroundAudit.tick``); a failed pass is logged, the next retries."""
         while not self.stopping:
             try:
-                await self.audit.tick(self.ownership.owned(sorted(await self.stores.cursors.all())))
+                cursors = await self.stores.cursors.all()
+                await self.audit.tick({t: c for t, c in cursors.items() if self.ownership.owns(t)})
             except Exception as exc:
                 log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.audit.interval_seconds)
