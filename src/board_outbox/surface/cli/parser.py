@@ -98,7 +98,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "create the MongoDB indexes (idempotent)",
         "Create trigger_effects' (tenant_id, state, not_before) index, its unique row-key\n"
         "index and the partial TTL index expiring done rows after 7 days (failed rows never\n"
-        "expire), plus the board_events and read-model indexes. Safe to run repeatedly.",
+        "expire), its (tenant_id, seq) index (the audit and replays read by it), plus the\n"
+        "board_events and read-model indexes. Safe to run repeatedly.",
     ),
     "dead-letters": (
         "list, show, replay or purge failed rows",
