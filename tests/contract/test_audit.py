@@ -165,3 +165,22 @@ async def test_replay_plans_under_the_current_rules_and_writes_only_what_is_not_
     assert len(await kit.rows(T)) == before + 3
     twice = await replay_range(tail, T, since=3, dry_run=False)
     assert twice.written == 0 and twice.count("fire") == 0 and twice.count("queued") >= 3
+
+
+async def test_the_sweep_visits_a_bounded_number_of_tenants_per_pass(kit: Kit) -> None:
+    tenants = [f"t{i}" for i in range(5)]
+    for t in tenants:
+        await kit.card(t, "c")
+        await kit.emit(t, "card.updated", "c")
+    tail = kit.tail(PROJ, seed="earliest")
+    await tail.drain_all(tenants)
+    bg = BackgroundAudit(Auditor(tail), AuditSettings(batch_events=100, sweep_tenants_per_pass=2))
+    cursors = dict.fromkeys(tenants, 1)
+    await bg.tick(cursors)  # every head (5 events), then the sweep: 2 tenants
+    assert bg.events_audited == 5 + 2 and bg.sweeping == "t2"
+    await bg.tick(cursors)  # nothing new: the sweep only, the next 2 tenants
+    assert bg.events_audited == 9 and bg.sweeping == "t4"
+    assert kit.delete_raw_row is not None
+    await kit.delete_raw_row("t0/1/proj/board-reflect")
+    await bg.tick(cursors)  # t4, then round again to t0
+    assert bg.sweeping == "t1" and bg.missing_rows()["t0"] == 1

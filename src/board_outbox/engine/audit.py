@@ -52,6 +52,9 @@ class AuditSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     interval_seconds: Pos = 30.0
     # events audited per pass, across the replica's tenants: what bounds the audit's cost
     batch_events: PosInt = 500
+    # tenants the sweep over older events visits per pass at most (each visit is at least five
+    # reads): keeps an idle replica's audit at a constant cost whatever the tenant count
+    sweep_tenants_per_pass: PosInt = 10
     done_ttl_seconds: Pos = float(DONE_TTL_SECONDS)
 
 
@@ -249,7 +252,7 @@ class BackgroundAudit:
         if not order or budget <= 0:
             return
         i = order.index(self.sweeping) if self.sweeping in order else 0
-        for _ in range(len(order)):  # 2. the sweep, tenant after tenant
+        for _ in range(min(len(order), self.settings.sweep_tenants_per_pass)):  # 2. the sweep
             tenant = order[i % len(order)]
             rep = await self.auditor.audit(tenant, after=self.sweep.get(tenant, 0),
                                            max_events=budget, upto=self.head[tenant])
