@@ -1326,6 +1326,50 @@ def test_bad_cli_argument_is_a_usage_error(args: list[str],
     assert "error: argument" in err and "Traceback" not in err
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["memory", "mongomock"])
+async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
+    """A1, A5: rows with a seq that is not an int, no row key, a done_at that is not a date or an
+    event time that is not a number are left out of the audit and the latency summary, one
+    document at a time; the good rows around them still count."""
+    from board_outbox.engine.audit import Auditor
+    from board_outbox.service.health import effect_latency
+    from tests.support.kits import memory_kit
+
+    if backend == "memory":
+        kit = memory_kit()
+    else:
+        from board_outbox.adapters.mongo import ensure_schema
+        from tests.support.mongomock_async import mock_database
+
+        db = mock_database()
+        await ensure_schema(db)
+        kit = mongo_kit(db, "mongomock")
+    await kit.card("t1", "c")
+    for _ in range(3):
+        await kit.emit("t1", "card.updated", "c")
+    tail = kit.tail(("board-reflect",), seed="earliest")
+    await tail.drain_all(["t1"])
+    now = kit.clock.now()
+    from datetime import UTC, datetime
+
+    done = datetime.fromtimestamp(now, UTC)
+    for bad in ({"row_key": "t1/2.5/proj/x", "seq": 2.5}, {"seq": 2}, {"row_key": ["t1/2"], "seq": 2},
+                {"row_key": "t1/1/x", "seq": 1, "state": "done", "done_at": "today",
+                 "event": {"at": now}},
+                {"row_key": "t1/1/y", "seq": 1, "state": "done", "done_at": done,
+                 "event": {"at": "then"}},
+                {"row_key": "t1/1/z", "seq": 1, "state": "done", "done_at": done, "event": "e"}):
+        await kit.insert_raw_row({"tenant_id": "t1", "kind": "projection", **bad})
+    await kit.insert_raw_row({"tenant_id": "t1", "row_key": "t1/1/ok", "seq": 1, "state": "done",
+                              "kind": "launch", "done_at": done, "event": {"at": now - 2}})
+    rep = await Auditor(tail).audit("t1")
+    assert rep.missing == [] and rep.events == 3
+    assert sorted(f.row_key for f in rep.orphaned) == ["t1/1/ok", "t1/1/x", "t1/1/y", "t1/1/z"]
+    lat = await effect_latency(kit.stores, now + 1)
+    assert lat["t1"].rows == 1 and lat["t1"].p50 == 2.0
+
+
 # --- note table (issue 14): input -> behaviour before -> behaviour after ---------------------
 #
 # row claimed, lease past, attempts:"3"   -> reclaim $inc StoreError ends the process, crash-loops
@@ -1368,6 +1412,8 @@ def test_bad_cli_argument_is_a_usage_error(args: list[str],
 # subscription of a kind nobody handles   -> (no kind field)
 #                                          -> its rows are written and dead-lettered ("no effect
 #                                             handler registered"); the tail says so once
+# row seq 2.5 / no row_key / done_at "today" / event.at "then" (audit, status latency; A1, A5)
+#                                          -> (new) left out one document at a time; others count
 #
 # --- note table (issue 20): input -> before -> after -----------------------------------------
 #

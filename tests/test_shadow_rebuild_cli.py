@@ -50,7 +50,7 @@ def test_shadow_rebuild_command_swaps_and_drop_has_nothing_to_drop(
             await backend.events.emit(T, "card.created", f"c{i}", time.time() - 3600)
 
     anyio.run(seed)
-    assert run_cli(backend, "rebuild", P, "--tenant", T, "--shadow") == 0
+    assert run_cli(backend, "rebuild", P, "--tenant", T, "--shadow", "--swap") == 0
     out = capsys.readouterr()
     assert "generation 1 (from seq 0): 4 events applied up to seq 4" in out.out
     assert "swapped: readers now see generation 1; generation 0 removed (0 documents)" in out.out
@@ -59,7 +59,7 @@ def test_shadow_rebuild_command_swaps_and_drop_has_nothing_to_drop(
     model = anyio.run(backend.readmodels.list, f"{P}#1", T)
     assert [d["key"] for d in model] == ["c0", "c1", "c2", "c3"]
     # again: generation 2 replaces generation 1
-    assert run_cli(backend, "rebuild", P, "--tenant", T, "--shadow") == 0
+    assert run_cli(backend, "rebuild", P, "--tenant", T, "--shadow", "--swap") == 0
     assert "generation 1 removed (4 documents)" in capsys.readouterr().out
     assert run_cli(backend, "rebuild", P, "--tenant", T, "--drop-shadow") == 0
     assert "no shadow rebuild of board-reflect for t1 to drop" in capsys.readouterr().out
@@ -170,7 +170,7 @@ log_format = "json"
         t.start()
         try:
             rb = subprocess.run([sys.executable, "-m", "board_outbox", "rebuild", P, "--tenant",
-                                 T, "--shadow", "--config", str(cfg)],
+                                 T, "--shadow", "--swap", "--config", str(cfg)],
                                 env=env, capture_output=True, text=True, timeout=120)
         finally:
             stop.set()

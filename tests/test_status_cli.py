@@ -26,7 +26,8 @@ from tests.support.live_mongo import LiveServer
 T = "t1"
 FIELDS = ["tenant_id", "cursor", "allocated_seq", "lag_events", "lag_seconds",
           "oldest_pending_age_seconds", "rows", "dead_letters", "stalled", "stalled_for_seconds",
-          "problems"]
+          "problems", "effect_latency_p50_seconds", "effect_latency_p99_seconds",
+          "effect_latency_rows"]
 
 
 def factory_for(backend: MemoryBackend) -> Any:

@@ -16,12 +16,14 @@ from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.records import (
     Change,
     Claim,
+    DoneLatency,
     EventRecord,
     LaunchRequest,
     Member,
     PushRecent,
     ReadModelVersions,
     RowFilter,
+    RowIdentity,
     RowSummary,
     UpsertIfNewer,
     UpsertResult,
@@ -35,6 +37,7 @@ __all__ = [
     "Claim",
     "ConsumeOutcome",
     "CursorStore",
+    "DoneLatency",
     "EffectOutbox",
     "EventLog",
     "EventRecord",
@@ -50,6 +53,7 @@ __all__ = [
     "ReadModelVersions",
     "ResumeTokenStore",
     "RowFilter",
+    "RowIdentity",
     "RowSummary",
     "StatusStore",
     "Stores",
@@ -207,6 +211,22 @@ class EffectOutbox(Protocol):
         """Delete failed rows matching the filter (other states are never purged)."""
         ...
 
+    # --- read-only: the completeness audit, the replays and the latency summary (A1, A4, A5)
+
+    async def rows_between(self, tenant_id: str, after_seq: int, upto_seq: int) -> list[RowIdentity]:
+        """The tenant's rows with ``after_seq < seq <= upto_seq``, by seq, in one query (Mongo:
+        the ``tenant_seq`` index); a document without a usable row key or seq is left out."""
+        ...
+
+    async def existing_keys(self, row_keys: Collection[str]) -> set[str]:
+        """Which of ``row_keys`` are stored, in one query (only the keys come back)."""
+        ...
+
+    async def done_latencies(self, since: float, limit: int) -> list[DoneLatency]:
+        """Event insert -> done of the ``limit`` newest rows done at or after ``since``, across
+        every tenant, in one query; rows that do not say (no event time) are left out."""
+        ...
+
 
 class SubscriptionStore(Protocol):
     async def get(self, sub_id: str) -> Subscription:
@@ -284,13 +304,26 @@ class ChangeFeed(Protocol):
         on a transient error."""
         ...
 
+    async def history_start(self) -> float | None:
+        """Epoch seconds of the oldest change the feed can still resume after, from the server's
+        own figures (Mongo: the first ``local.oplog.rs`` entry's wall time); None when the server
+        will not say (no permission on ``local``, not a replica set). A2."""
+        ...
+
 
 class ResumeTokenStore(Protocol):
     async def load(self) -> Any | None: ...
 
-    async def save(self, token: Any) -> None: ...
+    async def save(self, token: Any) -> None:
+        """Persist the token, with the time it was saved (Mongo: the server's clock)."""
+        ...
 
     async def clear(self) -> None: ...
+
+    async def saved_at(self) -> float | None:
+        """Epoch seconds the token was last saved (None: no token); a token's clusterTime is at
+        most this, so the history headroom (A2) reads at most a save interval high."""
+        ...
 
 
 

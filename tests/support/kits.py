@@ -65,6 +65,8 @@ class Kit:
     raw_row: Callable[[str], Awaitable[dict[str, Any] | None]]
     clock: ManualClock = field(default_factory=ManualClock)
     rm_versions: ReadModelVersionStore | None = None
+    # delete a row behind the service's back (what the completeness audit must find)
+    delete_raw_row: Callable[[str], Awaitable[None]] | None = None
     faults: FaultInjector = field(default_factory=FaultInjector)
     launcher: MemoryLauncher = field(default_factory=MemoryLauncher)
 
@@ -163,11 +165,14 @@ def memory_kit() -> Kit:
     async def get_raw_row(key: str) -> dict[str, Any] | None:
         return b.outbox.raw(key)
 
+    async def delete_row(key: str) -> None:
+        assert b.outbox.delete_raw(key)
+
     return Kit(
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
-        rm_versions=b.rm_versions,
+        rm_versions=b.rm_versions, delete_raw_row=delete_row,
     )
 
 
@@ -198,9 +203,14 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def raw_card(tenant: str, card_id: str, doc: dict[str, Any]) -> None:
         await board.put_raw(tenant, card_id, doc)
 
+    async def delete_row(key: str) -> None:
+        res = await db["trigger_effects"].delete_one({"row_key": key})
+        assert res.deleted_count == 1
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
         readmodels=MongoReadModelStore(db), insert_raw_event=raw_event, insert_raw_row=raw_row,
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
+        delete_raw_row=delete_row,
     )

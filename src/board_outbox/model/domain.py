@@ -24,6 +24,8 @@ CLAIMED: Final = "claimed"
 DONE: Final = "done"
 FAILED: Final = "failed"
 LIVE_STATES: Final = (PENDING, CLAIMED)
+# done rows expire this long after ``done_at`` (the TTL index, M11b); dead-letters never do
+DONE_TTL_SECONDS: Final = 7 * 24 * 3600
 
 _ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 

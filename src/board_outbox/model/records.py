@@ -106,3 +106,23 @@ class RowSummary(msgspec.Struct, kw_only=True):
 
     rows: dict[str, int]
     oldest_live_created_at: float | None = None
+
+
+class RowIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    """The identifying fields of one stored row, as the audit and the replays read them
+    (``EffectOutbox.rows_between``): no event snapshot, no history."""
+
+    row_key: str
+    seq: int
+    kind: str
+    state: str
+    sub_id: str | None = None
+    projection: str | None = None
+
+
+class DoneLatency(msgspec.Struct, frozen=True, kw_only=True):
+    """One done row's event insert -> done time (``EffectOutbox.done_latencies``, A5)."""
+
+    tenant_id: str
+    kind: str
+    seconds: float

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 import msgspec
@@ -19,6 +19,7 @@ from board_outbox.model.domain import (
     CLAIMED,
     DONE,
     FAILED,
+    LAUNCH,
     PENDING,
     EffectRow,
     ErrorEntry,
@@ -27,7 +28,7 @@ from board_outbox.model.domain import (
     check_kind,
 )
 from board_outbox.model.errors import InvalidId
-from board_outbox.model.records import ReadModelVersions
+from board_outbox.model.records import DoneLatency, ReadModelVersions, RowIdentity
 
 MAX_ERROR_CHARS = 2000  # every logged or stored error text is capped at this
 MAX_SEQ = 2**63 - 1  # the counter is a BSON long
@@ -314,3 +315,31 @@ def resume_token_problem(token: object) -> str | None:
     if not isinstance(data, (str, bytes)) or not data:
         return f"token has no _data string ({cap(repr(token), 100)})"
     return None
+
+
+def row_summary(doc: Mapping[str, Any]) -> RowIdentity | None:
+    """The audit's view of a stored row (R2: checked here, one document at a time). None: the
+    document has no usable row key or seq, so it names no event (the stuck-row sweep and
+    ``dead-letters`` deal with it); a missing ``kind`` reads as a launch."""
+    key, seq, kind, state = doc.get("row_key"), doc.get("seq"), doc.get("kind", LAUNCH), doc.get("state")
+    if not isinstance(key, str) or not isinstance(seq, int) or not is_seq(seq):
+        return None
+    sub, proj = doc.get("sub_id"), doc.get("projection")
+    return RowIdentity(row_key=key, seq=int(seq), kind=kind if isinstance(kind, str) else "?",
+                      state=state if isinstance(state, str) else "?",
+                      sub_id=sub if isinstance(sub, str) else None,
+                      projection=proj if isinstance(proj, str) else None)
+
+
+def done_latency(doc: Mapping[str, Any]) -> DoneLatency | None:
+    """A done row's event insert -> done time in seconds (A5); None when the row does not say
+    (no event time, a ``done_at`` that is not a date, a tenant that is not a string)."""
+    tenant, done_at, kind = doc.get("tenant_id"), doc.get("done_at"), doc.get("kind", LAUNCH)
+    event = doc.get("event")
+    at = event.get("at") if isinstance(event, Mapping) else None
+    if not isinstance(tenant, str) or not isinstance(done_at, datetime) or not _num(at) or at <= 0:
+        return None
+    if done_at.tzinfo is None:  # a driver without tz_aware: BSON dates are UTC
+        done_at = done_at.replace(tzinfo=UTC)
+    return DoneLatency(tenant_id=tenant, kind=kind if isinstance(kind, str) else "?",
+                       seconds=max(0.0, done_at.timestamp() - float(at)))

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from board_outbox.engine.audit import AuditSettings
 from board_outbox.engine.membership import MembershipSettings
 from board_outbox.engine.tail import TailSettings
 from board_outbox.engine.worker import WorkerSettings
@@ -76,6 +77,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     launcher: LauncherConfig = LauncherConfig()
     membership: MembershipSettings = MembershipSettings()
     ui: UiConfig = UiConfig()
+    audit: AuditSettings = AuditSettings()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -150,7 +152,7 @@ def validate(cfg: Config) -> Config:
 _SECTION_TYPES: dict[str, type] = {
     "store": StoreConfig, "tail": TailSettings, "worker": WorkerSettings,
     "service": ServiceConfig, "launcher": LauncherConfig, "membership": MembershipSettings,
-    "ui": UiConfig,
+    "ui": UiConfig, "audit": AuditSettings,
 }
 ENV_PREFIX = "BOARD_OUTBOX_"
 _SECTIONS = {*_SECTION_TYPES, "handlers"}

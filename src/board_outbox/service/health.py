@@ -10,6 +10,7 @@ service's ``/metrics`` show the same numbers. ``StallDetector`` takes the time f
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Iterable
 
 import msgspec
@@ -40,6 +41,11 @@ class TenantStatus(msgspec.Struct, kw_only=True):
     # R1/R2: what is wrong with this tenant's own documents (a cursor or counter that does not
     # parse, a cursor ahead of its counter); empty when nothing is
     problems: list[str] = msgspec.field(default_factory=list)
+    # A5: event insert -> row done of the tenant's rows done within the latency window (null:
+    # none done there); from the store, so every replica's work counts
+    effect_latency_p50_seconds: float | None = None
+    effect_latency_p99_seconds: float | None = None
+    effect_latency_rows: int = 0
 
 
 async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantStatus:
@@ -114,6 +120,49 @@ def _broken(tenant_id: str, problem: str) -> TenantStatus:
     return TenantStatus(tenant_id=tenant_id, cursor=0, allocated_seq=0, lag_events=0,
                         lag_seconds=0.0, oldest_pending_age_seconds=None, rows={},
                         dead_letters=0, problems=[problem])
+
+
+LATENCY_WINDOW_SECONDS = 900.0
+LATENCY_SAMPLE = 10_000  # the newest done rows of the window that are read, across tenants
+
+
+class Latency(msgspec.Struct, frozen=True, kw_only=True):
+    p50: float
+    p99: float
+    rows: int
+
+
+async def effect_latency(stores: Stores, now: float, window: float = LATENCY_WINDOW_SECONDS,
+                         sample: int = LATENCY_SAMPLE) -> dict[str, Latency]:
+    """Per tenant, the p50 and p99 of event insert -> done over the rows done in the last
+    ``window`` seconds (at most the ``sample`` newest): one query for every tenant (A5)."""
+    by: dict[str, list[float]] = {}
+    for lat in await stores.outbox.done_latencies(now - window, sample):
+        by.setdefault(lat.tenant_id, []).append(lat.seconds)
+    out: dict[str, Latency] = {}
+    for tenant, values in by.items():
+        if len(values) == 1:
+            p50 = p99 = values[0]
+        else:
+            q = statistics.quantiles(values, n=100, method="inclusive")
+            p50, p99 = q[49], q[98]
+        out[tenant] = Latency(p50=round(p50, 3), p99=round(p99, 3), rows=len(values))
+    return out
+
+
+async def history_headroom(stores: Stores) -> float | None:
+    """How far the saved resume token is from falling off the change stream's history (A2):
+    the token's save time minus the time of the oldest change the server still keeps (the
+    oplog window minus the token's age). Negative: the token is gone and the next resume of it
+    fails (the waker then drops it and polls, C1). None: no token, or the server will not say.
+    Two reads: the token's document and the first oplog entry."""
+    if stores.feed is None or stores.tokens is None:
+        return None
+    saved = await stores.tokens.saved_at()
+    if saved is None:
+        return None
+    start = await stores.feed.history_start()
+    return None if start is None else round(saved - start, 3)
 
 
 async def all_tenants(stores: Stores) -> list[str]:

@@ -14,6 +14,7 @@ import anyio
 import anyio.lowlevel
 from opentelemetry import trace
 
+from board_outbox.engine.audit import Auditor, BackgroundAudit
 from board_outbox.engine.generations import versioned
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.membership import Ownership, new_member_id
@@ -28,7 +29,12 @@ from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
 from board_outbox.model.validation import OnceLog, cap
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
-from board_outbox.service.health import StallDetector, TenantStatus, tenant_statuses
+from board_outbox.service.health import (
+    StallDetector,
+    TenantStatus,
+    history_headroom,
+    tenant_statuses,
+)
 from board_outbox.service.plugins import build_handlers, register_projections
 
 log = logging.getLogger("board_outbox.service")
@@ -139,6 +145,10 @@ class Service:
         # tenant's figures): only while the operator endpoints serve it (the ops server turns
         # it on)
         self.status_enabled = False
+        self.history_headroom: float | None = None  # seconds (A2), refreshed with the status
+        # A1: the bounded, incremental completeness audit of the tenants this replica owns
+        self.audit = BackgroundAudit(
+            Auditor(self.tail, done_ttl_seconds=config.audit.done_ttl_seconds), config.audit)
 
     # --- control ---------------------------------------------------------------------------
 
@@ -185,6 +195,8 @@ class Service:
             tg.start_soon(self._alive, "metrics", self._metrics_loop)
             if self.ownership.active:
                 tg.start_soon(self._alive, "membership", self._membership_loop)
+            if self.config.audit.enabled:
+                tg.start_soon(self._alive, "audit", self._audit_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
@@ -302,6 +314,7 @@ class Service:
         self.metrics.rows = await self.stores.outbox.count_by_state()
         if self.status_enabled:
             await self.refresh_status()
+            self.history_headroom = await history_headroom(self.stores)  # A2
 
     async def refresh_status(self) -> None:
         """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
@@ -324,6 +337,17 @@ class Service:
                     self.request_full_poll()
             except Exception as exc:
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+
+    async def _audit_loop(self) -> None:
+        """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` events of
+        the owned tenants (``BackgroundAudit.tick``); a failed pass is logged, the next retries."""
+        while not self.stopping:
+            try:
+                cursors = await self.stores.cursors.all()
+                await self.audit.tick({t: c for t, c in cursors.items() if self.ownership.owns(t)})
+            except Exception as exc:
+                log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)
+            await anyio.sleep(self.config.audit.interval_seconds)
 
     async def _metrics_loop(self) -> None:
         while not self.stopping:

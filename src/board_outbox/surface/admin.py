@@ -1,4 +1,5 @@
-"""Operator tools: the dead-letter queue (B1) and projection rebuilds (B3)."""
+"""Operator tools: the dead-letter queue (B1), projection rebuilds (B3), the shadow diff (A3),
+and the helpers of the audit and the replays (A1, A4)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any, Literal
 
 import msgspec
 
@@ -15,12 +17,22 @@ from board_outbox.engine.batch import apply_batch
 from board_outbox.engine.generations import VersionedReadModels
 from board_outbox.engine.reading import GapTracker, read_batch
 from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import EffectRow
-from board_outbox.model.errors import MalformedDocument, RebuildConflict
-from board_outbox.ports import CardStore, EffectOutbox, EventLog, ReadModelStore, ReadModelVersions, RowFilter
+from board_outbox.model.domain import FAILED, LAUNCH, PROJECTION, EffectRow, matches
+from board_outbox.model.errors import MalformedDocument, RebuildConflict, SubscriptionNotFound
+from board_outbox.ports import (
+    CardStore,
+    EffectOutbox,
+    EventLog,
+    ReadModelStore,
+    ReadModelVersions,
+    RowFilter,
+    Stores,
+    SubscriptionStore,
+)
 
 log = logging.getLogger("board_outbox.admin")
 
@@ -168,6 +180,74 @@ async def _replay(
     res.cursor = cursor
 
 
+class DiffExample(msgspec.Struct, frozen=True, kw_only=True):
+    key: str
+    change: str  # added | removed | changed
+    fields: list[str] = msgspec.field(default_factory=list)  # changed: the fields that differ
+
+
+class GenerationDiff(msgspec.Struct, kw_only=True):
+    """How a shadow generation differs from the live one (A3), document by document (by key;
+    ``_id`` and ``model`` are storage, not content)."""
+
+    live: int
+    shadow: int
+    live_docs: int = 0
+    shadow_docs: int = 0
+    added: int = 0  # in the shadow only
+    removed: int = 0  # in the live generation only
+    changed: int = 0
+    unchanged: int = 0
+    examples: list[DiffExample] = msgspec.field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return self.added == self.removed == self.changed == 0
+
+
+_STORAGE_FIELDS = frozenset({"_id", "model"})
+
+
+def _content(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in _STORAGE_FIELDS}
+
+
+async def diff_generations(readmodels: VersionedReadModels, name: str, tenant_id: str, live: int,
+                           shadow: int, examples: int = 3) -> GenerationDiff:
+    """Compare two generations of one (model, tenant) read model: one ``list`` of each (both are
+    held in memory). At most ``examples`` examples of each kind of change, by key order."""
+    old = {str(d.get("key")): _content(d)
+           for d in await readmodels.pinned(name, live).list(name, tenant_id)}
+    new = {str(d.get("key")): _content(d)
+           for d in await readmodels.pinned(name, shadow).list(name, tenant_id)}
+    out = GenerationDiff(live=live, shadow=shadow, live_docs=len(old), shadow_docs=len(new))
+    shown: dict[str, int] = {}
+
+    def example(key: str, change: str, fields: list[str] | None = None) -> None:
+        if shown.get(change, 0) < examples:
+            shown[change] = shown.get(change, 0) + 1
+            out.examples.append(DiffExample(key=key, change=change, fields=fields or []))
+
+    for key in sorted(old.keys() | new.keys()):
+        if key not in old:
+            out.added += 1
+            example(key, "added")
+        elif key not in new:
+            out.removed += 1
+            example(key, "removed")
+        elif old[key] != new[key]:
+            out.changed += 1
+            fields = sorted(f for f in old[key].keys() | new[key].keys()
+                            if old[key].get(f) != new[key].get(f))
+            example(key, "changed", fields)
+        else:
+            out.unchanged += 1
+    return out
+
+
+SwapMode = Literal["swap", "no", "if-unchanged"]
+
+
 class ShadowResult(msgspec.Struct, kw_only=True):
     replay: RebuildResult
     generation: int  # the generation built
@@ -175,6 +255,7 @@ class ShadowResult(msgspec.Struct, kw_only=True):
     resumed_from: int  # 0, or the seq an interrupted shadow rebuild had reached
     swapped: bool = False
     dropped_docs: int = 0  # documents of the previous generation removed after the swap
+    diff: GenerationDiff | None = None  # the shadow against the live generation, before the swap
 
 
 async def shadow_rebuild(
@@ -192,6 +273,8 @@ async def shadow_rebuild(
     batch_size: int = 1000,
     progress: Callable[[int, int], None] | None = None,
     metrics: Metrics | None = None,
+    swap: SwapMode = "swap",
+    diff_examples: int = 3,
 ) -> ShadowResult:
     """Build the next generation of ``name``'s read model for one tenant beside the live one,
     catch up, then swap the generation pointer in one compare-and-set (B3).
@@ -203,6 +286,10 @@ async def shadow_rebuild(
     generation and the seq reached; running again resumes there, ``drop_shadow`` discards it.
     A young gap is waited out (up to ``gap_wait_seconds``) rather than swapped over: events past
     it whose rows ran before the shadow existed are only in the log.
+
+    Caught up, it compares the shadow with the live generation (``diff_generations``, A3) and
+    swaps when ``swap`` is "swap", or "if-unchanged" and nothing differs; otherwise it stops
+    before the swap, the shadow left building (kept current by the rows) for a later run.
     """
     res = RebuildResult(tenant_id=tenant_id, projection=name)
     v = await readmodels.pointer(name, tenant_id, fresh=True)
@@ -247,6 +334,9 @@ async def shadow_rebuild(
         if clock.now() >= deadline:
             return out  # left building at res.cursor: run again to resume
         await sleep(min(1.0, max(0.05, deadline - clock.now())))
+    out.diff = await diff_generations(readmodels, name, tenant_id, v.active, gen, diff_examples)
+    if swap == "no" or (swap == "if-unchanged" and not out.diff.identical):
+        return out  # stopped before the swap: run again (with a swap flag) to resume and swap
     swapped = ReadModelVersions(active=gen, building=None, progress=0)
     if not await readmodels.versions.compare_and_set(name, tenant_id, cur, swapped):
         raise RebuildConflict(f"{name}/{tenant_id}: the pointer changed before the swap; the "
@@ -272,3 +362,45 @@ async def drop_shadow(*, name: str, tenant_id: str, readmodels: VersionedReadMod
     readmodels.forget(name, tenant_id)
     await sleep(readmodels.ttl_seconds)  # writers stop writing the dropped generation
     return await readmodels.pinned(name, v.building).reset(name, tenant_id)
+
+
+# --- audit, replays (A1, A4) -------------------------------------------------------------------
+
+
+def tail_for(stores: Stores, registry: HandlerRegistry, settings: TailSettings, clock: Clock) -> Tail:
+    """A tail over ``stores`` with the configured projections: what the audit and the replays use
+    to know which rows the tail owes (its ``build_rows``), and to write them its way."""
+    return Tail(events=stores.events, cursors=stores.cursors, outbox=stores.outbox,
+                subs=stores.subs, cards=stores.cards, clock=clock, settings=settings,
+                projections=registry.projections)
+
+
+async def preview_dead_letter(row: EffectRow, subs: SubscriptionStore, registry: HandlerRegistry) -> str:
+    """What replaying this dead-letter would do under the current rules, read-only: the launch
+    handler's own re-verification (subscription exists, same tenant, still matches), or whether
+    a handler serves the row's projection or kind."""
+    if row.state != FAILED:
+        return f"not a dead-letter ({row.state}): left alone"
+    if row.kind == PROJECTION:
+        if row.projection in registry.projections:
+            return f"would apply the event to projection {row.projection}"
+        return f"would park again: projection {row.projection!r} is not enabled"
+    if row.kind not in registry.kinds:
+        return f"would park again: no handler for kind {row.kind!r}"
+    if row.kind != LAUNCH:
+        return f"would run kind {row.kind}"
+    if row.sub_id is None or row.event is None:
+        return "would park again: launch row without sub_id or event"
+    try:
+        sub = await subs.get(row.sub_id)
+    except SubscriptionNotFound:
+        return "would be dropped: subscription deleted"
+    except MalformedDocument as exc:
+        return f"would park again: {exc}"
+    if sub.tenant_id != row.tenant_id:
+        return f"would park again: subscription {sub.sub_id!r} belongs to tenant {sub.tenant_id!r}"
+    if not row.consume_marked and not matches(sub, row.event):
+        return "would be dropped: no longer matches the subscription"
+    consume = " (consuming " + ", ".join(sub.consume_labels) + ")" if (
+        sub.consume_labels and not row.consume_marked) else ""
+    return f"would launch bot {sub.bot}{consume}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -31,6 +32,7 @@ class MemoryEventLog:
         self._seqs: dict[str, list[int]] = {}
         self._history: list[Change] = []
         self._history_floor = 0  # tokens below this are gone
+        self._history_at: list[float] = []  # when each change happened (epoch seconds)
         self._changed = anyio.Event()
 
     async def allocate_seq(self, tenant_id: str) -> int:
@@ -58,6 +60,7 @@ class MemoryEventLog:
         if allocated:
             self._counters[tenant] = max(self._counters.get(tenant, 0), seq)
         self._history.append(Change(tenant, seq, len(self._history)))
+        self._history_at.append(time.time())
         self._changed.set()
         self._changed = anyio.Event()
 
@@ -104,6 +107,16 @@ class MemoryEventLog:
     def forget_history(self) -> None:
         """The oplog rolled over: every token issued so far becomes unresumable."""
         self._history_floor = len(self._history)
+
+    async def history_start(self) -> float | None:
+        """When the oldest change still resumable happened; after ``forget_history`` with
+        nothing since, now (every token issued is gone); None before any change."""
+        await checkpoint()
+        if not self._history:
+            return None
+        if self._history_floor >= len(self._history):
+            return time.time()
+        return self._history_at[self._history_floor]
 
     async def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
         await checkpoint()  # every (re)open yields, even one that fails at once

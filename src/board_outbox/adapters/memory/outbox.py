@@ -7,15 +7,23 @@ import itertools
 import logging
 import uuid
 from collections.abc import Collection, Sequence
+from datetime import datetime
 from typing import Any, TypeGuard
 
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
+from board_outbox.model.domain import CLAIMED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
-from board_outbox.model.validation import LEASE_HORIZON_SECONDS, OnceLog, park_fields, stuck_reason
-from board_outbox.ports import Claim, RowFilter, UpsertResult
+from board_outbox.model.validation import (
+    LEASE_HORIZON_SECONDS,
+    OnceLog,
+    done_latency,
+    park_fields,
+    row_summary,
+    stuck_reason,
+)
+from board_outbox.ports import Claim, DoneLatency, RowFilter, RowIdentity, UpsertResult
 
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
 
@@ -76,6 +84,17 @@ class MemoryEffectOutbox:
     def raw(self, row_key: str) -> dict[str, Any] | None:
         ref = self._by_key.get(row_key)
         return None if ref is None else self._docs[ref]
+
+    def delete_raw(self, row_key: str) -> bool:
+        """Delete a row behind the service's back (what the completeness audit must find)."""
+        ref = self._by_key.pop(row_key, None)
+        if ref is None:
+            return False
+        doc = self._docs.pop(ref)
+        tenant = doc.get("tenant_id")
+        if isinstance(tenant, str):
+            self._live.get(tenant, {}).pop(ref, None)
+        return True
 
     def all_docs(self) -> list[dict[str, Any]]:
         return list(self._docs.values())
@@ -261,3 +280,23 @@ class MemoryEffectOutbox:
             doc = self._docs.pop(ref)
             self._by_key.pop(doc.get("row_key"), None)  # type: ignore[arg-type]
         return len(victims)
+
+    # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
+
+    async def rows_between(self, tenant_id: str, after_seq: int, upto_seq: int) -> list[RowIdentity]:
+        await checkpoint()
+        out = [s for d in self._docs.values() if d.get("tenant_id") == tenant_id
+               and (s := row_summary(d)) is not None and after_seq < s.seq <= upto_seq]
+        out.sort(key=lambda s: (s.seq, s.row_key))
+        return out
+
+    async def existing_keys(self, row_keys: Collection[str]) -> set[str]:
+        await checkpoint()
+        return {k for k in row_keys if k in self._by_key and self._by_key[k] in self._docs}
+
+    async def done_latencies(self, since: float, limit: int) -> list[DoneLatency]:
+        await checkpoint()
+        done = [d for d in self._docs.values() if d.get("state") == DONE
+                and isinstance(d.get("done_at"), datetime) and d["done_at"].timestamp() >= since]
+        done.sort(key=lambda d: d["done_at"], reverse=True)
+        return [lat for d in done[:limit] if (lat := done_latency(d)) is not None]

@@ -7,15 +7,22 @@ an invalidate event) raises ``ChangeStreamLost`` so the caller drops it, polls, 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
+from bson import Timestamp
 from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.read_concern import ReadConcern
 
-from board_outbox.adapters.mongo.errors import HISTORY_LOST_CODES, classify
+from board_outbox.adapters.mongo.errors import HISTORY_LOST_CODES, classify, is_transient
 from board_outbox.adapters.mongo.events import EVENTS
 from board_outbox.model.errors import ChangeStreamLost
+from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Change
+
+_once = OnceLog(logging.getLogger("board_outbox.changefeed"))
 
 PIPELINE: list[dict[str, Any]] = [
     {"$match": {"operationType": {"$in": ["insert", "invalidate", "drop", "dropDatabase",
@@ -56,3 +63,27 @@ class MongoChangeFeed:
             raise classify(exc, "change stream") from exc
         except PyMongoError as exc:
             raise classify(exc, "change stream") from exc
+
+    async def history_start(self) -> float | None:
+        """The first ``local.oplog.rs`` entry's wall time (its ``ts`` seconds on a server
+        without ``wall``), read with read concern local (``local`` takes no other). One indexed
+        read on mongod (the oplog's natural order). None, with one warning, when the server
+        will not say (no clusterMonitor-like permission on ``local``, not a replica set)."""
+        oplog = self.coll.database.client["local"].get_collection(
+            "oplog.rs", read_concern=ReadConcern("local"))
+        try:
+            docs = await oplog.find({}, {"ts": 1, "wall": 1}).sort("$natural", 1).limit(1).to_list(None)
+        except OperationFailure as exc:
+            if is_transient(exc):
+                raise classify(exc, "oplog window") from exc
+            _once(("oplog", exc.code), logging.WARNING,
+                  "cannot read the oplog window (%s): the history headroom is not reported", exc)
+            return None
+        except PyMongoError as exc:
+            raise classify(exc, "oplog window") from exc
+        if not docs:
+            return None
+        wall, ts = docs[0].get("wall"), docs[0].get("ts")
+        if isinstance(wall, datetime):
+            return (wall if wall.tzinfo else wall.replace(tzinfo=UTC)).timestamp()
+        return float(ts.time) if isinstance(ts, Timestamp) else None

@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
@@ -23,8 +24,16 @@ from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow
-from board_outbox.model.validation import LEASE_HORIZON_SECONDS, ROW_STATES, OnceLog, cap, park_fields
-from board_outbox.ports import Claim, RowFilter, UpsertResult
+from board_outbox.model.validation import (
+    LEASE_HORIZON_SECONDS,
+    ROW_STATES,
+    OnceLog,
+    cap,
+    done_latency,
+    park_fields,
+    row_summary,
+)
+from board_outbox.ports import Claim, DoneLatency, RowFilter, RowIdentity, UpsertResult
 
 EFFECTS = "trigger_effects"
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
@@ -297,3 +306,31 @@ class MongoEffectOutbox:
             return 0
         res = await self.coll.delete_many({"_id": {"$in": ids}, "state": FAILED})
         return int(res.deleted_count)
+
+    # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
+
+    @translated
+    async def rows_between(self, tenant_id: str, after_seq: int, upto_seq: int) -> list[RowIdentity]:
+        """One query over the ``tenant_seq`` index; only the identifying fields come back."""
+        docs = await self.coll.find(
+            {"tenant_id": tenant_id, "seq": {"$gt": after_seq, "$lte": upto_seq}},
+            {"_id": 0, "row_key": 1, "seq": 1, "kind": 1, "state": 1, "sub_id": 1, "projection": 1},
+        ).sort([("seq", 1), ("row_key", 1)]).to_list(None)
+        return [s for d in docs if (s := row_summary(d)) is not None]
+
+    @translated
+    async def existing_keys(self, row_keys: Collection[str]) -> set[str]:
+        if not row_keys:
+            return set()
+        docs = await self.coll.find({"row_key": {"$in": list(row_keys)}},
+                                    {"_id": 0, "row_key": 1}).to_list(None)
+        return {d["row_key"] for d in docs if isinstance(d.get("row_key"), str)}
+
+    @translated
+    async def done_latencies(self, since: float, limit: int) -> list[DoneLatency]:
+        """One query over the partial ``done_ttl`` index (state done, by done_at)."""
+        docs = await self.coll.find(
+            {"state": "done", "done_at": {"$gte": datetime.fromtimestamp(since, UTC)}},
+            {"_id": 0, "tenant_id": 1, "kind": 1, "done_at": 1, "event.at": 1},
+        ).sort("done_at", DESCENDING).limit(limit).to_list(None)
+        return [lat for d in docs if (lat := done_latency(d)) is not None]

@@ -13,9 +13,10 @@ from board_outbox.adapters.mongo.membership import MEMBERS
 from board_outbox.adapters.mongo.outbox import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
+from board_outbox.model.domain import DONE_TTL_SECONDS
 from board_outbox.model.errors import StoreError
 
-DONE_TTL_SECONDS = 7 * 24 * 3600
+__all__ = ["DONE_TTL_SECONDS", "INDEXES", "ensure_schema"]
 
 INDEXES: dict[str, list[IndexModel]] = {
     EFFECTS: [
@@ -32,6 +33,8 @@ INDEXES: dict[str, list[IndexModel]] = {
         # the worker's one claim query across tenants, and its expired-lease sweep (S2)
         IndexModel([("state", ASCENDING), ("not_before", ASCENDING)], name="state_not_before"),
         IndexModel([("state", ASCENDING), ("lease_until", ASCENDING)], name="state_lease_until"),
+        # the completeness audit and the replays read a tenant's rows by seq range (A1, A4)
+        IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq"),
     ],
     EVENTS: [
         IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq_unique",

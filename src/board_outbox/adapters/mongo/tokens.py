@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
@@ -36,8 +37,19 @@ class MongoResumeTokenStore:
 
     @translated
     async def save(self, token: Any) -> None:
-        await self.coll.update_one({"_id": self.key}, {"$set": {"token": token}}, upsert=True)
+        # the server's clock, the one its oplog entries carry (A2: the history headroom)
+        await self.coll.update_one({"_id": self.key}, {"$set": {"token": token},
+                                                       "$currentDate": {"saved_at": True}},
+                                   upsert=True)
 
     @translated
     async def clear(self) -> None:
         await self.coll.delete_one({"_id": self.key})
+
+    @translated
+    async def saved_at(self) -> float | None:
+        doc = await self.coll.find_one({"_id": self.key}, {"saved_at": 1})
+        at = None if doc is None else doc.get("saved_at")
+        if not isinstance(at, datetime):
+            return None  # no token, or one saved before saved_at existed
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()

@@ -23,6 +23,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from board_outbox.engine.telemetry.prometheus import PrometheusMirror
+from board_outbox.engine.telemetry.spans import trace_id_of
 from board_outbox.model.domain import PROJECTION, EffectRow
 
 
@@ -102,6 +103,10 @@ class Metrics:
         if row.materialized_at:
             self.latency.record(max(0.0, now - row.materialized_at), attrs)
             self.prom.latency.labels(row.kind).observe(max(0.0, now - row.materialized_at))
+        if row.event is not None and row.event.at > 0:
+            trace_id = trace_id_of(row.trace.traceparent) if row.trace is not None else None
+            self.prom.effect_latency.labels(row.tenant_id, row.kind).observe(
+                max(0.0, now - row.event.at), exemplar={"trace_id": trace_id} if trace_id else None)
         self.attempts.record(row.attempts + 1, attrs)
         self.prom.attempts.labels(row.kind).observe(row.attempts + 1)
 

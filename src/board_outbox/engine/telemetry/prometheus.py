@@ -17,6 +17,11 @@ class PrometheusMirror:
         self.latency = Histogram(
             "board_outbox_materialize_to_done_seconds", "row materialized -> done",
             ["kind"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        # A5: event insert -> row done per tenant and kind; each observation carries the row's
+        # trace id as an exemplar (served with an OpenMetrics scrape)
+        self.effect_latency = Histogram(
+            "board_outbox_effect_latency_seconds", "event insert -> row done, per tenant and kind",
+            ["tenant_id", "kind"], buckets=LATENCY_BUCKETS, registry=self.registry)
         self.attempts = Histogram(
             "board_outbox_attempts", "attempts a row needed to finish",
             ["kind"], buckets=ATTEMPT_BUCKETS, registry=self.registry)

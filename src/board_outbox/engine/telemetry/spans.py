@@ -68,3 +68,15 @@ def start_execute_span(tracer: trace.Tracer, row: EffectRow, *, attempt: int) ->
     if row.sub_id:
         attrs[ATTR_SUB] = row.sub_id
     return tracer.start_span(SPAN_EXECUTE, context=parent, links=links, attributes=attrs)
+
+
+def trace_id_of(traceparent: str) -> str | None:
+    """The 32-hex trace id of a W3C ``traceparent`` (None: not one), e.g. for an exemplar."""
+    parts = traceparent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
+        return None
+    try:
+        int(parts[1], 16)
+    except ValueError:
+        return None
+    return parts[1]

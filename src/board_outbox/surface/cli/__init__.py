@@ -12,11 +12,13 @@ import anyio
 
 from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable, UsageError
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
+from board_outbox.surface.cli.commands.audit import cmd_audit
 from board_outbox.surface.cli.commands.console import cmd_console
 from board_outbox.surface.cli.commands.cursor import cmd_cursor
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
+from board_outbox.surface.cli.commands.replay import cmd_replay
 from board_outbox.surface.cli.commands.run import cmd_run
 from board_outbox.surface.cli.commands.schema import cmd_ensure_schema
 from board_outbox.surface.cli.commands.status import cmd_status
@@ -52,6 +54,8 @@ COMMANDS: dict[str, Command] = {
 COMMANDS["status"] = cmd_status
 COMMANDS["console"] = cmd_console
 COMMANDS["cursor"] = cmd_cursor
+COMMANDS["audit"] = cmd_audit
+COMMANDS["replay"] = cmd_replay
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:

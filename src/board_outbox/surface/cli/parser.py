@@ -60,6 +60,13 @@ def _fraction(text: str) -> float:
     return float(value)
 
 
+def _first_seq(text: str) -> int:
+    value = _number(int, text)
+    if not 1 <= value <= 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"expected a seq >= 1, got {value}")
+    return int(value)
+
+
 def _when(text: str) -> float:
     from board_outbox.surface.admin import parse_when
 
@@ -105,7 +112,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "create the MongoDB indexes (idempotent)",
         "Create trigger_effects' (tenant_id, state, not_before) index, its unique row-key\n"
         "index and the partial TTL index expiring done rows after 7 days (failed rows never\n"
-        "expire), plus the board_events and read-model indexes. Safe to run repeatedly.",
+        "expire), its (tenant_id, seq) index (the audit and replays read by it), plus the\n"
+        "board_events and read-model indexes. Safe to run repeatedly.",
     ),
     "dead-letters": (
         "list, show, replay or purge failed rows",
@@ -121,11 +129,40 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "stepped over. Safe while the service runs: its projection rows carry on from there.\n"
         "Readers see the model emptied and refilled; with --shadow they never do: the next\n"
         "generation is built beside the live one (the running service's projection rows\n"
-        "write both), caught up to the end of the log, then swapped in with one atomic\n"
-        "pointer update and the old one removed. An interrupted --shadow run resumes where\n"
-        "it stopped when run again; --drop-shadow discards it. Neither writes a row or\n"
-        "fires a launch. Deploy new projection code to the replicas before rebuilding.\n"
-        "Exit 3: --shadow waited --gap-wait for a young gap and left the shadow to resume.",
+        "write both) and caught up to the end of the log; then it is compared with the live\n"
+        "one (documents added, removed and changed, with examples) and, only when told\n"
+        "(--swap, or --swap-if-unchanged when nothing differs), swapped in with one atomic\n"
+        "pointer update and the old one removed. Without a swap flag --shadow stops before\n"
+        "the swap: the shadow stays, kept current by the rows, and the same command with\n"
+        "--swap resumes and swaps. An interrupted --shadow run resumes where it stopped when\n"
+        "run again; --drop-shadow discards it. Neither writes a row or fires a launch. Deploy\n"
+        "new projection code to the replicas before rebuilding. Exit 3: --shadow waited\n"
+        "--gap-wait for a young gap and left the shadow to resume; exit 1: --swap-if-unchanged\n"
+        "found differences and did not swap.",
+    ),
+    "audit": (
+        "check that every event the cursor passed has its rows, and every row its event",
+        "Completeness audit of one tenant, for the events in --since..cursor: every enabled\n"
+        "projection's row must exist (a row owed for an event older than the done TTL may\n"
+        "have run and expired: it is counted as presumably expired, never as missing), and\n"
+        "every row must belong to an event still in the log (a launch row also to one of the\n"
+        "tenant's subscriptions, a projection row to an enabled projection): the others are\n"
+        "orphans, reported only. --repair re-materializes the missing rows the tail's way\n"
+        "(its row construction, one $setOnInsert bulk upsert keyed by row key): safe to run\n"
+        "twice or under a running service. Exit 1 when rows are missing (and --repair was not\n"
+        "given), 0 otherwise; an unknown tenant is exit 2.",
+    ),
+    "replay": (
+        "list (--dry-run) or write the rows a range of events owes under the current rules",
+        "Materialize the tenant's events --since..cursor again under the CURRENT rules (today's\n"
+        "subscriptions, projections and cards), keyed as the tail keys them. Each row is:\n"
+        "fire (not stored: written now, then run by a worker), queued (pending or claimed\n"
+        "already), done (already ran: a replay never runs it again), dead-letter (use\n"
+        "`dead-letters replay`), maybe-expired (not stored, but its event is older than the\n"
+        "done TTL: it may have run and expired, so it is never re-created). --dry-run lists\n"
+        "what would fire and writes nothing. --subscription limits it to one subscription's\n"
+        "launch rows. The write is one $setOnInsert bulk upsert per chunk: running it twice,\n"
+        "or racing the tail, writes each row once. Unknown tenant or subscription: exit 2.",
     ),
     "cursor": (
         "show or reset one tenant's cursor (the remedy for a cursor ahead of its counter)",
@@ -223,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("row_keys", metavar="ROW_KEY", nargs="*")
     rp.add_argument("--all", action="store_true", help="replay every dead-letter the filters match")
     rp.add_argument("--by", default="", help="who replays (audit; default $USER)")
+    rp.add_argument("--dry-run", action="store_true",
+                    help="say what each replay would do under the current rules; change nothing")
     pg = dls.add_parser("purge", parents=[filt], help="delete dead-letters (asks first)",
                         description="Delete the dead-letters the filters match. Asks for "
                                     "confirmation unless --yes.")
@@ -239,6 +278,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "(resumes an interrupted shadow rebuild)")
     mode.add_argument("--drop-shadow", action="store_true",
                       help="discard an interrupted shadow rebuild; the live model is untouched")
+    swap = rb.add_mutually_exclusive_group()
+    swap.add_argument("--swap", action="store_true",
+                      help="--shadow: swap the new generation in once caught up (without a swap "
+                           "flag --shadow stops before the swap and reports the diff)")
+    swap.add_argument("--swap-if-unchanged", action="store_true",
+                      help="--shadow: swap only if the new generation equals the live one "
+                           "(otherwise report the diff, keep the shadow, exit 1)")
+    rb.add_argument("--diff-examples", type=_positive_int, default=3, metavar="N",
+                    help="--shadow: examples shown per kind of difference (default 3)")
     rb.add_argument("--gap-wait", type=_positive_float, default=None, metavar="SECONDS",
                     help="--shadow: how long to wait out a young seq gap before leaving the "
                          "shadow to resume later (default: 2 x tail.young_gap_seconds)")
@@ -252,6 +300,31 @@ def build_parser() -> argparse.ArgumentParser:
     creset.add_argument("--tenant", required=True)
     creset.add_argument("--to", type=_seq, required=True, metavar="N",
                         help="the last seq materialized: the replicas drain from N + 1")
+    au = _command(sub, "audit", common)
+    au.add_argument("--tenant", required=True, help="the tenant to audit (unknown: exit 2)")
+    au.add_argument("--since", type=_first_seq, default=1, metavar="SEQ",
+                    help="audit events from this seq on (default 1: the whole log)")
+    au.add_argument("--repair", action="store_true",
+                    help="re-materialize the missing rows (idempotent)")
+    au.add_argument("--json", action="store_true", help="the whole report as one JSON document")
+    au.add_argument("--limit", type=_positive_int, default=20,
+                    help="findings printed per kind (default 20; --json prints all)")
+    au.add_argument("--batch-size", type=_positive_int, default=500,
+                    help="events read per query (default 500)")
+    rpl = _command(sub, "replay", common)
+    rpl.add_argument("--tenant", required=True, help="the tenant (unknown: exit 2)")
+    rpl.add_argument("--since", type=_first_seq, required=True, metavar="SEQ",
+                     help="replay events from this seq on, up to the cursor")
+    rpl.add_argument("--subscription", metavar="SUB_ID",
+                     help="only this subscription's launch rows (unknown: exit 2)")
+    rpl.add_argument("--dry-run", action="store_true", help="list what would fire; write nothing")
+    rpl.add_argument("--json", action="store_true", help="the whole plan as one JSON document")
+    rpl.add_argument("--all-rows", action="store_true",
+                     help="list every planned row, not only those that fire")
+    rpl.add_argument("--limit", type=_positive_int, default=100,
+                     help="rows printed (default 100; --json prints all)")
+    rpl.add_argument("--batch-size", type=_positive_int, default=500,
+                     help="events read per query (default 500)")
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")

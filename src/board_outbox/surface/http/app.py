@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.body_limit import RequestBodyLimitMiddleware
@@ -16,6 +15,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from board_outbox.surface.http.checks import liveness, readiness
+from board_outbox.surface.http.metrics import exposition
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -66,9 +66,10 @@ def ops_routes(service: Service) -> list[BaseRoute]:
         return JSONResponse({"status": "ready" if not failing else "not ready", "failing": failing,
                              "stalled_tenants": stalled}, status_code=200 if not failing else 503)
 
-    async def metrics(_request: Request) -> Response:
-        # the same text exposition as before the move to an ASGI app, whatever Accept says
-        return Response(generate_latest(service.metrics.prom.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(request: Request) -> Response:
+        # Prometheus text, or OpenMetrics (with the latency exemplars) when the scraper asks for it
+        ctype, body = exposition(service.metrics.prom.registry, request.headers.get("accept", ""))
+        return Response(body, media_type=ctype)
 
     return [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"])]

@@ -8,12 +8,22 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from board_outbox.model.validation import BAD_DOCUMENTS
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
+
+
+def exposition(registry: CollectorRegistry, accept: str) -> tuple[str, bytes]:
+    """``/metrics``' body and content type for the scraper's ``Accept`` header: OpenMetrics
+    (with the latency histogram's trace-id exemplars, A5) when it asks for
+    ``application/openmetrics-text``, the Prometheus text format otherwise (exemplars dropped).
+    Plain function of (registry, header), so any HTTP server can serve it."""
+    encode, content_type = choose_encoder(accept)
+    return content_type, encode(registry)
 
 
 class ServiceCollector(Collector):
@@ -48,6 +58,10 @@ class ServiceCollector(Collector):
                          "tail.stall_seconds", "", [(s.tenant_id, int(s.stalled)) for s in status])
         yield per_tenant("board_outbox_tenant_stalled_seconds", "how long the tenant has been stalled",
                          "seconds", [(s.tenant_id, s.stalled_for_seconds) for s in status])
+        yield per_tenant("board_outbox_audit_missing_rows",
+                         "rows the background audit found missing for events the cursor passed "
+                         "(still missing at its last look), per tenant", "",
+                         list(svc.audit.missing_rows().items()))
         rows = GaugeMetricFamily("board_outbox_rows", "effect rows by state", labels=["state"])
         for state, n in sorted(svc.metrics.rows.items()):
             rows.add_metric([state], n)
@@ -91,3 +105,9 @@ class ServiceCollector(Collector):
                          "1 while the tenant's cursor is ahead of its counter: held, not drained, "
                          "until `cursor reset`", "",
                          [(t, 1) for t in sorted(svc.tail.cursor_ahead)])
+        if svc.history_headroom is not None:
+            yield GaugeMetricFamily(
+                "board_outbox_change_stream_headroom_seconds",
+                "the saved resume token's save time minus the oldest change the server keeps "
+                "(oplog window minus token age); below 0 the token can no longer resume",
+                value=svc.history_headroom, unit="seconds")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import msgspec
 
@@ -41,6 +42,8 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
             if bool(args.row_keys) == bool(args.all):
                 raise UsageError("dead-letters replay: give ROW_KEY(s) or --all, not both")
             keys = args.row_keys or [r.row_key for r in await outbox.find(flt)]
+            if args.dry_run:
+                return await _preview(stores, cfg, keys)
             by = args.by or getpass.getuser()
             done = await replay_rows(outbox, keys, SystemClock(), by)
             for key in keys:
@@ -58,3 +61,22 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
         n = await outbox.purge(flt)
         print(f"purged {n} dead-letters")
         return 0
+
+
+async def _preview(stores: Any, cfg: Any, keys: list[str]) -> int:
+    """``replay --dry-run`` (A4): what each replay would do under the current rules; no write."""
+    from board_outbox.service.runtime import build_registry
+    from board_outbox.surface.admin import preview_dead_letter
+
+    registry = build_registry(stores, cfg.projections, cfg.handlers)
+    would = 0
+    for key in keys:
+        row = await stores.outbox.get(key)
+        if row is None:
+            print(f"{key}: no such row")
+            continue
+        what = await preview_dead_letter(row, stores.subs, registry)
+        would += row.state == "failed"
+        print(f"{key}: {what}")
+    print(f"dry run: {would} of {len(keys)} rows would return to pending; nothing changed")
+    return 0

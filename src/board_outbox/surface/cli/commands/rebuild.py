@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from board_outbox.model.errors import ConfigError
 from board_outbox.surface.cli.commands import StoresFactory
+from board_outbox.surface.cli.output import UsageError
 
 if TYPE_CHECKING:
     from board_outbox.engine.registry import HandlerRegistry
@@ -61,6 +62,8 @@ async def _rebuild(args: argparse.Namespace, factory: StoresFactory, cfg: Config
         if args.projection not in registry.projections:
             raise ConfigError(f"projections: {args.projection!r} is not enabled "
                               f"(enabled: {', '.join(registry.projections) or 'none'})")
+        if (args.swap or args.swap_if_unchanged) and not args.shadow:
+            raise UsageError("rebuild: --swap and --swap-if-unchanged only go with --shadow")
         if args.shadow or args.drop_shadow:
             return await _shadow(args, stores, cfg, metrics)
         with _progress_bar("rebuild", args.projection, args.tenant) as progress:
@@ -114,6 +117,8 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
             events=stores.events, cards=stores.cards, clock=SystemClock(), sleep=anyio.sleep,
             young_gap_seconds=cfg.tail.young_gap_seconds, gap_wait_seconds=gap_wait,
             batch_size=args.batch_size, progress=progress, metrics=metrics,
+            swap="swap" if args.swap else "if-unchanged" if args.swap_if_unchanged else "no",
+            diff_examples=args.diff_examples,
         )
     res = out.replay
     began = f"resumed at seq {out.resumed_from}" if out.resumed_from else "from seq 0"
@@ -121,9 +126,25 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
           f"{res.applied} events applied up to seq {res.cursor}; {res.skipped_deleted} of deleted "
           f"cards skipped, {res.skipped_malformed} malformed skipped, {res.stepped_gaps} dead "
           "allocations stepped over")
+    if out.diff is not None:
+        d = out.diff
+        print(f"diff, generation {d.shadow} against the live generation {d.live}: "
+              f"{d.added} added, {d.removed} removed, {d.changed} changed, {d.unchanged} unchanged "
+              f"({d.shadow_docs} documents against {d.live_docs})")
+        for ex in d.examples:
+            fields = f" ({', '.join(ex.fields)})" if ex.fields else ""
+            print(f"  {ex.change:8} {ex.key}{fields}")
     if out.swapped:
         print(f"swapped: readers now see generation {out.generation}; generation {out.previous} "
               f"removed ({out.dropped_docs} documents)")
+        return 0
+    if out.diff is not None:
+        if args.swap_if_unchanged:
+            print("not swapped: the new generation differs from the live one (--swap-if-unchanged);"
+                  " the shadow stays current: run with --swap to swap it in, or --drop-shadow")
+            return 1
+        print("not swapped (no --swap): the live model is untouched and the shadow stays current;"
+              " run the same command with --swap to swap it in, or --drop-shadow to discard it")
         return 0
     print(f"not swapped: seq {res.stopped_at_gap} is still a young gap after {gap_wait:g} s; the "
           "live model is untouched and the shadow keeps up with new events. Run the same "

@@ -43,10 +43,16 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _latency(seconds: float | None) -> str:
+    if seconds is not None and seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    return _age(seconds)
+
+
 async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
     from board_outbox.engine.membership import trusted
     from board_outbox.service.config import load_config
-    from board_outbox.service.health import tenant_statuses
+    from board_outbox.service.health import effect_latency, tenant_statuses
 
     cfg = load_config(args.config)
     async with factory(cfg) as stores:
@@ -58,6 +64,12 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
                                  f"({len(statuses)} known; run without --tenant to list them)")
             statuses = {args.tenant: statuses[args.tenant]}
         rows = list(statuses.values())
+        latency = await effect_latency(stores, now)
+        for st in rows:
+            lat = latency.get(st.tenant_id)
+            if lat is not None:
+                st.effect_latency_p50_seconds, st.effect_latency_p99_seconds = lat.p50, lat.p99
+                st.effect_latency_rows = lat.rows
         replicas = None
         if stores.members is not None:
             live = trusted(await stores.members.live(now), now, cfg.membership)
@@ -77,14 +89,16 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
     for col, justify in (("tenant", "left"), ("cursor", "right"), ("allocated", "right"),
                          ("lag (events)", "right"), ("lag (time)", "right"),
                          ("oldest pending", "right"), ("rows by state", "left"),
-                         ("dead-letters", "right")):
+                         ("dead-letters", "right"), ("effect p50 / p99", "right")):
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for st in rows:
         by_state = ", ".join(f"{k} {v}" for k, v in st.rows.items()) or "-"
         table.add_row(st.tenant_id, str(st.cursor), str(st.allocated_seq), str(st.lag_events),
                       _age(st.lag_seconds if st.lag_events else None),
                       _age(st.oldest_pending_age_seconds), by_state,
-                      f"[red]{st.dead_letters}[/red]" if st.dead_letters else "0")
+                      f"[red]{st.dead_letters}[/red]" if st.dead_letters else "0",
+                      f"{_latency(st.effect_latency_p50_seconds)} / {_latency(st.effect_latency_p99_seconds)}"
+                      if st.effect_latency_rows else "-")
     console = Console(width=max(140, Console().width))
     console.print(table)
     if replicas is not None:
