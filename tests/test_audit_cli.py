@@ -115,7 +115,7 @@ def test_dead_letter_replay_dry_run_says_what_each_would_do_and_changes_nothing(
                           projections=[])
         service = Service(backend.stores(), cfg)
         await service.tail.drain_all()
-        await service.worker.tick()
+        await service.worker.tick_any()
         await backend.subs.put(Subscription(sub_id="moved", tenant_id=T, bot="bot-moved",
                                             rule=MatchRule(column="done")))
         await backend.subs.delete("gone")
