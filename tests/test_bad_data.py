@@ -1447,5 +1447,11 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 # tail.poll_interval_seconds = 1e-9, worker.lease_seconds = 1 year, heartbeat_fraction = 1,
 #   lease beyond the sweep horizon, poll >= stall, [handlers] "a/b" -> accepted -> one-line
 #                                          config error, exit 2
+# a handler / projection apply / prepare that never returns (tests/test_effect_deadlines.py) ->
+#                                          that replica's worker stops for every tenant, /healthz 200
+#                                          -> cancelled at max_execution_seconds, the attempt counts,
+#                                          retried or parked; other rows and tenants run on
+# a plugin that blocks the event loop     -> every loop frozen, nothing names it -> measured by the
+#                                          watchdog, one warning naming the step, a metric
 # BOARD_OUTBOX_SERVICE__REPLICA_NAME=123, BOARD_OUTBOX_STORE__DATABASE=2024 -> rejected
 #                                          ("expected str, got int") -> accepted as strings

@@ -23,6 +23,7 @@ from board_outbox.engine import telemetry
 from board_outbox.engine.completer import Completer
 from board_outbox.engine.outcomes import Outcome
 from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.watchdog import LoopWatch, deadline
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import PROJECTION, EventSnapshot
 from board_outbox.ports import Claim
@@ -76,12 +77,15 @@ class BatchUnit:
     def __init__(
         self, *, registry: HandlerRegistry, clock: Clock, completer: Completer,
         tracer: trace.Tracer, execute_one: Callable[[Claim], Awaitable[Outcome]],
+        watch: LoopWatch, max_seconds: float,
     ) -> None:
         self.registry = registry
         self.clock = clock
         self.completer = completer
         self.tracer = tracer
         self.execute_one = execute_one
+        self.watch = watch
+        self.max_seconds = max_seconds  # each batched apply's deadline (max_execution_seconds)
 
     async def run(self, claims: Sequence[Claim]) -> list[Outcome]:
         """One outcome per claim."""
@@ -101,7 +105,9 @@ class BatchUnit:
         name, tenant_id = str(rows[0].projection), live[0].tenant_id
         spans = [telemetry.start_execute_span(self.tracer, r, attempt=r.attempts + 1) for r in rows]
         try:
-            labels = await apply_batch(self.registry, name, tenant_id, events)
+            what = f"projection {name!r} apply_many ({len(events)} rows of tenant {tenant_id!r})"
+            with self.watch.step(what), deadline(self.max_seconds, what):
+                labels = await apply_batch(self.registry, name, tenant_id, events)
         except anyio.get_cancelled_exc_class():
             _end(spans, "cancelled")
             raise

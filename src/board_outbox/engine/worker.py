@@ -22,12 +22,20 @@ from board_outbox.engine.completer import Completer
 from board_outbox.engine.outcomes import Outcome, TickResult
 from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.watchdog import LoopWatch, Progress, deadline
 from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
 from board_outbox.model.bounds import AtLeastOne, Frac, Pos, PosInt
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
 from board_outbox.model.domain import EffectRow
-from board_outbox.model.errors import BrokenRow, LeaseLost, PermanentEffectError, StoreError, StoreUnavailable
+from board_outbox.model.errors import (
+    BrokenRow,
+    EffectTimeout,
+    LeaseLost,
+    PermanentEffectError,
+    StoreError,
+    StoreUnavailable,
+)
 from board_outbox.model.validation import OnceLog, cap, stuck_reason
 from board_outbox.ports import Claim, EffectOutbox
 
@@ -105,8 +113,12 @@ class EffectWorker:
             outbox=outbox, clock=clock, rng=self.rng, max_attempts=self.settings.max_attempts,
             backoff=self.settings.backoff, lease_until=self._lease_until, on_done=on_done,
             metrics=metrics)
+        # plugin steps are named (a blocked event loop is pinned on them) and run under a deadline
+        self.watch = LoopWatch(clock.now)
+        self.progress = Progress(clock)
         self.batch = BatchUnit(registry=registry, clock=clock, completer=self.completer,
-                               tracer=self._tracer, execute_one=self.execute)
+                               tracer=self._tracer, execute_one=self.execute, watch=self.watch,
+                               max_seconds=self.settings.max_execution_seconds)
         self._once = OnceLog(log)
         self._next_sweep = -float("inf")
         # S1: tenants this replica owns (None: no ownership, every row is ours)
@@ -183,9 +195,11 @@ class EffectWorker:
             prepare = self.registry.preparing(kind)
             if prepare is None:
                 continue
+            what = f"handler {kind!r} prepare ({len(rows)} rows)"
             try:
-                out[kind] = await prepare.prepare(rows)
-            except StoreUnavailable as exc:
+                with self.watch.step(what), deadline(self.settings.max_execution_seconds, what):
+                    out[kind] = await prepare.prepare(rows)
+            except (StoreUnavailable, EffectTimeout) as exc:
                 log.warning("batch prefetch failed, reading per row: %s", exc)
         return out
 
@@ -213,10 +227,19 @@ class EffectWorker:
     async def run_claims(self, claims: list[Claim]) -> TickResult:
         """Execute claimed rows: one batch read per handler (``prepare``), projection rows of
         one projection as one unit (P2), the rest one by one; graceful release on shutdown."""
-        s = self.settings
         res = TickResult(claimed=len(claims))
         if not claims:
             return res
+        self.progress.busy = True
+        self.progress.beat()
+        try:
+            return await self._run_units(claims, res)
+        finally:
+            self.progress.busy = False
+            self.progress.beat()
+
+    async def _run_units(self, claims: list[Claim], res: TickResult) -> TickResult:
+        s = self.settings
         prefetched = await self._prepare(claims)
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
                  if s.projection_batching else [[c] for c in claims])
@@ -227,6 +250,7 @@ class EffectWorker:
                 if self.stopping:
                     break
                 begun, started = started, started + len(unit)
+                self.progress.beat()
                 if len(unit) == 1:
                     res.count(await self.execute(unit[0], prefetched=prefetched))
                 else:
@@ -336,7 +360,9 @@ class EffectWorker:
                 handler = self.registry.handler(row.kind)
                 ctx: ExecutionContext[Any] = ExecutionContext(
                     claim, self.outbox, self.clock, (prefetched or {}).get(row.kind))
-                outcome = await handler.execute(row, ctx)
+                what = f"handler {row.kind!r} on row {row.row_key}"
+                with self.watch.step(what), deadline(self.settings.max_execution_seconds, what):
+                    outcome = await handler.execute(row, ctx)
             except LeaseLost as exc:
                 span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
                 log.warning("lease lost, writing nothing: %s", exc, extra=_ctx(row))

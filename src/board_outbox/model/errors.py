@@ -102,6 +102,12 @@ class EffectError(BoardOutboxError):
     """An effect failed; the row is retried with backoff."""
 
 
+class EffectTimeout(EffectError):
+    """A plugin call (an effect, a projection's apply, a handler's prepare) ran past its deadline
+    (``worker.max_execution_seconds``) and was cancelled: the attempt counts, the row retries
+    with backoff or, past its budget, parks."""
+
+
 class PermanentEffectError(EffectError):
     """An effect can never succeed; the row parks as failed at once (dead-letter)."""
 

@@ -189,6 +189,8 @@ class Service:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._alive, "tail", self._tail_loop)
             tg.start_soon(self._alive, "worker", self._worker_loop)
+            # a blocked event loop is measured and pinned on the plugin step running then
+            tg.start_soon(self._alive, "watchdog", self.worker.watch.monitor)
             if self.stores.feed is not None and self.config.tail.change_streams:
                 self.stream_down_since = self.clock.now()
                 tg.start_soon(self._alive, "waker", self._waker_loop)

@@ -20,7 +20,15 @@ def liveness(service: Service) -> dict[str, str]:
     if not service.loops:
         return {"loops": "not started"}
     dead = sorted(name for name, alive in service.loops.items() if not alive)
-    return {"loops": f"exited: {', '.join(dead)}"} if dead else {}
+    failing = {"loops": f"exited: {', '.join(dead)}"} if dead else {}
+    # every plugin step has a deadline (max_execution_seconds): a worker with rows claimed that
+    # has not moved for longer than that plus a lease is stuck in code that ignores cancellation
+    w = service.worker.settings
+    stuck = service.worker.progress.stuck_for()
+    if stuck > w.max_execution_seconds + w.lease_seconds:
+        failing["worker"] = (f"no progress for {stuck:.0f}s while rows are claimed (a plugin "
+                             "step that ignores its deadline?)")
+    return failing
 
 
 async def readiness(service: Service) -> tuple[dict[str, str], list[str]]:

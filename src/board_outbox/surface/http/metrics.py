@@ -92,6 +92,13 @@ class ServiceCollector(Collector):
         yield GaugeMetricFamily("board_outbox_poll_only",
                                 "1 while change streams are on but the stream is closed: events "
                                 "flow on the poll net alone", value=int(svc.poll_only))
+        watch = svc.worker.watch
+        yield counter("board_outbox_event_loop_stalls",
+                      "times the event loop was blocked for more than 1 s (a warning names the "
+                      "plugin step running then)", watch.stalls)
+        yield GaugeMetricFamily("board_outbox_event_loop_max_lag_seconds",
+                                "the longest event-loop block seen by this replica",
+                                value=watch.max_lag, unit="seconds")
         yield counter("board_outbox_resume_tokens_dropped",
                       "stored resume tokens the server refused, dropped", stats.tokens_dropped)
         bad = CounterMetricFamily("board_outbox_bad_documents",
