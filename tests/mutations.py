@@ -37,7 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COPY = ("src", "projections", "tests", "tracing", "benchmarks", "docs", "pyproject.toml",
-        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml")
+        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml", "dev.sh")
 SEARCH = ("src",)
 UNIT_TIMEOUT = 900.0
 HARNESS_TIMEOUT = 600.0
@@ -195,6 +195,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("int-times-swept-as-broken-mongo", "bounds",
            'not_number = {"$not": {"$type": "number"}}', 'not_number = {"$not": {"$type": "double"}}',
            "mongo/outbox"),
+    Mutant("batch-expired-lease-exact-instant", "bounds",
+           "        if now >= c.lease_until:\n", "        if now > c.lease_until:\n", "batch"),
+    Mutant("sweep-horizon-exact-instant", "bounds",
+           "if lease > now + horizon:", "if lease >= now + horizon:", "validation"),
+    Mutant("sweep-horizon-exact-instant-mongo", "bounds",
+           '{"state": CLAIMED, "lease_until": {"$gt": now + horizon}}',
+           '{"state": CLAIMED, "lease_until": {"$gte": now + horizon}}', "mongo/outbox"),
     Mutant("heartbeat-cap-off-by-a-window", "bounds",
            "cap = lease.started + s.max_execution_seconds",
            "cap = lease.started + s.max_execution_seconds + s.lease_seconds", "worker"),
@@ -284,7 +291,7 @@ def apply(m: Mutant, copy: Path) -> Path:
 
 def env_for(copy: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(copy / "src"), str(copy)])
+    env["PYTHONPATH"] = os.pathsep.join([str(copy / "src"), str(copy / "projections"), str(copy)])
     env.pop("MONGODB_URI", None)  # the live tests stay skipped: the campaign is about logic
     return env
 
@@ -415,7 +422,7 @@ def preflight(baseline: bool) -> None:
         copy = Path(tmp)
         make_copy(copy)
         rc, out = run([sys.executable, "-c",
-                       "import board_outbox, board_outbox.projections as p, tests; "
+                       "import board_outbox, board_outbox_projections as p, tests; "
                        "print(board_outbox.__file__, p.__file__, tests.__file__)"],
                       copy, 60)
         files = out.split()
