@@ -1,0 +1,82 @@
+"""Issue 21: the change stream's resume token saves, counted (S4): at most one per
+``token_save_seconds`` while the stream runs, and the last token saved when the service stops."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
+from board_outbox.model.domain import Card, Subscription
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
+
+pytestmark = pytest.mark.anyio
+T = "t1"
+
+
+class CountingTokens(MemoryResumeTokenStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves: list[Any] = []
+
+    async def save(self, token: Any) -> None:
+        self.saves.append(token)
+        await super().save(token)
+
+
+async def eventually(cond: Callable[[], Awaitable[bool] | bool], timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while True:
+            got = cond()
+            if got if isinstance(got, bool) else await got:
+                return
+            await anyio.sleep(0.01)
+
+
+async def _service(backend: MemoryBackend, token_save_seconds: float) -> Service:
+    backend.tokens = CountingTokens()
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+    await backend.board.put(Card(tenant_id=T, card_id="c"))
+    config = load_config(env={}, tail={"poll_interval_seconds": 60, "seed": "earliest",
+                                       "token_save_seconds": token_save_seconds})
+    return Service(backend.stores(), config, rng=random.Random(1))
+
+
+async def _run_and_stop(backend: MemoryBackend, service: Service, events: int) -> None:
+    """Start the service resuming after the first event (token 0), emit ``events`` more, wait
+    until the waker has seen each one, then stop it and wait for the task group to end."""
+    await backend.events.emit(T, "card.created", "c")
+    backend.tokens.token = 0  # resume after the event already written: the stream sees the rest
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        for _ in range(events):
+            await backend.events.emit(T, "card.created", "c")
+        await eventually(lambda: service.stats.stream_wakes == events)
+        service.stop()
+
+
+async def test_token_saves_are_throttled_and_the_last_one_is_saved_at_stop() -> None:
+    backend = MemoryBackend()
+    service = await _service(backend, token_save_seconds=3600)
+    await _run_and_stop(backend, service, events=4)
+    tokens = backend.tokens
+    assert isinstance(tokens, CountingTokens)
+    # the first change is saved (no save yet in this window); the next three are within the
+    # hour: not saved; on the way out the last one is
+    assert tokens.saves == [1, 4]
+    assert tokens.token == 4
+
+
+async def test_a_stop_with_the_last_token_already_saved_writes_nothing_more() -> None:
+    backend = MemoryBackend()
+    service = await _service(backend, token_save_seconds=3600)
+    await _run_and_stop(backend, service, events=1)
+    tokens = backend.tokens
+    assert isinstance(tokens, CountingTokens)
+    assert tokens.saves == [1]
