@@ -134,6 +134,15 @@ class EffectWorker:
     def metrics(self, metrics: Metrics | None) -> None:
         self.completer.metrics = metrics
 
+    @property
+    def on_done(self) -> Callable[[EffectRow, str], None] | None:
+        """Called once per row the completer records as done (the completer holds it)."""
+        return self.completer.on_done
+
+    @on_done.setter
+    def on_done(self, on_done: Callable[[EffectRow, str], None] | None) -> None:
+        self.completer.on_done = on_done
+
     def claim_limit(self) -> int:
         """As many rows as run within half the lease at the measured pace (and at most
         ``batch_size``): the tail of a batch must not outlive its lease and be reclaimed."""
