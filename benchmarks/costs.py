@@ -89,7 +89,7 @@ async def run(uri: str, events: int, tenants: int, batch: int, log: Any = print)
 
         registry = build_registry(b.stores, [])
         worker = EffectWorker(outbox=b.stores.outbox, registry=registry, clock=SystemClock(),
-                              tenants=tail.tenants, settings=WorkerSettings(batch_size=20,
+                              settings=WorkerSettings(batch_size=20,
                                                                             lease_seconds=120),
                               rng=random.Random(1))
         settle_heap()
@@ -97,7 +97,7 @@ async def run(uri: str, events: int, tenants: int, batch: int, log: Any = print)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         done = ticks = 0
         while done < rows:
-            res = await worker.tick(names)
+            res = await worker.tick_any()
             ticks += 1
             done += res.done
             if res.claimed == 0 and ticks > 3 * rows:

@@ -80,14 +80,14 @@ async def measure(uri: str, projection: str, rows: int, tenants: int, batch_size
         await tail.drain_all(names)
         worker = EffectWorker(
             outbox=stores.outbox, registry=build_registry(stores, [projection]), clock=SystemClock(),
-            tenants=tail.tenants, rng=random.Random(1),
+            rng=random.Random(1),
             settings=WorkerSettings(batch_size=batch_size, projection_batching=batching))
         settle_heap()
         counter.counts.clear()
         done = 0
         t0 = time.perf_counter()
         while True:
-            res = await worker.tick(names)
+            res = await worker.tick_any()
             done += res.done
             if res.claimed == 0:
                 break

@@ -36,14 +36,14 @@ async def run(backends: list[str], uri: str | None, rows: int, workers: list[int
                 reg = HandlerRegistry()
                 reg.register("launch", Noop())
                 ws = [EffectWorker(outbox=b.stores.outbox, registry=reg, clock=SystemClock(),
-                                   tenants=tail.tenants, rng=random.Random(i),
+                                   rng=random.Random(i),
                                    settings=WorkerSettings(batch_size=50)) for i in range(n)]
                 done = 0
 
-                async def loop(w: EffectWorker, tenants: list[str] = tenants) -> None:
+                async def loop(w: EffectWorker) -> None:
                     nonlocal done
                     while True:
-                        res = await w.tick(tenants)
+                        res = await w.tick_any()
                         done += res.done
                         if res.claimed == 0:
                             return

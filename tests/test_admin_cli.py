@@ -47,7 +47,7 @@ async def _dead_letters(backend: MemoryBackend, n: int = 3) -> list[str]:
     cfg = load_config(env={}, tail={"seed": "earliest"}, worker={"max_attempts": 1}, projections=[])
     service = Service(backend.stores(), cfg)
     await service.tail.drain_all()
-    await service.worker.tick()
+    await service.worker.tick_any()
     docs = backend.outbox.all_docs()
     assert all(d["state"] == "failed" for d in docs)
     return sorted(d["row_key"] for d in docs if d["tenant_id"] == T)
@@ -275,7 +275,7 @@ def test_admin_commands_on_the_mongo_adapters(capsys: pytest.CaptureFixture[str]
         cfg = load_config(env={}, tail={"seed": "earliest"}, worker={"max_attempts": 1})
         service = Service(stores, cfg)
         await service.tail.drain_all()
-        await service.worker.tick()
+        await service.worker.tick_any()
 
     anyio.run(seed)
 

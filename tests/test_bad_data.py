@@ -103,7 +103,7 @@ class Rig:
             await self.emit(healthy)
             self.kit.clock.advance(20.0)
             await self.tail.drain_all()
-            await self.worker.tick()
+            await self.worker.tick_any()
 
     def launched(self, t: str) -> int:
         return sum(1 for r in self.kit.launcher.launches if r.tenant_id == t)
@@ -401,7 +401,7 @@ async def _run_case(case: Case, rig: Rig, caplog: pytest.LogCaptureFixture) -> N
     rig.healthy = healthy
     await rig.tenant(healthy)
     rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2)
-    rig.worker = rig.kit.worker(tail=rig.tail)
+    rig.worker = rig.kit.worker()
 
     caplog.set_level(logging.WARNING, logger="board_outbox")
     await case.plant(rig, t)
@@ -450,7 +450,7 @@ async def test_store_refusals_park_the_row_on_the_wire(live_db: Any) -> None:
     await rig.row({**base, "row_key": "k1", "seq": 1, "attempts": "3", "errors": []})
     await rig.row({**base, "row_key": "k2", "seq": 2, "attempts": 0, "errors": "boom"})
     rig.tail = rig.kit.tail(seed="earliest")
-    rig.worker = rig.kit.worker(tail=rig.tail)
+    rig.worker = rig.kit.worker()
     await rig.passes(healthy, 2)
     assert rig.launched(healthy) == 2
     for key in ("k1", "k2"):
@@ -480,7 +480,7 @@ async def test_huge_card_and_decimal_seq_on_the_wire(live_db: Any,
     await rig.emit(t, "huge")  # seq 2
     await live_db["board_events"].insert_one(_ev(t, seq=Decimal128("2.5")))
     rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2)
-    rig.worker = rig.kit.worker(tail=rig.tail)
+    rig.worker = rig.kit.worker()
     caplog.set_level(logging.WARNING, logger="board_outbox")
     await rig.passes(healthy, 3)
     await rig.emit(t)  # seq 3
@@ -543,10 +543,10 @@ async def test_an_unexpected_data_error_stalls_one_tenant_not_the_pass(
 
     rig.backend.board.get_many = get_many  # type: ignore[method-assign]
     tail = rig.kit.tail(seed="earliest")
-    worker = rig.kit.worker(tail=tail)
+    worker = rig.kit.worker()
     for _ in range(3):
         await tail.drain_all()
-        await worker.tick()
+        await worker.tick_any()
     assert rig.launched("good") == 1 and rig.launched("odd") == 0
     assert tail.stalled["odd"].startswith("TypeError")
     assert sum("tenant stalled" in r.getMessage() for r in caplog.records) == 1

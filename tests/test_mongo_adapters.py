@@ -120,7 +120,7 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     import time
 
     long_ago = time.time() - DONE_TTL_SECONDS - 3600
-    c1, c2, c3 = await outbox.claim_due("t", long_ago, 30, 3)
+    c1, c2, c3 = await outbox.claim_any(long_ago, 30, 3)
     assert await outbox.mark_done(c1.ref, c1.claim_id, long_ago, "ok")
     err = ErrorEntry(attempt=1, at=long_ago, error="x")
     assert await outbox.mark_failed(c2.ref, c2.claim_id, long_ago, err, count_attempt=True)

@@ -63,7 +63,7 @@ BAD = [StoreError("not authorized on board_outbox"), RuntimeError("a bug"),
 
 @pytest.mark.parametrize("where", [
     "events.read_after",      # the drain pass
-    "outbox.claim_due",       # the worker tick
+    "outbox.claim_any",       # the worker tick
     "outbox.count_by_state",  # the metrics refresh
     "tokens.load",            # the waker's start
     "events.watch",           # the stream itself

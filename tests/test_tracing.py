@@ -45,12 +45,12 @@ async def run_pipeline(kit: Kit, tp: TracerProvider, metrics: Metrics | None = N
     fails = iter([True])
     kit.launcher.fail = lambda _r: next(fails, False)
     reg: HandlerRegistry = build_registry(kit.stores, [])
-    worker = EffectWorker(outbox=kit.outbox, registry=reg, clock=kit.clock, tenants=tail.tenants,
+    worker = EffectWorker(outbox=kit.outbox, registry=reg, clock=kit.clock,
                           settings=WorkerSettings(), rng=random.Random(1), tracer_provider=tp,
                           metrics=metrics)
-    await worker.tick([T])
+    await worker.tick_any()
     kit.clock.advance(60)
-    await worker.tick([T])
+    await worker.tick_any()
     (row,) = await kit.rows(T)
     assert row.state == "done"
     return row.row_key

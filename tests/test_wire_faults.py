@@ -29,7 +29,7 @@ from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
-from tests.support.kits import Kit, mongo_kit
+from tests.support.kits import Kit, claim, mongo_kit
 from tests.support.live_mongo import LiveServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live_mongo]
@@ -171,7 +171,9 @@ async def _call(w: Wire, command: str) -> None:
     elif command == "update":
         await k.cursors.compare_and_set(T, 0, 1)
     elif command == "findAndModify":
-        await k.outbox.claim_due(T, k.clock.now(), 30, 5)  # the reclaim probe goes first
+        await w.check["trigger_effects"].insert_one(
+            {"tenant_id": T, "row_key": f"{T}/1/x", "seq": 1, "state": "pending", "not_before": 0.0})
+        await k.outbox.claim_any(k.clock.now(), 30, 1)  # one due row: claimed by findAndModify
     elif command == "aggregate":
         await k.outbox.count_by_state(T)
     elif command == "distinct":
@@ -273,10 +275,10 @@ async def test_claim_fault_loses_nothing(wire: Wire, failpoints: FailPoints, fau
     await _materialize(k, 3)
     worker = k.worker(lease_seconds=30)
     with failpoints.arm(["update"], TRANSIENT[fault]), pytest.raises(StoreUnavailable):
-        await worker.tick([T])
+        await worker.tick_any()
     k.clock.advance(31)  # whatever the failed claim may have taken is reclaimable now
     for _ in range(3):
-        await after_outage(worker.tick, [T])
+        await after_outage(worker.tick_any)
     rows = await k.rows(T)
     assert [r.state for r in rows] == ["done"] * 3
     assert sorted(r.row_key for r in k.launcher.launches) == sorted(r.row_key for r in rows)
@@ -299,7 +301,7 @@ async def test_mark_done_fault_is_retried_and_launches_once(
                 failpoints.admin.admin.command("configureFailPoint", "failCommand", mode="off")
 
             tg.start_soon(outage_ends)
-            res = await worker.tick([T])
+            res = await worker.tick_any()
     assert res.done == 1
     rows = await k.rows(T)
     assert [r.state for r in rows] == ["done"] and len(k.launcher.launches) == 1
@@ -312,13 +314,14 @@ async def test_reclaim_fault_then_reclaim_counts_the_attempt_once(
     k = wire.kit
     await board(k, events=1)
     await _materialize(k, 1)
-    claims = await k.outbox.claim_due(T, k.clock.now(), 5, 10)  # a worker that died
+    claims = await claim(k.outbox, T, k.clock.now(), 5, 10)  # a worker that died
     assert len(claims) == 1
     k.clock.advance(6)
     worker = k.worker(lease_seconds=30)
-    with failpoints.arm(["findAndModify"], TRANSIENT[fault]), pytest.raises(StoreUnavailable):
-        await worker.tick([T])
-    await after_outage(worker.tick, [T])
+    # the reclaim: find the expired leases, one update_many takes them back
+    with failpoints.arm(["update"], TRANSIENT[fault]), pytest.raises(StoreUnavailable):
+        await worker.tick_any()
+    await after_outage(worker.tick_any)
     (row,) = await k.rows(T)
     assert row.state == "done" and row.attempts == 1 and len(k.launcher.launches) == 1
 
@@ -327,9 +330,9 @@ async def test_fenced_mark_after_steal_is_a_no_op_on_the_wire(wire: Wire) -> Non
     k = wire.kit
     await board(k, events=1)
     await _materialize(k, 1)
-    (stale,) = await k.outbox.claim_due(T, k.clock.now(), 5, 10)
+    (stale,) = await claim(k.outbox, T, k.clock.now(), 5, 10)
     k.clock.advance(6)
-    (fresh,) = await k.outbox.claim_due(T, k.clock.now(), 30, 10)
+    (fresh,) = await claim(k.outbox, T, k.clock.now(), 30, 10)
     assert fresh.claim_id != stale.claim_id
     assert not await k.outbox.mark_done(stale.ref, stale.claim_id, k.clock.now(), "late")
     assert await k.outbox.mark_done(fresh.ref, fresh.claim_id, k.clock.now(), "ok")

@@ -112,26 +112,24 @@ class EffectOutbox(Protocol):
         """One unordered bulk write of ``$setOnInsert`` upserts keyed by ``row_key``."""
         ...
 
-    async def claim_due(
-        self, tenant_id: str, now: float, lease_seconds: float, limit: int
-    ) -> list[Claim]:
-        """Atomically claim up to ``limit`` rows: pending rows with not_before <= now, and
-        claimed rows whose lease expired (those get ``attempts`` +1 and ``reclaimed``)."""
-        ...
-
     async def claim_any(
         self, now: float, lease_seconds: float, limit: int, *,
         prefer: Collection[str] | None = None, steal_before: float | None = None,
+        tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Claim up to ``limit`` due pending rows across every tenant in a constant number of
-        round trips (one pick; one findAndModify for a single row, else update_many + read
-        back). With ``prefer``, rows of those tenants go first and another tenant's row is taken
-        only if it was due by ``steal_before`` (its owner had its chance)."""
+        """Claim up to ``limit`` due pending rows (not_before <= now) across every tenant in a
+        constant number of round trips (one pick; one findAndModify for a single row, else
+        update_many + read back). With ``prefer``, rows of those tenants go first and another
+        tenant's row is taken only if it was due by ``steal_before`` (its owner had its chance).
+        ``tenants`` limits the claim to those tenants (None: every tenant)."""
         ...
 
-    async def reclaim_expired(self, now: float, lease_seconds: float, limit: int) -> list[Claim]:
-        """Claimed rows whose lease expired, across tenants: one query finds them, each is
-        reclaimed atomically (``attempts`` +1, ``reclaimed``)."""
+    async def reclaim_expired(
+        self, now: float, lease_seconds: float, limit: int, *,
+        tenants: Collection[str] | None = None,
+    ) -> list[Claim]:
+        """Claimed rows whose lease expired, across tenants (or only ``tenants``): one query finds
+        them, each is reclaimed atomically (``attempts`` +1, ``reclaimed``)."""
         ...
 
     async def mark_done_many(

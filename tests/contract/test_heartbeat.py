@@ -9,7 +9,7 @@ import pytest
 
 from board_outbox.engine.registry import ExecutionContext
 from board_outbox.model.domain import EffectRow, MatchRule, Subscription
-from tests.support.kits import Kit
+from tests.support.kits import Kit, claim
 
 pytestmark = pytest.mark.anyio
 
@@ -37,7 +37,7 @@ class SlowEffect:
             elapsed += 2.0
             await anyio.sleep(0.12)  # a couple of beats
             if self.rival_claimed is None and elapsed >= self.seconds / 2:
-                self.rival_claimed = (await self.rival.tick([T])).claimed  # type: ignore[attr-defined]
+                self.rival_claimed = (await self.rival.tick_any()).claimed  # type: ignore[attr-defined]
         return "launched"
 
 
@@ -56,7 +56,7 @@ async def _setup(kit: Kit, seconds: float, **settings: object) -> tuple[object, 
 
 async def test_a_slow_effect_keeps_its_lease_and_runs_once(kit: Kit) -> None:
     worker, effect = await _setup(kit, seconds=40, heartbeat_fraction=BEAT)
-    res = await worker.tick([T])  # type: ignore[attr-defined]
+    res = await worker.tick_any()  # type: ignore[attr-defined]
     assert res.done == 1 and effect.rival_claimed == 0 and effect.runs == 1
     (row,) = await kit.rows(T)
     assert row.state == "done" and row.attempts == 0 and row.outcome == "launched"
@@ -64,7 +64,7 @@ async def test_a_slow_effect_keeps_its_lease_and_runs_once(kit: Kit) -> None:
 
 async def test_without_the_heartbeat_the_slow_effect_is_stolen_and_runs_twice(kit: Kit) -> None:
     worker, effect = await _setup(kit, seconds=40, heartbeat_fraction=0)
-    res = await worker.tick([T])  # type: ignore[attr-defined]
+    res = await worker.tick_any()  # type: ignore[attr-defined]
     assert effect.rival_claimed == 1 and effect.runs == 2  # the residual window, wide open
     assert res.lease_lost == 1  # the late mark_done was fenced out
 
@@ -72,7 +72,7 @@ async def test_without_the_heartbeat_the_slow_effect_is_stolen_and_runs_twice(ki
 async def test_a_hung_effect_stops_beating_at_max_execution_and_the_reclaim_counts(kit: Kit) -> None:
     worker, effect = await _setup(kit, seconds=60, heartbeat_fraction=BEAT,
                                   max_execution_seconds=15)
-    res = await worker.tick([T])  # type: ignore[attr-defined]
+    res = await worker.tick_any()  # type: ignore[attr-defined]
     # past 15 + 10 s the lease is gone: the rival reclaimed it (attempt counted: M9)
     assert effect.rival_claimed == 1 and res.lease_lost == 1
     (row,) = await kit.rows(T)
@@ -86,12 +86,12 @@ async def test_extend_lease_is_fenced_by_claim_id(kit: Kit) -> None:
     await kit.emit(T, "card.created", "c1")
     await kit.tail(seed="earliest").drain_all([T])
     now = kit.clock.now()
-    (claim,) = await kit.outbox.claim_due(T, now, LEASE, 1)
-    assert not await kit.outbox.extend_lease(claim.ref, "someone-else", now, now + 100)
-    assert await kit.outbox.extend_lease(claim.ref, claim.claim_id, now, now + 100)
+    (mine,) = await claim(kit.outbox, T, now, LEASE, 1)
+    assert not await kit.outbox.extend_lease(mine.ref, "someone-else", now, now + 100)
+    assert await kit.outbox.extend_lease(mine.ref, mine.claim_id, now, now + 100)
     kit.clock.advance(50)  # past the first lease, within the extended one
-    assert await kit.outbox.claim_due(T, kit.clock.now(), LEASE, 1) == []
+    assert await claim(kit.outbox, T, kit.clock.now(), LEASE, 1) == []
     kit.clock.advance(51)
-    (stolen,) = await kit.outbox.claim_due(T, kit.clock.now(), LEASE, 1)
+    (stolen,) = await claim(kit.outbox, T, kit.clock.now(), LEASE, 1)
     assert stolen.reclaimed and stolen.row is not None and stolen.row.attempts == 1
-    assert not await kit.outbox.extend_lease(claim.ref, claim.claim_id, kit.clock.now(), now + 500)
+    assert not await kit.outbox.extend_lease(mine.ref, mine.claim_id, kit.clock.now(), now + 500)

@@ -12,7 +12,7 @@ from board_outbox_projections import BoardReflect, CardActivity
 from board_outbox.engine.batch import execute_batch, plan
 from board_outbox.model.domain import EventSnapshot
 from board_outbox.ports import PushRecent, UpsertIfNewer
-from tests.support.kits import Kit
+from tests.support.kits import Kit, claim
 
 pytestmark = pytest.mark.anyio
 
@@ -52,7 +52,7 @@ async def test_card_activity_keeps_the_last_n_with_who_and_when(kit: Kit) -> Non
                                  "at": kit.clock.now() + seq, "actor": actor})
     await kit.tail(seed="earliest", projections=("card-activity",)).drain_all([T])
     worker = kit.worker(registry=kit.registry(["card-activity"]))
-    assert (await worker.tick([T])).done == 3
+    assert (await worker.tick_any()).done == 3
     recent = await CardActivity(kit.readmodels).activity(T, "c1")
     assert [(e["seq"], e["actor"], e["type"], e["column"]) for e in recent] == [
         (3, "cy", "card.updated", "inbox"), (2, "bob", "card.updated", "inbox"),
@@ -109,14 +109,14 @@ async def test_worker_applies_a_projection_batch_and_marks_it_fenced(kit: Kit) -
     await kit.tail(seed="earliest", projections=("board-reflect", "card-activity")).drain_all([T])
     reg = kit.registry(["board-reflect", "card-activity"])
     worker = kit.worker(registry=reg, batch_size=50)
-    claims = await kit.outbox.claim_due(T, kit.clock.now(), 30.0, 50)
+    claims = await claim(kit.outbox, T, kit.clock.now(), 30.0, 50)
     units = plan(claims, set(reg.projections), 8)
     assert sorted(len(u) for u in units) == [6, 6]
     reflect = next(u for u in units if u[0].row is not None and u[0].row.projection == "board-reflect")
     # another worker steals one row of the batch (released, then claimed under its own claim_id)
     stolen = reflect[2]
     assert await kit.outbox.release(stolen.ref, stolen.claim_id, kit.clock.now())
-    theirs = await kit.outbox.claim_due(T, kit.clock.now(), 30.0, 50)
+    theirs = await claim(kit.outbox, T, kit.clock.now(), 30.0, 50)
     assert [c.ref for c in theirs] == [stolen.ref]
     outcomes = await execute_batch(worker, reflect)
     assert outcomes == ["done", "done", "lease_lost", "done", "done", "done"]
@@ -154,7 +154,7 @@ async def test_failed_batch_falls_back_to_rows_and_only_the_bad_row_retries(kit:
     await kit.tail(seed="earliest", projections=("flaky",)).drain_all([T])
     reg = kit.registry()
     reg.register_projection(Flaky(kit.readmodels))
-    res = await kit.worker(registry=reg).tick([T])
+    res = await kit.worker(registry=reg).tick_any()
     assert (res.claimed, res.done, res.retried) == (3, 2, 1)
     states = sorted((r.seq, r.state, r.attempts) for r in await kit.rows(T))
     assert states == [(1, "done", 0), (2, "pending", 1), (3, "done", 0)]

@@ -122,9 +122,9 @@ async def test_readers_see_the_live_model_until_one_atomic_swap(kit: Kit) -> Non
     await rm.upsert_if_newer(P, T, "stray", 99, {"card_id": "stray"})
     # rows and launches exist before the rebuild; it must add none
     tail = kit.tail(seed="earliest")
-    worker = kit.worker(tail=tail)
+    worker = kit.worker()
     await tail.drain_all()
-    await worker.tick()
+    await worker.tick_any()
     rows_before = await kit.outbox.count_by_state(T)
     launches_before = len(kit.launcher.launches)
     assert launches_before == 3

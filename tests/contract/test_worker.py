@@ -12,7 +12,7 @@ from board_outbox.model.domain import EffectRow, MatchRule, Subscription
 from board_outbox.model.errors import LaunchFailed
 from board_outbox.ports import LaunchRequest
 from tests.support.faults import Crash
-from tests.support.kits import Kit
+from tests.support.kits import Kit, claim
 
 pytestmark = pytest.mark.anyio
 
@@ -47,10 +47,10 @@ def always_fail(_req: LaunchRequest) -> bool:
 async def test_rows_execute_exactly_once_in_steady_state(kit: Kit) -> None:
     await materialize(kit, n=5)
     worker = kit.worker()
-    res = await worker.tick([T])
+    res = await worker.tick_any()
     assert (res.claimed, res.done) == (5, 5)
     assert sorted(r.seq for r in kit.launcher.launches) == [1, 2, 3, 4, 5]
-    assert (await worker.tick([T])).claimed == 0
+    assert (await worker.tick_any()).claimed == 0
     assert {r.state for r in await kit.rows(T)} == {"done"}
     assert all(r.outcome and r.outcome.startswith("launched") for r in await kit.rows(T))
 
@@ -61,7 +61,7 @@ async def test_four_workers_racing_execute_each_row_once(kit: Kit) -> None:
 
     async def run(w: object) -> None:
         for _ in range(15):
-            await w.tick([T])  # type: ignore[attr-defined]
+            await w.tick_any()  # type: ignore[attr-defined]
 
     async with anyio.create_task_group() as tg:
         for w in workers:
@@ -78,13 +78,13 @@ async def test_orphaned_claim_is_reclaimed_after_lease_with_attempts_incremented
     worker = kit.worker(lease_seconds=30)
     kit.faults.crash_at("launcher.launch")  # the worker process dies mid-effect
     with pytest.raises(Crash):
-        await worker.tick([T])
+        await worker.tick_any()
     assert (await only_row(kit)).state == "claimed"
     survivor = kit.worker(lease_seconds=30)
     kit.clock.advance(29)
-    assert (await survivor.tick([T])).claimed == 0  # the lease still holds
+    assert (await survivor.tick_any()).claimed == 0  # the lease still holds
     kit.clock.advance(2)
-    res = await survivor.tick([T])
+    res = await survivor.tick_any()
     assert res.done == 1
     row = await only_row(kit)
     assert row.state == "done" and row.attempts == 1
@@ -97,11 +97,11 @@ async def test_hung_effect_burns_its_budget_and_parks(
     await materialize(kit)
     max_attempts = 3
     for _ in range(max_attempts):  # each "worker" claims and hangs past its lease
-        claims = await kit.outbox.claim_due(T, kit.clock.now(), 10.0, 5)
+        claims = await claim(kit.outbox, T, kit.clock.now(), 10.0, 5)
         assert len(claims) == 1
         kit.clock.advance(11)
     with caplog.at_level(logging.WARNING, logger="board_outbox.worker"):
-        res = await kit.worker(lease_seconds=10, max_attempts=max_attempts).tick([T])
+        res = await kit.worker(lease_seconds=10, max_attempts=max_attempts).tick_any()
     assert res.failed == 1 and kit.launcher.launches == []
     row = await only_row(kit)
     assert row.state == "failed" and row.attempts == max_attempts
@@ -123,15 +123,15 @@ async def test_backoff_schedule_then_dead_letter_warned_once(
     with caplog.at_level(logging.WARNING, logger="board_outbox.worker"):
         for _ in range(4):
             before = kit.clock.now()
-            assert (await worker.tick([T])).retried == 1
+            assert (await worker.tick_any()).retried == 1
             row = await only_row(kit)
             delays.append(row.not_before - before)
-            assert (await worker.tick([T])).claimed == 0  # not due yet: no busy retry
+            assert (await worker.tick_any()).claimed == 0  # not due yet: no busy retry
             kit.clock.advance(row.not_before - before)
-        assert (await worker.tick([T])).failed == 1
+        assert (await worker.tick_any()).failed == 1
         for _ in range(3):
             kit.clock.advance(100)
-            assert (await worker.tick([T])).claimed == 0  # parked rows are never claimed
+            assert (await worker.tick_any()).claimed == 0  # parked rows are never claimed
     assert delays == [1.0, 2.0, 4.0, 5.0]  # exponential, capped
     row = await only_row(kit)
     assert row.state == "failed" and row.attempts == 5
@@ -162,12 +162,12 @@ async def test_launch_failure_after_consume_retries_without_second_consume(kit: 
     fails = iter([True])
     kit.launcher.fail = lambda _r: next(fails, False)
     worker = kit.worker(backoff={"jitter": 0.0, "base_seconds": 1.0})
-    assert (await worker.tick([T])).retried == 1
+    assert (await worker.tick_any()).retried == 1
     row = await only_row(kit)
     assert row.consume_marked and row.state == "pending"
     assert (await kit.cards.get(T, "c1")).labels == ()  # spent
     kit.clock.advance(2)
-    assert (await worker.tick([T])).done == 1
+    assert (await worker.tick_any()).done == 1
     assert kit.faults.hits["labels.consume"] == 1  # one-shot spent exactly once
     assert [r.bot for r in kit.launcher.launches] == ["shipper"]  # and the launch happened
 
@@ -176,9 +176,9 @@ async def test_worker_crash_after_consume_marked_still_launches_once(kit: Kit) -
     await materialize(kit, SHIP, etype="card.labeled", labels=("ship",))
     kit.faults.crash_at("outbox.mark_consumed.after")
     with pytest.raises(Crash):
-        await kit.worker(lease_seconds=5).tick([T])
+        await kit.worker(lease_seconds=5).tick_any()
     kit.clock.advance(6)
-    assert (await kit.worker(lease_seconds=5).tick([T])).done == 1
+    assert (await kit.worker(lease_seconds=5).tick_any()).done == 1
     assert kit.faults.hits["labels.consume"] == 1 and len(kit.launcher.launches) == 1
 
 
@@ -189,9 +189,9 @@ async def test_crash_between_consume_and_mark_no_longer_loses_the_launch(kit: Ki
     await materialize(kit, SHIP, etype="card.labeled", labels=("ship",))
     kit.faults.crash_at("labels.consume.after")
     with pytest.raises(Crash):
-        await kit.worker(lease_seconds=5).tick([T])
+        await kit.worker(lease_seconds=5).tick_any()
     kit.clock.advance(6)
-    await kit.worker(lease_seconds=5).tick([T])
+    await kit.worker(lease_seconds=5).tick_any()
     row = await only_row(kit)
     assert row.state == "done" and str(row.outcome).startswith("launched")
     assert [r.bot for r in kit.launcher.launches] == ["shipper"]
@@ -203,9 +203,9 @@ async def test_residual_window_crash_between_launch_and_done_doubles_one_launch(
     await materialize(kit)
     kit.faults.crash_at("launcher.launch.after")
     with pytest.raises(Crash):
-        await kit.worker(lease_seconds=5).tick([T])
+        await kit.worker(lease_seconds=5).tick_any()
     kit.clock.advance(6)
-    await kit.worker(lease_seconds=5).tick([T])
+    await kit.worker(lease_seconds=5).tick_any()
     assert [r.seq for r in kit.launcher.launches] == [1, 1]
 
 
@@ -234,13 +234,13 @@ async def test_stolen_lease_makes_late_writes_no_ops(kit: Kit) -> None:
     results = {}
 
     async def run_slow() -> None:
-        results["slow"] = await slow.tick([T])
+        results["slow"] = await slow.tick_any()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_slow)
         await entered.wait()
         kit.clock.advance(11)  # the slow worker's lease expires ...
-        results["thief"] = await thief.tick([T])  # ... and the row is stolen and finished
+        results["thief"] = await thief.tick_any()  # ... and the row is stolen and finished
         release.set()
     assert results["thief"].done == 1
     assert results["slow"].lease_lost == 1 and results["slow"].done == 0
@@ -258,7 +258,7 @@ async def test_rows_whose_lease_expired_before_reached_are_skipped(kit: Kit) -> 
 
     reg = kit.registry()
     reg.register("launch", ClockEater(), replace=True)
-    res = await kit.worker(registry=reg, lease_seconds=10).tick([T])
+    res = await kit.worker(registry=reg, lease_seconds=10).tick_any()
     assert (res.claimed, res.done, res.skipped_expired) == (2, 1, 1)
 
 
@@ -267,18 +267,19 @@ async def test_rows_whose_lease_expired_before_reached_are_skipped(kit: Kit) -> 
 
 async def test_transient_subscription_lookup_retries(kit: Kit) -> None:
     await materialize(kit)
-    kit.faults.fail_at("subs.get")
+    kit.faults.fail_at("subs.get_many")  # the tick's batch read fails: the row reads its own
+    kit.faults.fail_at("subs.get")  # ... which fails too
     worker = kit.worker(backoff={"jitter": 0.0})
-    assert (await worker.tick([T])).retried == 1
+    assert (await worker.tick_any()).retried == 1
     assert (await only_row(kit)).attempts == 1 and kit.launcher.launches == []
     kit.clock.advance(5)
-    assert (await worker.tick([T])).done == 1 and len(kit.launcher.launches) == 1
+    assert (await worker.tick_any()).done == 1 and len(kit.launcher.launches) == 1
 
 
 async def test_deleted_subscription_drops_the_row(kit: Kit) -> None:
     await materialize(kit)
     await kit.subs.delete("s")
-    assert (await kit.worker().tick([T])).done == 1
+    assert (await kit.worker().tick_any()).done == 1
     assert (await only_row(kit)).outcome == "dropped: subscription deleted"
     assert kit.launcher.launches == []
 
@@ -287,7 +288,7 @@ async def test_execution_reverifies_the_current_rule(kit: Kit) -> None:
     await materialize(kit, n=2)
     await kit.sub(Subscription(sub_id="s", tenant_id=T, bot="bot",
                                rule=MatchRule(event_types=("card.moved",))))  # operator edit
-    assert (await kit.worker().tick([T])).done == 2
+    assert (await kit.worker().tick_any()).done == 2
     assert {r.outcome for r in await kit.rows(T)} == {"dropped: no longer matches"}
     assert kit.launcher.launches == []
 
@@ -295,7 +296,7 @@ async def test_execution_reverifies_the_current_rule(kit: Kit) -> None:
 async def test_cross_tenant_row_is_refused(kit: Kit) -> None:
     await materialize(kit)
     await kit.sub(Subscription(sub_id="s", tenant_id="intruder", bot="bot"))  # sub moved tenant
-    res = await kit.worker().tick([T])
+    res = await kit.worker().tick_any()
     assert res.failed == 1 and kit.launcher.launches == []
     row = await only_row(kit)
     assert row.state == "failed" and "CrossTenantRow" in row.errors[-1].error
@@ -305,9 +306,8 @@ async def test_disabled_last_subscription_still_settles_its_rows(kit: Kit) -> No
     await materialize(kit, n=2)
     await kit.sub(Subscription(sub_id="s", tenant_id=T, bot="bot", enabled=False,
                                rule=SUB.rule))
-    tail = kit.tail()
-    worker = kit.worker(tail=tail)
-    res = await worker.tick()  # tenants from the tail's union, not from subscriptions alone
+    worker = kit.worker()
+    res = await worker.tick_any()  # the claim reads rows, not subscriptions: both still run
     assert res.done == 2
     assert {r.state for r in await kit.rows(T)} == {"done"}
 
@@ -318,7 +318,7 @@ async def test_disabled_last_subscription_still_settles_its_rows(kit: Kit) -> No
 async def test_unknown_kind_is_dead_lettered_with_a_clear_error(kit: Kit) -> None:
     await kit.insert_raw_row({"tenant_id": T, "row_key": "x/1", "seq": 1, "kind": "teleport",
                               "state": "pending", "not_before": 0.0})
-    res = await kit.worker().tick([T])
+    res = await kit.worker().tick_any()
     assert res.failed == 1
     row = await kit.outbox.get("x/1")
     assert row is not None and row.state == "failed"
@@ -337,7 +337,7 @@ async def test_deployment_registered_kind_is_dispatched(kit: Kit) -> None:
 
     reg = kit.registry()
     reg.register("notify", Notify())
-    assert (await kit.worker(registry=reg).tick([T])).done == 1
+    assert (await kit.worker(registry=reg).tick_any()).done == 1
     assert seen == ["n/1"]
     with pytest.raises(ValueError, match="already registered"):
         reg.register("notify", Notify())
@@ -351,7 +351,7 @@ async def test_projection_rows_feed_board_reflect(kit: Kit) -> None:
     await kit.emit(T, "card.deleted", "c2")
     await kit.tail(seed="earliest", projections=("board-reflect",)).drain_all([T])
     worker = kit.worker(registry=kit.registry(["board-reflect"]))
-    assert (await worker.tick([T])).done == 3
+    assert (await worker.tick_any()).done == 3
     model = {d["card_id"]: d for d in await kit.readmodels.list("board-reflect", T)}
     assert model["c1"]["column"] == "review" and model["c1"]["last_seq"] == 2
     assert model["c2"]["deleted"] is True
@@ -361,7 +361,7 @@ async def test_malformed_row_is_parked_not_crashing(kit: Kit) -> None:
     await kit.insert_raw_row({"tenant_id": T, "row_key": "m/1", "seq": "x", "state": "pending",
                               "not_before": 0.0})
     await materialize(kit)  # a good row behind it still runs
-    res = await kit.worker().tick([T])
+    res = await kit.worker().tick_any()
     assert (res.failed, res.done) == (1, 1)
     raw = await kit.raw_row("m/1")
     assert raw is not None and raw["state"] == "failed"
@@ -382,15 +382,15 @@ async def test_launch_failed_is_the_retry_type(kit: Kit) -> None:
     kit.launcher.fail = refuse_once
     worker = kit.worker(max_attempts=5, backoff={"base_seconds": 3.0, "jitter": 0.0})
     before = kit.clock.now()
-    res = await worker.tick([T])
+    res = await worker.tick_any()
     assert (res.retried, res.failed, res.done) == (1, 0, 0)
     row = await only_row(kit)
     assert row.state == "pending" and row.attempts == 1
     assert row.not_before == before + 3.0  # the backoff's first delay, not "now"
     assert [e.kind for e in row.errors] == ["error"] and "LaunchFailed" in row.errors[0].error
-    assert (await worker.tick([T])).claimed == 0  # not due before its backoff
+    assert (await worker.tick_any()).claimed == 0  # not due before its backoff
     kit.clock.advance(3.0)
-    assert (await worker.tick([T])).done == 1
+    assert (await worker.tick_any()).done == 1
     assert [r.row_key for r in kit.launcher.launches] == [row.row_key]
 
 
@@ -413,11 +413,11 @@ async def test_lease_lost_right_after_consume_still_launches_exactly_once(kit: K
         if not stalled:  # only A's call stalls
             stalled.append(True)
             kit.clock.advance(11)  # A stalls past its lease right after the consume ...
-            await b.tick([T])  # ... B reclaims the row while A is still inside its attempt
+            await b.tick_any()  # ... B reclaims the row while A is still inside its attempt
         return ok
 
     kit.labels.consume = consume_then_stall  # type: ignore[method-assign]
-    res = await a.tick([T])
+    res = await a.tick_any()
     assert res.lease_lost == 1
     assert [r.bot for r in kit.launcher.launches] == ["shipper"]  # exactly one launch, by B
     row = await only_row(kit)
@@ -428,7 +428,7 @@ async def test_transient_consume_mark_failure_still_launches(kit: Kit) -> None:
     """Found by the harness: a store blip on the consume_marked write made the retry skip."""
     await materialize(kit, SHIP, etype="card.labeled", labels=("ship",))
     kit.faults.fail_at("outbox.mark_consumed", times=3)
-    res = await kit.worker().tick([T])
+    res = await kit.worker().tick_any()
     assert res.done == 1 and len(kit.launcher.launches) == 1
     assert kit.faults.fired["outbox.mark_consumed"] == 3
 
@@ -438,9 +438,9 @@ async def test_transient_mark_done_failure_is_retried_not_relaunched(kit: Kit) -
     ran again -> a double launch with no crash at all. mark_done now rides out the blip."""
     await materialize(kit)
     kit.faults.fail_at("outbox.mark_done", times=2)
-    assert (await kit.worker().tick([T])).done == 1
+    assert (await kit.worker().tick_any()).done == 1
     kit.clock.advance(100)
-    assert (await kit.worker().tick([T])).claimed == 0
+    assert (await kit.worker().tick_any()).claimed == 0
     assert len(kit.launcher.launches) == 1
 
 
@@ -448,11 +448,11 @@ async def test_store_blip_on_mark_retry_does_not_stop_the_batch(kit: Kit) -> Non
     await materialize(kit, n=2)
     kit.launcher.fail = always_fail
     kit.faults.fail_at("outbox.mark_retry")  # the first row's failure cannot be recorded
-    res = await kit.worker(lease_seconds=10).tick([T])
+    res = await kit.worker(lease_seconds=10).tick_any()
     assert (res.claimed, res.unrecorded, res.retried) == (2, 1, 1)  # the second row still ran
     kit.clock.advance(11)
     kit.launcher.fail = None
-    res = await kit.worker(lease_seconds=10).tick([T])
+    res = await kit.worker(lease_seconds=10).tick_any()
     assert res.done == 2  # the unrecorded one was reclaimed after its lease
     rows = {r.seq: r for r in await kit.rows(T)}
     assert rows[1].attempts == 1 and rows[1].errors[-1].kind == "lease_expired"

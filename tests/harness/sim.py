@@ -400,7 +400,7 @@ class Simulation:
         self.seeded: dict[str, int] = {}  # tenant -> the cursor's seed
         self.head_reads: Counter[tuple[int, str, int]] = Counter()  # (replica, tenant, seq)
         self.claim_attempts: dict[str, int] = {}  # row_key -> attempts at its last claim
-        self.claimed: dict[int, dict[str, EffectRow]] = {}  # replica -> rows of its last claims
+        self.claimed: dict[int, dict[str, EffectRow]] = {}  # replica -> rows as it last claimed them
         self.sub_read: dict[int, Subscription] = {}  # replica -> the subscription it last read
         self.planted: set[str] = set()  # cross-tenant rows planted by the driver
         self.planted_subs: set[str] = set()  # the subscriptions they name
@@ -468,8 +468,9 @@ class Simulation:
             info = self.events.get((args[0], head))
             if head > args[1] and info is not None and info.kind == "poison":
                 self.head_reads[(rid, args[0], head)] += 1  # a head-of-line tick of a poison
-        if point == "outbox.claim_due":
-            mine = self.claimed[rid] = {}
+        if point in ("outbox.claim_any", "outbox.reclaim_expired"):
+            # a tick's claims: the expired leases it reclaimed, then the due rows it claimed
+            mine = self.claimed.setdefault(rid, {})
             for claim in result:
                 if claim.row is None:
                     continue
@@ -570,7 +571,7 @@ class Simulation:
                                                   seed=self.seed_mode),  # type: ignore[arg-type]
                             projections=registry.projections)
                 worker = EffectWorker(
-                    outbox=stores.outbox, registry=registry, clock=self.clock, tenants=tail.tenants,
+                    outbox=stores.outbox, registry=registry, clock=self.clock,
                     settings=WorkerSettings(lease_seconds=LEASE, max_attempts=self.max_attempts,
                                             batch_size=3,
                                             backoff_base_seconds=0.5, backoff_cap_seconds=4,
@@ -585,14 +586,15 @@ class Simulation:
                 worker.prefer = view.prefer
                 try:
                     while True:
+                        # the service's claim path: tick_any (one claim across tenants, owned
+                        # tenants first when ownership is on; expired leases swept every
+                        # reclaim_every_seconds)
                         if not self.membership:
                             await tail.drain_all(self.tenants)
-                            with contextlib.suppress(StoreUnavailable):
-                                await worker.tick(self.tenants)
-                            continue
-                        if rid not in self.frozen and self.silent.get(rid, -1) < self.step:
-                            await view.beat()
-                        await tail.drain_all(view.owned(self.tenants))
+                        else:
+                            if rid not in self.frozen and self.silent.get(rid, -1) < self.step:
+                                await view.beat()
+                            await tail.drain_all(view.owned(self.tenants))
                         with contextlib.suppress(StoreUnavailable):
                             await worker.tick_any()
                 except Crash:

@@ -17,6 +17,7 @@ from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.ports import (
     CardStore,
+    Claim,
     CursorStore,
     EffectOutbox,
     EventLog,
@@ -28,6 +29,22 @@ from board_outbox.ports import (
 )
 from board_outbox.service.runtime import build_registry
 from tests.support.faults import FaultInjector, FaultProxy
+
+
+async def claim(
+    outbox: EffectOutbox, tenant_id: str, now: float, lease_seconds: float, limit: int
+) -> list[Claim]:
+    """What one tick of the worker claims for one tenant (``tick_any``'s claim path, filtered
+    to ``tenant_id``): its expired leases first (reclaimed, attempts +1), then its due rows."""
+    claims = await outbox.reclaim_expired(now, lease_seconds, limit, tenants=[tenant_id])
+    if len(claims) < limit:
+        claims += await outbox.claim_any(now, lease_seconds, limit - len(claims),
+                                         tenants=[tenant_id])
+    return claims
+
+
+# the kit's workers look for expired leases on every tick (the next tick is never earlier)
+RECLAIM_EVERY_TICK = 1e-9
 
 
 @dataclass
@@ -81,15 +98,16 @@ class Kit:
     def registry(self, projections: list[str] | None = None) -> HandlerRegistry:
         return build_registry(self.stores, projections or [])
 
-    def worker(
-        self, registry: HandlerRegistry | None = None, tail: Tail | None = None, **settings: Any
-    ) -> EffectWorker:
+    def worker(self, registry: HandlerRegistry | None = None, **settings: Any) -> EffectWorker:
+        """The production worker (``tick_any``). Unless a test says otherwise it looks for expired
+        leases on every tick (the service does every ``reclaim_every_seconds``): a test that
+        moves the clock past a lease expects the next tick to reclaim the row."""
         import random
 
-        t = tail or self.tail()
+        settings.setdefault("reclaim_every_seconds", RECLAIM_EVERY_TICK)
         return EffectWorker(
             outbox=self.outbox, registry=registry or self.registry(), clock=self.clock,
-            tenants=t.tenants, settings=msgspec.convert(_flat(settings), WorkerSettings),
+            settings=msgspec.convert(_flat(settings), WorkerSettings),
             rng=random.Random(1),
         )
 

@@ -70,7 +70,8 @@ class AsyncMockCollection:
         for i, op in enumerate(requests):
             try:
                 if isinstance(op, UpdateOne):
-                    r = self._c.update_one(op._filter, op._doc, upsert=op._upsert)
+                    r = self._atomic(self._c.update_one, (op._filter, op._doc),
+                                     {"upsert": op._upsert})
                     matched += r.matched_count
                     upserted += 1 if r.upserted_id is not None else 0
                 elif isinstance(op, ReplaceOne):
@@ -86,6 +87,10 @@ class AsyncMockCollection:
                     raise NotImplementedError(type(op).__name__)
             except DuplicateKeyError as exc:
                 errors.append({"index": i, "code": 11000, "errmsg": str(exc)})
+                if ordered:
+                    break
+            except OperationFailure as exc:  # a document refused the update (``_atomic``)
+                errors.append({"index": i, "code": exc.code, "errmsg": str(exc)})
                 if ordered:
                     break
         if errors:
@@ -114,16 +119,25 @@ class AsyncMockCollection:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             await checkpoint()
-            try:
+            if not name.startswith(("update", "find_one_and")):
                 return fn(*args, **kwargs)
-            except (TypeError, AttributeError) as exc:
-                # mongomock applies $inc to a string / $push to a non-array as Python would;
-                # the server refuses the update (code 14 / 2): say so the way the server does.
-                if name.startswith(("update", "find_one_and")):
-                    raise OperationFailure(f"mongomock: {exc}", code=14) from exc
-                raise
+            return self._atomic(fn, args, kwargs)
 
         return call
+
+    def _atomic(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """An update as the server runs it: mongomock applies ``$inc`` to a string / ``$push``
+        to a non-array as Python would, part of the update already applied; the server refuses
+        the document's update whole (code 14 / 2). The documents it matched are put back as they
+        were, and the refusal said the way the server says it."""
+        flt = args[0] if args else kwargs.get("filter", {})
+        before = list(self._c.find(flt))
+        try:
+            return fn(*args, **kwargs)
+        except (TypeError, AttributeError) as exc:
+            for doc in before:
+                self._c.replace_one({"_id": doc["_id"]}, doc)
+            raise OperationFailure(f"mongomock: {exc}", code=14) from exc
 
 
 class AsyncMockDatabase:

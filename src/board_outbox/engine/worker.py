@@ -8,7 +8,7 @@ every mark is fenced on it (M8), so a worker whose lease was stolen writes nothi
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from typing import Any, Literal
 
 import anyio
@@ -108,7 +108,6 @@ class EffectWorker:
         outbox: EffectOutbox,
         registry: HandlerRegistry,
         clock: Clock,
-        tenants: Callable[[], Awaitable[Iterable[str]]],
         settings: WorkerSettings | None = None,
         rng: RandomSource | None = None,
         on_done: Callable[[EffectRow, str], None] | None = None,
@@ -118,7 +117,6 @@ class EffectWorker:
         self.outbox = outbox
         self.registry = registry
         self.clock = clock
-        self.tenants = tenants
         self.settings = settings or WorkerSettings()
         self.rng = rng or seeded_random()
         self.on_done = on_done
@@ -141,10 +139,11 @@ class EffectWorker:
             return s.batch_size
         return max(1, min(s.batch_size, int(s.lease_seconds * 0.5 / self._row_seconds)))
 
-    async def tick_any(self) -> TickResult:
+    async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
         """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
         expired leases are swept by one query every ``reclaim_every_seconds``; rows no claim can
-        pick are parked by ``sweep`` (R2)."""
+        pick are parked by ``sweep`` (R2). ``tenants`` limits the claims to those tenants (a
+        test's filter; the service claims for every tenant)."""
         s = self.settings
         total = await self.sweep()
         now = self.clock.now()
@@ -153,13 +152,15 @@ class EffectWorker:
         for _ in range(BROKEN_PER_TICK):
             try:
                 if now >= self._next_reclaim:
-                    claims = await self.outbox.reclaim_expired(now, s.lease_seconds, limit)
+                    claims = await self.outbox.reclaim_expired(now, s.lease_seconds, limit,
+                                                               tenants=tenants)
                     self._next_reclaim = now + s.reclaim_every_seconds
                 if len(claims) < limit:
                     prefer = self.prefer()
                     claims += await self.outbox.claim_any(
                         now, s.lease_seconds, limit - len(claims), prefer=prefer,
                         steal_before=None if prefer is None else now - s.steal_after_seconds,
+                        tenants=tenants,
                     )
                 break
             except BrokenRow as exc:  # R1: park that one row, then claim again
@@ -197,23 +198,6 @@ class EffectWorker:
                 log.warning("batch prefetch failed, reading per row: %s", exc)
         return out
 
-    async def tick(self, tenants: Iterable[str] | None = None) -> TickResult:
-        """Claim and execute one batch per tenant."""
-        total = TickResult()
-        if tenants is None:
-            total.add(await self.sweep())
-        for tenant in sorted(tenants if tenants is not None else await self.tenants()):
-            if self.stopping:
-                break
-            try:
-                total.add(await self.tick_tenant(tenant))
-            except (StoreError, ValueError, TypeError, KeyError) as exc:
-                # R1: this tenant waits a tick; the others carry on
-                self._once(("tick", tenant, str(exc)), logging.ERROR,
-                           "worker tick failed for this tenant (%s: %s): other tenants carry on",
-                           type(exc).__name__, exc, extra={"tenant_id": tenant})
-        return total
-
     async def sweep(self) -> TickResult:
         """Park the rows no claim can ever pick, one line each (R2); at most every
         ``SWEEP_SECONDS``. A store error only postpones the sweep."""
@@ -235,32 +219,14 @@ class EffectWorker:
                                               _doc_ctx(ref, doc)))
         return res
 
-    async def tick_tenant(self, tenant_id: str) -> TickResult:
-        res = TickResult()
-        s = self.settings
-        claims: list[Claim] = []
-        for _ in range(BROKEN_PER_TICK):
-            try:
-                claims = await self.outbox.claim_due(
-                    tenant_id, self.clock.now(), s.lease_seconds, s.batch_size
-                )
-                break
-            except BrokenRow as exc:  # R1: park that one row, then claim again
-                res.count(await self._park_broken(
-                    exc.ref, None, f"row broke its claim: {exc.detail}",
-                    {"tenant_id": tenant_id, "row_ref": str(exc.ref)}))
-        # one tenant's claim runs row by row (its reads too); tick_any batches the reads
-        res.add(await self.run_claims(claims, prefetch=False))
-        return res
-
-    async def run_claims(self, claims: list[Claim], *, prefetch: bool = True) -> TickResult:
+    async def run_claims(self, claims: list[Claim]) -> TickResult:
         """Execute claimed rows: one batch read per handler (``prepare``), projection rows of
         one projection as one unit (P2), the rest one by one; graceful release on shutdown."""
         s = self.settings
         res = TickResult(claimed=len(claims))
         if not claims:
             return res
-        prefetched = await self._prepare(claims) if prefetch else {}
+        prefetched = await self._prepare(claims)
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
                  if s.projection_batching else [[c] for c in claims])
         claims = [c for unit in units for c in unit]

@@ -94,7 +94,6 @@ class Service:
             outbox=stores.outbox,
             registry=self.registry,
             clock=self.clock,
-            tenants=self.tail.tenants,
             settings=config.worker,
             rng=rng or seeded_random(),
             on_done=on_done,

@@ -107,50 +107,21 @@ class MemoryEffectOutbox(T.FencedMarks):
             inserted += 1
         return UpsertResult(inserted, existing)
 
-    async def claim_due(
-        self, tenant_id: str, now: float, lease_seconds: float, limit: int
-    ) -> list[Claim]:
-        await checkpoint()
-        claims: list[Claim] = []
-        for ref in list(self._live.get(tenant_id, {})):
-            if len(claims) >= limit:
-                break
-            doc = self._docs[ref]
-            state = doc.get("state")
-            reclaimed = False
-            # as the server compares: a non-number never matches a numeric bound
-            not_before, lease = doc.get("not_before"), doc.get("lease_until")
-            if state == PENDING and _number(not_before) and not_before <= now:
-                pass
-            elif state == CLAIMED and _number(lease) and lease <= now:
-                reclaimed = True
-            else:
-                continue
-            claim_id = uuid.uuid4().hex
-            lease_until = now + lease_seconds
-            if reclaimed:
-                try:
-                    _apply(doc, T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
-                    _apply(doc, T.lease_expired(attempt=doc["attempts"], now=now))
-                except StoreError as exc:
-                    raise BrokenRow(ref, f"reclaim: {exc}") from exc
-            else:
-                _apply(doc, T.claim(claim_id=claim_id, now=now, lease_until=lease_until))
-            claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
-                                     reclaimed=reclaimed))
-        return claims
-
     async def claim_any(
         self, now: float, lease_seconds: float, limit: int, *,
         prefer: Collection[str] | None = None, steal_before: float | None = None,
+        tenants: Collection[str] | None = None,
     ) -> list[Claim]:
         await checkpoint()
         due: list[tuple[float, int, int, str]] = []  # (not_before, ref) of due pending rows
         for tenant, refs in self._live.items():
+            if tenants is not None and tenant not in tenants:
+                continue
             for ref in refs:
                 doc = self._docs[ref]
-                nb = float(doc.get("not_before", 0.0))
-                if doc.get("state") == PENDING and nb <= now:
+                # as the server compares: a non-number never matches a numeric bound
+                nb = doc.get("not_before")
+                if doc.get("state") == PENDING and _number(nb) and nb <= now:
                     due.append((nb, ref, 0, tenant))
         due.sort()
         if prefer is not None:
@@ -167,16 +138,22 @@ class MemoryEffectOutbox(T.FencedMarks):
                                      reclaimed=False))
         return claims
 
-    async def reclaim_expired(self, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+    async def reclaim_expired(
+        self, now: float, lease_seconds: float, limit: int, *,
+        tenants: Collection[str] | None = None,
+    ) -> list[Claim]:
         await checkpoint()
         claims: list[Claim] = []
         lease_until = now + lease_seconds
-        for refs in self._live.values():
+        for tenant, refs in self._live.items():
+            if tenants is not None and tenant not in tenants:
+                continue
             for ref in refs:
                 doc = self._docs[ref]
                 if len(claims) >= limit:
                     return claims
-                if doc.get("state") != CLAIMED or (doc.get("lease_until") or 0.0) > now:
+                lease = doc.get("lease_until")
+                if doc.get("state") != CLAIMED or not (_number(lease) and lease <= now):
                     continue
                 claim_id = uuid.uuid4().hex
                 try:

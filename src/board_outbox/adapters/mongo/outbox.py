@@ -1,9 +1,9 @@
 """``trigger_effects``: the durable effect outbox on MongoDB.
 
 - upsert: one unordered ``bulk_write`` of ``$setOnInsert`` upserts keyed by ``row_key``;
-- claim: due pending rows are claimed as a batch (pick, one ``update_many`` minting a
-  ``claim_id`` and a lease, read back); an expired lease is reclaimed per row with
-  ``find_one_and_update``, ``attempts`` +1;
+- claim: due pending rows of every tenant are claimed as a batch (one pick, one
+  ``update_many`` minting a ``claim_id`` and a lease, read back only after a lost race); expired
+  leases are reclaimed the same way (one query, one ``update_many``), ``attempts`` +1;
 - every mark applies an ``outbox_transitions`` transition filtered on ``{_id, state: claimed,
   claim_id}``: a stolen lease makes it a no-op.
 """
@@ -17,13 +17,13 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from pymongo import DESCENDING, ReturnDocument, UpdateOne
-from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
+from pymongo.errors import BulkWriteError, OperationFailure
 
-from board_outbox.adapters.mongo.errors import is_transient, translated
+from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow
-from board_outbox.model.validation import LEASE_HORIZON_SECONDS, ROW_STATES, OnceLog, cap, is_seq, park_fields
+from board_outbox.model.validation import LEASE_HORIZON_SECONDS, ROW_STATES, OnceLog, cap, park_fields
 from board_outbox.ports import Claim, RowFilter, UpsertResult
 
 EFFECTS = "trigger_effects"
@@ -97,93 +97,18 @@ class MongoEffectOutbox(T.FencedMarks):
         return UpsertResult(inserted, len(rows) - inserted)
 
     @translated
-    async def claim_due(
-        self, tenant_id: str, now: float, lease_seconds: float, limit: int
-    ) -> list[Claim]:
-        lease_until = now + lease_seconds
-        claims = await self._reclaim_expired(tenant_id, now, lease_until, limit)
-        if len(claims) < limit:
-            claims += await self._claim_pending(tenant_id, now, lease_until, limit - len(claims))
-        return claims
-
-    async def _reclaim_expired(
-        self, tenant_id: str, now: float, lease_until: float, limit: int
-    ) -> list[Claim]:
-        """Orphaned claims (their lease expired), one atomic find_one_and_update each: rare,
-        and each one $incs attempts (M9) and records why."""
-        claims: list[Claim] = []
-        expired = {"tenant_id": tenant_id, "state": CLAIMED, "lease_until": {"$lte": now}}
-        while len(claims) < limit:
-            claim_id = uuid.uuid4().hex
-            try:
-                doc = await self.coll.find_one_and_update(
-                    expired,
-                    update_of(T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until)),
-                    return_document=ReturnDocument.AFTER,
-                )
-            except PyMongoError as exc:  # R1: a row whose shape refuses $inc is named, not fatal
-                # the refused update changed nothing (a twin that applied part of it has set
-                # our claim_id): either way one query finds the row
-                bad = None if is_transient(exc) else await self.coll.find_one(
-                    {"$or": [expired, {"tenant_id": tenant_id, "claim_id": claim_id}]}, {"_id": 1})
-                if bad is None:
-                    raise
-                raise BrokenRow(bad["_id"], f"reclaim: {cap(exc, 500)}") from exc
-            if doc is None:
-                break
-            attempts = doc.get("attempts", 1)
-            why = T.lease_expired(attempt=attempts if is_seq(attempts) else 0, now=now)
-            try:
-                await self.coll.update_one({"_id": doc["_id"], "claim_id": claim_id},
-                                           update_of(why))
-            except PyMongoError as exc:
-                if is_transient(exc):
-                    raise
-                raise BrokenRow(doc["_id"], f"reclaim: {cap(exc, 500)}") from exc
-            assert why.error is not None
-            doc.setdefault("errors", []).append(to_doc(why.error))
-            claims.append(T.claim_of(doc["_id"], doc, claim_id=claim_id, lease_until=lease_until,
-                                     reclaimed=True))
-        return claims
-
-    async def _claim_pending(
-        self, tenant_id: str, now: float, lease_until: float, limit: int
-    ) -> list[Claim]:
-        """Due pending rows in three round trips per pass, whatever the batch size: pick
-        candidates, claim those still pending with one update_many under a fresh claim_id (each
-        document update is atomic, so a racing worker gets the others), read back what is ours.
-        Rows lost to a racing worker are replaced by another pass."""
-        due = {"tenant_id": tenant_id, "state": PENDING, "not_before": {"$lte": now}}
-        claims: list[Claim] = []
-        for _ in range(8):
-            want = limit - len(claims)
-            picked = await self.coll.find(due, {"_id": 1}).sort("not_before", 1).limit(want).to_list(None)
-            if not picked:
-                break
-            ids = [d["_id"] for d in picked]
-            claim_id = uuid.uuid4().hex
-            await self.coll.update_many(
-                {**due, "_id": {"$in": ids}},
-                update_of(T.claim(claim_id=claim_id, now=now, lease_until=lease_until)),
-            )
-            mine = await self.coll.find({"_id": {"$in": ids}, "claim_id": claim_id}).to_list(None)
-            mine.sort(key=lambda d: (d.get("not_before", 0.0), str(d.get("row_key"))))
-            claims += [T.claim_of(doc["_id"], doc, claim_id=claim_id, lease_until=lease_until,
-                                  reclaimed=False) for doc in mine]
-            if len(mine) == len(ids) or len(claims) >= limit:
-                break  # no race lost (or enough): nothing more to gain from another pass
-        return claims
-
-    @translated
     async def claim_any(
         self, now: float, lease_seconds: float, limit: int, *,
         prefer: Collection[str] | None = None, steal_before: float | None = None,
+        tenants: Collection[str] | None = None,
     ) -> list[Claim]:
         """S2: one pick over the ``state_not_before`` index for every tenant (an idle poll is
         this one query), then one findAndModify for a single row or update_many + read back.
         The lease runs from the claim write, not from ``now``: a slow pick does not eat it."""
         started = time.monotonic()
-        due = {"state": PENDING, "not_before": {"$lte": now}}
+        due: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}}
+        if tenants is not None:
+            due["tenant_id"] = {"$in": sorted(tenants)}
         window = limit if prefer is None else limit * 2
         # No sort stage: mongod walks the ``state_not_before`` index for this filter, which
         # yields the oldest due rows first; a sort would only add work on servers that sort.
@@ -217,12 +142,17 @@ class MongoEffectOutbox(T.FencedMarks):
                            reclaimed=False) for d in docs]
 
     @translated
-    async def reclaim_expired(self, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+    async def reclaim_expired(
+        self, now: float, lease_seconds: float, limit: int, *,
+        tenants: Collection[str] | None = None,
+    ) -> list[Claim]:
         """Expired leases across tenants in a constant number of round trips: one query finds
         them (nothing, almost always); then one update_many reclaims those still expired under
         a fresh claim_id (attempts +1, M9), a read back, and one bulk write records why."""
         started = time.monotonic()
-        expired = {"state": CLAIMED, "lease_until": {"$lte": now}}
+        expired: dict[str, Any] = {"state": CLAIMED, "lease_until": {"$lte": now}}
+        if tenants is not None:
+            expired["tenant_id"] = {"$in": sorted(tenants)}
         ids = [d["_id"] for d in await self.coll.find(expired, {"_id": 1}).limit(limit).to_list(None)]
         if not ids:
             return []
@@ -241,9 +171,16 @@ class MongoEffectOutbox(T.FencedMarks):
         if not docs:
             return []
         whys = [T.lease_expired(attempt=int(d.get("attempts", 1)), now=now) for d in docs]
-        await self.coll.bulk_write(
-            [UpdateOne({"_id": d["_id"], "claim_id": claim_id}, update_of(why))
-             for d, why in zip(docs, whys, strict=True)], ordered=False)
+        try:
+            await self.coll.bulk_write(
+                [UpdateOne({"_id": d["_id"], "claim_id": claim_id}, update_of(why))
+                 for d, why in zip(docs, whys, strict=True)], ordered=False)
+        except BulkWriteError as exc:  # a document refuses the $push (errors not an array)
+            refused = exc.details.get("writeErrors") or []
+            if not refused or exc.details.get("writeConcernErrors"):
+                raise
+            bad = docs[int(refused[0]["index"])]["_id"]
+            raise BrokenRow(bad, f"reclaim: {cap(refused[0].get('errmsg'), 500)}") from exc
         claims: list[Claim] = []
         for d, why in zip(docs, whys, strict=True):
             assert why.error is not None
