@@ -124,6 +124,9 @@ class Tail:
         self.stalled: dict[str, str] = {}
         # S3: the cursor as our last CAS left it; a stale value only costs a lost CAS (re-read)
         self._known: dict[str, int] = {}
+        # every tenant with an event counter, as the last poll net saw them (S5: the tenants a
+        # replica's change stream can leave out are among these)
+        self.seen: frozenset[str] = frozenset()
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -150,6 +153,7 @@ class Tail:
         of their cursor (or that have events and no cursor yet), among those to drain (M11).
         Without projections, only tenants with subscriptions or live rows are drained."""
         heads = await self.events.heads()
+        self.seen = frozenset(heads)
         cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
         # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
         # behind, so its drain stalls it alone, with the reason

@@ -4,6 +4,7 @@ the leased claims are the only coordination."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 from collections.abc import Callable, Mapping
@@ -44,6 +45,8 @@ class Stats:
     stream_wakes: int = 0
     poll_wakes: int = 0
     stream_reopens: int = 0
+    stream_events: int = 0  # inserts the change stream delivered, before any filtering here
+    stream_rescopes: int = 0  # reopened because the tenants to leave out changed (S5)
     cas_lost: int = 0
     worker: TickResult = field(default_factory=TickResult)
     last_drain: list[DrainResult] = field(default_factory=list)
@@ -106,6 +109,10 @@ class Service:
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
+        # S5: the tenants the change stream should leave out (owned by the other members); the
+        # waker reopens its stream when this differs from what the open stream was given
+        self.stream_exclude: frozenset[str] = frozenset()
+        self.stream_excluding: frozenset[str] = frozenset()  # what the open stream leaves out
         self._dirty: set[str] = set()
         self._full_poll = False
         self._tail_wake = anyio.Event()
@@ -201,6 +208,7 @@ class Service:
             try:
                 if tenants is None:  # the poll net: owned tenants behind their cursor (S2)
                     tenants = self.ownership.owned(await self.tail.behind())
+                    self._rescope_stream()
                 results = await self.tail.drain_all(tenants)
                 if full and not any(r.stopped == "aborted" for r in results):
                     self.last_poll_ok = self.clock.now()
@@ -286,6 +294,7 @@ class Service:
             await anyio.sleep(every)
             try:
                 if await self.ownership.beat():
+                    self._rescope_stream()
                     self.request_full_poll()
             except Exception as exc:
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
@@ -298,10 +307,21 @@ class Service:
                 log.warning("metrics refresh failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.service.metrics_interval_seconds)
 
+    def _rescope_stream(self) -> None:
+        """S5: what the change stream should leave out, from the membership view and the tenants
+        the poll net has seen; the waker reopens its stream when it changes."""
+        self.stream_exclude = self.ownership.others(self.tail.seen)
+
     async def _waker_loop(self) -> None:
         """Wake tenants from the change stream. The resume token is saved at most every
         ``token_save_seconds`` and on the way out, never per event (S4): a token that lags a
-        little only means some inserts wake their tenant twice after a restart."""
+        little only means some inserts wake their tenant twice after a restart.
+
+        S5: the stream leaves out the tenants other members own. When that set changes (a
+        membership change, a new tenant) the stream is reopened from the token it has reached
+        and, once the new one delivers, one full poll covers the inserts the old stream left
+        out that are now ours (the membership change has polled already; this poll covers the
+        inserts until the reopen)."""
         feed, tokens = self.stores.feed, self.stores.tokens
         assert feed is not None
         every = self.config.tail.token_save_seconds
@@ -326,21 +346,31 @@ class Service:
                 try:
                     if tokens is not None and token is None and saved is None:
                         token = saved = await tokens.load()
-                    async for change in feed.watch(token):
-                        self.stream_open = True
-                        if poll_when_open:
-                            poll_when_open = False
-                            self.request_full_poll()
-                        losses = 0
-                        token = change.token
-                        if change.tenant_id and self.ownership.owns(change.tenant_id):
-                            self.stats.stream_wakes += 1
-                            self.metrics.wake("stream")
-                            self.wake_tenant(change.tenant_id)
-                        await save()
-                        delay = 0.1
-                        if self.stopping:
-                            break
+                    exclude = self.stream_exclude
+                    async with contextlib.aclosing(feed.watch(token, exclude=exclude)) as changes:
+                        async for change in changes:
+                            self.stream_open = True
+                            self.stream_excluding = exclude
+                            if poll_when_open:
+                                poll_when_open = False
+                                self.request_full_poll()
+                            losses = 0
+                            token = change.token
+                            if change.tenant_id:
+                                self.stats.stream_events += 1
+                                self.metrics.stream_event()
+                                if self.ownership.owns(change.tenant_id):
+                                    self.stats.stream_wakes += 1
+                                    self.metrics.wake("stream")
+                                    self.wake_tenant(change.tenant_id)
+                            await save()
+                            delay = 0.1
+                            if self.stopping:
+                                break
+                            if self.stream_exclude != exclude:
+                                self.stats.stream_rescopes += 1
+                                poll_when_open = True
+                                break
                 except ChangeStreamLost as exc:
                     self.stream_open = False
                     log.warning("change stream lost (%s): dropping the resume token, polling "

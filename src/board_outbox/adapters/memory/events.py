@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Collection, Mapping
 from typing import Any
 
 import anyio
@@ -18,8 +18,13 @@ class MemoryEventLog:
     """Seq allocation and insert are separate steps, as in Mongo, so holes can be made on purpose.
 
     Also a ``ChangeFeed``: every insert is appended to a change history; ``watch`` yields from a
-    resume token (the history index). ``forget_history`` simulates an oplog that rolled over.
+    resume token (the history index), leaving out the ``exclude`` tenants' inserts as the Mongo
+    pipeline's ``$match`` does, and after ``quiet_seconds`` without a change hands out the
+    position scanned so far, as a quiet getMore's post-batch token. ``forget_history``
+    simulates an oplog that rolled over.
     """
+
+    quiet_seconds = 1.0
 
     def __init__(self, faults: FaultPoints | None = None) -> None:
         self.faults: FaultPoints = faults or NoFaults()
@@ -95,7 +100,9 @@ class MemoryEventLog:
         """The oplog rolled over: every token issued so far becomes unresumable."""
         self._history_floor = len(self._history)
 
-    async def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
+    async def watch(
+        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+    ) -> AsyncGenerator[Change, None]:
         await checkpoint()  # every (re)open yields, even one that fails at once
         if resume_token is None:
             pos = len(self._history)
@@ -103,12 +110,19 @@ class MemoryEventLog:
             pos = int(resume_token) + 1
             if pos < self._history_floor:
                 raise ChangeStreamLost(f"resume token {resume_token} is older than the history")
+        skip = frozenset(exclude)
         while True:
             self.faults.hit("changefeed.next")
+            while pos < len(self._history) and self._history[pos].tenant_id in skip:
+                pos += 1  # left out "in the store"
             if pos < len(self._history):
                 change = self._history[pos]
                 pos += 1
                 yield change
                 await checkpoint()  # a busy feed still yields once per change
             else:
-                await self._changed.wait()
+                changed = self._changed
+                with anyio.move_on_after(self.quiet_seconds):
+                    await changed.wait()
+                if not changed.is_set():  # a quiet stretch: the post-batch token
+                    yield Change("", 0, pos - 1)
