@@ -117,7 +117,7 @@ class Tail:
         self._poison = _PoisonTracker()
         # tenant -> (cursor after our last CAS, subscription index), only within a drain_all pass
         self._backlog: dict[str, tuple[int, SubscriptionIndex]] = {}
-        self._in_pass: str | None = None
+        self._in_pass: set[str] = set()
         self._once = OnceLog(log)
         # R1: tenants whose last batch hit a non-transient store error, with the reason (for
         # status and readiness); cleared by the tenant's next clean batch.
@@ -259,7 +259,7 @@ class Tail:
         if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
             res.cursor_after = self._known[tenant_id] = advance_to
             self._gaps.forget_below(tenant_id, advance_to)
-            if self._in_pass == tenant_id:
+            if tenant_id in self._in_pass:
                 self._backlog[tenant_id] = (advance_to, index)
         else:
             self._known.pop(tenant_id, None)
@@ -315,20 +315,38 @@ class Tail:
                 span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
         return rows
 
-    async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:
-        """One pass: drain each tenant until it is caught up (or stopped by a gap/poison/error)."""
+    async def drain_all(
+        self, tenants: Sequence[str] | None = None, *, rounds: int | None = None
+    ) -> list[DrainResult]:
+        """One pass: drain each tenant until it is caught up (or stopped by a gap/poison/error),
+        round-robin: one batch of every tenant per round, so one tenant's backlog holds up the
+        others' events by one batch, not by the whole backlog (F1). ``rounds`` stops the pass
+        after that many rounds; a tenant whose last batch was full (``more_behind``) then has
+        more to drain."""
         if tenants is None:
             tenants = sorted(await self.tenants())
         results: list[DrainResult] = []
-        for tenant in tenants:
-            self._in_pass = tenant
-            try:
-                while True:
+        todo = list(tenants)
+        done_rounds = 0
+        try:
+            while todo and (rounds is None or done_rounds < rounds):
+                done_rounds += 1
+                full: list[str] = []
+                for tenant in todo:
+                    self._in_pass.add(tenant)
                     res = await self.drain_tenant(tenant)
                     results.append(res)
-                    if not res.full or res.read < self.settings.batch_size:
-                        break
-            finally:
-                self._in_pass = None
-                self._backlog.pop(tenant, None)
+                    if self.more_behind(res):
+                        full.append(tenant)
+                    else:
+                        self._in_pass.discard(tenant)
+                        self._backlog.pop(tenant, None)
+                todo = full
+        finally:
+            self._in_pass.clear()
+            self._backlog.clear()
         return results
+
+    def more_behind(self, res: DrainResult) -> bool:
+        """Events may be waiting right behind this batch: it was full and nothing stopped it."""
+        return res.full and res.read >= self.settings.batch_size

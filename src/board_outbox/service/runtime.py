@@ -193,11 +193,14 @@ class Service:
 
     async def _tail_loop(self) -> None:
         poll = self.config.tail.poll_interval_seconds
-        full_poll = True
+        next_poll = -float("inf")
         while not self.stopping:
             tenants: list[str] | None
-            if full_poll or self._full_poll:
+            # the poll net runs every poll interval, busy or not: a tenant whose stream wake is
+            # late (a stream backed up behind another tenant's burst) waits one interval at most
+            if self._full_poll or anyio.current_time() >= next_poll:
                 self._full_poll = False
+                next_poll = anyio.current_time() + poll
                 tenants = None
                 self.stats.poll_wakes += 1
                 self.metrics.wake("poll")
@@ -209,7 +212,10 @@ class Service:
                 if tenants is None:  # the poll net: owned tenants behind their cursor (S2)
                     tenants = self.ownership.owned(await self.tail.behind())
                     self._rescope_stream()
-                results = await self.tail.drain_all(tenants)
+                # F1: one batch per tenant per pass; a tenant with more behind its batch goes
+                # round again with the tenants woken meanwhile
+                results = await self.tail.drain_all(tenants, rounds=1)
+                self._dirty.update(r.tenant_id for r in results if self.tail.more_behind(r))
                 if full and not any(r.stopped == "aborted" for r in results):
                     self.last_poll_ok = self.clock.now()
             except StoreUnavailable as exc:  # tenant list unreadable: next tick
@@ -231,12 +237,10 @@ class Service:
             if any(r.rows_inserted for r in results):
                 self._worker_wake.set()
             if self._dirty or self._full_poll:
-                full_poll = False
                 continue
             self._tail_wake = anyio.Event()
-            with anyio.move_on_after(poll):
+            with anyio.move_on_after(max(0.0, next_poll - anyio.current_time())):
                 await self._tail_wake.wait()
-            full_poll = not self._dirty or self._full_poll
 
     async def _worker_loop(self) -> None:
         idle = self.config.worker.idle_seconds

@@ -13,6 +13,8 @@ from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.model.errors import ChangeStreamLost
 from board_outbox.ports import Change, EventRecord
 
+BATCH = 100  # changes a busy feed hands out between yields to the event loop, like a getMore
+
 
 class MemoryEventLog:
     """Seq allocation and insert are separate steps, as in Mongo, so holes can be made on purpose.
@@ -111,6 +113,7 @@ class MemoryEventLog:
             if pos < self._history_floor:
                 raise ChangeStreamLost(f"resume token {resume_token} is older than the history")
         skip = frozenset(exclude)
+        delivered = 0
         while True:
             self.faults.hit("changefeed.next")
             while pos < len(self._history) and self._history[pos].tenant_id in skip:
@@ -119,7 +122,9 @@ class MemoryEventLog:
                 change = self._history[pos]
                 pos += 1
                 yield change
-                await checkpoint()  # a busy feed still yields once per change
+                delivered += 1
+                if delivered % BATCH == 0:  # a busy feed yields once per getMore-sized batch
+                    await checkpoint()
             else:
                 changed = self._changed
                 with anyio.move_on_after(self.quiet_seconds):
