@@ -97,3 +97,18 @@ async def test_the_tail_drains_one_batch_per_tenant_per_round(kit: Kit) -> None:
     assert [(r.tenant_id, r.materialized) for r in rest] == [
         ("noisy", 3), ("quiet", 1), ("noisy", 1)]
     assert len(await kit.rows()) == 9
+
+
+async def test_tail_batches_are_cut_to_the_measured_pace(kit: Kit) -> None:
+    """On a store slower than ``batch_seconds`` per batch, the next batches shrink (never below
+    50 events), so a backlog holds up the other tenants by about ``batch_seconds`` per round."""
+    await kit.sub(sub("noisy"))
+    await kit.card("noisy", "c")
+    for _ in range(300):
+        await kit.emit("noisy", "card.created", "c")
+    tail = kit.tail(seed="earliest", batch_size=200, batch_seconds=1e-9)
+    results = await tail.drain_all(["noisy"])
+    # the last full batch may have had more behind it: one more (empty) read says it did not
+    assert [r.materialized for r in results] == [200, 50, 50, 0]
+    assert [r.limit for r in results] == [200, 50, 50, 50]
+    assert len(await kit.rows()) == 300

@@ -14,6 +14,7 @@ drain_tenant, per batch:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Literal
 
@@ -43,6 +44,10 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """The tail's settings; the ``[tail]`` configuration section decodes straight into it."""
 
     batch_size: PosInt = 500
+    # F1: a batch is cut down so that it takes about this long at the measured pace (never
+    # below MIN_FAIR_BATCH events): on a slow store, one tenant's backlog then holds up the
+    # other tenants' events by this long per round, not by a whole batch_size batch
+    batch_seconds: Pos = 0.25
     poll_interval_seconds: Pos = 1.0
     young_gap_seconds: Pos = 30.0
     poison_ticks: PosInt = 20
@@ -54,8 +59,12 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     stall_seconds: Pos = 120.0
 
 
+MIN_FAIR_BATCH = 50
+
+
 class DrainResult(msgspec.Struct, kw_only=True):
     tenant_id: str
+    limit: int = 0  # the batch size asked for
     cursor_before: int = 0
     cursor_after: int = 0
     read: int = 0
@@ -127,6 +136,7 @@ class Tail:
         # every tenant with an event counter, as the last poll net saw them (S5: the tenants a
         # replica's change stream can leave out are among these)
         self.seen: frozenset[str] = frozenset()
+        self._event_seconds = 0.0  # EWMA of one event's share of a batch (F1: sizes batches)
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -222,9 +232,11 @@ class Tail:
         known = backlog[0] if backlog else self._known.get(tenant_id)
         cursor = known if known is not None else await self.cursor(tenant_id)
         res.cursor_before = res.cursor_after = cursor
+        res.limit = self.batch_limit()
+        started = time.monotonic()
         reading = await read_batch(
             events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
-            limit=self.settings.batch_size, gaps=self._gaps, now=now,
+            limit=res.limit, gaps=self._gaps, now=now,
             on_malformed=lambda seq, exc, head: self._skip_poison(tenant_id, seq, exc, head=head, res=res),
         )
         res.read = reading.read
@@ -256,6 +268,10 @@ class Tail:
             result = await self.outbox.upsert_rows(rows)
             res.rows, res.rows_inserted = len(rows), result.inserted
         res.materialized = len(snapshots)
+        if res.read >= MIN_FAIR_BATCH:
+            per_event = (time.monotonic() - started) / res.read
+            self._event_seconds = per_event if self._event_seconds <= 0 else (
+                0.7 * self._event_seconds + 0.3 * per_event)
         if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
             res.cursor_after = self._known[tenant_id] = advance_to
             self._gaps.forget_below(tenant_id, advance_to)
@@ -349,4 +365,13 @@ class Tail:
 
     def more_behind(self, res: DrainResult) -> bool:
         """Events may be waiting right behind this batch: it was full and nothing stopped it."""
-        return res.full and res.read >= self.settings.batch_size
+        return res.full and res.read >= (res.limit or self.settings.batch_size)
+
+    def batch_limit(self) -> int:
+        """Events per batch: ``batch_size``, cut down to what takes about ``batch_seconds`` at
+        the measured pace (F1), never below ``MIN_FAIR_BATCH`` (or ``batch_size`` if smaller)."""
+        s = self.settings
+        if self._event_seconds <= 0:
+            return s.batch_size
+        fit = int(s.batch_seconds / self._event_seconds)
+        return max(min(s.batch_size, MIN_FAIR_BATCH), min(s.batch_size, fit))
