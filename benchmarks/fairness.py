@@ -21,7 +21,8 @@ Two backends: the memory twins (one in-process ``Service``) and the wire (one ``
 process against SecantusDB, started here, as in ``replicas.py``).
 
 Run: ``.venv/bin/python -m benchmarks.fairness`` (``--only memory|wire``, ``--burst``,
-``--wire-burst``; ``--plot-only`` re-draws the PNG from the JSON).
+``--wire-burst``; ``--plot-only`` re-draws the PNG from the JSON). A baseline: ``PYTHONPATH=
+OTHER/src .venv/bin/python -m benchmarks.fairness --src OTHER/src --name fairness-baseline``.
 """
 
 from __future__ import annotations
@@ -285,9 +286,15 @@ def main() -> int:
     ap.add_argument("--quiet-rate", type=float, default=38.0, help="quiet events/s, memory")
     ap.add_argument("--wire-quiet-rate", type=float, default=4.0, help="quiet events/s, wire")
     ap.add_argument("--name", default="fairness")
+    ap.add_argument("--src", help="run the wire replica from this src/ (a baseline checkout; for "
+                                  "the memory twins set PYTHONPATH to it)")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     path = RESULTS / f"{args.name}.json"
+    if args.src:
+        from . import replicas
+
+        replicas.SRC = Path(args.src).resolve()
     if args.plot_only:
         plot(json.loads(path.read_text())["runs"], RESULTS / f"{args.name}.png")
         return 0

@@ -118,6 +118,7 @@ class Bench:
 
 
 SRC = ROOT / "src"  # --src: run the replicas from another checkout's src/ (a baseline)
+STEAL_AFTER: float | None = None  # --steal-after: [worker] steal_after_seconds
 
 
 METRICS_PORT = 19464  # replica i serves /metrics on METRICS_PORT + i
@@ -150,6 +151,7 @@ def spawn(uri: str, db: str, i: int, cfg_dir: Path) -> subprocess.Popen[bytes]:
         f'http_port = {metrics_port(i)}\n'  # one /metrics port per replica on this host
         '[tail]\nseed = "earliest"\n'
         '[launcher]\nkind = "log"\n'
+        + (f'[worker]\nsteal_after_seconds = {STEAL_AFTER}\n' if STEAL_AFTER else '')
     )
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     return subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
@@ -314,10 +316,12 @@ def main() -> int:
     ap.add_argument("--idle-tenants", default="20,2000")
     ap.add_argument("--src", help="run the replicas from this src/ (e.g. a baseline checkout)")
     ap.add_argument("--name", default="replicas", help="result file name")
+    ap.add_argument("--steal-after", type=float, help="[worker] steal_after_seconds")
     ap.add_argument("--plot-only", action="store_true",
                     help="re-draw results/NAME.png from results/NAME.json without running")
     args = ap.parse_args()
-    global SRC
+    global SRC, STEAL_AFTER
+    STEAL_AFTER = args.steal_after
     if args.plot_only:
         saved = json.loads((RESULTS / f"{args.name}.json").read_text())
         plot(saved["runs"], saved["idle"], RESULTS / f"{args.name}.png")
