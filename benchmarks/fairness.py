@@ -257,8 +257,9 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     for ax, run in zip(axes[0], runs, strict=True):
         labels = ["p50", "p95", "p99"]
         xs = range(len(labels))
-        phases = [p for p in ("without_burst", "with_burst", "after_burst") if p in run]
-        colors = {"without_burst": "#4477aa", "with_burst": "#cc6677", "after_burst": "#228833"}
+        # the after-burst control is in the JSON, not drawn (see benchmarks/README.md)
+        phases = [p for p in ("without_burst", "with_burst") if p in run]
+        colors = {"without_burst": "#4477aa", "with_burst": "#cc6677"}
         width = 0.8 / len(phases)
         for j, phase in enumerate(phases):
             got = run[phase]["quiet_insert_to_done_ms"]

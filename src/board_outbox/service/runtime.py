@@ -314,7 +314,9 @@ class Service:
     def _rescope_stream(self) -> None:
         """S5: what the change stream should leave out, from the membership view and the tenants
         the poll net has seen; the waker reopens its stream when it changes."""
-        self.stream_exclude = self.ownership.others(self.tail.seen)
+        exclude = self.ownership.others(self.tail.seen)
+        if exclude != self.stream_exclude:  # a new object only when it changed: the waker
+            self.stream_exclude = exclude  # compares by identity, once per change
 
     async def _waker_loop(self) -> None:
         """Wake tenants from the change stream. The resume token is saved at most every
@@ -371,7 +373,7 @@ class Service:
                             delay = 0.1
                             if self.stopping:
                                 break
-                            if self.stream_exclude != exclude:
+                            if self.stream_exclude is not exclude:
                                 self.stats.stream_rescopes += 1
                                 poll_when_open = True
                                 break
