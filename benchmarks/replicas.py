@@ -143,12 +143,14 @@ def stream_events(n: int) -> float:
     return total
 
 
-def spawn(uri: str, db: str, i: int, cfg_dir: Path) -> subprocess.Popen[bytes]:
+def spawn(uri: str, db: str, i: int, cfg_dir: Path, *, metrics: bool = True) -> subprocess.Popen[bytes]:
+    """Replica ``i``; ``metrics``: serve /metrics (which also turns on the per-tenant status
+    refresh, several reads per tenant every ``metrics_interval_seconds``: off for idle runs)."""
     cfg = cfg_dir / f"r{i}.toml"
     cfg.write_text(
         f'[store]\nbackend = "mongo"\nuri = "{uri}"\ndatabase = "{db}"\n'
         f'[service]\nreplica_name = "r{i}"\nlog_level = "WARNING"\nmetrics_interval_seconds = 10\n'
-        f'http_port = {metrics_port(i)}\n'  # one /metrics port per replica on this host
+        f'http_port = {metrics_port(i) if metrics else 0}\n'  # one /metrics port per replica
         '[tail]\nseed = "earliest"\n'
         '[launcher]\nkind = "log"\n'
         + (f'[worker]\nsteal_after_seconds = {STEAL_AFTER}\n' if STEAL_AFTER else '')
@@ -259,7 +261,7 @@ def idle_many(server: WireServer, tenants: int, seconds: float, tmp: Path) -> di
     db = f"bench_idle_{tenants}_{int(time.time())}"
     b = Bench(server.uri, db)
     b.seed(tenants, cards=0, counters=True)
-    procs = [spawn(server.uri, db, 0, tmp)]
+    procs = [spawn(server.uri, db, 0, tmp, metrics=False)]
     try:
         wait_members(b, 1)
         rate, getmores = idle_rate(b, seconds)
@@ -334,7 +336,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            for n in (int(x) for x in args.replicas.split(",")):
+            for n in (int(x) for x in args.replicas.split(",") if x):
                 r = one_run(server, n, events=args.events, rate=args.rate, tenants=args.tenants,
                             idle_seconds=args.idle_seconds, tmp=tmp)
                 print(r, flush=True)
