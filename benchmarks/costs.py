@@ -63,7 +63,8 @@ async def run(uri: str, events: int, tenants: int, batch: int, log: Any = print)
         names = await synthetic_board(b, tenants=tenants, subs_per_tenant=1, events=events, seed=3)
         tail = Tail(events=b.stores.events, cursors=b.stores.cursors, outbox=b.stores.outbox,
                     subs=b.stores.subs, cards=b.stores.cards, clock=SystemClock(),
-                    settings=TailSettings(batch_size=batch, seed="earliest"))
+                    settings=TailSettings(batch_size=batch, seed="earliest",
+                                      batch_seconds=3600))  # the fixed batch is measured
         for t in names:
             await tail.cursor(t)
         settle_heap()

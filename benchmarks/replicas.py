@@ -9,7 +9,11 @@ projection on, events trickled in round-robin. Reported per run:
 - events/s (events over the time from the first insert to the last row done);
 - insert -> done p50/p99 of the launch rows (event insert wall time -> row ``updated_at``);
 - the replicas' CPU seconds (utime + stime from /proc) per 1,000 events;
-- idle requests/s (no events) at 20 tenants, and at 2,000 tenants for one replica.
+- idle requests/s (no events) at 20 tenants, and at 2,000 tenants for one replica;
+- the requests per event by type (the server's ``opcounters``: query, insert, update, delete,
+  getmore, command; ours subtracted where we send them);
+- change events delivered per event: ``board_outbox_stream_events_total`` summed over the
+  replicas' ``/metrics`` (each replica serves it on its own port), S5.
 
 Run: ``.venv/bin/python -m benchmarks.replicas`` (about two minutes on two cores).
 """
@@ -24,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +77,11 @@ class Bench:
         n = int(self.client.admin.command("serverStatus")["network"]["numRequests"])
         return n - self.counter.n
 
+    def opcounters(self) -> dict[str, int]:
+        """The server's opcounters by type, minus ours (our requests are commands and finds)."""
+        ops = self.client.admin.command("serverStatus")["opcounters"]
+        return {k: int(v) for k, v in ops.items() if isinstance(v, int)}
+
     def getmores(self) -> int:
         """The server's getMore counter (we send none). SecantusDB ends a change stream's
         awaitData wait at ANY oplog write, matching or not (secantus/commands.py ``_get_more``),
@@ -108,16 +118,42 @@ class Bench:
 
 
 SRC = ROOT / "src"  # --src: run the replicas from another checkout's src/ (a baseline)
+STEAL_AFTER: float | None = None  # --steal-after: [worker] steal_after_seconds
 
 
-def spawn(uri: str, db: str, i: int, cfg_dir: Path) -> subprocess.Popen[bytes]:
+METRICS_PORT = 19464  # replica i serves /metrics on METRICS_PORT + i
+
+
+def metrics_port(i: int) -> int:
+    return METRICS_PORT + i
+
+
+def stream_events(n: int) -> float:
+    """``board_outbox_stream_events_total`` summed over replicas 0..n-1 (0 for one without)."""
+    total = 0.0
+    for i in range(n):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port(i)}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("board_outbox_stream_events_total"):
+                total += float(line.split()[-1])
+    return total
+
+
+def spawn(uri: str, db: str, i: int, cfg_dir: Path, *, metrics: bool = True) -> subprocess.Popen[bytes]:
+    """Replica ``i``; ``metrics``: serve /metrics (which also turns on the per-tenant status
+    refresh, several reads per tenant every ``metrics_interval_seconds``: off for idle runs)."""
     cfg = cfg_dir / f"r{i}.toml"
     cfg.write_text(
         f'[store]\nbackend = "mongo"\nuri = "{uri}"\ndatabase = "{db}"\n'
         f'[service]\nreplica_name = "r{i}"\nlog_level = "WARNING"\nmetrics_interval_seconds = 10\n'
-        'http_port = 0\n'  # N replicas on one host: no /metrics port each (9464 would collide)
+        f'http_port = {metrics_port(i) if metrics else 0}\n'  # one /metrics port per replica
         '[tail]\nseed = "earliest"\n'
         '[launcher]\nkind = "log"\n'
+        + (f'[worker]\nsteal_after_seconds = {STEAL_AFTER}\n' if STEAL_AFTER else '')
     )
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     return subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
@@ -167,6 +203,7 @@ def one_run(server: WireServer, n: int, *, events: int, rate: float, tenants: in
         wait_members(b, n)
         idle, idle_getmores = idle_rate(b, idle_seconds)
         cpu0 = sum(cpu_seconds(p.pid) for p in procs)
+        s0, ops0 = stream_events(n), b.opcounters()
         r0, g0 = b.requests(), b.getmores()
         inserted: dict[tuple[str, int], float] = {}
         start = time.time()
@@ -184,6 +221,7 @@ def one_run(server: WireServer, n: int, *, events: int, rate: float, tenants: in
         finished = time.time()
         reqs = b.requests() - r0
         getmores = b.getmores() - g0
+        ops1, s1 = b.opcounters(), stream_events(n)
         cpu = sum(cpu_seconds(p.pid) for p in procs) - cpu0
         lat, mat = [], []
         for d in b.db["trigger_effects"].find({"kind": "launch", "state": "done"},
@@ -206,6 +244,10 @@ def one_run(server: WireServer, n: int, *, events: int, rate: float, tenants: in
         "requests_per_event": round(reqs / events, 2),
         "getmores_per_event": round(getmores / events, 2),
         "requests_per_event_without_getmores": round((reqs - getmores) / events, 2),
+        # by type, as the server counts them (our own progress reads are queries and commands)
+        "opcounters_per_event": {k: round((ops1.get(k, 0) - v) / events, 2)
+                                 for k, v in ops0.items()},
+        "stream_events_per_event": round((s1 - s0) / events, 2),
         "events_per_s": round(events / (finished - start), 1),
         "insert_to_done_ms": {k: round(v, 1) for k, v in percentiles(lat).items()},
         "insert_to_materialized_ms": {k: round(v, 1) for k, v in percentiles(mat).items()},
@@ -219,7 +261,7 @@ def idle_many(server: WireServer, tenants: int, seconds: float, tmp: Path) -> di
     db = f"bench_idle_{tenants}_{int(time.time())}"
     b = Bench(server.uri, db)
     b.seed(tenants, cards=0, counters=True)
-    procs = [spawn(server.uri, db, 0, tmp)]
+    procs = [spawn(server.uri, db, 0, tmp, metrics=False)]
     try:
         wait_members(b, 1)
         rate, getmores = idle_rate(b, seconds)
@@ -276,10 +318,12 @@ def main() -> int:
     ap.add_argument("--idle-tenants", default="20,2000")
     ap.add_argument("--src", help="run the replicas from this src/ (e.g. a baseline checkout)")
     ap.add_argument("--name", default="replicas", help="result file name")
+    ap.add_argument("--steal-after", type=float, help="[worker] steal_after_seconds")
     ap.add_argument("--plot-only", action="store_true",
                     help="re-draw results/NAME.png from results/NAME.json without running")
     args = ap.parse_args()
-    global SRC
+    global SRC, STEAL_AFTER
+    STEAL_AFTER = args.steal_after
     if args.plot_only:
         saved = json.loads((RESULTS / f"{args.name}.json").read_text())
         plot(saved["runs"], saved["idle"], RESULTS / f"{args.name}.png")
@@ -292,7 +336,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            for n in (int(x) for x in args.replicas.split(",")):
+            for n in (int(x) for x in args.replicas.split(",") if x):
                 r = one_run(server, n, events=args.events, rate=args.rate, tenants=args.tenants,
                             idle_seconds=args.idle_seconds, tmp=tmp)
                 print(r, flush=True)

@@ -75,6 +75,7 @@ async def test_lost_stream_history_drops_token_polls_and_reopens() -> None:
     stream is down, then the history is lost. The next poll is 60 s away, so without the poll
     that follows ChangeStreamLost they would stay unmaterialized."""
     backend = MemoryBackend(faults=FaultInjector())
+    backend.events.quiet_seconds = 60  # no quiet-stretch token: the dropped token stays dropped
     service = await setup(backend, tail={"poll_interval_seconds": 60, "seed": "earliest"})
     await backend.events.emit(T, "card.created", "c")  # seq 1, token 0
     await backend.tokens.save(0)

@@ -7,7 +7,7 @@ Every method may raise ``StoreUnavailable`` for a transient failure.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -145,10 +145,12 @@ class EffectOutbox(Protocol):
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
         """Claim up to ``limit`` due pending rows (not_before <= now) across every tenant in a
-        constant number of round trips (one pick; one findAndModify for a single row, else
-        update_many + read back). With ``prefer``, rows of those tenants go first and another
-        tenant's row is taken only if it was due by ``steal_before`` (its owner had its chance).
-        ``tenants`` limits the claim to those tenants (None: every tenant)."""
+        constant number of round trips (one pick, two under a backlog; one findAndModify for a
+        single row, else update_many + read back), round-robin by tenant, each tenant's rows
+        oldest due first (F1, ``model/fairness.py``). With ``prefer``, rows of those tenants go
+        first and another tenant's row is taken only if it was materialized (``created_at``) by
+        ``steal_before`` (its owner had its chance). ``tenants`` limits the claim to those
+        tenants (None: every tenant)."""
         ...
 
     async def reclaim_expired(
@@ -298,10 +300,14 @@ class Launcher(Protocol):
 
 
 class ChangeFeed(Protocol):
-    def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
-        """Inserts into board_events, in commit order, resuming after ``resume_token``.
-        Raises ``ChangeStreamLost`` when the token cannot be resumed, ``StoreUnavailable``
-        on a transient error."""
+    def watch(
+        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+    ) -> AsyncGenerator[Change, None]:
+        """Inserts into board_events, in commit order, resuming after ``resume_token``, leaving
+        out, in the store (S5), the inserts of the ``exclude`` tenants (those other replicas
+        own). A quiet stretch yields ``Change("", 0, token)`` at least every second or so, with
+        a token past everything the stream has scanned. Raises ``ChangeStreamLost`` when the
+        token cannot be resumed, ``StoreUnavailable`` on a transient error."""
         ...
 
     async def history_start(self) -> float | None:

@@ -1,8 +1,9 @@
 """Leaderless tenant ownership (S1): replicas heartbeat into a membership store (a lease per
 member) and each tenant belongs to the live member that wins rendezvous hashing for it.
 
-Ownership only shares the work out: a replica drains (stream wake and poll) the tenants it owns
-and its worker prefers their rows. It is never a correctness mechanism -- two replicas that
+Ownership only shares the work out: a replica drains (stream wake and poll) the tenants it owns,
+its change stream leaves out the tenants the others own (S5), and its worker prefers their
+rows. It is never a correctness mechanism -- two replicas that
 disagree about membership both drain a tenant and the cursor CAS and fenced claims decide, as
 without ownership. A member whose heartbeat stops is dropped by the others once its lease
 expires, and its tenants move to them within ``heartbeat_timeout_seconds``.
@@ -120,6 +121,14 @@ class Ownership:
 
     def owned(self, tenants: Iterable[str]) -> list[str]:
         return [t for t in tenants if self.owns(t)]
+
+    def others(self, tenants: Iterable[str]) -> frozenset[str]:
+        """S5: the tenants another live member owns, which this replica's change stream leaves
+        out (empty when alone). A tenant nobody has seen yet is in no one's list: its first
+        inserts wake every replica, and only its owner drains it."""
+        if len(self.members) == 1:
+            return frozenset()
+        return frozenset(t for t in tenants if not self.owns(t))
 
     def prefer(self) -> Collection[str] | None:
         """The worker's preference: None (take any row) when alone; else the owned tenants."""

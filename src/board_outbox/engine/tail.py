@@ -14,6 +14,7 @@ drain_tenant, per batch:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection, Sequence
 from typing import Literal
 
@@ -43,6 +44,10 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """The tail's settings; the ``[tail]`` configuration section decodes straight into it."""
 
     batch_size: PosInt = 500
+    # F1: a batch is cut down so that it takes about this long at the measured pace (never
+    # below MIN_FAIR_BATCH events): on a slow store, one tenant's backlog then holds up the
+    # other tenants' events by this long per round, not by a whole batch_size batch
+    batch_seconds: Pos = 0.25
     poll_interval_seconds: Pos = 1.0
     young_gap_seconds: Pos = 30.0
     poison_ticks: PosInt = 20
@@ -54,8 +59,12 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     stall_seconds: Pos = 120.0
 
 
+MIN_FAIR_BATCH = 50
+
+
 class DrainResult(msgspec.Struct, kw_only=True):
     tenant_id: str
+    limit: int = 0  # the batch size asked for
     cursor_before: int = 0
     cursor_after: int = 0
     read: int = 0
@@ -124,7 +133,7 @@ class Tail:
         self._poison = _PoisonTracker()
         # tenant -> (cursor after our last CAS, subscription index), only within a drain_all pass
         self._backlog: dict[str, tuple[int, SubscriptionIndex]] = {}
-        self._in_pass: str | None = None
+        self._in_pass: set[str] = set()
         self._once = OnceLog(log)
         # R1: tenants whose last batch hit a non-transient store error, with the reason (for
         # status and readiness); cleared by the tenant's next clean batch.
@@ -135,6 +144,10 @@ class Tail:
         self._to_seed: dict[str, int] = {}  # new, idle tenants: seeded at the end of a pass
         # S3: the cursor as our last CAS left it; a stale value only costs a lost CAS (re-read)
         self._known: dict[str, int] = {}
+        # every tenant with an event counter, as the last poll net saw them (S5: the tenants a
+        # replica's change stream can leave out are among these)
+        self.seen: frozenset[str] = frozenset()
+        self._event_seconds = 0.0  # EWMA of one event's share of a batch (F1: sizes batches)
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -167,6 +180,7 @@ class Tail:
         tenant is held (``cursor_ahead``) until an operator resets the cursor -- draining it
         would skip the events numbered up to the cursor, silently (R2)."""
         heads = await self.events.heads()
+        self.seen = frozenset(heads)
         cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
         await self._check_ahead(heads, cursors, await self.cursors.holds())
         # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
@@ -277,9 +291,11 @@ class Tail:
         known = backlog[0] if backlog else self._known.get(tenant_id)
         cursor = known if known is not None else await self.cursor(tenant_id)
         res.cursor_before = res.cursor_after = cursor
+        res.limit = self.batch_limit()
+        started = time.monotonic()
         reading = await read_batch(
             events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
-            limit=self.settings.batch_size, gaps=self._gaps, now=now,
+            limit=res.limit, gaps=self._gaps, now=now,
             on_malformed=lambda seq, exc, head: self._skip_poison(tenant_id, seq, exc, head=head, res=res),
         )
         res.read = reading.read
@@ -313,10 +329,14 @@ class Tail:
             if self.kinds is not None:
                 res.unhandled = sum(1 for r in rows if r.kind not in self.kinds)
         res.materialized = len(snapshots)
+        if res.read >= MIN_FAIR_BATCH:
+            per_event = (time.monotonic() - started) / res.read
+            self._event_seconds = per_event if self._event_seconds <= 0 else (
+                0.7 * self._event_seconds + 0.3 * per_event)
         if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
             res.cursor_after = self._known[tenant_id] = advance_to
             self._gaps.forget_below(tenant_id, advance_to)
-            if self._in_pass == tenant_id:
+            if tenant_id in self._in_pass:
                 self._backlog[tenant_id] = (advance_to, index)
         else:
             self._known.pop(tenant_id, None)
@@ -381,21 +401,48 @@ class Tail:
                    "board_outbox.handlers entry points, then `dead-letters replay`)",
                    sub_id, kind, extra={"tenant_id": tenant_id, "sub_id": sub_id})
 
-    async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:
-        """One pass: drain each tenant until it is caught up (or stopped by a gap/poison/error)."""
+    async def drain_all(
+        self, tenants: Sequence[str] | None = None, *, rounds: int | None = None
+    ) -> list[DrainResult]:
+        """One pass: drain each tenant until it is caught up (or stopped by a gap/poison/error),
+        round-robin: one batch of every tenant per round, so one tenant's backlog holds up the
+        others' events by one batch, not by the whole backlog (F1). ``rounds`` stops the pass
+        after that many rounds; a tenant whose last batch was full (``more_behind``) then has
+        more to drain."""
         if tenants is None:
             tenants = sorted(await self.tenants())
         results: list[DrainResult] = []
-        for tenant in tenants:
-            self._in_pass = tenant
-            try:
-                while True:
+        todo = list(tenants)
+        done_rounds = 0
+        try:
+            while todo and (rounds is None or done_rounds < rounds):
+                done_rounds += 1
+                full: list[str] = []
+                for tenant in todo:
+                    self._in_pass.add(tenant)
                     res = await self.drain_tenant(tenant)
                     results.append(res)
-                    if not res.full or res.read < self.settings.batch_size:
-                        break
-            finally:
-                self._in_pass = None
-                self._backlog.pop(tenant, None)
+                    if self.more_behind(res):
+                        full.append(tenant)
+                    else:
+                        self._in_pass.discard(tenant)
+                        self._backlog.pop(tenant, None)
+                todo = full
+        finally:
+            self._in_pass.clear()
+            self._backlog.clear()
         await self.seed_new()
         return results
+
+    def more_behind(self, res: DrainResult) -> bool:
+        """Events may be waiting right behind this batch: it was full and nothing stopped it."""
+        return res.full and res.read >= (res.limit or self.settings.batch_size)
+
+    def batch_limit(self) -> int:
+        """Events per batch: ``batch_size``, cut down to what takes about ``batch_seconds`` at
+        the measured pace (F1), never below ``MIN_FAIR_BATCH`` (or ``batch_size`` if smaller)."""
+        s = self.settings
+        if self._event_seconds <= 0:
+            return s.batch_size
+        fit = int(s.batch_seconds / self._event_seconds)
+        return max(min(s.batch_size, MIN_FAIR_BATCH), min(s.batch_size, fit))

@@ -64,7 +64,8 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     idle_seconds: Pos = 0.25
     # P2: a tick's projection rows of one projection apply as one batch (projection_batch.py)
     projection_batching: bool = True
-    # a due row of a tenant this replica does not own is taken once it has waited this long (S1)
+    # a due row of a tenant this replica does not own is taken once this long has passed since
+    # it was materialized (its created_at; S1): a live owner's fresh rows are left to it
     steal_after_seconds: Pos = 1.0
     # the sweep for expired leases across tenants runs at most this often (one query, S2)
     reclaim_every_seconds: Pos = 5.0

@@ -4,6 +4,7 @@ the leased claims are the only coordination."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 from collections.abc import Callable, Mapping
@@ -54,6 +55,8 @@ class Stats:
     stream_wakes: int = 0
     poll_wakes: int = 0
     stream_reopens: int = 0
+    stream_events: int = 0  # inserts the change stream delivered, before any filtering here
+    stream_rescopes: int = 0  # reopened because the tenants to leave out changed (S5)
     cas_lost: int = 0
     tokens_dropped: int = 0  # stored resume tokens the server refused, dropped (W3)
     worker: TickResult = field(default_factory=TickResult)
@@ -124,6 +127,10 @@ class Service:
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
+        # S5: the tenants the change stream should leave out (owned by the other members); the
+        # waker reopens its stream when this differs from what the open stream was given
+        self.stream_exclude: frozenset[str] = frozenset()
+        self.stream_excluding: frozenset[str] = frozenset()  # what the open stream leaves out
         self._dirty: set[str] = set()
         self._full_poll = False
         self._tail_wake = anyio.Event()
@@ -237,11 +244,14 @@ class Service:
 
     async def _tail_loop(self) -> None:
         poll = self.config.tail.poll_interval_seconds
-        full_poll = True
+        next_poll = -float("inf")
         while not self.stopping:
             tenants: list[str] | None
-            if full_poll or self._full_poll:
+            # the poll net runs every poll interval, busy or not: a tenant whose stream wake is
+            # late (a stream backed up behind another tenant's burst) waits one interval at most
+            if self._full_poll or anyio.current_time() >= next_poll:
                 self._full_poll = False
+                next_poll = anyio.current_time() + poll
                 tenants = None
                 self.stats.poll_wakes += 1
                 self.metrics.wake("poll")
@@ -252,7 +262,11 @@ class Service:
             try:
                 if tenants is None:  # the poll net: owned tenants behind their cursor (S2)
                     tenants = self.ownership.owned(await self.tail.behind())
-                results = await self.tail.drain_all(tenants)
+                    self._rescope_stream()
+                # F1: one batch per tenant per pass; a tenant with more behind its batch goes
+                # round again with the tenants woken meanwhile
+                results = await self.tail.drain_all(tenants, rounds=1)
+                self._dirty.update(r.tenant_id for r in results if self.tail.more_behind(r))
                 if full and not any(r.stopped == "aborted" for r in results):
                     self.last_poll_ok = self.clock.now()
             except StoreUnavailable as exc:  # tenant list unreadable: next tick
@@ -274,12 +288,10 @@ class Service:
             if any(r.rows_inserted for r in results):
                 self._worker_wake.set()
             if self._dirty or self._full_poll:
-                full_poll = False
                 continue
             self._tail_wake = anyio.Event()
-            with anyio.move_on_after(poll):
+            with anyio.move_on_after(max(0.0, next_poll - anyio.current_time())):
                 await self._tail_wake.wait()
-            full_poll = not self._dirty or self._full_poll
 
     async def _worker_loop(self) -> None:
         idle = self.config.worker.idle_seconds
@@ -336,6 +348,7 @@ class Service:
             await anyio.sleep(every)
             try:
                 if await self.ownership.beat():
+                    self._rescope_stream()
                     self.request_full_poll()
             except Exception as exc:
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
@@ -359,10 +372,23 @@ class Service:
                 log.warning("metrics refresh failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.service.metrics_interval_seconds)
 
+    def _rescope_stream(self) -> None:
+        """S5: what the change stream should leave out, from the membership view and the tenants
+        the poll net has seen; the waker reopens its stream when it changes."""
+        exclude = self.ownership.others(self.tail.seen)
+        if exclude != self.stream_exclude:  # a new object only when it changed: the waker
+            self.stream_exclude = exclude  # compares by identity, once per change
+
     async def _waker_loop(self) -> None:
         """Wake tenants from the change stream. The resume token is saved at most every
         ``token_save_seconds`` and on the way out, never per event (S4): a token that lags a
-        little only means some inserts wake their tenant twice after a restart."""
+        little only means some inserts wake their tenant twice after a restart.
+
+        S5: the stream leaves out the tenants other members own. When that set changes (a
+        membership change, a new tenant) the stream is reopened from the token it has reached
+        and, once the new one delivers, one full poll covers the inserts the old stream left
+        out that are now ours (the membership change has polled already; this poll covers the
+        inserts until the reopen)."""
         feed, tokens = self.stores.feed, self.stores.tokens
         assert feed is not None
         every = self.config.tail.token_save_seconds
@@ -388,24 +414,34 @@ class Service:
                 try:
                     if tokens is not None and token is None and saved is None:
                         token = saved = await tokens.load()
-                    async for change in feed.watch(token):
-                        if not self.stream_open:
-                            self._stream_state(True)
-                        refusals = 0
-                        if poll_when_open and change.token is not None:  # really delivering
-                            poll_when_open = False
-                            self.request_full_poll()
-                        losses = 0
-                        if change.token is not None:  # None: "open", no position yet
-                            token = change.token
-                        if change.tenant_id and self.ownership.owns(change.tenant_id):
-                            self.stats.stream_wakes += 1
-                            self.metrics.wake("stream")
-                            self.wake_tenant(change.tenant_id)
-                        await save()
-                        delay = 0.1
-                        if self.stopping:
-                            break
+                    exclude = self.stream_exclude
+                    async with contextlib.aclosing(feed.watch(token, exclude=exclude)) as changes:
+                        async for change in changes:
+                            if not self.stream_open:
+                                self._stream_state(True)
+                            self.stream_excluding = exclude
+                            refusals = 0
+                            if poll_when_open and change.token is not None:  # really delivering
+                                poll_when_open = False
+                                self.request_full_poll()
+                            losses = 0
+                            if change.token is not None:  # None: "open", no position yet
+                                token = change.token
+                            if change.tenant_id:
+                                self.stats.stream_events += 1
+                                self.metrics.stream_event()
+                                if self.ownership.owns(change.tenant_id):
+                                    self.stats.stream_wakes += 1
+                                    self.metrics.wake("stream")
+                                    self.wake_tenant(change.tenant_id)
+                            await save()
+                            delay = 0.1
+                            if self.stopping:
+                                break
+                            if self.stream_exclude is not exclude:
+                                self.stats.stream_rescopes += 1
+                                poll_when_open = True
+                                break
                 except ChangeStreamLost as exc:
                     self._stream_state(False, str(exc))
                     log.warning("change stream lost (%s): dropping the resume token, polling "

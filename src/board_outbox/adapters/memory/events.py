@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Collection, Mapping
 from typing import Any
 
 import anyio
@@ -16,14 +16,20 @@ from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
 from board_outbox.ports import Change, EventRecord
 
 COUNTERS = "board_event_counters"
+BATCH = 100  # changes a busy feed hands out between yields to the event loop, like a getMore
 
 
 class MemoryEventLog:
     """Seq allocation and insert are separate steps, as in Mongo, so holes can be made on purpose.
 
     Also a ``ChangeFeed``: every insert is appended to a change history; ``watch`` yields from a
-    resume token (the history index). ``forget_history`` simulates an oplog that rolled over.
+    resume token (the history index), leaving out the ``exclude`` tenants' inserts as the Mongo
+    pipeline's ``$match`` does, and after ``quiet_seconds`` without a change hands out the
+    position scanned so far, as a quiet getMore's post-batch token. ``forget_history``
+    simulates an oplog that rolled over.
     """
+
+    quiet_seconds = 1.0
 
     def __init__(self, faults: FaultPoints | None = None) -> None:
         self.faults: FaultPoints = faults or NoFaults()
@@ -118,7 +124,9 @@ class MemoryEventLog:
             return time.time()
         return self._history_at[self._history_floor]
 
-    async def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
+    async def watch(
+        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+    ) -> AsyncGenerator[Change, None]:
         await checkpoint()  # every (re)open yields, even one that fails at once
         if resume_token is None:
             pos = len(self._history)
@@ -128,12 +136,22 @@ class MemoryEventLog:
                 raise ChangeStreamLost(f"resume token {resume_token} is older than the history")
         # open: say so at once, as the Mongo feed's first (quiet) batch does
         yield Change("", 0, None)
+        skip = frozenset(exclude)
+        delivered = 0
         while True:
             self.faults.hit("changefeed.next")
+            while pos < len(self._history) and self._history[pos].tenant_id in skip:
+                pos += 1  # left out "in the store"
             if pos < len(self._history):
                 change = self._history[pos]
                 pos += 1
                 yield change
-                await checkpoint()  # a busy feed still yields once per change
+                delivered += 1
+                if delivered % BATCH == 0:  # a busy feed yields once per getMore-sized batch
+                    await checkpoint()
             else:
-                await self._changed.wait()
+                changed = self._changed
+                with anyio.move_on_after(self.quiet_seconds):
+                    await changed.wait()
+                if not changed.is_set():  # a quiet stretch: the post-batch token
+                    yield Change("", 0, pos - 1)

@@ -3,6 +3,7 @@ like the Mongo adapter, so malformed rows can be planted and are handled the sam
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import uuid
@@ -12,6 +13,7 @@ from typing import Any, TypeGuard
 
 from anyio.lowlevel import checkpoint
 
+from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import CLAIMED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
@@ -131,27 +133,34 @@ class MemoryEffectOutbox:
         prefer: Collection[str] | None = None, steal_before: float | None = None,
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
+        """Due rows oldest first, taken round-robin by tenant (F1, ``fairness.pick``): the twin
+        sees every due row, so its round-robin is exact (each tenant's ``limit`` oldest due rows
+        are all a claim of ``limit`` can take from it)."""
         await checkpoint()
-        due: list[tuple[float, int, int, str]] = []  # (not_before, ref) of due pending rows
+        candidates: list[list[tuple[float, int, dict[str, Any]]]] = []
         for tenant, refs in self._live.items():
             if tenants is not None and tenant not in tenants:
                 continue
+            stealable = prefer is None or tenant in prefer
+            due: list[tuple[float, int, dict[str, Any]]] = []
             for ref in refs:
                 doc = self._docs[ref]
                 # as the server compares: a non-number never matches a numeric bound
                 nb = doc.get("not_before")
-                if doc.get("state") == PENDING and _number(nb) and nb <= now:
-                    due.append((nb, ref, 0, tenant))
-        due.sort()
-        if prefer is not None:
-            due = ([d for d in due if d[3] in prefer]
-                   + [d for d in due if d[3] not in prefer
-                      and (steal_before is None or d[0] <= steal_before)])
+                if doc.get("state") == PENDING and _number(nb) and nb <= now and (
+                        stealable or fairness.stealable(doc, steal_before)):
+                    due.append((nb, ref, doc))
+            if due:
+                candidates.append(heapq.nsmallest(limit, due, key=lambda d: (d[0], d[1])))
+        candidates.sort(key=lambda rows: (rows[0][0], rows[0][1]))  # tenants by their oldest row
+        ref_of = {id(doc): ref for rows in candidates for _, ref, doc in rows}
+        picked = fairness.pick((doc for rows in candidates for _, _, doc in rows), limit,
+                               prefer=prefer, steal_before=steal_before)
         claims: list[Claim] = []
         claim_id = uuid.uuid4().hex
         lease_until = now + lease_seconds
-        for _, ref, _, _ in due[:limit]:
-            doc = self._docs[ref]
+        for doc in picked:
+            ref = ref_of[id(doc)]
             _apply(doc, T.claim(claim_id=claim_id, now=now, lease_until=lease_until))
             claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
                                      reclaimed=False))

@@ -1,14 +1,17 @@
 """The change-stream feed on ``board_events`` (C1).
 
-Watches inserts only, projecting the tenant and seq (the tail reads the events itself). Resumes
-after the given token; a token the server can no longer resume from (history lost, code 286, or
-an invalidate event) raises ``ChangeStreamLost`` so the caller drops it, polls, and reopens.
+Watches inserts only, projecting the tenant and seq (the tail reads the events itself), and
+leaves out in the pipeline the tenants other replicas own (S5: ``$match`` on
+``fullDocument.tenant_id``, so the server, or mongos on a sharded cluster, returns a replica only
+the inserts it will act on). Resumes after the given token; a token the server can no longer
+resume from (history lost, code 286, or an invalidate event) raises ``ChangeStreamLost`` so the
+caller drops it, polls, and reopens.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,11 +27,21 @@ from board_outbox.ports import Change
 
 _once = OnceLog(logging.getLogger("board_outbox.changefeed"))
 
-PIPELINE: list[dict[str, Any]] = [
-    {"$match": {"operationType": {"$in": ["insert", "invalidate", "drop", "dropDatabase",
-                                          "rename"]}}},
-    {"$project": {"operationType": 1, "fullDocument.tenant_id": 1, "fullDocument.seq": 1}},
-]
+OPERATIONS = ["insert", "invalidate", "drop", "dropDatabase", "rename"]
+PROJECT = {"$project": {"operationType": 1, "fullDocument.tenant_id": 1, "fullDocument.seq": 1}}
+PIPELINE: list[dict[str, Any]] = [{"$match": {"operationType": {"$in": OPERATIONS}}}, PROJECT]
+
+
+def pipeline(exclude: Collection[str] = ()) -> list[dict[str, Any]]:
+    """The stream's pipeline: inserts (and the events that end a stream), without the inserts
+    of the ``exclude`` tenants. The events that end a stream carry no document and always pass."""
+    if not exclude:
+        return PIPELINE
+    match = {"$or": [
+        {"operationType": {"$in": OPERATIONS[1:]}},
+        {"operationType": "insert", "fullDocument.tenant_id": {"$nin": sorted(exclude)}},
+    ]}
+    return [{"$match": match}, PROJECT]
 
 
 class MongoChangeFeed:
@@ -36,10 +49,12 @@ class MongoChangeFeed:
         self.coll = db[EVENTS]
         self.max_await_ms = max_await_ms
 
-    async def watch(self, resume_token: Any | None) -> AsyncIterator[Change]:
+    async def watch(
+        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+    ) -> AsyncGenerator[Change, None]:
         try:
             stream = await self.coll.watch(
-                PIPELINE, resume_after=resume_token, max_await_time_ms=self.max_await_ms
+                pipeline(exclude), resume_after=resume_token, max_await_time_ms=self.max_await_ms
             )
             async with stream:
                 while stream.alive:

@@ -21,6 +21,7 @@ from pymongo import DESCENDING, ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow
@@ -113,7 +114,14 @@ class MongoEffectOutbox:
     ) -> list[Claim]:
         """S2: one pick over the ``state_not_before`` index for every tenant (an idle poll is
         this one query), then one findAndModify for a single row or update_many + read back.
-        The lease runs from the claim write, not from ``now``: a slow pick does not eat it."""
+        The lease runs from the claim write, not from ``now``: a slow pick does not eat it.
+
+        F1: the claim takes the picked rows round-robin by tenant (``fairness.pick``). A pick
+        that fills its window means a backlog, which may hide other tenants' rows behind one
+        tenant's: then a second query, bounded the same, reads the oldest due rows of the
+        tenants the first did not return (over the ``tenant_state_not_before`` index, whose
+        bounds skip the backlogged tenants' keys). Two round trips under a backlog, one
+        otherwise, whatever the number of tenants."""
         started = time.monotonic()
         due: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}}
         if tenants is not None:
@@ -122,12 +130,13 @@ class MongoEffectOutbox:
         # No sort stage: mongod walks the ``state_not_before`` index for this filter, which
         # yields the oldest due rows first; a sort would only add work on servers that sort.
         picked = await self.coll.find(due).limit(window).to_list(None)
-        if prefer is not None:
-            mine = [d for d in picked if d.get("tenant_id") in prefer]
-            others = [d for d in picked if d.get("tenant_id") not in prefer
-                      and (steal_before is None or float(d.get("not_before", 0.0)) <= steal_before)]
-            picked = mine + others
-        picked = picked[:limit]
+        if len(picked) >= window:
+            seen = sorted({d["tenant_id"] for d in picked if isinstance(d.get("tenant_id"), str)})
+            hidden = {**due, "tenant_id": {**due.get("tenant_id", {}), "$nin": seen}}
+            have = {d["_id"] for d in picked}
+            picked += [d for d in await self.coll.find(hidden).limit(window).to_list(None)
+                       if d["_id"] not in have]
+        picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before)
         ids = [d["_id"] for d in picked]
         if not ids:
             return []

@@ -7,6 +7,8 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.attempts`` (histogram): attempts a row needed to finish;
 - ``board_outbox.dead_letters`` (counter): rows parked as failed;
 - ``board_outbox.wakes`` (counter, source=stream|poll): what woke the tail;
+- ``board_outbox.stream.events`` (counter): inserts this replica's change stream delivered,
+  counted before any filtering in the process (S5: summed over replicas, about one per event);
 - ``board_outbox.projection.lag`` (gauge, per tenant and projection): materialized seq (the
   tenant's cursor: every event up to it has its projection row) minus applied seq (the highest
   seq of a projection row this replica marked done); across replicas, take the minimum;
@@ -45,6 +47,9 @@ class Metrics:
                                      description="rows parked as failed")
         self.wakes = m.create_counter("board_outbox.wakes", unit="{wake}",
                                       description="tail wakes by source")
+        self.stream_events = m.create_counter(
+            "board_outbox.stream.events", unit="{event}",
+            description="inserts the change stream delivered, before any filtering")
         # (tenant, projection) -> seq; and rebuilds: (tenant, projection) -> (seq reached, head)
         self.materialized: dict[tuple[str, str], int] = {}
         self.applied: dict[tuple[str, str], int] = {}
@@ -113,6 +118,10 @@ class Metrics:
     def row_failed(self, kind: str) -> None:
         self.dead.add(1, {"kind": kind})
         self.prom.dead.labels(kind).inc()
+
+    def stream_event(self) -> None:
+        self.stream_events.add(1)
+        self.prom.stream_events.inc()
 
     def wake(self, source: str, n: int = 1) -> None:
         self.wakes.add(n, {"source": source})
