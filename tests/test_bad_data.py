@@ -958,7 +958,7 @@ async def test_poll_only_shows_in_readyz_and_metrics() -> None:
 
     b = MemoryBackend()
 
-    async def refusing(token: Any) -> Any:
+    async def refusing(token: Any, **kw: Any) -> Any:
         raise ValueError("the feed refuses to open")
         yield  # an async generator
 

@@ -78,10 +78,10 @@ async def test_errors_in_a_running_loop_are_ridden_out(where: str) -> None:
         orig = target.watch
         left = list(BAD)
 
-        async def watch(token: Any) -> Any:
+        async def watch(token: Any, **kw: Any) -> Any:
             if left:
                 raise left.pop(0)
-            async for ch in orig(token):
+            async for ch in orig(token, **kw):
                 yield ch
 
         target.watch = watch  # type: ignore[method-assign]

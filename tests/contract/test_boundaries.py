@@ -220,13 +220,8 @@ async def test_owned_rows_are_found_behind_more_than_a_window_of_fresh_foreign_r
     kit: Kit, request: pytest.FixtureRequest
 ) -> None:
     """Five of b's rows, due but not yet stealable, are older than a's: a limit of 2 must still
-    take a's rows. The Mongo adapter picks only ``2 * limit`` of the oldest due rows before it
-    applies the preference, so it claims nothing here (the memory twin claims a's two rows):
-    owned rows wait until the foreign backlog turns stealable, then the backlog is stolen first."""
-    if kit.name != "memory":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="Mongo claim_any applies the preference within a window of "
-                                "2 * limit oldest due rows"))
+    take a's rows (the Mongo adapter once looked only at the ``2 * limit`` oldest due rows before
+    it applied the preference, and claimed nothing here)."""
     t0 = kit.clock.now()
     for i in range(5):
         await kit.insert_raw_row(raw_row("b", f"b/{i}", i + 1, not_before=t0 - 0.5))
@@ -236,11 +231,12 @@ async def test_owned_rows_are_found_behind_more_than_a_window_of_fresh_foreign_r
     assert sorted(c.tenant_id for c in got) == ["a", "a"]
 
 
-async def test_the_steal_cut_off_runs_on_the_workers_clock_and_not_before(kit: Kit) -> None:
-    """Another tenant's row is stolen once its not_before (not its created_at: a retried row
-    waits again) is ``steal_after_seconds`` old, at exactly that instant."""
+async def test_the_steal_cut_off_runs_on_the_workers_clock_from_materialization(kit: Kit) -> None:
+    """Another tenant's row is stolen once ``steal_after_seconds`` have passed since it was
+    materialized (its created_at, not its due time: a row due long ago but written just now is
+    its owner's to claim first, issue 23), at exactly that instant."""
     t0 = kit.clock.now()
-    await kit.insert_raw_row(raw_row("b", "b/1", 1, not_before=t0, created_at=t0 - 100))
+    await kit.insert_raw_row(raw_row("b", "b/1", 1, not_before=t0 - 100, created_at=t0))
     worker, handler = counted_worker(kit, batch_size=1, steal_after_seconds=1)
     worker.prefer = lambda: {"a"}
     kit.clock.set(t0)
