@@ -67,7 +67,7 @@ async def test_a_redirect_is_not_followed_but_retried(bot_runner: tuple) -> None
     statuses[:] = [302]
     launcher = HttpLauncher(url)
     try:
-        with pytest.raises(LaunchFailed, match="302 .*not followed"):
+        with pytest.raises(LaunchFailed, match=r"302 .*not followed"):
             await launcher.launch(REQ)
     finally:
         await launcher.aclose()

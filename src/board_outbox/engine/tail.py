@@ -290,25 +290,24 @@ class Tail:
     ) -> list[EffectRow]:
         ctx = telemetry.trace_context(span)
         tc = TraceContext(traceparent=ctx) if ctx else None
-        recording = span.is_recording()
+        projections = self.projections
         rows: list[EffectRow] = []
+        add = rows.append
         for snap in snapshots:
             for sub in index.matching(snap):
-                row = new_launch_row(tenant_id, snap, sub, now)
-                row.trace = tc
-                rows.append(row)
-            for proj in self.projections:
-                row = new_projection_row(tenant_id, snap, proj, now)
-                row.trace = tc
-                rows.append(row)
-        if recording:
-            for row in rows:  # one span event per row: the row's birth inside this batch
-                span.add_event("row", {
-                    telemetry.ATTR_ROW_KEY: row.row_key, telemetry.ATTR_SEQ: row.seq,
-                    telemetry.ATTR_KIND: row.kind, telemetry.ATTR_SUB: row.sub_id or "",
-                })
-            if snapshots:
-                span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
+                add(new_launch_row(tenant_id, snap, sub, now, tc))
+            for proj in projections:
+                add(new_projection_row(tenant_id, snap, proj, now, tc))
+        if rows and span.is_recording():
+            # one span event per batch (issue 22): how many rows this batch wrote and the seq
+            # range they cover; each row carries this span's context (``trace``), so its
+            # execute spans are children of this one and its trace reads end to end
+            span.add_event(telemetry.EVENT_ROWS, {
+                telemetry.ATTR_ROWS: len(rows),
+                telemetry.ATTR_SEQ_FIRST: rows[0].seq,
+                telemetry.ATTR_SEQ_LAST: rows[-1].seq,
+            })
+            span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
         return rows
 
     async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:

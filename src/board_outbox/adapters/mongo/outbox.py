@@ -21,7 +21,16 @@ from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from board_outbox.adapters.mongo.errors import is_transient, translated
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
+from board_outbox.model.domain import (
+    CLAIMED,
+    FAILED,
+    LIVE_STATES,
+    PENDING,
+    EffectRow,
+    from_doc,
+    new_row_doc,
+    to_doc,
+)
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow
 from board_outbox.model.validation import LEASE_HORIZON_SECONDS, ROW_STATES, OnceLog, cap, is_seq, park_fields
 from board_outbox.ports import Claim, RowFilter, UpsertResult
@@ -80,7 +89,7 @@ class MongoEffectOutbox(T.FencedMarks):
         if not rows:
             return UpsertResult(0, 0)
         ops = [
-            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": to_doc(r)}, upsert=True)
+            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": new_row_doc(r)}, upsert=True)
             for r in rows
         ]
         try:

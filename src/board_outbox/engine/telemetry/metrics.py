@@ -13,17 +13,35 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.projection.applied_seq`` (gauge, per tenant and projection);
 - ``board_outbox.projection.rebuild.progress`` (gauge, per tenant and projection, 0..1) and
   ``board_outbox.projection.rebuild.seq`` (gauge): how far a ``rebuild`` has replayed.
+
+Priced per batch (issue 22): the per-kind instruments are bound once (the Prometheus label
+children and the OTel attribute dicts are made on a kind's first row and reused), and
+``rows_done`` takes a whole batch: the projection high-water marks are folded once per batch;
+only the two histograms, whose per-row values are the point, see every row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from board_outbox.engine.telemetry.prometheus import PrometheusMirror
 from board_outbox.model.domain import PROJECTION, EffectRow
+
+
+class _Bound:
+    """One label set's instruments, looked up once: the OTel attributes (one dict, never
+    mutated, so the SDK may keep it) and the Prometheus children."""
+
+    __slots__ = ("attempts", "attrs", "dead", "latency")
+
+    def __init__(self, prom: PrometheusMirror, kind: str) -> None:
+        self.attrs = {"kind": kind}
+        self.latency = prom.latency.labels(kind)
+        self.attempts = prom.attempts.labels(kind)
+        self.dead = prom.dead.labels(kind)
 
 
 class Metrics:
@@ -58,6 +76,7 @@ class Metrics:
                                   description="share of the event log a rebuild has replayed")
         m.create_observable_gauge("board_outbox.projection.rebuild.seq", [self._observe_rebuild_seq],
                                   unit="{event}", description="seq a rebuild has replayed up to")
+        self._kinds: dict[str, _Bound] = {}
 
     def _observe_lag(self, _opts: CallbackOptions) -> Iterable[Observation]:
         return [Observation(v, {"tenant_id": t}) for t, v in sorted(self.lag.items())]
@@ -94,20 +113,44 @@ class Metrics:
     def rebuild_progress(self, tenant_id: str, projection: str, seq: int, head: int) -> None:
         self.rebuilds[(tenant_id, projection)] = (seq, max(seq, head))
 
+    def _bound(self, kind: str) -> _Bound:
+        b = self._kinds.get(kind)
+        if b is None:
+            b = self._kinds[kind] = _Bound(self.prom, kind)
+        return b
+
     def row_done(self, row: EffectRow, now: float) -> None:
-        if row.projection is not None and row.kind == PROJECTION:
-            key = (row.tenant_id, row.projection)
-            self.applied[key] = max(row.seq, self.applied.get(key, 0))
-        attrs = {"kind": row.kind}
-        if row.materialized_at:
-            self.latency.record(max(0.0, now - row.materialized_at), attrs)
-            self.prom.latency.labels(row.kind).observe(max(0.0, now - row.materialized_at))
-        self.attempts.record(row.attempts + 1, attrs)
-        self.prom.attempts.labels(row.kind).observe(row.attempts + 1)
+        self.rows_done((row,), now)
+
+    def rows_done(self, rows: Sequence[EffectRow], now: float) -> None:
+        """A batch of rows marked done at ``now``: the projection high-water marks folded once,
+        each row's latency and attempts into the histograms through bound instruments."""
+        applied: dict[tuple[str, str], int] = {}
+        kinds = self._kinds
+        latency, attempts = self.latency.record, self.attempts.record
+        for row in rows:
+            kind = row.kind
+            b = kinds.get(kind) or self._bound(kind)
+            if row.materialized_at:
+                waited = now - row.materialized_at
+                waited = waited if waited > 0.0 else 0.0
+                latency(waited, b.attrs)
+                b.latency.observe(waited)
+            n = row.attempts + 1
+            attempts(n, b.attrs)
+            b.attempts.observe(n)
+            if kind == PROJECTION and row.projection is not None:
+                key = (row.tenant_id, row.projection)
+                if row.seq > applied.get(key, 0):
+                    applied[key] = row.seq
+        for key, seq in applied.items():
+            if seq > self.applied.get(key, 0):
+                self.applied[key] = seq
 
     def row_failed(self, kind: str) -> None:
-        self.dead.add(1, {"kind": kind})
-        self.prom.dead.labels(kind).inc()
+        b = self._bound(kind)
+        self.dead.add(1, b.attrs)
+        b.dead.inc()
 
     def wake(self, source: str, n: int = 1) -> None:
         self.wakes.add(n, {"source": source})
