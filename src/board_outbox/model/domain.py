@@ -203,18 +203,34 @@ _ROW_ZERO_FIELDS: Final = ("sub_id", "projection", "attempts", "claim_id", "leas
 _SNAPSHOT_ZERO_FIELDS: Final = ("deleted", "actor")
 
 
-def new_row_doc(row: EffectRow) -> dict[str, Any]:
+def new_row_doc(row: EffectRow, shared: dict[int, Any] | None = None) -> dict[str, Any]:
     """A new row as its slim store document: ``to_doc`` without the fields at their zero value
-    (issue 22: fewer bytes to encode, send and store per row; decodes to the same row)."""
-    doc = to_doc(row)
+    (issue 22: fewer bytes to encode, send and store per row; decodes to the same row).
+
+    ``shared`` (one dict per batch) lets the rows of one event share its snapshot's document,
+    and the rows of one batch their trace context's: converted once, not once per row. The
+    documents are for encoding only: they may share those sub-documents, so never mutate one."""
+    doc = msgspec.structs.asdict(row)
     for name in _ROW_ZERO_FIELDS:
         if not doc[name]:
             del doc[name]
-    event = doc["event"]
-    if event is not None:
-        for name in _SNAPSHOT_ZERO_FIELDS:
-            if not event[name]:
-                del event[name]
+    for name in ("event", "trace"):
+        value = doc.get(name)
+        if value is None:
+            continue
+        sub = None if shared is None else shared.get(id(value))
+        if sub is None:
+            sub = to_doc(value)
+            if name == "event":
+                for zero in _SNAPSHOT_ZERO_FIELDS:
+                    if not sub[zero]:
+                        del sub[zero]
+            if shared is not None:
+                shared[id(value)] = sub
+        doc[name] = sub
+    for name in ("errors", "audit"):  # a new row has none; any other is converted whole
+        if name in doc:
+            doc[name] = msgspec.to_builtins(doc[name])
     return doc
 
 

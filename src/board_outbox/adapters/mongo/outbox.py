@@ -88,8 +88,9 @@ class MongoEffectOutbox(T.FencedMarks):
     async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
         if not rows:
             return UpsertResult(0, 0)
+        shared: dict[int, Any] = {}  # the rows of one event share its snapshot's document
         ops = [
-            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": new_row_doc(r)}, upsert=True)
+            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": new_row_doc(r, shared)}, upsert=True)
             for r in rows
         ]
         try:
