@@ -307,8 +307,8 @@ class Run:
                         break
                     last = got[-1]["seq"]
                     ids = list({f"{t}/{d['card_id']}" for d in got})
-                    await (cards.find({"_id": {"$in": ids}}, {"consumed": 0}).batch_size(len(ids))
-                           .to_list(None))
+                    await (cards.find({"_id": {"$in": ids}}, {"consumed": 0}).limit(len(ids))
+                           .batch_size(len(ids)).to_list(None))
                     batch = [r for r in mine if cursor < r["seq"] <= last]
                     await out.bulk_write([UpdateOne({"row_key": r["row_key"]}, {"$setOnInsert": r},
                                                     upsert=True) for r in batch], ordered=False)
