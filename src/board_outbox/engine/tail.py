@@ -298,16 +298,18 @@ class Tail:
                 add(new_launch_row(tenant_id, snap, sub, now, tc))
             for proj in projections:
                 add(new_projection_row(tenant_id, snap, proj, now, tc))
-        if rows and span.is_recording():
-            # one span event per batch (issue 22): how many rows this batch wrote and the seq
-            # range they cover; each row carries this span's context (``trace``), so its
-            # execute spans are children of this one and its trace reads end to end
-            span.add_event(telemetry.EVENT_ROWS, {
-                telemetry.ATTR_ROWS: len(rows),
-                telemetry.ATTR_SEQ_FIRST: rows[0].seq,
-                telemetry.ATTR_SEQ_LAST: rows[-1].seq,
-            })
-            span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
+        if span.is_recording():
+            if rows:
+                # one span event per batch (issue 22): how many rows this batch wrote and the
+                # seq range they cover; each row carries this span's context (``trace``), so
+                # its execute spans are children of this one and its trace reads end to end
+                span.add_event(telemetry.EVENT_ROWS, {
+                    telemetry.ATTR_ROWS: len(rows),
+                    telemetry.ATTR_SEQ_FIRST: rows[0].seq,
+                    telemetry.ATTR_SEQ_LAST: rows[-1].seq,
+                })
+            if snapshots:
+                span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
         return rows
 
     async def drain_all(self, tenants: Sequence[str] | None = None) -> list[DrainResult]:
