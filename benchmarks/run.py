@@ -71,8 +71,9 @@ async def main_async(args: argparse.Namespace, uri: str | None) -> None:
         write_result("latency", {**meta, "results": res})
         plot_latency(res)
     if "costs" in only and uri:
-        res = await costs.run(uri, size["cost_events"], 5, 500, log)
-        write_result("costs", {**meta, "results": res})
+        cost = await costs.run(uri, size["cost_events"], 5, 500, log)
+        write_result("costs", {**meta, "before": None, "after": cost})
+        costs.plot(None, cost)
     log(f"done in {time.monotonic() - t0:.0f}s; results in {RESULTS}")
 
 

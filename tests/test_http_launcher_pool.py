@@ -76,3 +76,33 @@ async def test_a_bot_runner_that_never_answers_times_out_as_a_retry() -> None:
                 await launcher.launch(req(1))
         finally:
             await launcher.aclose()
+
+
+async def test_a_runner_that_hangs_up_or_answers_garbage_is_a_retry_or_an_accepted_launch() -> None:
+    """Hostile runners: one that accepts and closes the connection without a word is a retry
+    (never a crash of the launcher); one answering 200 with a body that is not JSON is still a
+    launch (the 2xx is what counts), with no launch id."""
+    answers = iter([None, b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nnot json!"])
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+
+        def serve() -> None:
+            for answer in answers:
+                conn, _ = srv.accept()
+                with conn:
+                    if answer is not None:
+                        conn.recv(65536)
+                        conn.sendall(answer)
+
+        threading.Thread(target=serve, daemon=True).start()
+        launcher = HttpLauncher(f"http://127.0.0.1:{port}/launch", timeout_seconds=5)
+        try:
+            with anyio.fail_after(10):
+                with pytest.raises(LaunchFailed, match="unreachable"):
+                    await launcher.launch(req(1))
+                assert await launcher.launch(req(2)) == "accepted"
+        finally:
+            await launcher.aclose()

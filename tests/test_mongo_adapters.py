@@ -129,3 +129,54 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     assert await outbox.apply_claimed(c3.ref, c3.claim_id, tr.done(now=time.time(), outcome="ok"))
     left = {r.seq: r.state for r in await outbox.find(RowFilter(tenant_id="t"))}
     assert left == {2: "failed", 3: "done"}
+
+
+async def test_new_rows_are_stored_slim_and_read_back_whole() -> None:
+    """Issue 22: a new row's document leaves out the fields at their zero value (fewer bytes to
+    encode and store); every reader gets the same row back, and the first write of a row key
+    still wins ($setOnInsert: a second materialization changes nothing)."""
+    from board_outbox.adapters.mongo import MongoEffectOutbox
+    from board_outbox.model.domain import (
+        EventSnapshot,
+        Subscription,
+        TraceContext,
+        new_launch_row,
+        new_projection_row,
+    )
+
+    db = mock_database()
+    await ensure_schema(db)
+    outbox = MongoEffectOutbox(db)
+    ev = EventSnapshot(seq=7, type="card.moved", card_id="c", column="done", labels=("x",))
+    launch = new_launch_row("t", ev, Subscription(sub_id="s", tenant_id="t", bot="b"), 5.0,
+                            TraceContext(traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01"))
+    proj = new_projection_row("t", ev, "board-reflect", 5.0)
+    assert (await outbox.upsert_rows([launch, proj])).inserted == 2
+    stored = {d["row_key"]: d for d in await db["trigger_effects"].find({}).to_list(None)}
+    for doc in stored.values():
+        for zero in ("attempts", "claim_id", "lease_until", "consume_marked", "errors", "audit",
+                     "outcome", "done_at"):
+            assert zero not in doc, zero
+        assert "deleted" not in doc["event"] and "actor" not in doc["event"]
+        assert doc["state"] == "pending" and doc["not_before"] == 5.0  # the claim query's fields
+    assert "projection" not in stored[launch.row_key] and "trace" in stored[launch.row_key]
+    assert "sub_id" not in stored[proj.row_key] and "trace" not in stored[proj.row_key]
+    back = {r.row_key: r for r in await outbox.find(RowFilter(tenant_id="t"))}
+    assert back == {launch.row_key: launch, proj.row_key: proj}
+    later = new_projection_row("t", ev, "board-reflect", 99.0)
+    assert (await outbox.upsert_rows([later])).inserted == 0
+    assert (await outbox.find(RowFilter(tenant_id="t", kind="projection")))[0].created_at == 5.0
+    (claim,) = await outbox.claim_due("t", 6.0, 30, 1)  # the slim row is claimable
+    assert claim.row is not None and claim.row.seq == 7
+
+
+async def test_event_reads_fetch_only_the_fields_an_event_is_read_for() -> None:
+    """Issue 22: a board's own extra fields on an event (payloads, diffs) are not fetched."""
+    db = mock_database()
+    log = MongoEventLog(db)
+    await db["board_events"].insert_one({"tenant_id": "t", "seq": 1, "type": "card.created",
+                                         "card_id": "c", "at": 1.0, "actor": "ann",
+                                         "payload": "x" * 10_000, "diff": {"a": 1}})
+    (rec,) = await log.read_after("t", 0, 10)
+    assert rec.doc == {"tenant_id": "t", "seq": 1, "type": "card.created", "card_id": "c",
+                       "at": 1.0, "actor": "ann"}

@@ -70,8 +70,10 @@ async def test_span_tree_links_execution_to_materialization() -> None:
     (row,) = await kit.rows(T)
     assert row.trace is not None
     assert row.trace.traceparent == telemetry.trace_context_of(mat.context)
-    assert [e.name for e in mat.events] == ["row"]
-    assert mat.events[0].attributes[telemetry.ATTR_ROW_KEY] == key  # type: ignore[index]
+    # one span event per batch (issue 22): how many rows it wrote and the seqs they cover
+    assert [e.name for e in mat.events] == [telemetry.EVENT_ROWS]
+    assert dict(mat.events[0].attributes or {}) == {
+        telemetry.ATTR_ROWS: 1, telemetry.ATTR_SEQ_FIRST: 1, telemetry.ATTR_SEQ_LAST: 1}
     for attempt, ex in enumerate(execs, start=1):
         assert ex.context.trace_id == mat.context.trace_id  # one trace, end to end
         assert ex.parent is not None and ex.parent.span_id == mat.context.span_id
@@ -79,6 +81,7 @@ async def test_span_tree_links_execution_to_materialization() -> None:
         attrs = ex.attributes or {}
         assert attrs[telemetry.ATTR_TENANT] == T and attrs[telemetry.ATTR_SEQ] == 1
         assert attrs[telemetry.ATTR_KIND] == "launch" and attrs[telemetry.ATTR_SUB] == "s"
+        assert attrs[telemetry.ATTR_ROW_KEY] == key
         assert attrs[telemetry.ATTR_ATTEMPT] == attempt
     assert execs[0].attributes[telemetry.ATTR_OUTCOME] == "retry"  # type: ignore[index]
     assert execs[0].status.status_code is StatusCode.ERROR
@@ -141,6 +144,26 @@ def test_waterfall_reads_a_jaeger_json_export(tmp_path: Path) -> None:
     chain = row_trace(load(f), "t1/1/sub/s")
     assert [s.span_id for s in chain] == ["01", "02"]
     assert "execute #1" in render_text(chain, "t1/1/sub/s")
+
+
+def test_waterfall_finds_the_birth_span_by_its_batch_seq_range(tmp_path: Path) -> None:
+    """A row not yet executed: its materialize span is the one whose per-batch event covers the
+    row's seq, for the row's tenant (not another tenant's batch over the same seqs)."""
+    f = tmp_path / "jaeger.json"
+    batch = """{{"traceID": "ab", "spanID": "{sid}", "operationName": "board_outbox.materialize",
+         "references": [], "startTime": {start}, "duration": 500, "processID": "p1",
+         "tags": [{{"key": "board_outbox.tenant_id", "value": "{tenant}"}}],
+         "logs": [{{"fields": [{{"key": "board_outbox.rows", "value": 8}},
+                               {{"key": "board_outbox.seq_first", "value": {first}}},
+                               {{"key": "board_outbox.seq_last", "value": {last}}}]}}]}}"""
+    spans = ",".join([batch.format(sid="01", start=1000, tenant="t2", first=1, last=4),
+                      batch.format(sid="02", start=2000, tenant="t1", first=1, last=4),
+                      batch.format(sid="03", start=3000, tenant="t1", first=5, last=8)])
+    f.write_text('{"data": [{"traceID": "ab", "processes": {"p1": {"serviceName": "b"}}, '
+                 f'"spans": [{spans}]}}]}}')
+    assert [s.span_id for s in row_trace(load(f), "t1/6/sub/s")] == ["03"]
+    assert [s.span_id for s in row_trace(load(f), "t1/4/proj/board-reflect")] == ["02"]
+    assert row_trace(load(f), "t1/9/sub/s") == []
 
 
 @pytest.mark.parametrize(

@@ -180,9 +180,11 @@ async def _call(w: Wire, command: str) -> None:
     elif command == "distinct":
         await k.outbox.live_tenants()
     elif command == "getMore":  # a read longer than the first batch (101 documents)
-        await w.check["board_events"].insert_many(
-            [{"tenant_id": T, "seq": i, "type": "x", "card_id": "c"} for i in range(1, 151)])
-        await k.events.read_after(T, 0, 500)
+        # (the event and card reads ask for their whole batch in one reply since issue 22: a
+        # tenant's subscriptions are still read in batches of the server's default size)
+        await w.check["trigger_subscriptions"].insert_many(
+            [{"_id": f"s{i}", "sub_id": f"s{i}", "tenant_id": T, "bot": "b"} for i in range(150)])
+        await k.subs.list_for_tenant(T)
     else:  # pragma: no cover
         raise AssertionError(command)
 
@@ -200,6 +202,21 @@ async def test_a_cursor_lost_mid_read_is_transient(
         wire: Wire, failpoints: FailPoints, code: int) -> None:
     with failpoints.arm(["getMore"], {"errorCode": code}), pytest.raises(StoreUnavailable):
         await _call(wire, "getMore")
+
+
+async def test_an_event_batch_and_its_cards_are_read_in_one_reply_each(
+        wire: Wire, failpoints: FailPoints) -> None:
+    """Issue 22: the tail's reads ask for the whole batch at once, so a batch longer than the
+    server's default first batch (101 documents) costs no getMore round trip: with every
+    getMore failing, both reads still succeed."""
+    w, k = wire, wire.kit
+    await w.check["board_events"].insert_many(
+        [{"tenant_id": T, "seq": i, "type": "x", "card_id": f"c{i}"} for i in range(1, 151)])
+    await w.check["board_cards"].insert_many(
+        [{"_id": f"{T}/c{i}", "tenant_id": T, "card_id": f"c{i}"} for i in range(1, 151)])
+    with failpoints.arm(["getMore"], {"errorCode": 43}):
+        assert len(await k.events.read_after(T, 0, 500)) == 150
+        assert len(await k.cards.get_many(T, {f"c{i}" for i in range(1, 151)})) == 150
 
 
 async def test_permanent_error_is_store_error_not_unavailable(

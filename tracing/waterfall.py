@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 ROW_KEY = "board_outbox.row_key"
+TENANT = "board_outbox.tenant_id"
+SEQ_FIRST = "board_outbox.seq_first"
+SEQ_LAST = "board_outbox.seq_last"
 MATERIALIZE = "board_outbox.materialize"
 EXECUTE = "board_outbox.execute"
 
@@ -36,7 +39,20 @@ class Span:
     attributes: dict[str, Any] = field(default_factory=dict)
     links: list[tuple[str, str]] = field(default_factory=list)
     error: str = ""
-    event_rows: list[str] = field(default_factory=list)
+    event_rows: list[str] = field(default_factory=list)  # row keys of per-row events (older)
+    event_seqs: list[tuple[int, int]] = field(default_factory=list)  # per-batch events' ranges
+
+    def wrote(self, row_key: str) -> bool:
+        """Did this materialize span write the row? By a per-row event naming it, or by a
+        per-batch event whose seq range covers the row's seq, for the span's tenant (a row key
+        is ``tenant/seq/...``)."""
+        if row_key in self.event_rows:
+            return True
+        parts = row_key.split("/")
+        if len(parts) < 3 or parts[0] != self.attributes.get(TENANT) or not parts[1].isdigit():
+            return False
+        seq = int(parts[1])
+        return any(first <= seq <= last for first, last in self.event_seqs)
 
     @property
     def ms(self) -> float:
@@ -62,6 +78,14 @@ def _attr_value(v: dict[str, Any]) -> Any:
     return None
 
 
+def _seq_range(attrs: dict[str, Any]) -> list[tuple[int, int]]:
+    first, last = attrs.get(SEQ_FIRST), attrs.get(SEQ_LAST)
+    try:
+        return [] if first is None or last is None else [(int(first), int(last))]
+    except (TypeError, ValueError):
+        return []
+
+
 def _otlp_spans(doc: dict[str, Any]) -> Iterable[Span]:
     for rs in doc.get("resourceSpans", []):
         service = next((_attr_value(a["value"]) for a in rs.get("resource", {}).get("attributes", [])
@@ -73,6 +97,8 @@ def _otlp_spans(doc: dict[str, Any]) -> Iterable[Span]:
                 attrs = {a["key"]: _attr_value(a["value"]) for a in s.get("attributes", [])}
                 rows = [str(_attr_value(a["value"])) for e in s.get("events", [])
                         for a in e.get("attributes", []) if a["key"] == ROW_KEY]
+                seqs = [r for e in s.get("events", []) for r in _seq_range(
+                    {a["key"]: _attr_value(a["value"]) for a in e.get("attributes", [])})]
                 status = s.get("status", {})
                 yield Span(
                     trace_id=_hex(s["traceId"]), span_id=_hex(s["spanId"]),
@@ -81,7 +107,7 @@ def _otlp_spans(doc: dict[str, Any]) -> Iterable[Span]:
                     service=str(service), attributes=attrs,
                     links=[(_hex(ln["traceId"]), _hex(ln["spanId"])) for ln in s.get("links", [])],
                     error=status.get("message", "") if status.get("code") in (2, "STATUS_CODE_ERROR") else "",
-                    event_rows=rows,
+                    event_rows=rows, event_seqs=seqs,
                 )
 
 
@@ -96,6 +122,8 @@ def _jaeger_spans(doc: dict[str, Any]) -> Iterable[Span]:
             tags = {t["key"]: t["value"] for t in s.get("tags", [])}
             rows = [str(f["value"]) for lg in s.get("logs", []) for f in lg.get("fields", [])
                     if f["key"] == ROW_KEY]
+            seqs = [r for lg in s.get("logs", []) for r in _seq_range(
+                {f["key"]: f["value"] for f in lg.get("fields", [])})]
             start = int(s["startTime"]) * 1000
             yield Span(
                 trace_id=s["traceID"], span_id=s["spanID"], parent_id=parent,
@@ -103,7 +131,7 @@ def _jaeger_spans(doc: dict[str, Any]) -> Iterable[Span]:
                 service=procs.get(s.get("processID"), {}).get("serviceName", ""),
                 attributes=tags, links=links,
                 error=str(tags.get("otel.status_description", "")) if tags.get("error") else "",
-                event_rows=rows,
+                event_rows=rows, event_seqs=seqs,
             )
 
 
@@ -127,7 +155,7 @@ def row_trace(spans: list[Span], row_key: str) -> list[Span]:
                    key=lambda s: s.start_ns)
     mats = {s.span_id: s for s in spans if s.name == MATERIALIZE}
     parents = {s.parent_id for s in execs} | {sid for s in execs for _, sid in s.links}
-    born = [m for m in mats.values() if m.span_id in parents or row_key in m.event_rows]
+    born = [m for m in mats.values() if m.span_id in parents or m.wrote(row_key)]
     return sorted(born, key=lambda s: s.start_ns)[:1] + execs
 
 

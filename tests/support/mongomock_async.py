@@ -36,6 +36,10 @@ class AsyncCursor:
         self._cursor = self._cursor.limit(n)
         return self
 
+    def batch_size(self, n: int) -> AsyncCursor:
+        self._cursor = self._cursor.batch_size(n)
+        return self
+
     async def to_list(self, length: int | None = None) -> list[dict[str, Any]]:
         await checkpoint()
         docs = list(self._cursor)

@@ -371,24 +371,25 @@ class Tail:
     ) -> list[EffectRow]:
         ctx = telemetry.trace_context(span)
         tc = TraceContext(traceparent=ctx) if ctx else None
-        recording = span.is_recording()
+        projections = self.projections
         rows: list[EffectRow] = []
+        add = rows.append
         for snap in snapshots:
             for sub in index.matching(snap):
                 if self.kinds is not None and sub.kind not in self.kinds:
                     self._unhandled(tenant_id, sub.sub_id, sub.kind)
-                row = new_subscription_row(tenant_id, snap, sub, now)
-                row.trace = tc
-                rows.append(row)
-            for proj in self.projections:
-                row = new_projection_row(tenant_id, snap, proj, now)
-                row.trace = tc
-                rows.append(row)
-        if recording:
-            for row in rows:  # one span event per row: the row's birth inside this batch
-                span.add_event("row", {
-                    telemetry.ATTR_ROW_KEY: row.row_key, telemetry.ATTR_SEQ: row.seq,
-                    telemetry.ATTR_KIND: row.kind, telemetry.ATTR_SUB: row.sub_id or "",
+                add(new_subscription_row(tenant_id, snap, sub, now, tc))
+            for proj in projections:
+                add(new_projection_row(tenant_id, snap, proj, now, tc))
+        if span.is_recording():
+            if rows:
+                # one span event per batch (issue 22): how many rows this batch wrote and the
+                # seq range they cover; each row carries this span's context (``trace``), so
+                # its execute spans are children of this one and its trace reads end to end
+                span.add_event(telemetry.EVENT_ROWS, {
+                    telemetry.ATTR_ROWS: len(rows),
+                    telemetry.ATTR_SEQ_FIRST: rows[0].seq,
+                    telemetry.ATTR_SEQ_LAST: rows[-1].seq,
                 })
             if snapshots:
                 span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)

@@ -62,5 +62,7 @@ def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("pymongo", "urllib3", "opentelemetry"):
+    # httpx logs one INFO line per request: a plugin or a handler using it must not pay for
+    # (and flood the log with) a line per call
+    for noisy in ("pymongo", "urllib3", "opentelemetry", "httpx", "httpcore", "aiohttp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

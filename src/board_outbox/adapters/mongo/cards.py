@@ -39,7 +39,11 @@ class MongoBoard:
         # key -> card id, not a split on "/" (R2: a card id may carry the separator)
         keys = {_card_id(tenant_id, c): c for c in card_ids}
         out: dict[str, Card | MalformedDocument] = {}
-        for doc in await self.coll.find({"_id": {"$in": list(keys)}}).to_list(None):
+        # the card's fields only (its record of spent one-shots, ``consumed``, stays on the
+        # server), all in one reply (no getMore round trip; one card per key at most)
+        found = (self.coll.find({"_id": {"$in": list(keys)}}, {"consumed": 0})
+                 .limit(len(keys)).batch_size(len(keys)))
+        for doc in await found.to_list(None):
             cid = keys.get(doc["_id"])
             if cid is None:
                 continue

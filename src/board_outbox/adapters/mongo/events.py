@@ -15,6 +15,10 @@ from board_outbox.ports import EventRecord
 EVENTS = "board_events"
 COUNTERS = "board_event_counters"
 
+# the fields an event is read for (``BoardEvent``; ``at`` also ages seq gaps): a board's own
+# extra fields (payloads, diffs) are neither sent nor decoded (issue 22)
+EVENT_FIELDS = {"_id": 0, "tenant_id": 1, "seq": 1, "type": 1, "card_id": 1, "at": 1, "actor": 1}
+
 
 class MongoEventLog:
     def __init__(self, db: Any) -> None:
@@ -36,9 +40,10 @@ class MongoEventLog:
     @translated
     async def read_after(self, tenant_id: str, after_seq: int, limit: int) -> list[EventRecord]:
         cursor = (
-            self.events.find({"tenant_id": tenant_id, "seq": {"$gt": after_seq}}, {"_id": 0})
+            self.events.find({"tenant_id": tenant_id, "seq": {"$gt": after_seq}}, EVENT_FIELDS)
             .sort("seq", ASCENDING)
             .limit(limit)
+            .batch_size(limit)  # the whole batch in one reply: no getMore round trip
         )
         return [EventRecord(d["seq"], d) for d in await cursor.to_list(None)]
 

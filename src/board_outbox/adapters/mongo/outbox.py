@@ -23,7 +23,16 @@ from pymongo.errors import BulkWriteError, OperationFailure
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import CLAIMED, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
+from board_outbox.model.domain import (
+    CLAIMED,
+    FAILED,
+    LIVE_STATES,
+    PENDING,
+    EffectRow,
+    from_doc,
+    new_row_doc,
+    to_doc,
+)
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
@@ -89,8 +98,9 @@ class MongoEffectOutbox:
     async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
         if not rows:
             return UpsertResult(0, 0)
+        shared: dict[int, Any] = {}  # the rows of one event share its snapshot's document
         ops = [
-            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": to_doc(r)}, upsert=True)
+            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": new_row_doc(r, shared)}, upsert=True)
             for r in rows
         ]
         try:

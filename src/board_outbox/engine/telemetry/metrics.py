@@ -15,11 +15,16 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.projection.applied_seq`` (gauge, per tenant and projection);
 - ``board_outbox.projection.rebuild.progress`` (gauge, per tenant and projection, 0..1) and
   ``board_outbox.projection.rebuild.seq`` (gauge): how far a ``rebuild`` has replayed.
+
+Priced per batch (issue 22): the per-kind instruments are bound once (the Prometheus label
+children and the OTel attribute dicts are made on a kind's first row and reused), and
+``rows_done`` takes a whole batch: the projection high-water marks are folded once per batch;
+only the two histograms, whose per-row values are the point, see every row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -27,6 +32,19 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from board_outbox.engine.telemetry.prometheus import PrometheusMirror
 from board_outbox.engine.telemetry.spans import trace_id_of
 from board_outbox.model.domain import PROJECTION, EffectRow
+
+
+class _Bound:
+    """One label set's instruments, looked up once: the OTel attributes (one dict, never
+    mutated, so the SDK may keep it) and the Prometheus children."""
+
+    __slots__ = ("attempts", "attrs", "dead", "latency")
+
+    def __init__(self, prom: PrometheusMirror, kind: str) -> None:
+        self.attrs = {"kind": kind}
+        self.latency = prom.latency.labels(kind)
+        self.attempts = prom.attempts.labels(kind)
+        self.dead = prom.dead.labels(kind)
 
 
 class Metrics:
@@ -64,6 +82,7 @@ class Metrics:
                                   description="share of the event log a rebuild has replayed")
         m.create_observable_gauge("board_outbox.projection.rebuild.seq", [self._observe_rebuild_seq],
                                   unit="{event}", description="seq a rebuild has replayed up to")
+        self._kinds: dict[str, _Bound] = {}
 
     def _observe_lag(self, _opts: CallbackOptions) -> Iterable[Observation]:
         return [Observation(v, {"tenant_id": t}) for t, v in sorted(self.lag.items())]
@@ -100,24 +119,50 @@ class Metrics:
     def rebuild_progress(self, tenant_id: str, projection: str, seq: int, head: int) -> None:
         self.rebuilds[(tenant_id, projection)] = (seq, max(seq, head))
 
+    def _bound(self, kind: str) -> _Bound:
+        b = self._kinds.get(kind)
+        if b is None:
+            b = self._kinds[kind] = _Bound(self.prom, kind)
+        return b
+
     def row_done(self, row: EffectRow, now: float) -> None:
-        if row.projection is not None and row.kind == PROJECTION:
-            key = (row.tenant_id, row.projection)
-            self.applied[key] = max(row.seq, self.applied.get(key, 0))
-        attrs = {"kind": row.kind}
-        if row.materialized_at:
-            self.latency.record(max(0.0, now - row.materialized_at), attrs)
-            self.prom.latency.labels(row.kind).observe(max(0.0, now - row.materialized_at))
-        if row.event is not None and row.event.at > 0:
-            trace_id = trace_id_of(row.trace.traceparent) if row.trace is not None else None
-            self.prom.effect_latency.labels(row.tenant_id, row.kind).observe(
-                max(0.0, now - row.event.at), exemplar={"trace_id": trace_id} if trace_id else None)
-        self.attempts.record(row.attempts + 1, attrs)
-        self.prom.attempts.labels(row.kind).observe(row.attempts + 1)
+        self.rows_done((row,), now)
+
+    def rows_done(self, rows: Sequence[EffectRow], now: float) -> None:
+        """A batch of rows marked done at ``now``: the projection high-water marks folded once,
+        each row's latency and attempts into the histograms through bound instruments."""
+        applied: dict[tuple[str, str], int] = {}
+        kinds = self._kinds
+        latency, attempts = self.latency.record, self.attempts.record
+        effect = self.prom.effect_latency
+        for row in rows:
+            kind = row.kind
+            b = kinds.get(kind) or self._bound(kind)
+            if row.materialized_at:
+                waited = now - row.materialized_at
+                waited = waited if waited > 0.0 else 0.0
+                latency(waited, b.attrs)
+                b.latency.observe(waited)
+            if row.event is not None and row.event.at > 0:  # A5: per tenant, with the trace link
+                trace_id = trace_id_of(row.trace.traceparent) if row.trace is not None else None
+                effect.labels(row.tenant_id, kind).observe(
+                    max(0.0, now - row.event.at),
+                    exemplar={"trace_id": trace_id} if trace_id else None)
+            n = row.attempts + 1
+            attempts(n, b.attrs)
+            b.attempts.observe(n)
+            if kind == PROJECTION and row.projection is not None:
+                key = (row.tenant_id, row.projection)
+                if row.seq > applied.get(key, 0):
+                    applied[key] = row.seq
+        for key, seq in applied.items():
+            if seq > self.applied.get(key, 0):
+                self.applied[key] = seq
 
     def row_failed(self, kind: str) -> None:
-        self.dead.add(1, {"kind": kind})
-        self.prom.dead.labels(kind).inc()
+        b = self._bound(kind)
+        self.dead.add(1, b.attrs)
+        b.dead.inc()
 
     def stream_event(self) -> None:
         self.stream_events.add(1)

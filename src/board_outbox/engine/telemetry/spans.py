@@ -19,6 +19,11 @@ ATTR_ROW_KEY = "board_outbox.row_key"
 ATTR_ATTEMPT = "board_outbox.attempt"
 ATTR_OUTCOME = "board_outbox.outcome"
 ATTR_ROWS = "board_outbox.rows"
+ATTR_SEQ_FIRST = "board_outbox.seq_first"
+ATTR_SEQ_LAST = "board_outbox.seq_last"
+
+# the materialize span's one event per batch: rows written, and the seqs they cover
+EVENT_ROWS = "rows"
 
 
 def trace_context(span: trace.Span) -> str | None:
