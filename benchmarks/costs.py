@@ -545,7 +545,7 @@ def plot(before: dict[str, Any] | None, after: dict[str, Any]) -> None:
         ax.barh([y + 0.2 for y in ys], [before["components_us_per_row"].get(c, 0) for c in comps],
                 height=0.4, label="before", color="C3")
     ax.barh([y - 0.2 for y in ys], [after["components_us_per_row"][c] for c in comps], height=0.4,
-            label="after", color="C0")
+            label="after", color="tab:blue")
     ax.axvline(after["floor"]["find_one_cpu_us"], color="k", ls="--", lw=1,
                label=f"one bare find_one ({after['floor']['find_one_cpu_us']:.0f} µs)")
     ax.set_yticks(list(ys), comps, fontsize=8)
