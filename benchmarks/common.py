@@ -52,6 +52,16 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display): every benchmark's plots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def settle_heap() -> None:
     """Freeze the setup's objects out of the cyclic GC, as ``Service.run`` does at start, so a
     measurement does not pay for re-walking the benchmark's own fixture heap."""

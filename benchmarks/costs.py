@@ -535,9 +535,9 @@ def baseline(rev: str, uri: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(before: dict[str, Any] | None, after: dict[str, Any]) -> None:
-    from benchmarks.run import _plt
+    from benchmarks.common import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     comps = list(after["components_us_per_row"])
     fig, ax = plt.subplots(figsize=(9, 4.8))
     ys = range(len(comps))

@@ -24,7 +24,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import costs, latency, materialize, worker
-from benchmarks.common import RESULTS, write_result
+from benchmarks.common import RESULTS, pyplot, write_result
 
 SIZES: dict[str, dict[str, Any]] = {
     "small": {"events": 10_000, "rows": 10_000, "lat_events": 300, "lat_rate": 200.0,
@@ -77,17 +77,8 @@ async def main_async(args: argparse.Namespace, uri: str | None) -> None:
     log(f"done in {time.monotonic() - t0:.0f}s; results in {RESULTS}")
 
 
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_materialize(res: list[dict[str, Any]]) -> None:
-    plt = _plt()
+    plt = pyplot()
     backends = sorted({r["backend"] for r in res})
     tenants = sorted({r["tenants"] for r in res})
     fig, axes = plt.subplots(len(backends), len(tenants), figsize=(6 * len(tenants), 4 * len(backends)),
@@ -125,7 +116,7 @@ def plot_materialize(res: list[dict[str, Any]]) -> None:
 
 
 def plot_worker(res: list[dict[str, Any]]) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for k, be in enumerate(sorted({r["backend"] for r in res})):
         rows = [r for r in res if r["backend"] == be]
@@ -142,7 +133,7 @@ def plot_worker(res: list[dict[str, Any]]) -> None:
 
 
 def plot_latency(res: list[dict[str, Any]]) -> None:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for k, r in enumerate(res):
         xs = r["done_samples_ms"]
