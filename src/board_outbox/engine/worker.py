@@ -50,6 +50,9 @@ log = logging.getLogger("board_outbox.worker")
 SWEEP_SECONDS = 60.0
 SWEEP_LIMIT = 100
 BROKEN_PER_TICK = 8
+# The claim size follows the backlog: it doubles (up to batch_size) while claims come back full
+# and halves, down to this floor, while they come back empty.
+MIN_CLAIM = 4
 
 
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -126,7 +129,8 @@ class EffectWorker:
         self._next_sweep = -float("inf")
         # S1: tenants this replica owns (None: no ownership, every row is ours)
         self.prefer: Callable[[], Collection[str] | None] = lambda: None
-        self._row_seconds = 0.0  # EWMA of one row's execution time: sizes the claim
+        self._row_seconds = 0.0  # EWMA of one row's execution time: caps the claim
+        self._want = self.settings.batch_size  # the claim size the backlog asks for
         self._next_reclaim = -float("inf")
 
     @property
@@ -147,12 +151,24 @@ class EffectWorker:
         self.completer.on_done = on_done
 
     def claim_limit(self) -> int:
-        """As many rows as run within half the lease at the measured pace (and at most
-        ``batch_size``): the tail of a batch must not outlive its lease and be reclaimed."""
+        """The claim size the backlog asks for (``adapt``), capped at as many rows as run within
+        half the lease at the measured pace: the tail of a batch must not outlive its lease and
+        be reclaimed."""
         s = self.settings
         if self._row_seconds <= 0:
-            return s.batch_size
-        return max(1, min(s.batch_size, int(s.lease_seconds * 0.5 / self._row_seconds)))
+            return self._want
+        return max(1, min(self._want, int(s.lease_seconds * 0.5 / self._row_seconds)))
+
+    def adapt(self, limit: int, claimed: int) -> None:
+        """Size the next claim by what this one found: a full claim means more is waiting (grow
+        toward ``batch_size``); an empty one, an idle outbox (shrink toward ``MIN_CLAIM``, so a
+        burst is first claimed in smaller bites and spread over the replicas that are polling);
+        a partial one drained the backlog at this size (keep it)."""
+        s = self.settings
+        if claimed >= limit:
+            self._want = min(s.batch_size, self._want * 2)
+        elif claimed == 0:
+            self._want = max(min(MIN_CLAIM, s.batch_size), self._want // 2)
 
     async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
         """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
@@ -182,6 +198,7 @@ class EffectWorker:
                 total.count(await self.completer.park_broken(
                     exc.ref, None, f"row broke its claim: {exc.detail}",
                     {"row_ref": str(exc.ref)}))
+        self.adapt(limit, len(claims))
         t0 = self.clock.now()
         res = await self.run_claims(claims)
         ran = res.claimed - res.skipped_expired - res.released
