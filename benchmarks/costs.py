@@ -361,7 +361,7 @@ class Run:
         _, (_, rows) = await cpu_of(lambda: self.drain(tail))
         metrics = Metrics(self.mp.get_meter("board_outbox"))
         worker = EffectWorker(outbox=stores.outbox, registry=build_registry(stores, projections),
-                              clock=SystemClock(), tenants=tail.tenants, settings=WorkerSettings(),
+                              clock=SystemClock(), settings=WorkerSettings(),
                               rng=random.Random(1), metrics=metrics, tracer_provider=self.tp)
         ops0 = await server_ops(self.client)
 

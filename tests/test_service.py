@@ -11,6 +11,7 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.registry import ExecutionContext
+from board_outbox.engine.worker import MIN_CLAIM
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
@@ -141,7 +142,10 @@ async def test_graceful_shutdown_finishes_in_flight_and_releases_the_rest() -> N
     done, pending = rows(backend, "done"), rows(backend, "pending")
     assert len(done) == 1 and len(pending) == 4  # in-flight finished, the rest given back
     assert all(d["claim_id"] is None and d.get("attempts", 0) == 0 for d in pending)
-    assert service.stats.worker.released == 4
+    # every claimed row it had not started went back (the claim may be smaller than batch_size:
+    # idle ticks before the events shrink it toward MIN_CLAIM)
+    w = service.stats.worker
+    assert w.done == 1 and w.claimed >= MIN_CLAIM and w.released == w.claimed - 1
 
 
 async def test_shutdown_past_grace_releases_the_interrupted_row() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryMembershipStore
 from board_outbox.engine.membership import Ownership, owner
+from board_outbox.engine.worker import MIN_CLAIM
 from board_outbox.model import transitions as tr
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import EventSnapshot, MatchRule, Subscription, new_projection_row
@@ -135,6 +136,25 @@ async def test_claim_size_fits_the_lease_at_the_measured_pace(kit: Kit) -> None:
     slow.fail = tick_clock
     await worker.tick_any()
     assert worker.claim_limit() == 2  # 2 rows x 2 s fit within half the 10 s lease
+
+
+async def test_claim_size_follows_the_backlog(kit: Kit) -> None:
+    """Empty claims halve the claim size down to MIN_CLAIM; full ones double it back toward
+    batch_size; the lease-based cap still applies on top."""
+    worker = kit.worker(batch_size=16)
+    assert worker.claim_limit() == 16
+    sizes = []
+    for _ in range(4):  # idle
+        assert (await worker.tick_any()).claimed == 0
+        sizes.append(worker.claim_limit())
+    assert sizes == [8, 4, MIN_CLAIM, MIN_CLAIM]
+    await two_tenants(kit, n=15)  # a backlog of 30 launch rows
+    claimed = []
+    for _ in range(4):
+        claimed.append((await worker.tick_any()).claimed)
+    assert claimed == [4, 8, 16, 2]  # full, full, full, then the rest
+    assert worker.claim_limit() == 16  # a partial claim keeps the size
+    assert (await worker.tick_any()).claimed == 0 and worker.claim_limit() == 8
 
 
 async def test_poll_net_finds_only_tenants_behind_their_cursor(kit: Kit) -> None:

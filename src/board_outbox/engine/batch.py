@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 
 import anyio
 from opentelemetry import trace
@@ -78,6 +79,7 @@ class BatchUnit:
         self, *, registry: HandlerRegistry, clock: Clock, completer: Completer,
         tracer: trace.Tracer, execute_one: Callable[[Claim], Awaitable[Outcome]],
         watch: LoopWatch, max_seconds: float,
+        in_flight: Callable[[Sequence[Claim]], AbstractContextManager[None]],
     ) -> None:
         self.registry = registry
         self.clock = clock
@@ -86,6 +88,7 @@ class BatchUnit:
         self.execute_one = execute_one
         self.watch = watch
         self.max_seconds = max_seconds  # each batched apply's deadline (max_execution_seconds)
+        self.in_flight = in_flight  # the worker's heartbeat keeps these claims' leases meanwhile
 
     async def run(self, claims: Sequence[Claim]) -> list[Outcome]:
         """One outcome per claim."""
@@ -104,25 +107,29 @@ class BatchUnit:
         assert len(rows) == len(events) == len(live)  # ``plan`` put only such rows in a unit
         name, tenant_id = str(rows[0].projection), live[0].tenant_id
         spans = [telemetry.start_execute_span(self.tracer, r, attempt=r.attempts + 1) for r in rows]
-        try:
-            what = f"projection {name!r} apply_many ({len(events)} rows of tenant {tenant_id!r})"
-            with self.watch.step(what), deadline(self.max_seconds, what):
-                labels = await apply_batch(self.registry, name, tenant_id, events)
-        except anyio.get_cancelled_exc_class():
-            _end(spans, "cancelled")
-            raise
-        except Exception as exc:
-            _end(spans, "batch_failed")
-            log.info("batched apply of %d %s rows failed (%s: %s): each row runs on its own",
-                     len(live), name, type(exc).__name__, exc, extra={"tenant_id": tenant_id})
+        with self.in_flight(live):
+            try:
+                what = f"projection {name!r} apply_many ({len(events)} rows of tenant {tenant_id!r})"
+                with self.watch.step(what), deadline(self.max_seconds, what):
+                    labels = await apply_batch(self.registry, name, tenant_id, events)
+            except anyio.get_cancelled_exc_class():
+                _end(spans, "cancelled")
+                raise
+            except Exception as exc:
+                _end(spans, "batch_failed")
+                log.info("batched apply of %d %s rows failed (%s: %s): each row runs on its own",
+                         len(live), name, type(exc).__name__, exc, extra={"tenant_id": tenant_id})
+                labels = None
+            result: list[Outcome] = ["unrecorded"] * len(live)
+            if labels is not None:
+                try:
+                    await self.completer.done_many(live, labels, tenant_id, result)
+                finally:
+                    for span, label, res in zip(spans, labels, result, strict=True):
+                        span.set_attribute(telemetry.ATTR_OUTCOME, label if res == "done" else res)
+                        span.end()
+        if labels is None:  # outside ``in_flight``: each row then holds its own lease in it
             return outcomes + [await self.execute_one(c) for c in live]
-        result: list[Outcome] = ["unrecorded"] * len(live)
-        try:
-            await self.completer.done_many(live, labels, tenant_id, result)
-        finally:
-            for span, label, res in zip(spans, labels, result, strict=True):
-                span.set_attribute(telemetry.ATTR_OUTCOME, label if res == "done" else res)
-                span.end()
         return outcomes + result
 
 

@@ -9,7 +9,8 @@ claims, runs and chooses each row's outcome; the completer (``completer.py``) wr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -49,6 +50,9 @@ log = logging.getLogger("board_outbox.worker")
 SWEEP_SECONDS = 60.0
 SWEEP_LIMIT = 100
 BROKEN_PER_TICK = 8
+# The claim size follows the backlog: it doubles (up to batch_size) while claims come back full
+# and halves, down to this floor, while they come back empty.
+MIN_CLAIM = 4
 
 
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -108,7 +112,7 @@ class EffectWorker:
         self.settings = settings or WorkerSettings()
         self.rng = rng or seeded_random()
         self.stopping = False
-        self.inflight: dict[str, Lease] = {}  # claim_id -> lease, while its row executes
+        self.inflight: dict[Any, Lease] = {}  # row ref -> lease, while its row executes
         self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
         self.completer = Completer(
             outbox=outbox, clock=clock, rng=self.rng, max_attempts=self.settings.max_attempts,
@@ -119,12 +123,14 @@ class EffectWorker:
         self.progress = Progress(clock)
         self.batch = BatchUnit(registry=registry, clock=clock, completer=self.completer,
                                tracer=self._tracer, execute_one=self.execute, watch=self.watch,
-                               max_seconds=self.settings.max_execution_seconds)
+                               max_seconds=self.settings.max_execution_seconds,
+                               in_flight=self._in_flight)
         self._once = OnceLog(log)
         self._next_sweep = -float("inf")
         # S1: tenants this replica owns (None: no ownership, every row is ours)
         self.prefer: Callable[[], Collection[str] | None] = lambda: None
-        self._row_seconds = 0.0  # EWMA of one row's execution time: sizes the claim
+        self._row_seconds = 0.0  # EWMA of one row's execution time: caps the claim
+        self._want = self.settings.batch_size  # the claim size the backlog asks for
         self._next_reclaim = -float("inf")
 
     @property
@@ -145,12 +151,24 @@ class EffectWorker:
         self.completer.on_done = on_done
 
     def claim_limit(self) -> int:
-        """As many rows as run within half the lease at the measured pace (and at most
-        ``batch_size``): the tail of a batch must not outlive its lease and be reclaimed."""
+        """The claim size the backlog asks for (``adapt``), capped at as many rows as run within
+        half the lease at the measured pace: the tail of a batch must not outlive its lease and
+        be reclaimed."""
         s = self.settings
         if self._row_seconds <= 0:
-            return s.batch_size
-        return max(1, min(s.batch_size, int(s.lease_seconds * 0.5 / self._row_seconds)))
+            return self._want
+        return max(1, min(self._want, int(s.lease_seconds * 0.5 / self._row_seconds)))
+
+    def adapt(self, limit: int, claimed: int) -> None:
+        """Size the next claim by what this one found: a full claim means more is waiting (grow
+        toward ``batch_size``); an empty one, an idle outbox (shrink toward ``MIN_CLAIM``, so a
+        burst is first claimed in smaller bites and spread over the replicas that are polling);
+        a partial one drained the backlog at this size (keep it)."""
+        s = self.settings
+        if claimed >= limit:
+            self._want = min(s.batch_size, self._want * 2)
+        elif claimed == 0:
+            self._want = max(min(MIN_CLAIM, s.batch_size), self._want // 2)
 
     async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
         """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
@@ -180,6 +198,7 @@ class EffectWorker:
                 total.count(await self.completer.park_broken(
                     exc.ref, None, f"row broke its claim: {exc.detail}",
                     {"row_ref": str(exc.ref)}))
+        self.adapt(limit, len(claims))
         t0 = self.clock.now()
         res = await self.run_claims(claims)
         ran = res.claimed - res.skipped_expired - res.released
@@ -243,10 +262,30 @@ class EffectWorker:
         self.progress.busy = True
         self.progress.beat()
         try:
-            return await self._run_units(claims, res)
+            if self.settings.heartbeat_fraction <= 0:
+                return await self._run_units(claims, res)
+            return await self._beating(claims, res)
         finally:
             self.progress.busy = False
             self.progress.beat()
+
+    async def _beating(self, claims: list[Claim], res: TickResult) -> TickResult:
+        """``_run_units`` with the batch's one heartbeat task beside it (O4): it extends the
+        leases of the rows in flight (``inflight``) every ``lease_seconds * heartbeat_fraction``."""
+        raised: list[BaseException] = []  # re-raised as itself, not in an exception group
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._heartbeat)
+            try:
+                res = await self._run_units(claims, res)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as exc:
+                raised.append(exc)
+            finally:
+                tg.cancel_scope.cancel()
+        if raised:
+            raise raised[0]
+        return res
 
     async def _run_units(self, claims: list[Claim], res: TickResult) -> TickResult:
         s = self.settings
@@ -278,69 +317,87 @@ class EffectWorker:
 
     async def execute(self, claim: Claim, *, prefetched: dict[str, Any] | None = None) -> Outcome:
         """Run one claimed row and record what became of it; return that outcome. While it runs,
-        a heartbeat keeps its lease (O4)."""
-        lease = Lease(claim, self.clock.now())
-        self.inflight[claim.claim_id] = lease
+        its lease is in ``inflight``, where the batch's heartbeat keeps it (O4)."""
+        self.inflight[claim.ref] = Lease(claim, self.clock.now())
         try:
-            if self.settings.heartbeat_fraction <= 0:
-                return await self._execute(claim, prefetched)
-            result: list[Outcome] = []
-            raised: list[BaseException] = []  # re-raised as itself, not in an exception group
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._heartbeat, lease)
-                try:
-                    result.append(await self._execute(claim, prefetched))
-                except anyio.get_cancelled_exc_class():
-                    raise
-                except BaseException as exc:
-                    raised.append(exc)
-                finally:
-                    tg.cancel_scope.cancel()
-            if raised:
-                raise raised[0]
-            return result[0]
+            return await self._execute(claim, prefetched)
         finally:
-            self.inflight.pop(claim.claim_id, None)
+            self.inflight.pop(claim.ref, None)
 
-    async def _heartbeat(self, lease: Lease) -> None:
+    @contextmanager
+    def _in_flight(self, claims: Sequence[Claim]) -> Iterator[None]:
+        """These claims run (a batched projection apply): their leases are in ``inflight``."""
+        now = self.clock.now()
+        for c in claims:
+            self.inflight[c.ref] = Lease(c, now)
+        try:
+            yield
+        finally:
+            for c in claims:
+                self.inflight.pop(c.ref, None)
+
+    async def _heartbeat(self) -> None:
+        """The one heartbeat of a claimed batch: every beat extends every lease in flight."""
         every = self.settings.lease_seconds * self.settings.heartbeat_fraction
         while True:
             await anyio.sleep(every)
-            if not await self.extend(lease):
-                return
+            await self.extend_many(list(self.inflight.values()))
 
     async def extend(self, lease: Lease) -> bool:
-        """One heartbeat: push the lease out by ``lease_seconds``, never past
-        ``max_execution_seconds`` after the attempt started. False: the heartbeat stops (the lease
+        """One heartbeat of one lease (``extend_many``). False: its heartbeat stops (the lease
         was stolen, or the effect ran too long)."""
+        await self.extend_many([lease])
+        return not lease.stopped
+
+    def _next_until(self, lease: Lease, now: float) -> float | None:
+        """How far this beat pushes the lease: ``lease_seconds`` out, never past
+        ``max_execution_seconds`` after the attempt started. None: at the cap, it stops."""
         s = self.settings
-        now = self.clock.now()
         cap = lease.started + s.max_execution_seconds
         if now >= cap:
             lease.stopped = "max_execution"
             log.warning("effect still running after max_execution_seconds (%gs): its lease is no "
                         "longer extended; the reclaim counts the attempt", s.max_execution_seconds,
                         extra={"row_ref": str(lease.claim.ref)})
-            return False
-        until = min(now + s.lease_seconds, cap)
-        if until <= lease.until:
-            return True
-        try:
-            ok = await self.outbox.apply_claimed(lease.claim.ref, lease.claim.claim_id,
-                                                 T.extend_lease(now=now, lease_until=until))
-        except StoreUnavailable as exc:  # the next beat tries again, while the lease lasts
-            log.warning("could not extend a lease (%s)", exc, extra={"row_ref": str(lease.claim.ref)})
-            return True
-        if not ok:
-            lease.stopped = "lost"
-            log.warning("lease lost while the effect runs: heartbeat stopped, late marks are no-ops",
-                        extra={"row_ref": str(lease.claim.ref)})
-            return False
-        lease.until = until
-        return True
+            return None
+        return min(now + s.lease_seconds, cap)
+
+    async def extend_many(self, leases: Collection[Lease]) -> None:
+        """One beat over these leases: one fenced write per (claim_id, new lease end) -- the rows
+        of one claim started within the same cap share it -- each a no-op on a row whose lease
+        was stolen. A lease whose heartbeat stopped (``Lease.stopped``) is left alone."""
+        now = self.clock.now()
+        groups: dict[tuple[str, float], list[Lease]] = {}
+        for lease in leases:
+            if lease.stopped:
+                continue
+            until = self._next_until(lease, now)
+            if until is not None and until > lease.until:
+                groups.setdefault((lease.claim.claim_id, until), []).append(lease)
+        for (claim_id, until), group in groups.items():
+            t = T.extend_lease(now=now, lease_until=until)
+            try:
+                if len(group) == 1:
+                    moved = {group[0].claim.ref} if await self.outbox.apply_claimed(
+                        group[0].claim.ref, claim_id, t) else set()
+                else:
+                    moved = set(await self.outbox.apply_claimed_many(
+                        [x.claim.ref for x in group], claim_id, t))
+            except (StoreUnavailable, StoreError) as exc:  # the next beat tries again
+                log.warning("could not extend %d lease(s) (%s)", len(group), exc,
+                            extra={"row_ref": str(group[0].claim.ref)})
+                continue
+            for lease in group:
+                if lease.claim.ref in moved:
+                    lease.until = until
+                    continue
+                lease.stopped = "lost"
+                if self.inflight.get(lease.claim.ref) is lease:  # not one that just finished
+                    log.warning("lease lost while the effect runs: heartbeat stopped, late marks "
+                                "are no-ops", extra={"row_ref": str(lease.claim.ref)})
 
     def _lease_until(self, claim: Claim) -> float:
-        lease = self.inflight.get(claim.claim_id)
+        lease = self.inflight.get(claim.ref)
         return claim.lease_until if lease is None else lease.until
 
     async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
