@@ -159,32 +159,28 @@ MUTANTS: tuple[Mutant, ...] = (
            '{"state": CLAIMED, "lease_until": {"$lte": now}}',
            '{"state": CLAIMED, "lease_until": {"$lt": now}}', "mongo/outbox"),
     Mutant("membership-exact-instant-memory", "bounds",
-           "        self._leases[member_id] = now + ttl_seconds\n"
-           "        return [Member(m, exp) for m, exp in sorted(self._leases.items()) if exp > now]",
-           "        self._leases[member_id] = now + ttl_seconds\n"
-           "        return [Member(m, exp) for m, exp in sorted(self._leases.items()) if exp >= now]",
-           "memory/membership"),
+           "            elif exp > now:\n",
+           "            elif exp >= now:\n", "memory/membership"),
     Mutant("membership-exact-instant-mongo", "bounds",
-           '{"expires_at": {"$gt": now}}', '{"expires_at": {"$gte": now}}', "mongo/membership"),
+           "if isinstance(member_id, str) and exp is not None and exp > now:",
+           "if isinstance(member_id, str) and exp is not None and exp >= now:", "mongo/membership"),
     Mutant("gap-young-at-exact-instant", "bounds",
            "if age < self.young_gap_seconds:", "if age <= self.young_gap_seconds:", "reading"),
-    Mutant("steal-cut-off-exact-instant-memory", "bounds",
-           "(steal_before is None or d[0] <= steal_before)",
-           "(steal_before is None or d[0] < steal_before)", "memory/outbox"),
-    Mutant("steal-cut-off-from-created-at-mongo", "bounds",
-           'float(d.get("not_before", 0.0)) <= steal_before',
-           'float(d.get("created_at", 0.0)) <= steal_before', "mongo/outbox"),
+    # the steal cut-off (F1, S1) is shared by both adapters' claims: model/fairness.stealable
+    Mutant("steal-cut-off-exact-instant", "bounds",
+           '_number(doc.get("created_at")) <= steal_before',
+           '_number(doc.get("created_at")) < steal_before', "fairness"),
+    Mutant("steal-cut-off-from-not-before", "bounds",
+           '_number(doc.get("created_at")) <= steal_before',
+           '_number(doc.get("not_before")) <= steal_before', "fairness"),
     Mutant("steal-cut-off-from-wrong-setting", "bounds",
            "steal_before=None if prefer is None else now - s.steal_after_seconds,",
            "steal_before=None if prefer is None else now - s.reclaim_every_seconds,", "worker"),
-    Mutant("prefer-ignored-under-limit-memory", "bounds",
-           "                      and (steal_before is None or d[0] <= steal_before)])\n",
-           "                      and (steal_before is None or d[0] <= steal_before)])\n"
-           "            due.sort()\n", "memory/outbox"),
-    Mutant("prefer-ignored-under-limit-mongo", "bounds",
-           "            picked = mine + others\n",
-           '            picked = sorted(mine + others, key=lambda d: float(d["not_before"]))\n',
-           "mongo/outbox"),
+    # the preference (S1) is shared too: model/fairness.pick takes every row oldest due first
+    Mutant("prefer-ignored-under-limit", "bounds",
+           "    return (round_robin(mine, tenant) + round_robin(others, tenant))[:limit]",
+           "    return round_robin(sorted(mine + others, key=lambda d: _number(d.get(\"not_before\"))),\n"
+           "                       tenant)[:limit]", "fairness"),
     Mutant("int-times-not-claimable-memory", "bounds",
            "return isinstance(value, (int, float)) and not isinstance(value, bool)\n",
            "return isinstance(value, float)\n", "memory/outbox"),
@@ -206,10 +202,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "cap = lease.started + s.max_execution_seconds + s.lease_seconds", "worker"),
     Mutant("heartbeat-cap-exact-instant", "bounds",
            "        if now >= cap:\n", "        if now > cap:\n", "worker"),
+    # a batch's done rows are counted in Completer.done_many: only the metrics, or only the hook
     Mutant("hook-on-done-not-called-batched", "bounds",
-           "                    w.on_done(row, label)", "                    pass", "batch"),
+           "                self._count_done(row, label, done_at)\n",
+           "                if self.metrics is not None:\n"
+           "                    self.metrics.row_done(row, done_at)\n", "completer"),
     Mutant("hook-metrics-not-called-batched", "bounds",
-           "                    w.metrics.row_done(row, done_at)", "                    pass", "batch"),
+           "                self._count_done(row, label, done_at)\n",
+           "                if self.on_done is not None:\n"
+           "                    self.on_done(row, label)\n", "completer"),
     Mutant("hook-prepare-not-called", "bounds",
            "out[kind] = await prepare.prepare(rows)", "continue", "worker"),
     Mutant("budget-check-skipped-in-batched-plan", "bounds",
@@ -462,6 +463,12 @@ def table(results: list[Result]) -> str:
         lines.append("  survivors: " + ", ".join(survivors))
     lines.append(f"harness alone: {core_killed}/{len(core)} of the tail/worker/launch mutants "
                  f"caught; {sum(r.harness == 'killed' for r in allh)}/{len(allh)} overall")
+    groups: dict[str, list[int]] = {}
+    for r in allh:
+        g = groups.setdefault(r.mutant.group, [0, 0])
+        g[0] += r.harness == "killed"
+        g[1] += 1
+    lines.append("  harness alone by group: " + ", ".join(f"{g} {k}/{n}" for g, (k, n) in groups.items()))
     missed = [r.mutant.name for r in core if r.harness != "killed"]
     if missed:
         lines.append("  missed by the harness: " + ", ".join(missed))
