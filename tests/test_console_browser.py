@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ import pytest
 from pymongo import MongoClient
 
 from tests.support.live_mongo import LiveServer
+from tests.support.waiting import wait_until
 from tests.test_ops import free_port
 
 pytestmark = [pytest.mark.live_mongo]
@@ -73,16 +74,6 @@ class BotRunner:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def _wait(pred: Callable[[], object], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout:.0f}s: {what}")
 
 
 def _emit(db: Any, tenant: str) -> int:
@@ -146,7 +137,7 @@ def test_the_console_in_a_browser_over_a_running_service(
                 return ""
             return text if contains in text else ""
 
-        return str(_wait(look, timeout, f"{sel} showing {contains!r}"))
+        return str(wait_until(look, timeout, f"{sel} showing {contains!r}"))
 
     def shot(name: str) -> None:
         browser.save_screenshot(str(shot_dir / f"{name}.png"))
@@ -180,13 +171,13 @@ def test_the_console_in_a_browser_over_a_running_service(
     base = f"http://127.0.0.1:{port}/ui"
     try:
         try:
-            _wait(lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, 30, "the service ready")
+            wait_until(lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, 30, "the service ready")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{log_path.read_text()[-3000:]}") from None
         for t in TENANTS:
             for _ in range(2):
                 _emit(db, t)
-        _wait(lambda: db["trigger_effects"].count_documents({"state": "done"}) == 12, 30,
+        wait_until(lambda: db["trigger_effects"].count_documents({"state": "done"}) == 12, 30,
               "every first row done")
 
         # -- a stalled tenant appears: every row write refused, acme's new events wait ------
@@ -201,7 +192,7 @@ def test_the_console_in_a_browser_over_a_running_service(
             rows = browser.find_elements(By.CSS_SELECTOR, 'tr[data-tenant="acme"]')
             return bool(rows) and "stalled" in rows[0].text
 
-        _wait(acme_stalled, 30, "acme shown stalled on the overview")
+        wait_until(acme_stalled, 30, "acme shown stalled on the overview")
         assert browser.find_element(By.ID, "stalled-count").text == "1"
         globex = browser.find_element(By.CSS_SELECTOR, 'tr[data-tenant="globex"]').text
         assert "caught up" in globex
@@ -213,13 +204,13 @@ def test_the_console_in_a_browser_over_a_running_service(
             browser.get(base + "/")
             return "caught up" in browser.find_element(By.CSS_SELECTOR, 'tr[data-tenant="acme"]').text
 
-        _wait(acme_recovered, 30, "acme caught up again")
+        wait_until(acme_recovered, 30, "acme caught up again")
 
         # -- a dead-letter: the bot runner refuses the launch ---------------------------------
         runner.accept = False
         seq = _emit(db, "acme")
         key = f"acme/{seq}/sub/acme.s"
-        _wait(lambda: (db["trigger_effects"].find_one({"row_key": key}) or {}).get("state")
+        wait_until(lambda: (db["trigger_effects"].find_one({"row_key": key}) or {}).get("state")
               == "failed", 30, "the launch parked as a dead-letter")
 
         # a read-only session: no replay button, and its forged POST is refused
@@ -248,7 +239,7 @@ def test_the_console_in_a_browser_over_a_running_service(
         browser.find_element(By.ID, "token").send_keys(TOKEN)
         browser.find_element(By.ID, "who").send_keys("ana")
         browser.find_element(By.ID, "login").click()
-        _wait(lambda: browser.find_elements(By.ID, "mode-admin"), 10, "logged in")
+        wait_until(lambda: browser.find_elements(By.ID, "mode-admin"), 10, "logged in")
         browser.get(base + "/dead-letters?tenant=acme&since=1h")
         shot("dead-letters")
         browser.find_element(By.CSS_SELECTOR, f'tr[data-row="{key}"] a.mono').click()
@@ -271,7 +262,7 @@ def test_the_console_in_a_browser_over_a_running_service(
             browser.get(base + "/rows/" + key)
             return browser.find_element(By.ID, "row-state").text == "done"
 
-        _wait(row_done, 30, "the replayed row done")
+        wait_until(row_done, 30, "the replayed row done")
         audit = browser.find_element(By.ID, "audit").text
         assert "replay" in audit and "console:ana" in audit
         doc = db["trigger_effects"].find_one({"row_key": key})

@@ -25,6 +25,7 @@ from board_outbox.model.domain import MatchRule, Subscription, launch_row_key
 from board_outbox.service.runtime import build_registry
 from tests.support.hung_plugins import BLOCK, HANG, HANGING_PROJECTION
 from tests.support.kits import Kit
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 0.3
@@ -171,14 +172,6 @@ async def test_healthz_fails_when_the_worker_is_stuck_with_rows_claimed() -> Non
     assert liveness(svc) == {}
 
 
-def _wait(cond: Any, seconds: float, what: Any) -> None:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(what())
-        time.sleep(0.1)
-
-
 def test_a_hung_handler_under_run_on_the_wire_parks_and_the_others_launch(
     live_uri: str, tmp_path: Path
 ) -> None:
@@ -217,10 +210,10 @@ def test_a_hung_handler_under_run_on_the_wire_parks_and_the_others_launch(
     rows = db["trigger_effects"]
     try:
         fine = {"row_key": launch_row_key("t2", 1, "fine"), "state": "done"}
-        _wait(lambda: rows.count_documents(fine) == 1 or proc.poll() is not None, 60,
+        wait_until(lambda: rows.count_documents(fine) == 1 or proc.poll() is not None, 60,
               lambda: f"the other tenant launched: {list(rows.find())} {log.read_text()}")
         hung = {"row_key": launch_row_key("t1", 1, "hung"), "state": "failed"}
-        _wait(lambda: rows.count_documents(hung) == 1 or proc.poll() is not None, 60,
+        wait_until(lambda: rows.count_documents(hung) == 1 or proc.poll() is not None, 60,
               lambda: f"the hung row parked: {list(rows.find())} {log.read_text()}")
         assert proc.poll() is None, log.read_text()
         proc.send_signal(signal.SIGTERM)

@@ -24,6 +24,7 @@ from board_outbox.service.runtime import build_registry
 from board_outbox.surface.demo.notify import TOPIC, notifications
 from tests.conftest import BACKENDS
 from tests.support.kits import Kit
+from tests.support.waiting import wait_until
 
 T = "t1"
 DONE = Subscription(sub_id="done", tenant_id=T, bot="#team", kind="notify",
@@ -165,15 +166,6 @@ async def test_a_subscription_stored_before_kinds_existed_reads_as_a_launch(kit:
 # --- end to end: `board-outbox run` on the wire server ------------------------------------------
 
 
-def _wait(pred: Any, timeout: float, what: Any) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout:.0f}s: {what()}")
-
-
 @pytest.mark.live_mongo
 def test_a_user_kind_runs_end_to_end_through_run(live_uri: str, tmp_path: Path) -> None:
     """``board-outbox run`` as a subprocess with ``[handlers] notify = ...``: an event matching a
@@ -210,7 +202,7 @@ def test_a_user_kind_runs_end_to_end_through_run(live_uri: str, tmp_path: Path) 
     rows = db["trigger_effects"]
     try:
         settled = {"sub_id": {"$ne": None}, "state": {"$in": ["done", "failed"]}}
-        _wait(lambda: rows.count_documents(settled) == 2 or proc.poll() is not None, 60,
+        wait_until(lambda: rows.count_documents(settled) == 2 or proc.poll() is not None, 60,
               lambda: f"both rows settled: {list(rows.find())} {log.read_text()}")
         assert proc.poll() is None, log.read_text()
         proc.send_signal(signal.SIGTERM)

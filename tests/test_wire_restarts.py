@@ -34,6 +34,7 @@ from board_outbox.model.errors import ChangeStreamLost
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.service.wireserver import WireServer, find_executable
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.live_mongo,
@@ -145,14 +146,6 @@ shutdown_grace_seconds = 5
 """)
 
 
-def _wait(pred: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 def test_server_restart_under_a_running_service_loses_nothing(tmp_path: Path) -> None:
     server = WireServer(storage=str(tmp_path / "data")).start()
     proc: subprocess.Popen[bytes] | None = None
@@ -190,13 +183,13 @@ def test_server_restart_under_a_running_service_loses_nothing(tmp_path: Path) ->
         proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config",
                                  str(cfg)], stdout=log, stderr=subprocess.STDOUT, env=env)
         emit(5)
-        _wait(lambda: done() == 5, 60, "the first 5 launches")
+        wait_until(lambda: done() == 5, 60, "the first 5 launches")
         server.restart()  # SIGTERM, then the same port and storage
         assert proc.poll() is None, "the service died with the server"
         emit(5)
-        _wait(lambda: done() == 10, 90, "launches after the restart")
+        wait_until(lambda: done() == 10, 90, "launches after the restart")
         # the projection rows of the same events settle on their own schedule
-        _wait(lambda: db["trigger_effects"].count_documents({"state": {"$ne": "done"}}) == 0, 60,
+        wait_until(lambda: db["trigger_effects"].count_documents({"state": {"$ne": "done"}}) == 0, 60,
               "every row (projections too) done")
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
