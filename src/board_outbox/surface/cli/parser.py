@@ -61,10 +61,11 @@ def _fraction(text: str) -> float:
 
 
 def _first_seq(text: str) -> int:
-    value = _number(int, text)
-    if not 1 <= value <= 2**63 - 1:
+    """A seq an event can have (``_seq`` without 0)."""
+    value = _seq(text)
+    if value < 1:
         raise argparse.ArgumentTypeError(f"expected a seq >= 1, got {value}")
-    return int(value)
+    return value
 
 
 def _when(text: str) -> float:
