@@ -12,6 +12,7 @@ from board_outbox.model.errors import UsageError
 __all__ = ["UsageError", "confirm_purge", "print_dead_letters"]
 
 
+
 def print_dead_letters(rows: Sequence[Any]) -> None:
     if not rows:
         print("no dead-letters")

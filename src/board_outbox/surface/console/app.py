@@ -40,6 +40,7 @@ from board_outbox.surface.console.security import (
     token_matches,
     token_tag,
 )
+from board_outbox.surface.format import age
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -48,18 +49,6 @@ log = logging.getLogger("board_outbox.console")
 
 MAX_SELECTION = 500  # rows one replay may name
 REFRESH_SECONDS = 5  # the overview reloads itself this often
-
-
-def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
 
 
 def _when(epoch: float | None) -> str:
@@ -71,7 +60,7 @@ def _when(epoch: float | None) -> str:
 def _templates() -> Jinja2Templates:
     env = jinja2.Environment(loader=jinja2.PackageLoader("board_outbox.surface.console", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined)
-    env.filters["ago"] = _ago
+    env.filters["ago"] = lambda seconds: age(seconds, days=True)
     env.filters["when"] = _when
     env.globals["trace_id"] = trace_id
     env.globals["inf"] = float("inf")

@@ -12,6 +12,7 @@ import msgspec
 from board_outbox.model.errors import UsageError
 from board_outbox.model.validation import BAD_DOCUMENTS, BadDocument
 from board_outbox.surface.cli.commands import StoresFactory
+from board_outbox.surface.format import age
 
 # bumped only when a field changes meaning or goes away; new fields may be added
 STATUS_SCHEMA = 1
@@ -33,20 +34,10 @@ class ReplicaAlive(msgspec.Struct, kw_only=True):
     lease_left_seconds: float
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
 def _latency(seconds: float | None) -> str:
     if seconds is not None and seconds < 1:
         return f"{seconds * 1000:.0f}ms"
-    return _age(seconds)
+    return age(seconds)
 
 
 async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
@@ -94,8 +85,8 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
     for st in rows:
         by_state = ", ".join(f"{k} {v}" for k, v in st.rows.items()) or "-"
         table.add_row(st.tenant_id, str(st.cursor), str(st.allocated_seq), str(st.lag_events),
-                      _age(st.lag_seconds if st.lag_events else None),
-                      _age(st.oldest_pending_age_seconds), by_state,
+                      age(st.lag_seconds if st.lag_events else None),
+                      age(st.oldest_pending_age_seconds), by_state,
                       f"[red]{st.dead_letters}[/red]" if st.dead_letters else "0",
                       f"{_latency(st.effect_latency_p50_seconds)} / {_latency(st.effect_latency_p99_seconds)}"
                       if st.effect_latency_rows else "-")
