@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import gc
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from board_outbox.adapters.memory import MemoryBackend
@@ -181,3 +186,65 @@ async def synthetic_board(
                      "card_id": f"c{rng.randrange(cards_per_tenant)}", "at": now})
     await backend.insert_events(docs)
     return names
+
+
+# --- a local bot runner and the sniffio-less state (launcher.py, costs.py) ---------------------
+
+# A bot runner in another process on 127.0.0.1: answers every POST with a launch id.
+RUNNER = r"""
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"launch_id": "L"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+ThreadingHTTPServer.request_queue_size = 256
+s = ThreadingHTTPServer(("127.0.0.1", 0), H)
+s.daemon_threads = True
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+@contextmanager
+def bot_runner() -> Iterator[str]:
+    """Start the runner; yield its launch URL; stop it."""
+    proc = subprocess.Popen([sys.executable, "-c", RUNNER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield f"http://127.0.0.1:{int(proc.stdout.readline())}/launch"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+class NoSniffio(importlib.abc.MetaPathFinder):
+    """``import sniffio`` fails after the same search of sys.path a missing module costs."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None,
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if name != "sniffio":
+            return None
+        importlib.machinery.PathFinder.find_spec("_board_outbox_no_such_module", None)
+        raise ModuleNotFoundError("No module named 'sniffio'", name=name)
+
+
+@contextmanager
+def sniffio_absent() -> Any:
+    saved = sys.modules.pop("sniffio", None)
+    finder = NoSniffio()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        if saved is not None:
+            sys.modules["sniffio"] = saved

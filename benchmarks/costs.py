@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import random
@@ -49,10 +47,8 @@ import tarfile
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -84,25 +80,6 @@ RESULTS = ROOT / "benchmarks" / "results"
 PROJECTION = "board-reflect"
 CARDS = 200
 
-RUNNER = r"""
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = b'{"launch_id": "L"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-s = ThreadingHTTPServer(("127.0.0.1", 0), H)
-s.daemon_threads = True
-print(s.server_address[1], flush=True)
-s.serve_forever()
-"""
 
 
 # --- telemetry on, exporting nowhere -------------------------------------------------------------
@@ -215,17 +192,6 @@ async def load_board(db: Any, stores: Stores, tenants: list[str], events: list[d
         heads[d["tenant_id"]] = max(heads.get(d["tenant_id"], 0), d["seq"])
     for t, seq in heads.items():
         await db["board_event_counters"].update_one({"_id": t}, {"$max": {"seq": seq}}, upsert=True)
-
-
-@contextmanager
-def bot_runner() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield f"http://127.0.0.1:{int(proc.stdout.readline())}/launch"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 class Run:
@@ -449,6 +415,8 @@ async def run(uri: str, events: int = 1000, tenants: int = 5, batch: int = 500,
     every figure is taken the same way, so the ratios compare like with like). Materialize
     runs on ``mat_events`` events (cheap per event: it needs many to rise above the noise),
     execution on ``events``."""
+    from benchmarks.common import bot_runner
+
     r = Run(uri, tenants, events, batch, log)
     try:
         docs = event_docs(r.tenants, events, seed=3)
@@ -502,18 +470,6 @@ async def run(uri: str, events: int = 1000, tenants: int = 5, batch: int = 500,
 
 
 # --- before / after -----------------------------------------------------------------------------
-
-
-class _NoSniffio(importlib.abc.MetaPathFinder):
-    """``import sniffio`` fails as it does where sniffio is not installed (the state before issue
-    22, when httpx's httpcore re-ran that import per request)."""
-
-    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None,
-                  ) -> importlib.machinery.ModuleSpec | None:
-        if name != "sniffio":
-            return None
-        importlib.machinery.PathFinder.find_spec("_board_outbox_no_such_module", None)
-        raise ModuleNotFoundError("No module named 'sniffio'", name=name)
 
 
 def baseline(rev: str, uri: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -579,8 +535,10 @@ def main() -> int:
     ap.add_argument("--no-sniffio", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.no_sniffio:
+        from benchmarks.common import NoSniffio
+
         sys.modules.pop("sniffio", None)
-        sys.meta_path.insert(0, _NoSniffio())
+        sys.meta_path.insert(0, NoSniffio())
     uri = args.uri or os.environ.get("MONGODB_URI")
     if args.json_out:  # a baseline child: measure, write, done
         assert uri

@@ -19,17 +19,11 @@ interleaved rounds in one run:
 from __future__ import annotations
 
 import argparse
-import importlib.abc
-import importlib.machinery
 import json
 import logging
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Sequence
 from contextlib import contextmanager
-from types import ModuleType
 from typing import Any, Protocol
 
 import anyio
@@ -40,29 +34,7 @@ from board_outbox.adapters.launchers import HttpLauncher
 from board_outbox.model.errors import LaunchFailed
 from board_outbox.ports import LaunchRequest
 
-from .common import write_result
-
-RUNNER = r"""
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        body = b'{"launch_id": "L"}'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-ThreadingHTTPServer.request_queue_size = 256
-s = ThreadingHTTPServer(("127.0.0.1", 0), H)
-s.daemon_threads = True
-print(s.server_address[1], flush=True)
-s.serve_forever()
-"""
+from .common import bot_runner, sniffio_absent, write_result
 
 
 class Launcher(Protocol):
@@ -95,30 +67,6 @@ class HttpxLauncher:
         await self.client.aclose()
 
 
-class _NoSniffio(importlib.abc.MetaPathFinder):
-    """``import sniffio`` fails after the same search of sys.path a missing module costs."""
-
-    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None,
-                  ) -> importlib.machinery.ModuleSpec | None:
-        if name != "sniffio":
-            return None
-        importlib.machinery.PathFinder.find_spec("_board_outbox_no_such_module", None)
-        raise ModuleNotFoundError("No module named 'sniffio'", name=name)
-
-
-@contextmanager
-def sniffio_absent() -> Any:
-    saved = sys.modules.pop("sniffio", None)
-    finder = _NoSniffio()
-    sys.meta_path.insert(0, finder)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(finder)
-        if saved is not None:
-            sys.modules["sniffio"] = saved
-
-
 async def measure(launcher: Launcher, launches: int, concurrency: int) -> tuple[float, float]:
     """(our CPU µs per launch, launches per second)"""
     reqs = [LaunchRequest(tenant_id="t", bot="b", card_id="c", sub_id="s", seq=i,
@@ -138,11 +86,7 @@ async def measure(launcher: Launcher, launches: int, concurrency: int) -> tuple[
 
 async def main_async(launches: int, concurrency: list[int], rounds: int) -> dict[str, Any]:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # as service/logs.py sets it
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        port = int(proc.stdout.readline())
-        url = f"http://127.0.0.1:{port}/launch"
+    with bot_runner() as url:
         clients: dict[str, tuple[Launcher, bool]] = {
             "aiohttp": (HttpLauncher(url, 10.0), False),
             "httpx": (HttpxLauncher(url, 10.0), False),
@@ -167,9 +111,6 @@ async def main_async(launches: int, concurrency: list[int], rounds: int) -> dict
                 "launches_per_s": round(statistics.median(s[1] for s in runs), 1),
                 "rounds": len(runs)} for c, runs in by_c.items()}
         return out
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @contextmanager
