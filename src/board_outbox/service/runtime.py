@@ -27,6 +27,7 @@ from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
+from board_outbox.model.records import Change
 from board_outbox.model.validation import OnceLog, cap
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
@@ -37,6 +38,7 @@ from board_outbox.service.health import (
     tenant_statuses,
 )
 from board_outbox.service.plugins import build_handlers, register_projections
+from board_outbox.service.resume import ResumePoint
 
 log = logging.getLogger("board_outbox.service")
 
@@ -93,6 +95,7 @@ class Service:
         registry: HandlerRegistry | None = None,
         on_done: Callable[[EffectRow, str], None] | None = None,
         tracer_provider: trace.TracerProvider | None = None,
+        member_id: str = "",
     ) -> None:
         self.config = config
         self.clock = clock or SystemClock()
@@ -125,7 +128,7 @@ class Service:
         self.worker.metrics = self.metrics
         # S1: which tenants this replica drains; its worker prefers their rows
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
-                                   member_id=new_member_id(config.service.replica_name))
+                                   member_id=member_id or new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
         # S5: the tenants the change stream should leave out (owned by the other members); the
         # waker reopens its stream when this differs from what the open stream was given
@@ -145,6 +148,8 @@ class Service:
         self.stream_down_since: float | None = None
         self.stream_down_reason = "not opened yet"
         self._once = OnceLog(log)
+        # S4: the stream's resume token, saved at most every token_save_seconds and on the way out
+        self.resume = ResumePoint(stores.tokens, config.tail.token_save_seconds, anyio.current_time)
         self.last_poll_ok: float | None = None  # clock time of the last drain pass that read the store
         self.stalls = StallDetector(config.tail.stall_seconds)
         self.status: dict[str, TenantStatus] = {}
@@ -246,52 +251,60 @@ class Service:
         poll = self.config.tail.poll_interval_seconds
         next_poll = -float("inf")
         while not self.stopping:
-            tenants: list[str] | None
             # the poll net runs every poll interval, busy or not: a tenant whose stream wake is
             # late (a stream backed up behind another tenant's burst) waits one interval at most
-            if self._full_poll or anyio.current_time() >= next_poll:
-                self._full_poll = False
+            full = self._full_poll or anyio.current_time() >= next_poll
+            if full:
                 next_poll = anyio.current_time() + poll
-                tenants = None
-                self.stats.poll_wakes += 1
-                self.metrics.wake("poll")
-            else:
-                tenants = sorted(self._dirty)
-            self._dirty.clear()
-            full = tenants is None
-            try:
-                if tenants is None:  # the poll net: owned tenants behind their cursor (S2)
-                    tenants = self.ownership.owned(await self.tail.behind())
-                    self._rescope_stream()
-                # F1: one batch per tenant per pass; a tenant with more behind its batch goes
-                # round again with the tenants woken meanwhile
-                results = await self.tail.drain_all(tenants, rounds=1)
-                self._dirty.update(r.tenant_id for r in results if self.tail.more_behind(r))
-                if full and not any(r.stopped == "aborted" for r in results):
-                    self.last_poll_ok = self.clock.now()
-            except StoreUnavailable as exc:  # tenant list unreadable: next tick
-                log.warning("drain pass aborted: %s", exc)
-                results = []
-            except Exception as exc:
-                log.error("drain pass failed (%s: %s): retrying next tick", type(exc).__name__, exc)
-                results = []
+            if not await self.drain_pass(full):
                 await anyio.sleep(min(poll, 1.0))
-            self.stats.drains += 1
-            self.stats.last_drain = results
-            for r in results:
-                self.metrics.projection_materialized(r.tenant_id, self.tail.projections, r.cursor_after)
-                self.stats.materialized += r.materialized
-                self.stats.rows_inserted += r.rows_inserted
-                self.stats.skipped_deleted += r.skipped_deleted
-                self.stats.skipped_poison += r.skipped_poison
-                self.stats.cas_lost += r.stopped == "cas_lost"
-            if any(r.rows_inserted for r in results):
-                self._worker_wake.set()
             if self._dirty or self._full_poll:
                 continue
             self._tail_wake = anyio.Event()
             with anyio.move_on_after(max(0.0, next_poll - anyio.current_time())):
                 await self._tail_wake.wait()
+
+    async def drain_pass(self, full: bool) -> bool:
+        """One pass of the tail loop: the poll net (``full``: every owned tenant behind its
+        cursor, S2) or the tenants woken since the last pass; one batch per tenant (F1), a
+        tenant with more behind its batch is woken again. False if the pass failed for a reason
+        that is not the store's (the loop pauses before the next)."""
+        tenants: list[str] | None = None
+        if full:
+            self._full_poll = False
+            self.stats.poll_wakes += 1
+            self.metrics.wake("poll")
+        else:
+            tenants = sorted(self._dirty)
+        self._dirty.clear()
+        ok = True
+        try:
+            if tenants is None:  # the poll net: owned tenants behind their cursor (S2)
+                tenants = self.ownership.owned(await self.tail.behind())
+                self._rescope_stream()
+            results = await self.tail.drain_all(tenants, rounds=1)
+            self._dirty.update(r.tenant_id for r in results if self.tail.more_behind(r))
+            if full and not any(r.stopped == "aborted" for r in results):
+                self.last_poll_ok = self.clock.now()
+        except StoreUnavailable as exc:  # tenant list unreadable: next tick
+            log.warning("drain pass aborted: %s", exc)
+            results = []
+        except Exception as exc:
+            log.error("drain pass failed (%s: %s): retrying next tick", type(exc).__name__, exc)
+            results = []
+            ok = False
+        self.stats.drains += 1
+        self.stats.last_drain = results
+        for r in results:
+            self.metrics.projection_materialized(r.tenant_id, self.tail.projections, r.cursor_after)
+            self.stats.materialized += r.materialized
+            self.stats.rows_inserted += r.rows_inserted
+            self.stats.skipped_deleted += r.skipped_deleted
+            self.stats.skipped_poison += r.skipped_poison
+            self.stats.cas_lost += r.stopped == "cas_lost"
+        if any(r.rows_inserted for r in results):
+            self._worker_wake.set()
+        return ok
 
     async def _worker_loop(self) -> None:
         idle = self.config.worker.idle_seconds
@@ -299,16 +312,10 @@ class Service:
         try:
             while not self.stopping:
                 self._worker_wake = anyio.Event()
-                try:
-                    res = await self.worker.tick_any()
-                except StoreUnavailable as exc:
-                    log.warning("worker tick failed: %s", exc)
-                    res = TickResult()
-                except Exception as exc:
-                    log.error("worker tick failed (%s: %s): retrying", type(exc).__name__, exc)
-                    res = TickResult()
+                res = await self.work_pass()
+                if res is None:
                     await anyio.sleep(min(idle * 4, 1.0))
-                self.stats.worker.add(res)
+                    res = TickResult()
                 ran = res.done + res.retried + res.failed + res.unrecorded
                 if (res.claimed == 0 or ran == 0) and not self.stopping:
                     # idle, or every claimed row was lost or expired (a slow store): pause
@@ -320,6 +327,22 @@ class Service:
                     pause = idle
         finally:
             self._worker_exited.set()
+
+    async def work_pass(self) -> TickResult | None:
+        """One pass of the worker loop: one claim across tenants (``tick_any``: the expired-lease
+        sweep on its schedule, then the due rows, owned tenants first), run and marked. A store
+        error is logged and counts as an empty pass; None if the pass failed for another reason
+        (the loop pauses before the next)."""
+        try:
+            res = await self.worker.tick_any()
+        except StoreUnavailable as exc:
+            log.warning("worker tick failed: %s", exc)
+            res = TickResult()
+        except Exception as exc:
+            log.error("worker tick failed (%s: %s): retrying", type(exc).__name__, exc)
+            return None
+        self.stats.worker.add(res)
+        return res
 
     async def refresh_gauges(self) -> None:
         """Tail lag per tenant (allocated seq - cursor) and rows by state, for the gauges."""
@@ -341,17 +364,21 @@ class Service:
         self.status = status
 
     async def _membership_loop(self) -> None:
-        """Heartbeat (S1); a changed view polls at once, so tenants that moved to us are
-        drained within ``heartbeat_timeout_seconds`` of their owner's last beat."""
+        """Heartbeat (S1) every ``interval_seconds``."""
         every = self.config.membership.interval_seconds
         while not self.stopping:
             await anyio.sleep(every)
-            try:
-                if await self.ownership.beat():
-                    self._rescope_stream()
-                    self.request_full_poll()
-            except Exception as exc:
-                log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+            await self.membership_pass()
+
+    async def membership_pass(self) -> None:
+        """One heartbeat; a changed view rescopes the stream and polls at once, so tenants that
+        moved to us are drained within ``heartbeat_timeout_seconds`` of their owner's last beat."""
+        try:
+            if await self.ownership.beat():
+                self._rescope_stream()
+                self.request_full_poll()
+        except Exception as exc:
+            log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
 
     async def _audit_loop(self) -> None:
         """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` events of
@@ -379,6 +406,19 @@ class Service:
         if exclude != self.stream_exclude:  # a new object only when it changed: the waker
             self.stream_exclude = exclude  # compares by identity, once per change
 
+    def on_change(self, change: Change) -> None:
+        """One change the stream delivered: its position is reached; an insert is counted
+        (``board_outbox_stream_events_total``, before any filtering here) and wakes its tenant
+        when this replica owns it."""
+        self.resume.reached(change.token)  # None: "open", no position yet
+        if change.tenant_id:
+            self.stats.stream_events += 1
+            self.metrics.stream_event()
+            if self.ownership.owns(change.tenant_id):
+                self.stats.stream_wakes += 1
+                self.metrics.wake("stream")
+                self.wake_tenant(change.tenant_id)
+
     async def _waker_loop(self) -> None:
         """Wake tenants from the change stream. The resume token is saved at most every
         ``token_save_seconds`` and on the way out, never per event (S4): a token that lags a
@@ -389,31 +429,18 @@ class Service:
         and, once the new one delivers, one full poll covers the inserts the old stream left
         out that are now ours (the membership change has polled already; this poll covers the
         inserts until the reopen)."""
-        feed, tokens = self.stores.feed, self.stores.tokens
+        feed, resume = self.stores.feed, self.resume
         assert feed is not None
-        every = self.config.tail.token_save_seconds
-        token: Any | None = None
-        saved: Any | None = None
-        last_save = -float("inf")
         delay = 0.1
         losses = 0
         refusals = 0  # consecutive failures to open the stream from a stored token
         poll_when_open = False  # after a loss: reconcile once the new stream is really open
 
-        async def save(force: bool = False) -> None:
-            nonlocal saved, last_save
-            now = anyio.current_time()
-            if tokens is None or token is None or token == saved or (not force and now - last_save < every):
-                return
-            await tokens.save(token)
-            saved, last_save = token, now
-
         try:
             while not self.stopping:
                 await anyio.lowlevel.checkpoint()  # yield every iteration: a hot loop stays cancellable
                 try:
-                    if tokens is not None and token is None and saved is None:
-                        token = saved = await tokens.load()
+                    token = await resume.load()
                     exclude = self.stream_exclude
                     async with contextlib.aclosing(feed.watch(token, exclude=exclude)) as changes:
                         async for change in changes:
@@ -425,16 +452,8 @@ class Service:
                                 poll_when_open = False
                                 self.request_full_poll()
                             losses = 0
-                            if change.token is not None:  # None: "open", no position yet
-                                token = change.token
-                            if change.tenant_id:
-                                self.stats.stream_events += 1
-                                self.metrics.stream_event()
-                                if self.ownership.owns(change.tenant_id):
-                                    self.stats.stream_wakes += 1
-                                    self.metrics.wake("stream")
-                                    self.wake_tenant(change.tenant_id)
-                            await save()
+                            self.on_change(change)
+                            await resume.save()
                             delay = 0.1
                             if self.stopping:
                                 break
@@ -446,15 +465,14 @@ class Service:
                     self._stream_state(False, str(exc))
                     log.warning("change stream lost (%s): dropping the resume token, polling "
                                 "reconciles", exc)
-                    token = saved = None
+                    resume.forget()
                     self.stats.stream_reopens += 1
                     # A full poll picks up whatever the stream missed: one now, and one as soon
                     # as the new stream delivers, for inserts between the loss and the reopen.
                     self.request_full_poll()
                     poll_when_open = True
                     try:
-                        if tokens is not None:
-                            await tokens.clear()
+                        await resume.clear()
                     except StoreUnavailable as clear_exc:
                         log.warning("could not drop the stale resume token (%s)", clear_exc)
                     losses += 1
@@ -465,7 +483,7 @@ class Service:
                     self._stream_state(False, str(exc))
                     log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
                     self.stats.stream_reopens += 1
-                    if token is None:
+                    if resume.token is None:
                         # Nothing to resume from: the reopened stream starts at "now", so
                         # whatever was inserted meanwhile is found by a full poll instead.
                         self.request_full_poll()
@@ -480,7 +498,7 @@ class Service:
                     self.stats.stream_reopens += 1
                     self.request_full_poll()
                     poll_when_open = True
-                    if token is not None:
+                    if resume.token is not None:
                         refusals += 1
                         if refusals >= MAX_TOKEN_REFUSALS:
                             # W3/R1: a stored token the server refuses (garbage, another
@@ -490,12 +508,10 @@ class Service:
                                        "resume token refused %d times (%s): dropping it, the "
                                        "stream reopens from now and a full poll covers the gap",
                                        refusals, exc)
-                            token = saved = None
                             refusals = 0
                             self.stats.tokens_dropped += 1
                             try:
-                                if tokens is not None:
-                                    await tokens.clear()
+                                await resume.clear()
                             except Exception as clear_exc:
                                 log.warning("could not drop the refused resume token (%s)",
                                             clear_exc)
@@ -504,6 +520,6 @@ class Service:
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 try:
-                    await save(force=True)
+                    await resume.save(force=True)
                 except Exception as exc:
                     log.warning("could not save the resume token on the way out (%s)", exc)
