@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -315,3 +316,52 @@ async def test_tenants_are_subscriptions_union_live_rows(kit: Kit) -> None:
     await kit.subs.delete("inbox")
     assert await kit.subs.tenants() == set()
     assert T in await tail.tenants()  # its rows still need executing (M11)
+
+
+class _RacingHeads:
+    """An event log whose ``heads`` lets another replica run before it returns: the counters
+    it read are then older than anything read after them."""
+
+    def __init__(self, inner: object, during: Callable[[], Awaitable[None]]) -> None:
+        self._inner, self._during = inner, during
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    async def heads(self) -> dict[str, int]:
+        got: dict[str, int] = await self._inner.heads()  # type: ignore[attr-defined]
+        during, self._during = self._during, _nothing  # once
+        await during()
+        return got
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def test_a_cursor_advanced_during_the_poll_net_never_looks_ahead_of_its_counter(
+        kit: Kit) -> None:
+    """Found by the fault harness driving the poll net: replica A reads the counters, replica B
+    materializes a new event and advances the cursor, A reads the cursors. Read in that order,
+    the cursor looks ahead of its counter and A holds the tenant until an operator resets it;
+    the poll net reads the cursors first, so a later counter is never below them."""
+    await board(kit, n=1)
+    b = kit.tail()
+    await b.drain_all([T])
+    assert await kit.cursors.get(T) == 1
+
+    async def other_replica() -> None:
+        await kit.emit(T, "card.created", "c9")
+        await b.drain_all([T])
+
+    a = kit.tail()
+    a.events = _RacingHeads(kit.events, other_replica)  # type: ignore[assignment]
+    await a.behind()
+    assert await kit.cursors.get(T) == 2  # the other replica did advance it meanwhile
+    assert a.cursor_ahead == {}
+    assert await kit.cursors.holds() == {}
+    # and the tenant still drains: the next event is materialized by A
+    await kit.emit(T, "card.created", "c10")
+    assert T in await a.behind()
+    await a.drain_all([T])
+    assert await kit.cursors.get(T) == 3

@@ -179,9 +179,12 @@ class Tail:
         A cursor ahead of its counter (restored or hand-edited) is checked here, every pass: its
         tenant is held (``cursor_ahead``) until an operator resets the cursor -- draining it
         would skip the events numbered up to the cursor, silently (R2)."""
+        # cursors first: a counter read after the cursor is never below it, so a cursor that
+        # another replica advances meanwhile never looks ahead of its counter (which would hold
+        # the tenant until an operator resets it)
+        cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
         heads = await self.events.heads()
         self.seen = frozenset(heads)
-        cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
         await self._check_ahead(heads, cursors, await self.cursors.holds())
         # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
         # behind, so its drain stalls it alone, with the reason
