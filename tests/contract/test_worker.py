@@ -109,6 +109,28 @@ async def test_hung_effect_burns_its_budget_and_parks(
     assert len([r for r in caplog.records if "dead-letter" in r.getMessage()]) == 1
 
 
+async def test_a_spent_row_given_back_at_shutdown_parks_at_its_next_claim(kit: Kit) -> None:
+    """Found by the fault harness's graceful stops: a replica reclaims a row whose expired
+    leases spent its budget and is stopping, so it gives the row back (pending, attempts at the
+    budget). The next claim must park it, not run attempt budget + 1."""
+    await materialize(kit)
+    max_attempts = 2
+    for _ in range(max_attempts):  # claims that hang past their lease
+        assert len(await claim(kit.outbox, T, kit.clock.now(), 10.0, 5)) == 1
+        kit.clock.advance(11)
+    stopping = kit.worker(lease_seconds=10, max_attempts=max_attempts)
+    stopping.stopping = True  # it reclaims, then gives the row back without running it
+    res = await stopping.tick_any()
+    assert res.claimed == 1 and res.released == 1
+    row = await only_row(kit)
+    assert row.state == "pending" and row.attempts == max_attempts
+    res = await kit.worker(lease_seconds=10, max_attempts=max_attempts).tick_any()
+    assert res.failed == 1 and kit.launcher.launches == []
+    row = await only_row(kit)
+    assert row.state == "failed" and row.attempts == max_attempts
+    assert "expired leases" in row.errors[-1].error
+
+
 # --- M5: backoff and the dead-letter --------------------------------------------------------
 
 

@@ -43,7 +43,7 @@ def plan(claims: Sequence[Claim], projections: Collection[str], max_attempts: in
         name = row.projection if row is not None else None
         if (row is not None and name is not None and row.kind == PROJECTION and row.event is not None
                 and name in projections and row.tenant_id == c.tenant_id
-                and not (c.reclaimed and row.attempts >= max_attempts)):
+                and row.attempts < max_attempts):
             group = groups.get((row.tenant_id, name))
             if group is None:
                 group = groups[(row.tenant_id, name)] = []

@@ -412,8 +412,9 @@ class EffectWorker:
                                           f"malformed row: {claim.decode_error}",
                                           {"tenant_id": claim.tenant_id, "row_ref": str(claim.ref)})
         attempt = row.attempts + 1
-        if claim.reclaimed and row.attempts >= self.settings.max_attempts:
-            # M9: a hung effect burned its budget through expired leases.
+        if row.attempts >= self.settings.max_attempts:
+            # M9: a hung effect burned its budget through expired leases (reclaimed now, or
+            # reclaimed by a replica that gave the row back at shutdown: pending, budget spent).
             return await done.park(claim, attempt=row.attempts,
                                    msg="attempt budget spent by expired leases", count_attempt=False,
                                    row=row)
