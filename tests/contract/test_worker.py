@@ -131,6 +131,25 @@ async def test_a_spent_row_given_back_at_shutdown_parks_at_its_next_claim(kit: K
     assert "expired leases" in row.errors[-1].error
 
 
+async def test_a_spent_row_parks_even_when_its_new_lease_ran_out_before_it_started(kit: Kit) -> None:
+    """The reclaim that spent the budget, then a stall past the new lease before the row starts:
+    left to the next reclaim it would count attempt budget + 1; it parks under its claim."""
+    await materialize(kit)
+    max_attempts = 2
+    for _ in range(max_attempts - 1):
+        assert len(await claim(kit.outbox, T, kit.clock.now(), 10.0, 5)) == 1
+        kit.clock.advance(11)
+    (c,) = await claim(kit.outbox, T, kit.clock.now(), 10.0, 5)
+    kit.clock.advance(11)
+    (reclaimed,) = await kit.outbox.reclaim_expired(kit.clock.now(), 10.0, 5)
+    assert reclaimed.row is not None and reclaimed.row.attempts == max_attempts
+    kit.clock.advance(11)  # its new lease ran out too, before the worker started it
+    worker = kit.worker(lease_seconds=10, max_attempts=max_attempts)
+    assert await worker.execute(reclaimed) == "failed"
+    row = await only_row(kit)
+    assert row.state == "failed" and row.attempts == max_attempts and kit.launcher.launches == []
+
+
 # --- M5: backoff and the dead-letter --------------------------------------------------------
 
 

@@ -403,21 +403,23 @@ class EffectWorker:
     async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
         """Run the row's handler and choose what became of it; the completer records it."""
         now = self.clock.now()
-        if now >= claim.lease_until:
-            return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
         done = self.completer
         row = claim.row
+        if row is not None and row.attempts >= self.settings.max_attempts:
+            # M9: a hung effect burned its budget through expired leases (reclaimed now, or
+            # reclaimed by a replica that gave the row back at shutdown: pending, budget spent).
+            # Parked even if our lease has run out meanwhile (the park is fenced on our claim):
+            # left to the next reclaim, it would count one attempt past the budget.
+            return await done.park(claim, attempt=row.attempts,
+                                   msg="attempt budget spent by expired leases", count_attempt=False,
+                                   row=row)
+        if now >= claim.lease_until:
+            return "skipped_expired"  # M8: the lease is gone; whoever reclaims it runs it
         if row is None:  # parked with its bad fields replaced, so dead-letters can list it (R2)
             return await done.park_broken(claim.ref, claim.claim_id,
                                           f"malformed row: {claim.decode_error}",
                                           {"tenant_id": claim.tenant_id, "row_ref": str(claim.ref)})
         attempt = row.attempts + 1
-        if row.attempts >= self.settings.max_attempts:
-            # M9: a hung effect burned its budget through expired leases (reclaimed now, or
-            # reclaimed by a replica that gave the row back at shutdown: pending, budget spent).
-            return await done.park(claim, attempt=row.attempts,
-                                   msg="attempt budget spent by expired leases", count_attempt=False,
-                                   row=row)
         span = telemetry.start_execute_span(self._tracer, row, attempt=attempt)
         with trace.use_span(span, end_on_exit=True):
             try:
