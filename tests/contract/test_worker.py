@@ -139,7 +139,7 @@ async def test_a_spent_row_parks_even_when_its_new_lease_ran_out_before_it_start
     for _ in range(max_attempts - 1):
         assert len(await claim(kit.outbox, T, kit.clock.now(), 10.0, 5)) == 1
         kit.clock.advance(11)
-    (c,) = await claim(kit.outbox, T, kit.clock.now(), 10.0, 5)
+    assert len(await claim(kit.outbox, T, kit.clock.now(), 10.0, 5)) == 1
     kit.clock.advance(11)
     (reclaimed,) = await kit.outbox.reclaim_expired(kit.clock.now(), 10.0, 5)
     assert reclaimed.row is not None and reclaimed.row.attempts == max_attempts

@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
-from board_outbox.engine.membership import MembershipSettings, Ownership
+from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
+from board_outbox.engine.membership import Ownership, owner
 from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.tail import Tail, TailSettings
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.tail import Tail
+from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import (
     Card,
@@ -42,8 +44,10 @@ from board_outbox.model.domain import (
     projection_row_key,
 )
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.records import Change
 from board_outbox.ports import Stores
-from board_outbox.service.runtime import build_registry
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.support.faults import Crash, point_of
 
 LEASE = 10.0
@@ -52,6 +56,12 @@ HEARTBEAT = True  # tests of the lease-steal paths turn the simulated heartbeat 
 MAX_EXECUTION = 120.0
 YOUNG_GAP = 30.0
 POISON_TICKS = 3
+# S1: another owner's row is taken only this long after it was materialized; the expired-lease
+# sweep runs more often than that (so that a cut-off computed from the wrong setting steals early)
+STEAL_AFTER = 4.0
+RECLAIM_EVERY = 1.0
+TOKEN_EVERY = 5.0  # S4: at most one resume-token save per replica per this long (sim clock)
+FRAGILE = "fragile"  # a projection that raises on some events (every event of card number % 5 == 0)
 SEED_MODES = ("earliest", "latest")
 # the fenced single-row marks (fault points name the transition: tests/support/faults.point_of)
 CONSUMED_MARK = "outbox.apply_claimed[consumed]"
@@ -60,13 +70,14 @@ MARKS = (CONSUMED_MARK, DONE_MARK, "outbox.apply_claimed[retry]", "outbox.apply_
          "outbox.apply_claimed[release]")
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
 ENV_ACTIONS = ("emit", "emit_slow", "finish_slow", "tick", "jump", "edit_sub", "delete_sub",
-               "delete_card", "poison", "outage", "cross_tenant")
+               "delete_card", "poison", "outage", "cross_tenant", "stop")
 # Each invariant violation is reported as "[kind] detail"; the self-tests assert on the kind.
 VIOLATION_KINDS = (
     "duplicate-row", "not-settled", "lost-event", "young-gap-stepped", "poison-row",
     "poison-early", "seed", "missing-row", "double-launch", "phantom-launch", "no-launch",
     "one-shot-lost", "one-shot-count", "labels-consumed-twice", "consume-again", "cross-tenant",
     "stale-rule", "budget", "parked-early", "reclaim-uncounted", "outage-not-parked", "unfenced",
+    "early-steal", "token-not-saved", "token-throttle", "projection-failure",
 )
 
 
@@ -230,6 +241,9 @@ class SimPort:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             point = point_of(prefix, name, args)
+            sim.called_at[rid] = sim.clock.now()  # when the caller decided (before its turn)
+            view = sim.views.get(rid)  # and its membership view then (split_view may change it)
+            sim.called_view[rid] = view.members if view is not None else ()
             fault = await sim.turns.turn(rid, point)
             if fault == "transient":
                 sim.note_transient(rid, point)
@@ -360,7 +374,7 @@ class Simulation:
     def __init__(self, decider: Decider, *, replicas: int = 3, tenants: int = 2,
                  fault_percent: int = 8, max_attempts: int = 6, trace: bool = False,
                  tail_cls: type[Tail] = Tail, store: str = "memory",
-                 seed_mode: str | None = None, membership: bool = False) -> None:
+                 seed_mode: str | None = None, membership: bool = True) -> None:
         self.tail_cls = tail_cls
         self.seed_mode = seed_mode  # None: drawn by the decider (both modes get drawn)
         self.membership = membership
@@ -412,6 +426,18 @@ class Simulation:
         self.launcher.fail = self._refuse
         self.live_violations: list[str] = []  # found while the schedule runs
         self.workers: dict[int, EffectWorker] = {}  # each replica's current worker
+        self.services: dict[int, Service] = {}  # each replica's current service
+        self.tokens = MemoryResumeTokenStore()  # the resume token every replica saves (S4)
+        self.n_tokens = 0  # the stream's position: one token per insert
+        self.changes: dict[int, list[Change]] = {}  # what each replica's stream has to deliver
+        self.delivered: dict[int, Any] = {}  # the last token each replica's stream delivered
+        self.token_writes: dict[int, Any] = {}  # the last token each replica saved
+        self.token_saved_at: dict[int, float] = {}
+        self.save_faulted: set[int] = set()  # its last token save was refused (a fault)
+        self.split: dict[int, list[str]] = {}  # replica -> the split view it adopts next
+        self.called_at: dict[int, float] = {}  # clock time of each replica's current store call
+        self.called_view: dict[int, tuple[str, ...]] = {}  # its membership view at that time
+        self.steals = 0  # other owners' rows claimed (after the steal delay)
 
     # --- observation hooks (called by SimPort) ----------------------------------------------
 
@@ -431,6 +457,8 @@ class Simulation:
             self.window2.add(row)
 
     def note_transient(self, rid: int, point: str) -> None:
+        if point == "tokens.save":
+            self.save_faulted.add(rid)
         row = self.current_row.get(rid)
         if row is not None and point == DONE_MARK:
             self.done_blips[row] += 1
@@ -464,6 +492,10 @@ class Simulation:
 
     def observe(self, rid: int, point: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                 result: Any) -> None:
+        if point == "tokens.save":
+            self._observe_token_save(rid, args[0])
+        if point == "outbox.claim_any":
+            self._observe_steals(rid, result)
         if point == "cursor.seed":
             self._observe_seed(args[0], args[1], result)
         if point == "events.read_after" and result:
@@ -521,6 +553,44 @@ class Simulation:
             if row is not None and any(r.row_key == row for r in self.launcher.launches):
                 self.window2_lease.add(row)  # lease lost after the launch: the mark was fenced out
 
+    def _observe_token_save(self, rid: int, token: Any) -> None:
+        """S4: a replica saves at most one token per TOKEN_EVERY, except on its way out (each
+        save timed when the replica called it: the clock may move while it waits its turn)."""
+        now = self.called_at.get(rid, self.clock.now())
+        last = self.token_saved_at.get(rid)
+        service = self.services.get(rid)
+        forced = service is not None and service.stopping
+        if last is not None and now - last < TOKEN_EVERY and not forced:
+            self.live_violations.append(
+                f"[token-throttle] replica {rid} saved token {token} {now - last:.1f}s after its "
+                f"previous save (at most one per {TOKEN_EVERY:.0f}s)")
+        self.token_saved_at[rid] = now
+        self.token_writes[rid] = token
+        self.save_faulted.discard(rid)
+
+    def _observe_steals(self, rid: int, claims: Any) -> None:
+        """S1: a row of a tenant another live member owns (in the claimer's own view) is taken
+        only once STEAL_AFTER has passed since it was materialized. Ownership is recomputed
+        here from the view's members, not asked of the code under test."""
+        view = self.views.get(rid)
+        members = self.called_view.get(rid, ())
+        if not self.membership or view is None or len(members) < 2:
+            return
+        at = self.called_at[rid]
+        for claim in claims:
+            row = claim.row
+            if row is None or claim.reclaimed:
+                continue
+            holder = owner(members, row.tenant_id)
+            if holder == view.member_id:
+                continue
+            self.steals += 1
+            if row.created_at > at - STEAL_AFTER:
+                self.live_violations.append(
+                    f"[early-steal] replica {rid} took row {row.row_key} of a tenant member "
+                    f"{holder} owns {at - row.created_at:.1f}s after it was materialized (steal "
+                    f"delay {STEAL_AFTER:.0f}s)")
+
     def _observe_seed(self, tenant: str, proposed: int, got: int) -> None:
         inserted = [seq for (t, seq), info in self.events.items()
                     if t == tenant and info.inserted_step is not None]
@@ -553,53 +623,100 @@ class Simulation:
         return Stores(events=w(b.events, "events"), cursors=w(b.cursors, "cursor"),
                       outbox=w(b.outbox, "outbox"), subs=w(b.subs, "subs"), cards=w(b.cards, "cards"),
                       labels=w(b.labels, "labels"), launcher=w(self.launcher, "launcher"),
-                      readmodels=w(b.readmodels, "readmodel"))
+                      readmodels=w(b.readmodels, "readmodel"), tokens=w(self.tokens, "tokens"),
+                      members=self.members,
+                      rm_versions=None if b.rm_versions is None else w(b.rm_versions, "generations"))
+
+    def _service(self, rid: int) -> Service:
+        """One replica: the service ``run`` builds (config, composition root, the loops' passes),
+        on the simulation's clock and the shared store, each store call a turn."""
+        config = load_config(
+            env={}, projections=["board-reflect"],
+            tail={"batch_size": 4, "young_gap_seconds": YOUNG_GAP, "poison_ticks": POISON_TICKS,
+                  "seed": self.seed_mode, "token_save_seconds": TOKEN_EVERY},
+            worker={"lease_seconds": LEASE, "max_attempts": self.max_attempts, "batch_size": 3,
+                    "backoff_base_seconds": 0.5, "backoff_cap_seconds": 4,
+                    # the real-time heartbeat is off: pass_time beats
+                    "heartbeat_fraction": 0, "max_execution_seconds": MAX_EXECUTION,
+                    "steal_after_seconds": STEAL_AFTER, "reclaim_every_seconds": RECLAIM_EVERY},
+            membership={"enabled": self.membership})
+        service = Service(self._stores(rid), config, clock=self.clock, rng=random.Random(rid),
+                          member_id=f"r{rid}.{self.step}")
+        service.resume.now = self.clock.now  # the token throttle runs on the simulation's clock
+        reg = service.registry
+        reg.register("launch", _Tracking(reg.handler("launch"), self, rid), replace=True)
+        service.add_projection(Fragile())
+        if self.tail_cls is not Tail:  # a deliberately broken tail (the self-tests)
+            t = service.tail
+            service.tail = self.tail_cls(events=t.events, cursors=t.cursors, outbox=t.outbox,
+                                         subs=t.subs, cards=t.cards, clock=self.clock,
+                                         settings=config.tail, projections=t.projections,
+                                         kinds=t.kinds)
+        return service
 
     async def _replica(self, rid: int) -> None:
         try:
             while True:
-                stores = self._stores(rid)
-                registry = build_registry(stores, ["board-reflect"])
-                registry.register("launch", _Tracking(registry.handler("launch"), self, rid),
-                                  replace=True)
-                tail = self.tail_cls(events=stores.events, cursors=stores.cursors, outbox=stores.outbox,
-                            subs=stores.subs, cards=stores.cards, clock=self.clock,
-                            settings=TailSettings(batch_size=4, young_gap_seconds=YOUNG_GAP,
-                                                  poison_ticks=POISON_TICKS,
-                                                  seed=self.seed_mode),  # type: ignore[arg-type]
-                            projections=registry.projections)
-                worker = EffectWorker(
-                    outbox=stores.outbox, registry=registry, clock=self.clock,
-                    settings=WorkerSettings(lease_seconds=LEASE, max_attempts=self.max_attempts,
-                                            batch_size=3,
-                                            backoff_base_seconds=0.5, backoff_cap_seconds=4,
-                                            # the real-time heartbeat is off: pass_time beats
-                                            heartbeat_fraction=0,
-                                            max_execution_seconds=MAX_EXECUTION),
-                    rng=random.Random(rid))
-                self.workers[rid] = worker
-                view = self.views[rid] = Ownership(
-                    self.members, self.clock, member_id=f"r{rid}.{self.step}",
-                    settings=MembershipSettings(enabled=self.membership))
-                worker.prefer = view.prefer
+                service = self._service(rid)
+                self.services[rid] = service
+                self.workers[rid] = service.worker
+                self.views[rid] = service.ownership
+                self.changes[rid] = []
+                self.delivered.pop(rid, None)
+                self.token_writes.pop(rid, None)
+                self.token_saved_at.pop(rid, None)  # a new process: its first save is due at once
                 try:
+                    with contextlib.suppress(StoreUnavailable):  # the waker retries; so do we
+                        await service.resume.load()  # where the stream resumes (S4)
+                    # the stream opens after the token it resumes from
+                    start = service.resume.token or 0
+                    self.changes[rid] = [c for c in self.changes[rid] if c.token > start]
                     while True:
-                        # the service's claim path: tick_any (one claim across tenants, owned
-                        # tenants first when ownership is on; expired leases swept every
-                        # reclaim_every_seconds)
-                        if not self.membership:
-                            await tail.drain_all(self.tenants)
-                        else:
-                            if rid not in self.frozen and self.silent.get(rid, -1) < self.step:
-                                await view.beat()
-                            await tail.drain_all(view.owned(self.tenants))
-                        with contextlib.suppress(StoreUnavailable):
-                            await worker.tick_any()
+                        if service.stopping:
+                            await self._graceful_stop(rid, service)
+                            break
+                        # the passes of the loops ``run`` runs: heartbeat, stream changes (the
+                        # throttled token save), the drain pass (the poll net when nothing
+                        # woke a tenant, as the poll interval would), the worker's tick_any
+                        if rid in self.split:  # a split view, as a heartbeat would have read it
+                            if service.ownership.set_members(self.split.pop(rid)):
+                                service.request_full_poll()
+                        elif (self.membership and rid not in self.frozen
+                                and self.silent.get(rid, -1) < self.step):
+                            await service.membership_pass()
+                        changes, self.changes[rid] = self.changes[rid], []
+                        for change in changes:
+                            service.on_change(change)
+                            self.delivered[rid] = change.token
+                            # a refused save interrupts the stream: it reopens from the token
+                            # reached (the waker's StoreUnavailable path), the rest follows
+                            with contextlib.suppress(StoreUnavailable):
+                                await service.resume.save()
+                        full = (service.poll_requested or not service.woken
+                                or self.d.choose(4) == 0)
+                        await service.drain_pass(full)
+                        await service.work_pass()
                 except Crash:
                     self.log(f"replica {rid} crashed and restarts")
                     self.current_row.pop(rid, None)
         finally:
             self.turns.running -= 1
+
+    async def _graceful_stop(self, rid: int, service: Service) -> None:
+        """``stop``: the worker has stopped claiming; on the way out the last token the stream
+        delivered is saved (whatever the throttle says) and the member leaves. It restarts."""
+        self.save_faulted.discard(rid)
+        await service.save_position()
+        await service.ownership.leave()
+        last = self.delivered.get(rid)
+        if last is not None and self.token_writes.get(rid) != last:
+            if rid in self.save_faulted:
+                self.report.residual["token not saved at stop: the store refused the save"] += 1
+            else:
+                self.live_violations.append(
+                    f"[token-not-saved] replica {rid} stopped; its stream had delivered token "
+                    f"{last} but the last token it saved is {self.token_writes.get(rid)}")
+        self.log(f"replica {rid} stopped gracefully and restarts")
 
     # --- the world ------------------------------------------------------------------------
 
@@ -701,9 +818,9 @@ class Simulation:
             b = (a + 1 + self.d.choose(self.n_replicas - 1)) % self.n_replicas
             if a in self.views and b in self.views:
                 # each believes the other is gone: both own both's tenants
+                # (adopted at each one's next pass, as a heartbeat's answer would be)
                 others = [v.member_id for r, v in self.views.items() if r not in (a, b)]
-                self.views[a].set_members(others)
-                self.views[b].set_members(others)
+                self.split[a] = self.split[b] = others
                 self.frozen |= {a, b}
                 self.log(f"split view: replicas {a} and {b} each think the other is gone")
         elif action == "poison":
@@ -714,6 +831,11 @@ class Simulation:
             self.log(f"poison {t}/{seq}")
         elif action == "cross_tenant":
             await self._plant_cross_tenant()
+        elif action == "stop":
+            rid = self.d.choose(self.n_replicas)
+            if rid in self.services:
+                self.services[rid].stop()  # graceful: it leaves at its next pass, then restarts
+                self.log(f"replica {rid} is asked to stop")
 
     async def _emit(self, action: str, tenant: str | None = None, quiet: bool = False) -> None:
         t, seq, card_id, etype, card = self._new_event(tenant)
@@ -786,6 +908,11 @@ class Simulation:
     def _insert(self, t: str, seq: int, card_id: str, etype: str) -> None:
         self.store.insert({"tenant_id": t, "seq": seq, "type": etype,
                                         "card_id": card_id, "at": self.clock.now()})
+        # each replica's change stream: every insert but those of the tenants it leaves out (S5)
+        self.n_tokens += 1
+        for rid, service in self.services.items():
+            if t not in service.stream_exclude and rid in self.changes:
+                self.changes[rid].append(Change(tenant_id=t, seq=seq, token=self.n_tokens))
         self.events[(t, seq)].inserted_step = self.step
         self.events[(t, seq)].inserted_at = self.clock.now()
 
@@ -854,6 +981,7 @@ class Simulation:
             # Faults stop; the world stops changing; slow inserts land; everything settles.
             self.faults_on = False
             self.frozen.clear()  # views heal: every replica heartbeats again
+            self.split.clear()
             self.silent.clear()
             while self.slow:
                 await self.env_action("finish_slow")
@@ -948,6 +1076,8 @@ class Simulation:
             attempts = int(d.get("attempts") or 0)
             if attempts > self.max_attempts:
                 v.append(f"[budget] row {key} has {attempts} attempts, budget {self.max_attempts}")
+            if d.get("projection") == FRAGILE:
+                self._check_fragile(key, d, attempts)
             if d.get("kind", "launch") != "launch":
                 continue
             n = launches.get(key, 0)
@@ -1000,6 +1130,45 @@ class Simulation:
             v.append(f"[cross-tenant] cross-tenant execution of {key}")
 
 
+    def _check_fragile(self, key: str, d: dict[str, Any], attempts: int) -> None:
+        """A projection that raises on an event parks its row after the whole attempt budget
+        (never before, never done); its other rows are done."""
+        bad = Fragile.fails(str(d["event"]["card_id"]))
+        state = d.get("state")
+        if bad and (state != "failed" or attempts < self.max_attempts):
+            self.report.violations.append(
+                f"[projection-failure] row {key} of a projection that always raises on its event "
+                f"ended {state} after {attempts} attempts (budget {self.max_attempts})")
+        elif not bad and state != "done":
+            self.report.violations.append(
+                f"[projection-failure] row {key} of a projection that succeeds on its event "
+                f"ended {state} ({d.get('outcome')})")
+
+
+class Fragile:
+    """A projection plugin that raises on the events of every fifth card (a bug in a plugin);
+    its batched apply raises when any event of the batch is one (then each row runs alone)."""
+
+    name = FRAGILE
+
+    @staticmethod
+    def fails(card_id: str) -> bool:
+        digits = card_id.lstrip("c")
+        return digits.isdigit() and int(digits) % 5 == 0
+
+    async def apply(self, tenant_id: str, event: EventSnapshot) -> str:
+        await anyio.lowlevel.checkpoint()
+        if self.fails(event.card_id):
+            raise ValueError(f"fragile projection cannot apply card {event.card_id}")
+        return "recorded"
+
+    async def apply_many(self, tenant_id: str, events: Sequence[EventSnapshot]) -> list[str]:
+        return [await self.apply(tenant_id, ev) for ev in events]
+
+    async def reset(self, tenant_id: str) -> None:
+        await anyio.lowlevel.checkpoint()
+
+
 def _matches_initial(sid: str, ev: dict[str, Any]) -> bool:
     """What each static subscription of ``setup`` matches (before any edit)."""
     kind = sid.split(".", 1)[1]
@@ -1034,7 +1203,7 @@ def quiet() -> None:
 
 def run_schedule(seed: int, steps: int = 300, replicas: int | None = None,
                  trace: bool = False, tail_cls: type[Tail] = Tail, store: str = "memory",
-                 membership: bool = False) -> Report:
+                 membership: bool = True) -> Report:
     quiet()
     rng = random.Random(seed)
     n = replicas or rng.choice((2, 3, 4))
@@ -1101,7 +1270,7 @@ def shrink(choices: Sequence[int], fails: Callable[[list[int]], bool]) -> list[i
 
 def run_many(n: int, first_seed: int = 0, steps: int = 300,
              progress: Callable[[int, Report], None] | None = None,
-             tail_cls: type[Tail] = Tail, store: str = "memory", membership: bool = False) -> Report:
+             tail_cls: type[Tail] = Tail, store: str = "memory", membership: bool = True) -> Report:
     total = Report(schedules=0)
     for i in range(n):
         rep = run_schedule(first_seed + i, steps, tail_cls=tail_cls, store=store,

@@ -18,6 +18,7 @@ from opentelemetry import trace
 from board_outbox.engine.audit import Auditor, BackgroundAudit
 from board_outbox.engine.generations import versioned
 from board_outbox.engine.handlers import LaunchHandler
+from board_outbox.engine.handlers.contract import Projection
 from board_outbox.engine.membership import Ownership, new_member_id
 from board_outbox.engine.outcomes import TickResult
 from board_outbox.engine.registry import HandlerRegistry
@@ -172,6 +173,24 @@ class Service:
     def wake_tenant(self, tenant_id: str) -> None:
         self._dirty.add(tenant_id)
         self._tail_wake.set()
+
+    @property
+    def poll_requested(self) -> bool:
+        """The next drain pass should be the poll net (a membership change, a lost stream...)."""
+        return self._full_poll
+
+    @property
+    def woken(self) -> frozenset[str]:
+        """The tenants woken since the last drain pass (by the stream or a full batch)."""
+        return frozenset(self._dirty)
+
+    def add_projection(self, projection: Projection) -> None:
+        """Run one more projection, given as an object (embedding code and the simulation; the
+        configured ``projections`` are entry-point names): rows owed from the next batch on."""
+        self.registry.register_projection(projection)
+        self.tail.projections = tuple(self.registry.projections)
+        if self.tail.kinds is not None:
+            self.tail.kinds = frozenset(self.registry.kinds)
 
     def stop(self) -> None:
         """Begin a graceful shutdown: stop claiming; in-flight rows finish or are released."""
@@ -465,14 +484,13 @@ class Service:
                     self._stream_state(False, str(exc))
                     log.warning("change stream lost (%s): dropping the resume token, polling "
                                 "reconciles", exc)
-                    resume.forget()
                     self.stats.stream_reopens += 1
                     # A full poll picks up whatever the stream missed: one now, and one as soon
                     # as the new stream delivers, for inserts between the loss and the reopen.
                     self.request_full_poll()
                     poll_when_open = True
                     try:
-                        await resume.clear()
+                        await resume.clear()  # the position is dropped even if the store fails
                     except StoreUnavailable as clear_exc:
                         log.warning("could not drop the stale resume token (%s)", clear_exc)
                     losses += 1
@@ -519,7 +537,14 @@ class Service:
                     delay = min(delay * 2, 5.0)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                try:
-                    await resume.save(force=True)
-                except Exception as exc:
-                    log.warning("could not save the resume token on the way out (%s)", exc)
+                await self.save_position()
+
+    async def save_position(self) -> bool:
+        """On the way out: save the last token the stream reached, whatever the throttle says
+        (S4). True if it wrote; a store error is logged (the next start resumes a little
+        earlier: some inserts wake their tenant twice)."""
+        try:
+            return await self.resume.save(force=True)
+        except Exception as exc:
+            log.warning("could not save the resume token on the way out (%s)", exc)
+            return False
