@@ -33,6 +33,9 @@ def print_report(rep: Report, elapsed: float) -> None:
     print("residual-window and allowed-skip events (reported, not violations)")
     for k, n in sorted(rep.residual.items()):
         print(f"  {k:58} {n}")
+    print("production paths driven")
+    for k, n in sorted(rep.covered.items()):
+        print(f"  {k:58} {n}")
     print(f"invariant violations {len(rep.violations)}")
     for v in rep.violations[:50]:
         print(f"  {v}")
@@ -52,8 +55,9 @@ def main() -> int:
                     help="the shared store: the memory twins, the Mongo adapters over mongomock, "
                          "or over a real wire server with failCommand failpoints armed between "
                          "turns (MONGODB_URI, else secantusd-py started here)")
-    ap.add_argument("--membership", action="store_true",
-                    help="replicas drain only their own tenants (S1); membership actions on")
+    ap.add_argument("--no-membership", dest="membership", action="store_false",
+                    help="ownership off: every replica drains every tenant (by default replicas "
+                         "drain only their own tenants, S1, and membership actions are on)")
     args = ap.parse_args()
     t0 = time.monotonic()
     if args.seed is not None:

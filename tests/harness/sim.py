@@ -165,6 +165,7 @@ class Report:
     env: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
     residual: Counter[str] = field(default_factory=Counter)
+    covered: Counter[str] = field(default_factory=Counter)  # production paths the run drove
     dead_letters: int = 0
     launches: int = 0
     rows: int = 0
@@ -177,6 +178,7 @@ class Report:
         self.env.update(other.env)
         self.violations += other.violations
         self.residual.update(other.residual)
+        self.covered.update(other.covered)
         self.dead_letters += other.dead_letters
         self.launches += other.launches
         self.rows += other.rows
@@ -437,7 +439,6 @@ class Simulation:
         self.split: dict[int, list[str]] = {}  # replica -> the split view it adopts next
         self.called_at: dict[int, float] = {}  # clock time of each replica's current store call
         self.called_view: dict[int, tuple[str, ...]] = {}  # its membership view at that time
-        self.steals = 0  # other owners' rows claimed (after the steal delay)
 
     # --- observation hooks (called by SimPort) ----------------------------------------------
 
@@ -565,6 +566,7 @@ class Simulation:
                 f"[token-throttle] replica {rid} saved token {token} {now - last:.1f}s after its "
                 f"previous save (at most one per {TOKEN_EVERY:.0f}s)")
         self.token_saved_at[rid] = now
+        self.report.covered["token saves"] += 1
         self.token_writes[rid] = token
         self.save_faulted.discard(rid)
 
@@ -584,7 +586,7 @@ class Simulation:
             holder = owner(members, row.tenant_id)
             if holder == view.member_id:
                 continue
-            self.steals += 1
+            self.report.covered["claims of another owner's row"] += 1
             if row.created_at > at - STEAL_AFTER:
                 self.live_violations.append(
                     f"[early-steal] replica {rid} took row {row.row_key} of a tenant member "
@@ -716,6 +718,7 @@ class Simulation:
                 self.live_violations.append(
                     f"[token-not-saved] replica {rid} stopped; its stream had delivered token "
                     f"{last} but the last token it saved is {self.token_writes.get(rid)}")
+        self.report.covered["graceful stops"] += 1
         self.log(f"replica {rid} stopped gracefully and restarts")
 
     # --- the world ------------------------------------------------------------------------
@@ -1139,7 +1142,9 @@ class Simulation:
             self.report.violations.append(
                 f"[projection-failure] row {key} of a projection that always raises on its event "
                 f"ended {state} after {attempts} attempts (budget {self.max_attempts})")
-        elif not bad and state != "done":
+        elif bad:
+            self.report.covered["fragile rows parked"] += 1
+        elif state != "done":
             self.report.violations.append(
                 f"[projection-failure] row {key} of a projection that succeeds on its event "
                 f"ended {state} ({d.get('outcome')})")
