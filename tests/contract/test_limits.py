@@ -13,6 +13,7 @@ from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.model.domain import DONE, PENDING, Subscription
 from board_outbox.model.limits import bot_key, rate_slot, rate_window, tenant_key
 from board_outbox.ports import LimitStore
+from board_outbox.service.health import tenant_statuses
 from board_outbox.service.runtime import build_registry
 from tests.support.kits import Kit
 
@@ -140,6 +141,8 @@ async def test_a_launch_over_its_bot_limit_waits_without_spending_an_attempt(kit
     assert card.labels == ("go",)  # nothing spent while over the limit
     assert _limited(metrics) == {("bot", "in_flight"): 1.0}
 
+    assert await _waiting(kit) == 1  # status counts it
+
     kit.clock.advance(0.1)  # not due yet
     assert (await worker.tick_any([T])).claimed == 0
     await lim.release(bot_key(T, "b"), "someone")
@@ -148,6 +151,7 @@ async def test_a_launch_over_its_bot_limit_waits_without_spending_an_attempt(kit
     assert res.done == 1
     [row] = await kit.rows(T)
     assert row.state == DONE and row.attempts == 0 and row.waiting is None
+    assert await _waiting(kit) == 0
     assert len(kit.launcher.launches) == 1
     # the slot was held only around the launch: it is free again
     assert await lim.acquire(bot_key(T, "b"), 1, "after", until=kit.clock.now() + 1e6, now=kit.clock.now())
@@ -206,6 +210,13 @@ async def test_a_release_the_store_refuses_frees_the_slot_at_its_lease(kit: Kit)
     assert not await lim.acquire(bot_key(T, "b"), 1, "x", until=now + 1e6, now=now)
     slot = LimitSettings().slot_seconds
     assert await lim.acquire(bot_key(T, "b"), 1, "x", until=now + 1e6, now=now + slot)
+
+
+async def _waiting(kit: Kit) -> int:
+    """``status``'s count of the tenant's rows waiting on a limit (one aggregate)."""
+    stores = kit.stores
+    stores.status = kit.status_store
+    return (await tenant_statuses(stores, kit.clock.now()))[T].waiting_on_limit
 
 
 def _limited(metrics: Metrics) -> dict[tuple[str, str], float]:

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher
+from board_outbox.adapters.memory.status import MemoryStatusStore
 from board_outbox.engine.registry import HandlerRegistry
 from board_outbox.engine.tail import Tail, TailSettings
 from board_outbox.engine.worker import EffectWorker, WorkerSettings
@@ -25,6 +26,7 @@ from board_outbox.ports import (
     LimitStore,
     ReadModelStore,
     ReadModelVersionStore,
+    StatusStore,
     Stores,
     SubscriptionStore,
 )
@@ -73,6 +75,8 @@ class Kit:
     # F2: the limit store, and a way to plant a slot or counter document someone else wrote
     limits: LimitStore | None = None
     put_raw_limit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # the backend's StatusStore (not in ``stores``: tests of the per-tenant path stay on it)
+    status_store: StatusStore | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -182,7 +186,7 @@ def memory_kit() -> Kit:
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
-        put_raw_limit=raw_limit,
+        put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox),
     )
 
 
@@ -201,6 +205,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
     )
     from board_outbox.adapters.mongo.generations import MongoGenerationStore
     from board_outbox.adapters.mongo.limits import LIMITS, MongoLimitStore
+    from board_outbox.adapters.mongo.status import MongoStatusStore
 
     board = MongoBoard(db)
     outbox = MongoEffectOutbox(db)
@@ -227,4 +232,5 @@ def mongo_kit(db: Any, name: str) -> Kit:
         readmodels=MongoReadModelStore(db), insert_raw_event=raw_event, insert_raw_row=raw_row,
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
+        status_store=MongoStatusStore(db),
     )
