@@ -433,7 +433,8 @@ class EffectWorker:
                     outcome = await handler.execute(row, ctx)
             except OverLimit as exc:  # F2: not an attempt; the row waits its turn
                 span.set_attribute(telemetry.ATTR_OUTCOME, "deferred")
-                span.add_event("deferred", {"reason": exc.reason, "wait_seconds": exc.wait_seconds})
+                span.add_event(telemetry.EVENT_DEFERRED, {telemetry.ATTR_REASON: exc.reason,
+                                                          telemetry.ATTR_WAIT: exc.wait_seconds})
                 return await done.defer(claim, row, exc)
             except LeaseLost as exc:
                 span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
