@@ -5,13 +5,13 @@ runner's stand-in, records how many launches of each bot run at once."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 from typing import Any
 
 import anyio
 import pytest
 from pymongo import AsyncMongoClient
 
+from benchmarks.common import CountingRunner
 from board_outbox.adapters.mongo import mongo_stores
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.outcomes import TickResult
@@ -19,7 +19,7 @@ from board_outbox.engine.tail import Tail, TailSettings
 from board_outbox.engine.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import DONE, Card, Subscription
-from board_outbox.ports import LaunchRequest, RowFilter
+from board_outbox.ports import RowFilter
 from board_outbox.service.runtime import build_registry
 
 pytestmark = [pytest.mark.live_mongo, pytest.mark.anyio]
@@ -27,27 +27,6 @@ pytestmark = [pytest.mark.live_mongo, pytest.mark.anyio]
 T = "t1"
 ROWS = 24
 WORKERS = 4
-
-
-class CountingRunner:
-    """A bot runner that takes a while per launch and records the most launches of one bot in
-    flight at once (the check is the runner's, not the service's)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.now: Counter[str] = Counter()
-        self.most: Counter[str] = Counter()
-        self.launched: Counter[str] = Counter()  # row key -> launches
-
-    async def launch(self, req: LaunchRequest) -> str:
-        self.now[req.bot] += 1
-        self.most[req.bot] = max(self.most[req.bot], self.now[req.bot])
-        try:
-            await anyio.sleep(self.seconds)
-        finally:
-            self.now[req.bot] -= 1
-        self.launched[req.row_key] += 1
-        return f"run-{req.row_key}"
 
 
 async def test_two_in_flight_per_bot_across_four_replicas(live_uri: str, live_db: Any) -> None:
