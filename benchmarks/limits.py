@@ -3,8 +3,9 @@
 
 One tenant, one subscription, ``--rows`` events (claims of ``BATCH`` rows): ``--rows`` launch
 rows of one bot, each launch taking ``--launch-ms`` in the in-process bot runner
-(``common.CountingRunner``), which records the most launches of the bot in flight at once. For ``bot_in_flight`` = none, 1, 2 and 4 (and
-``limits.wait_seconds`` at its default, 0.25 s, and at 0.05 s), reported per run:
+(``common.CountingRunner``), which records the most launches of the bot in flight at once. For
+``bot_in_flight`` = none, 1, 2 and 4 (and ``limits.wait_seconds`` at its default, 0.25 s, and at
+0.05 s), reported per run:
 
 - the most launches in flight at once (the runner's count; the goal: never above the limit);
 - the time from the services' start to the last launch, and the ideal (rows x launch time /
