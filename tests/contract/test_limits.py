@@ -191,6 +191,24 @@ async def test_tenant_limits_from_the_settings_apply_to_every_bot(kit: Kit) -> N
     assert await lim.acquire(tenant_key(T), 1, "again", until=kit.clock.now() + 1e6, now=kit.clock.now())
 
 
+async def test_a_subscription_limit_replaces_the_configured_bot_limit(kit: Kit) -> None:
+    """``[limits] bot_in_flight = 1`` with its one slot held: the subscription without its own
+    limit waits; the one whose ``max_in_flight`` is 0 (no limit) or 2 launches."""
+    for sub_id, own in (("plain", None), ("free", 0), ("two", 2)):
+        await _one_row(kit, Subscription(sub_id=sub_id, tenant_id=sub_id, bot="b",
+                                         max_in_flight=own))
+    registry = build_registry(kit.stores, [], limits=LimitSettings(bot_in_flight=1))
+    lim, now = _limits(kit), kit.clock.now()
+    for tenant in ("plain", "free", "two"):
+        assert await lim.acquire(bot_key(tenant, "b"), 1, "someone", until=now + 1e6, now=now)
+    worker = kit.worker(registry)
+    for tenant in ("plain", "free", "two"):
+        await worker.tick_any([tenant])
+    assert sorted(r.tenant_id for r in kit.launcher.launches) == ["free", "two"]
+    [waiting] = await kit.rows("plain")
+    assert waiting.state == PENDING and waiting.attempts == 0
+
+
 async def test_a_launch_that_fails_gives_its_slot_back(kit: Kit) -> None:
     sub = Subscription(sub_id="s1", tenant_id=T, bot="b", max_in_flight=1)
     await _one_row(kit, sub)
