@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -21,9 +22,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
+
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model.domain import Card, MatchRule, Subscription
-from board_outbox.ports import Stores
+from board_outbox.ports import LaunchRequest, Stores
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -224,6 +227,28 @@ def bot_runner() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+class CountingRunner:
+    """An in-process bot runner (a ``Launcher``) whose launches take ``seconds`` each; it records
+    the most launches of one bot in flight at once, and how often each row was launched: the
+    runner's own check of a concurrency limit (F2)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.now: Counter[str] = Counter()
+        self.most: Counter[str] = Counter()
+        self.launched: Counter[str] = Counter()  # row key -> launches
+
+    async def launch(self, req: LaunchRequest) -> str:
+        self.now[req.bot] += 1
+        self.most[req.bot] = max(self.most[req.bot], self.now[req.bot])
+        try:
+            await anyio.sleep(self.seconds)
+        finally:
+            self.now[req.bot] -= 1
+        self.launched[req.row_key] += 1
+        return f"run-{req.row_key}"
 
 
 class NoSniffio(importlib.abc.MetaPathFinder):

@@ -249,6 +249,22 @@ MUTANTS: tuple[Mutant, ...] = (
            "if not (stream or polling):", "if stream or polling:", "checks"),
     Mutant("stall-exact-instant", "bounds",
            "if waited < self.stall_seconds:", "if waited <= self.stall_seconds:", "health"),
+    # F2: concurrency and rate limits
+    Mutant("limits-slot-expiry-exact-instant", "limits",
+           "return until is None or until <= now", "return until is None or until < now",
+           "validation"),
+    Mutant("limits-defer-counts-attempt", "limits",
+           'return Transition(name="defer", set=',
+           'return Transition(name="defer", count_attempt=True, set=', "transitions"),
+    Mutant("limits-in-flight-not-checked", "limits",
+           "if n and not await self.store.acquire(", "if False and await self.store.acquire(",
+           "engine/limits"),
+    Mutant("limits-slots-never-released", "limits",
+           "            if held:\n                await self._release(held, holder)",
+           "            if False:\n                await self._release(held, holder)",
+           "engine/limits"),
+    Mutant("limits-mongo-rate-uncapped", "limits",
+           '{"_id": cid, "n": {"$lt": allowed}}', '{"_id": cid}', "mongo/limits"),
 )
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
 

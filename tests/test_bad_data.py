@@ -35,6 +35,7 @@ from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.tail import Tail
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.limits import bot_key, rate_slot, slot_id
 from board_outbox.ports import RowFilter
 from board_outbox.surface.admin import dead_letter_filter
 from board_outbox.surface.cli import main
@@ -125,9 +126,13 @@ def _memory_rig() -> Rig:
     async def get_raw_row(key: str) -> dict[str, Any] | None:
         return b.outbox.raw(key)
 
+    async def raw_limit(doc_id: str, doc: dict[str, Any]) -> None:
+        b.limits.put_raw(doc_id, doc)
+
     kit = Kit(name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
               cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
-              insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row)
+              insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
+              limits=b.limits, put_raw_limit=raw_limit)
     return Rig("memory", kit, backend=b)
 
 
@@ -259,6 +264,33 @@ async def _sub_id_mismatch(rig: Rig, t: str) -> None:
     await rig.emit(t)
 
 
+async def _limited_sub(rig: Rig, t: str, **limits: Any) -> None:
+    await rig.kit.cards.put(Card(tenant_id=t, card_id="ok", title="ok"))
+    await rig.kit.subs.put(Subscription(sub_id=f"{t}-lim", tenant_id=t, bot="b",
+                                        rule=MatchRule(event_types=("card.created",)), **limits))
+
+
+async def _garbage_slot(rig: Rig, t: str) -> None:
+    """F2: the one in-flight slot of the tenant's bot, written by someone else with garbage
+    fields (an expiry that is not a number, a holder that is a list): taken over, not held."""
+    await _limited_sub(rig, t, max_in_flight=1)
+    assert rig.kit.put_raw_limit is not None
+    await rig.kit.put_raw_limit(slot_id(bot_key(t, "b"), 0),
+                                {"key": 5, "holder": ["x"], "until": "never"})
+    await rig.emit(t)
+
+
+async def _garbage_counter(rig: Rig, t: str) -> None:
+    """F2: the rate counter of the window now, with a count that is not a count: that window
+    stays shut (the row waits, no attempt spent), the next ones count again."""
+    await _limited_sub(rig, t, max_per_second=5)
+    assert rig.kit.put_raw_limit is not None
+    # the window of the first pass's tick (each pass moves the clock 20 s before it drains)
+    cid, _n, _end = rate_slot(bot_key(t, "b"), 5, rig.kit.clock.now() + 20.0)
+    await rig.kit.put_raw_limit(cid, {"n": "lots"})
+    await rig.emit(t)
+
+
 async def _huge_extra_field(rig: Rig, t: str) -> None:
     await _good_then(rig, t, _ev(t, junk="j" * 200_000))
 
@@ -352,6 +384,19 @@ CASES: list[Case] = [
     bad_kind_case("sub-kind-projection", "invalid kind 'projection'", "projection"),
     bad_kind_case("sub-kind-empty", "invalid kind ''", ""),
     sub_case("sub-kind-int", "ignoring malformed subscription", lambda t: _sub(t, kind=7)),
+    # F2: a subscription's own limits
+    sub_case("sub-max-in-flight-negative", "ignoring malformed subscription",
+             lambda t: _sub(t, max_in_flight=-1)),
+    sub_case("sub-max-in-flight-bool", "ignoring malformed subscription",
+             lambda t: _sub(t, max_in_flight=True)),
+    sub_case("sub-max-in-flight-string", "ignoring malformed subscription",
+             lambda t: _sub(t, max_in_flight="2")),
+    sub_case("sub-max-per-second-string", "ignoring malformed subscription",
+             lambda t: _sub(t, max_per_second="fast")),
+    sub_case("sub-max-per-second-too-slow", "max_per_second: 1e-05 per second is below",
+             lambda t: _sub(t, max_per_second=1e-5)),
+    Case("limit-slot-garbage", _garbage_slot, "flows", later_flows=True),
+    Case("limit-counter-garbage", _garbage_counter, "flows", later_flows=True),
     Case("sub-kind-nobody-handles", _unhandled_kind, "dead",
          "no effect handler registered for kind 'page'", row_key="{t}/1/sub/{t}-page",
          later_flows=True, flag="names effect kind 'page', which no handler is registered for"),
@@ -391,7 +436,8 @@ CASES: list[Case] = [
 # the cases that also run on the wire server (each costs a fresh database there)
 LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-healthy",
         "sub-id-differs-from-sub-id", "row-reclaim-attempts-string", "row-state-weird",
-        "cursor-seq-string", "tenant-id-with-slash"}
+        "cursor-seq-string", "tenant-id-with-slash", "limit-slot-garbage",
+        "limit-counter-garbage"}
 
 
 def _params() -> list[Any]:

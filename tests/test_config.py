@@ -44,6 +44,19 @@ def test_toml_file_and_env_override(tmp_path: Path) -> None:
         ("", {"BOARD_OUTBOX_TAIL__BATCH_SIZE": "lots"}, "tail.batch_size"),
         ("", {"BOARD_OUTBOX_NOPE": "1"}, "BOARD_OUTBOX_NOPE: not a setting"),
         ('projections = ["nope"]\n', {}, "unknown projection 'nope'"),
+        # F2: [limits]
+        ("[limits]\nbot_in_flight = -1\n", {}, "limits.bot_in_flight"),
+        ("[limits]\nbot_in_flight = true\n", {}, "limits.bot_in_flight"),
+        ("[limits]\nbot_in_flight = 5000\n", {}, "limits.bot_in_flight"),
+        ('[limits]\nbot_per_second = "fast"\n', {}, "limits.bot_per_second"),
+        ("[limits]\ntenant_per_second = 0.0001\n", {},
+         "limits.tenant_per_second: 0.0001 per second is below the slowest rate"),
+        ("[limits]\nwait_seconds = 0\n", {}, "limits.wait_seconds"),
+        ("[limits]\nburst = 3\n", {}, "limits.burst: unknown setting"),
+        ("", {"BOARD_OUTBOX_LIMITS__TENANT_IN_FLIGHT": "lots"}, "limits.tenant_in_flight"),
+        ('[launcher]\nkind = "http"\nurl = "http://r"\ntimeout_seconds = 30\n'
+         "[limits]\nslot_seconds = 10\n", {},
+         "limits.slot_seconds (10) must be >= launcher.timeout_seconds (30)"),
     ],
 )
 def test_bad_settings_name_the_setting(
@@ -55,6 +68,15 @@ def test_bad_settings_name_the_setting(
         load_config(f, env=env)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_limits_decode_from_toml_and_env(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("[limits]\nbot_in_flight = 2\nbot_per_second = 0.5\n")
+    cfg = load_config(f, env={"BOARD_OUTBOX_LIMITS__TENANT_IN_FLIGHT": "8"})
+    assert (cfg.limits.bot_in_flight, cfg.limits.bot_per_second) == (2, 0.5)
+    assert cfg.limits.tenant_in_flight == 8 and cfg.limits.configured
+    assert not load_config(env={}).limits.configured  # no limits unless asked for
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

@@ -18,16 +18,18 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.limits import bot_key
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.cli import main
+from board_outbox.surface.http.metrics import ServiceCollector, exposition
 from tests.support.live_mongo import LiveServer
 
 T = "t1"
 FIELDS = ["tenant_id", "cursor", "allocated_seq", "lag_events", "lag_seconds",
           "oldest_pending_age_seconds", "rows", "dead_letters", "stalled", "stalled_for_seconds",
           "problems", "effect_latency_p50_seconds", "effect_latency_p99_seconds",
-          "effect_latency_rows"]
+          "effect_latency_rows", "waiting_on_limit"]
 
 
 def factory_for(backend: MemoryBackend) -> Any:
@@ -81,6 +83,41 @@ def test_status_json_is_the_documented_stable_document(capsys: pytest.CaptureFix
 
     assert run(backend, "--json", "--tenant", "t2") == 0
     assert [t["tenant_id"] for t in json.loads(capsys.readouterr().out)["tenants"]] == ["t2"]
+
+
+async def _one_waiting(backend: MemoryBackend) -> Service:
+    """One launch row over its subscription's in-flight limit (the one slot held elsewhere):
+    deferred, pending, waiting (F2)."""
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b", max_in_flight=1))
+    await backend.board.put(Card(tenant_id=T, card_id="c"))
+    await backend.events.emit(T, "card.created", "c", at=time.time())
+    service = Service(backend.stores(), load_config(env={}, tail={"seed": "earliest"}),
+                      rng=random.Random(1))
+    await service.tail.drain_all()
+    now = time.time()
+    assert await backend.limits.acquire(bot_key(T, "b"), 1, "elsewhere", until=now + 600, now=now)
+    assert (await service.worker.tick_any([T])).deferred == 1
+    return service
+
+
+def test_status_shows_rows_waiting_on_a_limit(capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the table is wider than 140 with the count in it
+    backend = MemoryBackend()
+    service = anyio.run(_one_waiting, backend)
+    assert run(backend, "--json") == 0
+    [t1] = json.loads(capsys.readouterr().out)["tenants"]
+    assert t1["waiting_on_limit"] == 1 and t1["rows"]["pending"] == 1
+    assert run(backend) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if " t1 " in ln)
+    assert "pending 1 (1 limited)" in line
+    # /metrics: the per-tenant gauge and the deferral counter
+    anyio.run(service.refresh_status)
+    registry = service.metrics.prom.registry
+    registry.register(ServiceCollector(service))
+    text = exposition(registry, "text/plain")[1].decode()
+    assert f'board_outbox_rows_waiting_on_limit{{tenant_id="{T}"}} 1.0' in text
+    assert 'board_outbox_limited_total{kind="in_flight",scope="bot"} 1.0' in text
 
 
 def test_status_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -89,6 +89,31 @@ async def test_span_tree_links_execution_to_materialization() -> None:
     assert str(execs[1].attributes[telemetry.ATTR_OUTCOME]).startswith("launched")  # type: ignore[index]
 
 
+async def test_a_deferral_is_an_event_on_the_execute_span() -> None:
+    """F2: a launch over a limit ends its span with outcome ``deferred`` and one event naming
+    the limit and the wait; not an error."""
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    kit = memory_kit()
+    await kit.sub(Subscription(sub_id="s", tenant_id=T, bot="bot", max_per_second=1.0))
+    await kit.card(T, "c1")
+    await kit.emit(T, "card.created", "c1")
+    await kit.emit(T, "card.created", "c1")
+    await kit.tail(seed="earliest").drain_tenant(T)
+    worker = EffectWorker(outbox=kit.outbox, registry=build_registry(kit.stores, []),
+                          clock=kit.clock, rng=random.Random(1), tracer_provider=tp)
+    assert (await worker.tick_any()).deferred == 1
+    execs = [s for s in exporter.get_finished_spans() if s.name == telemetry.SPAN_EXECUTE]
+    (deferred,) = [s for s in execs if (s.attributes or {})[telemetry.ATTR_OUTCOME] == "deferred"]
+    assert deferred.status.status_code is not StatusCode.ERROR
+    (event,) = deferred.events
+    assert event.name == telemetry.EVENT_DEFERRED
+    attrs = dict(event.attributes or {})
+    assert "bot limit (per_second) of bot:t1/bot" in str(attrs[telemetry.ATTR_REASON])
+    assert 0 < float(attrs[telemetry.ATTR_WAIT]) <= 1.0  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 async def test_otlp_export_reaches_a_real_receiver(
     protocol: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path

@@ -44,6 +44,7 @@ __all__ = [
     "LabelStore",
     "LaunchRequest",
     "Launcher",
+    "LimitStore",
     "Member",
     "MembershipStore",
     "PushRecent",
@@ -398,8 +399,29 @@ class Stores:
     members: MembershipStore | None = None
     rm_versions: ReadModelVersionStore | None = None
     status: StatusStore | None = None
+    limits: LimitStore | None = None
 
 
+
+
+class LimitStore(Protocol):
+    """Concurrency and rate limits shared by every replica (F2). Each call is atomic on one
+    document, no transaction: a limit holds across processes, not per process."""
+
+    async def acquire(self, key: str, limit: int, holder: str, until: float, now: float) -> bool:
+        """Take one of ``limit`` in-flight slots of ``key`` for ``holder`` until ``until`` (a
+        slot whose ``until`` is at or before ``now`` is free again: its holder died). True
+        also when ``holder`` holds one already. False: all ``limit`` are held."""
+        ...
+
+    async def release(self, key: str, holder: str) -> None:
+        """Free the slot ``holder`` holds of ``key`` (none held: nothing happens)."""
+        ...
+
+    async def take(self, key: str, per_second: float, now: float) -> bool:
+        """Count one launch of ``key`` at ``now`` against ``per_second`` (``model/limits``
+        windows). False: the window is full, nothing counted."""
+        ...
 
 
 class StatusStore(Protocol):

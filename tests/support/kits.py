@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher
+from board_outbox.adapters.memory.status import MemoryStatusStore
 from board_outbox.engine.registry import HandlerRegistry
 from board_outbox.engine.tail import Tail, TailSettings
 from board_outbox.engine.worker import EffectWorker, WorkerSettings
@@ -22,8 +23,10 @@ from board_outbox.ports import (
     EffectOutbox,
     EventLog,
     LabelStore,
+    LimitStore,
     ReadModelStore,
     ReadModelVersionStore,
+    StatusStore,
     Stores,
     SubscriptionStore,
 )
@@ -69,6 +72,11 @@ class Kit:
     delete_raw_row: Callable[[str], Awaitable[None]] | None = None
     faults: FaultInjector = field(default_factory=FaultInjector)
     launcher: MemoryLauncher = field(default_factory=MemoryLauncher)
+    # F2: the limit store, and a way to plant a slot or counter document someone else wrote
+    limits: LimitStore | None = None
+    put_raw_limit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # the backend's StatusStore (not in ``stores``: tests of the per-tenant path stay on it)
+    status_store: StatusStore | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -79,13 +87,15 @@ class Kit:
         self.cards = FaultProxy(self.cards, "cards", f)  # type: ignore[assignment]
         self.labels = FaultProxy(self.labels, "labels", f)  # type: ignore[assignment]
         self.launcher.faults = f
+        if self.limits is not None:
+            self.limits = FaultProxy(self.limits, "limits", f)  # type: ignore[assignment]
 
     @property
     def stores(self) -> Stores:
         return Stores(
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.cards, labels=self.labels, launcher=self.launcher,
-            readmodels=self.readmodels, rm_versions=self.rm_versions,
+            readmodels=self.readmodels, rm_versions=self.rm_versions, limits=self.limits,
         )
 
     # --- building the pipeline ------------------------------------------------------------
@@ -168,11 +178,15 @@ def memory_kit() -> Kit:
     async def delete_row(key: str) -> None:
         assert b.outbox.delete_raw(key)
 
+    async def raw_limit(doc_id: str, doc: dict[str, Any]) -> None:
+        b.limits.put_raw(doc_id, doc)
+
     return Kit(
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
-        rm_versions=b.rm_versions, delete_raw_row=delete_row,
+        rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
+        put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox),
     )
 
 
@@ -190,6 +204,8 @@ def mongo_kit(db: Any, name: str) -> Kit:
         MongoSubscriptionStore,
     )
     from board_outbox.adapters.mongo.generations import MongoGenerationStore
+    from board_outbox.adapters.mongo.limits import LIMITS, MongoLimitStore
+    from board_outbox.adapters.mongo.status import MongoStatusStore
 
     board = MongoBoard(db)
     outbox = MongoEffectOutbox(db)
@@ -207,10 +223,14 @@ def mongo_kit(db: Any, name: str) -> Kit:
         res = await db["trigger_effects"].delete_one({"row_key": key})
         assert res.deleted_count == 1
 
+    async def raw_limit(doc_id: str, doc: dict[str, Any]) -> None:
+        await db[LIMITS].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
         readmodels=MongoReadModelStore(db), insert_raw_event=raw_event, insert_raw_row=raw_row,
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
-        delete_raw_row=delete_row,
+        delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
+        status_store=MongoStatusStore(db),
     )

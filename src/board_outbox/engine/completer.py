@@ -24,7 +24,7 @@ from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
 from board_outbox.model.clock import Clock, RandomSource
 from board_outbox.model.domain import EffectRow, ErrorEntry
-from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.model.errors import OverLimit, StoreError, StoreUnavailable
 from board_outbox.model.validation import OnceLog, cap
 from board_outbox.ports import Claim, EffectOutbox
 
@@ -233,6 +233,28 @@ class Completer:
             self.metrics.row_failed("malformed")
         log.warning("row parked as dead-letter: %s", msg, extra=ctx)
         return "failed"
+
+    # --- defer (F2) -----------------------------------------------------------------------------
+
+    async def defer(self, claim: Claim, row: EffectRow, over: OverLimit) -> Outcome:
+        """The launch is over a limit: pending again after ``over.wait_seconds``, attempts
+        unchanged, no error appended; the row's ``waiting`` names the limit."""
+        now = self.clock.now()
+        try:
+            marked = await self.outbox.apply_claimed(
+                claim.ref, claim.claim_id,
+                T.defer(now=now, not_before=now + over.wait_seconds, reason=cap(over.reason, 300)))
+        except StoreUnavailable as exc:  # stays claimed; it runs again after its lease
+            log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
+            return "unrecorded"
+        except StoreError as exc:  # R1
+            return await self.park_broken(claim.ref, claim.claim_id,
+                                          f"{over.reason}; then defer failed: {exc}", _ctx(row))
+        if not marked:
+            return "lease_lost"
+        if self.metrics is not None:
+            self.metrics.row_limited(over.scope, over.kind)
+        return "deferred"
 
     # --- release --------------------------------------------------------------------------------
 

@@ -8,7 +8,8 @@ from typing import Literal
 import msgspec
 
 # What became of one claimed row: the worker applies it to its tally (a ``TickResult`` field).
-Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded"]
+Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded",
+                  "deferred"]
 
 
 class TickResult(msgspec.Struct, kw_only=True):
@@ -20,6 +21,7 @@ class TickResult(msgspec.Struct, kw_only=True):
     lease_lost: int = 0
     released: int = 0
     unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
+    deferred: int = 0  # over a concurrency or rate limit (F2): pending again, attempts unchanged
 
     def count(self, outcome: Outcome) -> None:
         setattr(self, outcome, getattr(self, outcome) + 1)

@@ -33,6 +33,7 @@ from board_outbox.model.errors import (
     BrokenRow,
     EffectTimeout,
     LeaseLost,
+    OverLimit,
     PermanentEffectError,
     StoreError,
     StoreUnavailable,
@@ -433,6 +434,11 @@ class EffectWorker:
                 what = f"handler {row.kind!r} on row {row.row_key}"
                 with self.watch.step(what), deadline(self.settings.max_execution_seconds, what):
                     outcome = await handler.execute(row, ctx)
+            except OverLimit as exc:  # F2: not an attempt; the row waits its turn
+                span.set_attribute(telemetry.ATTR_OUTCOME, "deferred")
+                span.add_event(telemetry.EVENT_DEFERRED, {telemetry.ATTR_REASON: exc.reason,
+                                                          telemetry.ATTR_WAIT: exc.wait_seconds})
+                return await done.defer(claim, row, exc)
             except LeaseLost as exc:
                 span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
                 log.warning("lease lost, writing nothing: %s", exc, extra=_ctx(row))

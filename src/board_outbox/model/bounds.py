@@ -21,3 +21,8 @@ Pos = Annotated[float, msgspec.Meta(ge=MIN_SECONDS, le=MAX_SECONDS)]
 PosInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT)]
 Frac = Annotated[float, msgspec.Meta(ge=0, le=1)]
 AtLeastOne = Annotated[float, msgspec.Meta(ge=1, le=100)]
+# F2: launches in flight at once (0: no limit), and launches per second (0: no limit; a
+# positive rate below MIN_RATE is refused by ``model/limits.rate_problem``)
+MAX_SLOTS: Final = 1000
+InFlight = Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)]
+PerSecond = Annotated[float, msgspec.Meta(ge=0, le=MAX_COUNT)]

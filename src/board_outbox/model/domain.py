@@ -13,6 +13,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
+from board_outbox.model.bounds import InFlight, PerSecond
 from board_outbox.model.errors import InvalidId, MalformedDocument
 
 LAUNCH: Final = "launch"
@@ -104,7 +105,10 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     """What a tenant wants done when an event matches ``rule``: one row of effect ``kind`` per
     matching event (``launch``, the default, launches ``bot``; any other kind is run by the
     handler registered for it, which reads ``bot`` as it likes, e.g. a recipient). A subscription
-    stored before ``kind`` existed reads as a launch."""
+    stored before ``kind`` existed reads as a launch.
+
+    ``max_in_flight`` / ``max_per_second`` (F2) override the ``[limits]`` bot limits for the
+    launches of this subscription (0: no limit; None, or absent: the configured ones)."""
 
     sub_id: str
     tenant_id: str
@@ -113,6 +117,8 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     consume_labels: tuple[str, ...] = ()
     enabled: bool = True
     kind: str = LAUNCH
+    max_in_flight: InFlight | None = None
+    max_per_second: PerSecond | None = None
 
 
 def matches(sub: Subscription, ev: EventSnapshot) -> bool:
@@ -181,6 +187,8 @@ class EffectRow(msgspec.Struct, kw_only=True):
     updated_at: float = 0.0
     materialized_at: float = 0.0
     done_at: datetime | None = None
+    # F2: why the row waits (a limit it was over when last claimed); cleared by the next claim
+    waiting: str | None = None
 
 
 def launch_row_key(tenant_id: str, seq: int, sub_id: str) -> str:

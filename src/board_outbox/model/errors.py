@@ -124,6 +124,25 @@ class LaunchFailed(EffectError):
     """The launcher could not start the bot (retried)."""
 
 
+class OverLimit(BoardOutboxError):
+    """A launch would go over a concurrency or rate limit (F2). Not a failure: the row waits
+    ``wait_seconds`` and is claimed again, its attempts unchanged, no error recorded."""
+
+    def __init__(self, scope: str, kind: str, key: str, wait_seconds: float) -> None:
+        super().__init__(f"{scope} limit ({kind}) of {key}")
+        self.scope = scope  # bot | tenant
+        self.kind = kind  # in_flight | per_second
+        self.key = key
+        self.wait_seconds = wait_seconds
+
+    @property
+    def reason(self) -> str:
+        return str(self)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str, str, float]]:
+        return (type(self), (self.scope, self.kind, self.key, self.wait_seconds))
+
+
 class LeaseLost(BoardOutboxError):
     """A fenced write found another claim_id: this worker's lease was stolen. Stop, write nothing."""
 

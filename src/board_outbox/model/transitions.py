@@ -17,6 +17,7 @@ release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``
        ^                  |  \\--retry--> pending (attempts +1, error)
        |                  |  \\--park---> failed (error; attempts +1 unless the budget is spent)
        |                  \\--release--> pending (shutdown; attempts unchanged)
+       |                  \\--defer----> pending (over a limit, F2: attempts unchanged, no error)
        |   claimed, lease expired --reclaim--> claimed (attempts +1, lease_expired error)
        \\------------------------------- failed --replay--> pending (attempts 0, audit)
     claimed --extend_lease--> claimed (lease_until later: the worker's heartbeat, O4)
@@ -54,9 +55,11 @@ class Transition(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def claim(*, claim_id: str, now: float, lease_until: float) -> Transition:
-    """A due pending row: claimed under a fresh claim_id and lease."""
+    """A due pending row: claimed under a fresh claim_id and lease (what it waited on, if it
+    was deferred, is cleared)."""
     return Transition(name="claim", set={"state": CLAIMED, "claim_id": claim_id,
-                                         "lease_until": lease_until, "updated_at": now})
+                                         "lease_until": lease_until, "updated_at": now,
+                                         "waiting": None})
 
 
 def reclaim(*, claim_id: str, now: float, lease_until: float) -> Transition:
@@ -110,6 +113,14 @@ def release(*, now: float) -> Transition:
     """Give a claim back (graceful shutdown): pending again, attempts unchanged."""
     return Transition(name="release", set={"state": PENDING, "claim_id": None, "lease_until": None,
                                            "updated_at": now})
+
+
+def defer(*, now: float, not_before: float, reason: str) -> Transition:
+    """F2: the launch is over a concurrency or rate limit: pending again after ``not_before``,
+    attempts unchanged, no error appended; ``waiting`` says which limit (``status`` counts it)."""
+    return Transition(name="defer", set={"state": PENDING, "not_before": not_before,
+                                         "claim_id": None, "lease_until": None,
+                                         "updated_at": now, "waiting": reason})
 
 
 def replay(*, now: float, by: str) -> Transition:

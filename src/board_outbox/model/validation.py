@@ -28,6 +28,7 @@ from board_outbox.model.domain import (
     check_kind,
 )
 from board_outbox.model.errors import InvalidId
+from board_outbox.model.limits import rate_problem
 from board_outbox.model.records import DoneLatency, ReadModelVersions, RowIdentity
 
 MAX_ERROR_CHARS = 2000  # every logged or stored error text is capped at this
@@ -77,6 +78,8 @@ def subscription_problem(sub: Subscription) -> str | None:
                          ("rule.labels_all", sub.rule.labels_all)):
         if len(labels) > MAX_LABELS:
             return f"{name} has {len(labels)} entries (at most {MAX_LABELS})"
+    if sub.max_per_second is not None and (problem := rate_problem(sub.max_per_second)):
+        return f"max_per_second: {problem}"
     return None
 
 
@@ -258,6 +261,16 @@ BAD_DOCUMENTS = BadDocuments(logging.getLogger("board_outbox.documents"))
 def finite(value: object) -> float | None:
     """``value`` as a float when it is a finite number (int or float, not bool), else None."""
     return float(value) if _num(value) else None
+
+
+def slot_is_free(doc: Mapping[str, Any], holder: str, now: float) -> bool:
+    """F2: may ``holder`` take this in-flight slot document? Yes when it is unheld, held by
+    ``holder`` already, expired (``until <= now``: its holder died), or malformed (an ``until``
+    that is not a finite number is taken over, never held forever)."""
+    if doc.get("holder") is None or doc.get("holder") == holder:
+        return True
+    until = finite(doc.get("until"))
+    return until is None or until <= now
 
 
 def number_problem(name: str, value: object) -> str | None:

@@ -13,11 +13,13 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from board_outbox.engine.audit import AuditSettings
+from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings
 from board_outbox.engine.tail import TailSettings
 from board_outbox.engine.worker import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
+from board_outbox.model.limits import rate_problem
 from board_outbox.model.validation import LEASE_HORIZON_SECONDS
 
 
@@ -78,6 +80,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     membership: MembershipSettings = MembershipSettings()
     ui: UiConfig = UiConfig()
     audit: AuditSettings = AuditSettings()
+    limits: LimitSettings = LimitSettings()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -142,6 +145,7 @@ def validate(cfg: Config) -> Config:
                           "console's actions); leave it empty for a read-only console")
     if cfg.ui.jaeger_url and not cfg.ui.jaeger_url.startswith(("http://", "https://")):
         raise ConfigError("ui.jaeger_url: an http(s):// URL (the Jaeger UI, e.g. http://jaeger:16686)")
+    _validate_limits(cfg)
     from board_outbox.service.plugins import resolve_handlers, resolve_projections  # imports user code: P1
 
     resolve_projections(cfg.projections)
@@ -149,10 +153,23 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+def _validate_limits(cfg: Config) -> None:
+    lim = cfg.limits
+    for name in ("bot_per_second", "tenant_per_second"):
+        problem = rate_problem(getattr(lim, name))
+        if problem is not None:
+            raise ConfigError(f"limits.{name}: {problem}")
+    if cfg.launcher.kind == "http" and lim.slot_seconds < cfg.launcher.timeout_seconds:
+        raise ConfigError(
+            f"limits.slot_seconds ({lim.slot_seconds:g}) must be >= launcher.timeout_seconds "
+            f"({cfg.launcher.timeout_seconds:g}): a slot's lease must outlast the launch it "
+            "holds, or another launch starts beside it")
+
+
 _SECTION_TYPES: dict[str, type] = {
     "store": StoreConfig, "tail": TailSettings, "worker": WorkerSettings,
     "service": ServiceConfig, "launcher": LauncherConfig, "membership": MembershipSettings,
-    "ui": UiConfig, "audit": AuditSettings,
+    "ui": UiConfig, "audit": AuditSettings, "limits": LimitSettings,
 }
 ENV_PREFIX = "BOARD_OUTBOX_"
 _SECTIONS = {*_SECTION_TYPES, "handlers"}

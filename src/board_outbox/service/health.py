@@ -46,6 +46,8 @@ class TenantStatus(msgspec.Struct, kw_only=True):
     effect_latency_p50_seconds: float | None = None
     effect_latency_p99_seconds: float | None = None
     effect_latency_rows: int = 0
+    # F2: pending rows waiting on a concurrency or rate limit (deferred, attempts unchanged)
+    waiting_on_limit: int = 0
 
 
 async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantStatus:
@@ -112,7 +114,8 @@ async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]
             tenant_id=t, cursor=cursor, allocated_seq=head, lag_events=max(0, head - cursor),
             lag_seconds=max(0.0, now - at) if at is not None and at > 0 else 0.0,
             oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
-            rows=rows, dead_letters=rows.get(FAILED, 0), problems=problems)
+            rows=rows, dead_letters=rows.get(FAILED, 0), problems=problems,
+            waiting_on_limit=s.waiting if s is not None else 0)
     return out
 
 

@@ -19,6 +19,7 @@ from board_outbox.engine.audit import Auditor, BackgroundAudit
 from board_outbox.engine.generations import versioned
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.handlers.contract import Projection
+from board_outbox.engine.limits import LaunchGate, LimitSettings
 from board_outbox.engine.membership import Ownership, new_member_id
 from board_outbox.engine.outcomes import TickResult
 from board_outbox.engine.registry import HandlerRegistry
@@ -27,7 +28,7 @@ from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import EffectRow
-from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
+from board_outbox.model.errors import ChangeStreamLost, ConfigError, StoreUnavailable
 from board_outbox.model.records import Change
 from board_outbox.model.validation import OnceLog, cap
 from board_outbox.ports import Stores
@@ -67,12 +68,18 @@ class Stats:
 
 
 def build_registry(
-    stores: Stores, projections: list[str], handlers: Mapping[str, str] | None = None
+    stores: Stores, projections: list[str], handlers: Mapping[str, str] | None = None,
+    limits: LimitSettings | None = None,
 ) -> HandlerRegistry:
     """The built-in handlers, the named projections and the user effect kinds (``[handlers]``
-    and the ``board_outbox.handlers`` entry points; see ``plugins``)."""
+    and the ``board_outbox.handlers`` entry points; see ``plugins``). Launches keep to
+    ``limits`` and to their subscriptions' own limits (F2) on a backend with a limit store."""
     registry = HandlerRegistry()
-    registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels, stores.launcher))
+    if limits is not None and limits.configured and stores.limits is None:
+        raise ConfigError("limits: this backend keeps no limit store")
+    gate = None if stores.limits is None else LaunchGate(stores.limits, limits or LimitSettings())
+    registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels,
+                                              stores.launcher, gate))
     register_projections(registry, stores.readmodels, projections)
     for kind, handler in build_handlers(handlers or {}, stores).items():
         registry.register(kind, handler)
@@ -102,7 +109,8 @@ class Service:
         self.clock = clock or SystemClock()
         # projection rows write the building generation too while a shadow rebuild runs (B3)
         self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
-        self.registry = registry or build_registry(stores, config.projections, config.handlers)
+        self.registry = registry or build_registry(stores, config.projections, config.handlers,
+                                                   config.limits)
         self.tail = Tail(
             events=stores.events,
             cursors=stores.cursors,

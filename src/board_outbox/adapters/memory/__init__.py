@@ -14,6 +14,7 @@ from board_outbox.adapters.memory.cursors import MemoryCursorStore
 from board_outbox.adapters.memory.events import MemoryEventLog
 from board_outbox.adapters.memory.generations import MemoryGenerationStore
 from board_outbox.adapters.memory.launcher import MemoryLauncher
+from board_outbox.adapters.memory.limits import MemoryLimitStore
 from board_outbox.adapters.memory.membership import MemoryMembershipStore
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
@@ -31,6 +32,7 @@ __all__ = [
     "MemoryEffectOutbox",
     "MemoryEventLog",
     "MemoryLauncher",
+    "MemoryLimitStore",
     "MemoryMembershipStore",
     "MemoryReadModelStore",
     "MemoryResumeTokenStore",
@@ -57,6 +59,7 @@ class MemoryBackend:
         self.readmodels = MemoryReadModelStore()
         self.members = MemoryMembershipStore()
         self.rm_versions = MemoryGenerationStore()
+        self.limits = MemoryLimitStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
@@ -65,7 +68,7 @@ class MemoryBackend:
             cards=self.board, labels=self.board, launcher=launcher or self.launcher,
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
-            status=MemoryStatusStore(self.events, self.outbox),
+            status=MemoryStatusStore(self.events, self.outbox), limits=self.limits,
         )
 
 

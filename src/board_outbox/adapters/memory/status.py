@@ -9,7 +9,7 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.adapters.memory.events import MemoryEventLog
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
-from board_outbox.model.domain import LIVE_STATES
+from board_outbox.model.domain import LIVE_STATES, PENDING
 from board_outbox.model.validation import finite
 from board_outbox.ports import RowSummary
 
@@ -27,6 +27,8 @@ class MemoryStatusStore:
                 continue
             summary = out.setdefault(tenant, RowSummary(rows={}))
             summary.rows[state] = summary.rows.get(state, 0) + 1
+            if state == PENDING and doc.get("waiting"):
+                summary.waiting += 1  # F2: deferred over a limit
             created = finite(doc.get("created_at"))
             if state in LIVE_STATES and created is not None:
                 prev = summary.oldest_live_created_at

@@ -10,6 +10,7 @@ from board_outbox.adapters.mongo.changefeed import MongoChangeFeed
 from board_outbox.adapters.mongo.client import make_client, mongo_stores, open_stores
 from board_outbox.adapters.mongo.cursors import MongoCursorStore
 from board_outbox.adapters.mongo.events import MongoEventLog
+from board_outbox.adapters.mongo.limits import MongoLimitStore
 from board_outbox.adapters.mongo.membership import MongoMembershipStore
 from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
@@ -23,6 +24,7 @@ __all__ = [
     "MongoCursorStore",
     "MongoEffectOutbox",
     "MongoEventLog",
+    "MongoLimitStore",
     "MongoMembershipStore",
     "MongoReadModelStore",
     "MongoResumeTokenStore",

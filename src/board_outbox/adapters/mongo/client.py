@@ -15,6 +15,7 @@ from board_outbox.adapters.mongo.changefeed import MongoChangeFeed
 from board_outbox.adapters.mongo.cursors import MongoCursorStore
 from board_outbox.adapters.mongo.events import MongoEventLog
 from board_outbox.adapters.mongo.generations import MongoGenerationStore
+from board_outbox.adapters.mongo.limits import MongoLimitStore
 from board_outbox.adapters.mongo.membership import MongoMembershipStore
 from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
@@ -91,6 +92,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         members=MongoMembershipStore(db),
         rm_versions=MongoGenerationStore(db),
         status=MongoStatusStore(db),
+        limits=MongoLimitStore(db),
     )
 
 

@@ -9,6 +9,7 @@ from pymongo.errors import OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import EVENTS
+from board_outbox.adapters.mongo.limits import LIMITS
 from board_outbox.adapters.mongo.membership import MEMBERS
 from board_outbox.adapters.mongo.outbox import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
@@ -41,6 +42,9 @@ INDEXES: dict[str, list[IndexModel]] = {
                    unique=True),
     ],
     MEMBERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
+    # F2: a key's slots are released by key and holder; slots and counters expire (TTL)
+    LIMITS: [IndexModel([("key", ASCENDING), ("holder", ASCENDING)], name="key_holder"),
+             IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     READ_MODELS: [IndexModel([("model", ASCENDING), ("tenant_id", ASCENDING), ("key", ASCENDING)],
                              name="model_tenant_key")],

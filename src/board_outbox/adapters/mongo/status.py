@@ -10,7 +10,7 @@ from typing import Any
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import EVENTS
 from board_outbox.adapters.mongo.outbox import EFFECTS
-from board_outbox.model.domain import LIVE_STATES
+from board_outbox.model.domain import LIVE_STATES, PENDING
 from board_outbox.model.validation import finite
 from board_outbox.ports import RowSummary
 
@@ -29,7 +29,9 @@ class MongoStatusStore:
     async def row_summary(self) -> dict[str, RowSummary]:
         cursor = await self.effects.aggregate([
             {"$group": {"_id": {"t": "$tenant_id", "s": "$state"}, "n": {"$sum": 1},
-                        "oldest": {"$min": "$created_at"}}},
+                        "oldest": {"$min": "$created_at"},
+                        # F2: rows that carry a reason they wait on a limit
+                        "waiting": {"$sum": {"$cond": [{"$ifNull": ["$waiting", False]}, 1, 0]}}}},
         ])
         out: dict[str, RowSummary] = {}
         for d in await cursor.to_list(None):
@@ -38,6 +40,8 @@ class MongoStatusStore:
                 continue  # a row with a non-string tenant: the stuck-row sweep parks it
             summary = out.setdefault(tenant, RowSummary(rows={}))
             summary.rows[str(state)] = summary.rows.get(str(state), 0) + int(d["n"])
+            if state == PENDING:
+                summary.waiting += int(d.get("waiting") or 0)
             oldest = finite(d.get("oldest"))
             if state in LIVE_STATES and oldest is not None:
                 prev = summary.oldest_live_created_at

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 
 from board_outbox.engine.handlers.contract import ExecutionContext
+from board_outbox.engine.limits import LaunchGate
 from board_outbox.model.domain import EffectRow, Subscription, matches
 from board_outbox.model.errors import (
     CardNotFound,
@@ -21,13 +23,17 @@ log = logging.getLogger("board_outbox.launch")
 
 
 class LaunchHandler:
+    """``gate`` (F2): the concurrency and rate limits a launch must be within; None: none."""
+
     def __init__(
-        self, subs: SubscriptionStore, cards: CardStore, labels: LabelStore, launcher: Launcher
+        self, subs: SubscriptionStore, cards: CardStore, labels: LabelStore, launcher: Launcher,
+        gate: LaunchGate | None = None,
     ) -> None:
         self.subs = subs
         self.cards = cards
         self.labels = labels
         self.launcher = launcher
+        self.gate = gate
 
     async def prepare(self, rows: Sequence[EffectRow]) -> dict[str, Subscription]:
         """One read of every subscription a claimed batch names (S3): the worker hands it to
@@ -59,19 +65,28 @@ class LaunchHandler:
             # Re-verify against the CURRENT rule (M10b). A consume_marked row already spent its
             # labels for this launch: it launches whatever the rule says now.
             return "dropped: no longer matches"
-        if sub.consume_labels and not row.consume_marked:
-            try:
-                spent = await self.labels.consume(
-                    row.tenant_id, row.event.card_id, sub.consume_labels, by=row.row_key
-                )
-            except CardNotFound:
-                return "dropped: card deleted"
-            if spent == "absent":
-                return "skipped: labels already consumed"
-            # "consumed" now, or "already" by this very row on an earlier attempt that died
-            # before persisting consume_marked: either way the launch is owed.
-            await self._persist_consumed(row, ctx)
-        return await self._launch(row, sub.bot, sub.sub_id)
+        # F2: within the limits before anything is spent (OverLimit: the worker defers the row)
+        async with self._within_limits(row, sub, ctx):
+            if sub.consume_labels and not row.consume_marked:
+                try:
+                    spent = await self.labels.consume(
+                        row.tenant_id, row.event.card_id, sub.consume_labels, by=row.row_key
+                    )
+                except CardNotFound:
+                    return "dropped: card deleted"
+                if spent == "absent":
+                    return "skipped: labels already consumed"
+                # "consumed" now, or "already" by this very row on an earlier attempt that died
+                # before persisting consume_marked: either way the launch is owed.
+                await self._persist_consumed(row, ctx)
+            return await self._launch(row, sub.bot, sub.sub_id)
+
+    def _within_limits(
+        self, row: EffectRow, sub: Subscription, ctx: ExecutionContext[dict[str, Subscription]]
+    ) -> AbstractAsyncContextManager[None]:
+        if self.gate is None:
+            return nullcontext()
+        return self.gate.hold(row, sub, f"{row.row_key}:{ctx.claim.claim_id}", ctx.clock)
 
     async def _persist_consumed(self, row: EffectRow, ctx: ExecutionContext[dict[str, Subscription]]) -> None:
         """M6: persist consume_marked between the consume and the launch. A lost lease stops

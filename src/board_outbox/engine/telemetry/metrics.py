@@ -7,6 +7,8 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.attempts`` (histogram): attempts a row needed to finish;
 - ``board_outbox.dead_letters`` (counter): rows parked as failed;
 - ``board_outbox.wakes`` (counter, source=stream|poll): what woke the tail;
+- ``board_outbox.limited`` (counter, scope=bot|tenant, kind=in_flight|per_second): launches
+  deferred because they were over a limit (F2);
 - ``board_outbox.stream.events`` (counter): inserts this replica's change stream delivered,
   counted before any filtering in the process (S5: summed over replicas, about one per event);
 - ``board_outbox.projection.lag`` (gauge, per tenant and projection): materialized seq (the
@@ -65,6 +67,9 @@ class Metrics:
                                      description="rows parked as failed")
         self.wakes = m.create_counter("board_outbox.wakes", unit="{wake}",
                                       description="tail wakes by source")
+        self.limited = m.create_counter(
+            "board_outbox.limited", unit="{row}",
+            description="launches deferred over a concurrency or rate limit")
         self.stream_events = m.create_counter(
             "board_outbox.stream.events", unit="{event}",
             description="inserts the change stream delivered, before any filtering")
@@ -163,6 +168,11 @@ class Metrics:
         b = self._bound(kind)
         self.dead.add(1, b.attrs)
         b.dead.inc()
+
+    def row_limited(self, scope: str, kind: str) -> None:
+        """A launch was deferred over a limit (F2)."""
+        self.limited.add(1, {"scope": scope, "kind": kind})
+        self.prom.limited.labels(scope, kind).inc()
 
     def stream_event(self) -> None:
         self.stream_events.add(1)

@@ -29,6 +29,9 @@ class PrometheusMirror:
                             ["kind"], registry=self.registry)
         self.wakes = Counter("board_outbox_wakes", "tail wakes by source", ["source"],
                              registry=self.registry)
+        self.limited = Counter(
+            "board_outbox_limited", "launches this replica deferred over a concurrency or rate "
+            "limit (F2)", ["scope", "kind"], registry=self.registry)
         self.stream_events = Counter(
             "board_outbox_stream_events", "inserts the change stream delivered, before any "
             "filtering in the process", registry=self.registry)

@@ -24,6 +24,10 @@ ATTR_SEQ_LAST = "board_outbox.seq_last"
 
 # the materialize span's one event per batch: rows written, and the seqs they cover
 EVENT_ROWS = "rows"
+# F2: the execute span's event when the launch was over a limit (the row waits, not failed)
+EVENT_DEFERRED = "deferred"
+ATTR_REASON = "board_outbox.reason"
+ATTR_WAIT = "board_outbox.wait_seconds"
 
 
 def trace_context(span: trace.Span) -> str | None:

@@ -53,6 +53,9 @@ class ServiceCollector(Collector):
                           if s.oldest_pending_age_seconds is not None])
         yield per_tenant("board_outbox_dead_letter_rows", "rows parked as failed now, per tenant", "",
                          [(s.tenant_id, s.dead_letters) for s in status])
+        yield per_tenant("board_outbox_rows_waiting_on_limit",
+                         "pending rows deferred over a concurrency or rate limit (F2), per tenant",
+                         "", [(s.tenant_id, s.waiting_on_limit) for s in status])
         yield per_tenant("board_outbox_tenant_stalled",
                          "1 while the tenant is behind and its cursor has not moved for "
                          "tail.stall_seconds", "", [(s.tenant_id, int(s.stalled)) for s in status])

@@ -84,6 +84,8 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for st in rows:
         by_state = ", ".join(f"{k} {v}" for k, v in st.rows.items()) or "-"
+        if st.waiting_on_limit:  # F2: pending rows deferred over a limit
+            by_state += f" ({st.waiting_on_limit} limited)"
         table.add_row(st.tenant_id, str(st.cursor), str(st.allocated_seq), str(st.lag_events),
                       age(st.lag_seconds if st.lag_events else None),
                       age(st.oldest_pending_age_seconds), by_state,

@@ -1,0 +1,48 @@
+"""The in-memory ``LimitStore`` (F2): slot and counter documents in a dict, shaped as the Mongo
+adapter stores them, so a test can plant a malformed one (``put_raw``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyio.lowlevel import checkpoint
+
+from board_outbox.model.limits import rate_slot, slot_id
+from board_outbox.model.validation import slot_is_free
+
+
+class MemoryLimitStore:
+    def __init__(self) -> None:
+        self._docs: dict[str, dict[str, Any]] = {}
+
+    def put_raw(self, doc_id: str, doc: dict[str, Any]) -> None:
+        self._docs[doc_id] = dict(doc)
+
+    def raw(self, doc_id: str) -> dict[str, Any] | None:
+        return self._docs.get(doc_id)
+
+    async def acquire(self, key: str, limit: int, holder: str, until: float, now: float) -> bool:
+        await checkpoint()
+        for k in range(limit):
+            sid = slot_id(key, k)
+            doc = self._docs.get(sid)
+            if doc is None or slot_is_free(doc, holder, now):
+                self._docs[sid] = {"key": key, "holder": holder, "until": until}
+                return True
+        return False
+
+    async def release(self, key: str, holder: str) -> None:
+        await checkpoint()
+        for doc in self._docs.values():
+            if doc.get("key") == key and doc.get("holder") == holder:
+                doc["holder"] = None
+
+    async def take(self, key: str, per_second: float, now: float) -> bool:
+        await checkpoint()
+        cid, allowed, _end = rate_slot(key, per_second, now)
+        doc = self._docs.setdefault(cid, {"n": 0})
+        n = doc.get("n")
+        if not isinstance(n, int) or isinstance(n, bool) or n >= allowed:
+            return False  # full (or a counter that is not a count: its window stays shut)
+        doc["n"] = n + 1
+        return True

@@ -1,0 +1,80 @@
+"""``board_outbox_limits`` on MongoDB (F2): concurrency slots and rate counters shared by every
+replica, each call atomic on one document (no transaction).
+
+- In flight: ``limit`` slot documents ``{_id: "<key>#<k>", key, holder, until}``. One read finds
+  the slots worth trying; each is taken by an ``update_one`` filtered on "free" (no holder, ours,
+  expired, or an ``until`` that is not a number) with ``upsert``: a missing slot is inserted, and a
+  DuplicateKeyError means another holder has it (try the next).
+- Per second: one counter ``{_id: "<key>@<window>:<start>", n}`` per window, ``$inc``-ed only
+  while ``n`` is below the window's allowance; the upsert's DuplicateKeyError means the window is
+  full (one retry: two first launches of a window may race on the insert).
+
+Every document carries ``expire_at`` (a date) for the TTL index (``schema.py``): the collection
+holds the slots in use and the last minutes' counters, never more.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo import ReturnDocument
+from pymongo.errors import DuplicateKeyError
+
+from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.limits import EXPIRY_MARGIN_SECONDS, rate_slot, slot_id
+from board_outbox.model.validation import slot_is_free
+
+LIMITS = "board_outbox_limits"
+
+
+def _expire_at(t: float) -> datetime:
+    return datetime.fromtimestamp(t + EXPIRY_MARGIN_SECONDS, UTC)
+
+
+def _free(holder: str, now: float) -> dict[str, Any]:
+    return {"$or": [{"holder": None}, {"holder": holder}, {"until": {"$lte": now}},
+                    {"until": {"$not": {"$type": "number"}}}]}
+
+
+class MongoLimitStore:
+    def __init__(self, db: Any) -> None:
+        self.coll = db[LIMITS]
+
+    @translated
+    async def acquire(self, key: str, limit: int, holder: str, until: float, now: float) -> bool:
+        ids = [slot_id(key, k) for k in range(limit)]
+        held = {d["_id"] for d in await self.coll.find(
+            {"_id": {"$in": ids}}, {"holder": 1, "until": 1}).to_list(None)
+            if not slot_is_free(d, holder, now)}
+        for sid in ids:
+            if sid in held:
+                continue
+            try:
+                await self.coll.update_one(
+                    {"_id": sid, **_free(holder, now)},
+                    {"$set": {"key": key, "holder": holder, "until": until,
+                              "expire_at": _expire_at(until)}},
+                    upsert=True)
+            except DuplicateKeyError:
+                continue  # taken since the read
+            return True
+        return False
+
+    @translated
+    async def release(self, key: str, holder: str) -> None:
+        await self.coll.update_many({"key": key, "holder": holder}, {"$set": {"holder": None}})
+
+    @translated
+    async def take(self, key: str, per_second: float, now: float) -> bool:
+        cid, allowed, end = rate_slot(key, per_second, now)
+        for _ in range(2):
+            try:
+                await self.coll.find_one_and_update(
+                    {"_id": cid, "n": {"$lt": allowed}},
+                    {"$inc": {"n": 1}, "$setOnInsert": {"expire_at": _expire_at(end)}},
+                    upsert=True, return_document=ReturnDocument.AFTER)
+            except DuplicateKeyError:
+                continue  # full, or a racing first launch inserted it: look once more
+            return True
+        return False
