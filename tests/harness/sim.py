@@ -436,6 +436,7 @@ class Simulation:
         self.token_writes: dict[int, Any] = {}  # the last token each replica saved
         self.token_saved_at: dict[int, float] = {}
         self.save_faulted: set[int] = set()  # its last token save was refused (a fault)
+        self.launch_open: dict[int, str] = {}  # replica -> the row it launched, not yet marked
         self.split: dict[int, list[str]] = {}  # replica -> the split view it adopts next
         self.called_at: dict[int, float] = {}  # clock time of each replica's current store call
         self.called_view: dict[int, tuple[str, ...]] = {}  # its membership view at that time
@@ -456,6 +457,8 @@ class Simulation:
         # (a grouped done mark, apply_claimed_many, carries projection rows only: no launch window)
         if (point, when) in (("launcher.launch", "after"), (DONE_MARK, "before")):
             self.window2.add(row)
+        elif rid in self.launch_open:  # launched, not marked: any crash between is the window
+            self.window2.add(self.launch_open[rid])
 
     def note_transient(self, rid: int, point: str) -> None:
         if point == "tokens.save":
@@ -531,6 +534,7 @@ class Simulation:
             self.consumed[(args[0], args[1])] += 1
         if point == "launcher.launch":
             req = args[0]
+            self.launch_open[rid] = req.row_key
             row_tenant = req.row_key.split("/", 1)[0]
             sub = self.sub_read.get(rid)
             if sub is None or sub.sub_id != req.sub_id:
@@ -549,6 +553,10 @@ class Simulation:
             row = self.current_row.get(rid)
             if row is not None:
                 self.window1_lease.add(row)  # consumed, then the lease was gone before the mark
+        if point in MARKS:
+            self.launch_open.pop(rid, None)
+        if point == "outbox.apply_claimed[defer]" and result:
+            self.report.covered["rows deferred by a limit"] += 1
         if point == DONE_MARK and result is False:
             row = self.current_row.get(rid)
             if row is not None and any(r.row_key == row for r in self.launcher.launches):
@@ -627,7 +635,8 @@ class Simulation:
                       labels=w(b.labels, "labels"), launcher=w(self.launcher, "launcher"),
                       readmodels=w(b.readmodels, "readmodel"), tokens=w(self.tokens, "tokens"),
                       members=self.members,
-                      rm_versions=None if b.rm_versions is None else w(b.rm_versions, "generations"))
+                      rm_versions=None if b.rm_versions is None else w(b.rm_versions, "generations"),
+                      limits=None if b.limits is None else w(b.limits, "limits"))
 
     def _service(self, rid: int) -> Service:
         """One replica: the service ``run`` builds (config, composition root, the loops' passes),
@@ -641,7 +650,9 @@ class Simulation:
                     # the real-time heartbeat is off: pass_time beats
                     "heartbeat_fraction": 0, "max_execution_seconds": MAX_EXECUTION,
                     "steal_after_seconds": STEAL_AFTER, "reclaim_every_seconds": RECLAIM_EVERY},
-            membership={"enabled": self.membership})
+            membership={"enabled": self.membership},
+            # F2: one launch in flight per bot of a tenant: replicas launching at once defer rows
+            limits={"bot_in_flight": 1, "wait_seconds": 0.5, "slot_seconds": 2 * LEASE})
         service = Service(self._stores(rid), config, clock=self.clock, rng=random.Random(rid),
                           member_id=f"r{rid}.{self.step}")
         service.resume.now = self.clock.now  # the token throttle runs on the simulation's clock
@@ -701,6 +712,7 @@ class Simulation:
                 except Crash:
                     self.log(f"replica {rid} crashed and restarts")
                     self.current_row.pop(rid, None)
+                    self.launch_open.pop(rid, None)
         finally:
             self.turns.running -= 1
 

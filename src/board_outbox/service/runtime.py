@@ -343,7 +343,8 @@ class Service:
                 if res is None:
                     await anyio.sleep(min(idle * 4, 1.0))
                     res = TickResult()
-                ran = res.done + res.retried + res.failed + res.unrecorded
+                # a deferred row (over a limit, F2) is due again after wait_seconds: no backoff
+                ran = res.done + res.retried + res.failed + res.unrecorded + res.deferred
                 if (res.claimed == 0 or ran == 0) and not self.stopping:
                     # idle, or every claimed row was lost or expired (a slow store): pause
                     # an idle worker backs off to 4x idle_seconds (our own tail wakes it at once)
