@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from board_outbox.engine.worker import HANDOFF_BATCHES, EffectWorker
+from board_outbox.engine.worker import HANDOFF_BATCHES, PICK_IDLES, EffectWorker
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import (
     EffectRow,
@@ -151,19 +151,22 @@ async def test_worker_claims_handed_rows_without_a_pick(kit: Kit) -> None:
     assert (res.claimed, res.done, spy.picks) == (3, 3, 1)
     assert sorted(r.seq for r in kit.launcher.launches) == [1, 2, 3]
     assert {r.state for r in await kit.rows(T)} == {"done"}
-    kit.clock.advance(1.0)
+    kit.clock.advance(PICK_IDLES * 1.0 - 0.01)
+    assert (await worker.tick_any()).claimed == 0 and spy.picks == 1
+    kit.clock.advance(0.01)
     assert (await worker.tick_any()).claimed == 0 and spy.picks == 2  # the pick's schedule
 
 
 async def test_rows_not_handed_are_picked_on_the_pick_schedule(kit: Kit) -> None:
     """Another replica's tail wrote the rows (no hand-off here): this worker, fed by its own
-    tail, still finds them with its pick, at the latest ``idle_seconds`` after its last one."""
+    tail, still finds them with its pick, at the latest ``PICK_IDLES * idle_seconds`` after its
+    last one."""
     worker = kit.worker(batch_size=8, idle_seconds=1.0)
     worker.hand_off([])
     await worker.tick_any()
     await materialize(kit, 2)  # not handed to this worker
     assert (await worker.tick_any()).claimed == 0
-    kit.clock.advance(1.0)
+    kit.clock.advance(PICK_IDLES * 1.0)
     assert (await worker.tick_any()).done == 2
 
 
@@ -190,7 +193,7 @@ async def test_hand_off_does_not_starve_other_tenants(kit: Kit) -> None:
     done_t2 = [r for r in await kit.rows("t2") if r.state == "done"]
     assert len(done_t2) >= 1, "the other tenant's rows waited behind the hand-off"
     for _ in range(10):
-        kit.clock.advance(1.0)
+        kit.clock.advance(PICK_IDLES * 1.0)
         await worker.tick_any()
     assert {r.state for r in await kit.rows()} == {"done"}
     assert len(kit.launcher.launches) == 14
@@ -203,6 +206,6 @@ async def test_hand_off_is_bounded(kit: Kit) -> None:
     assert worker.handed == 2 * HANDOFF_BATCHES
     for _ in range(10):
         await worker.tick_any()
-        kit.clock.advance(1.0)
+        kit.clock.advance(PICK_IDLES * 1.0)
     assert {r.state for r in await kit.rows()} == {"done"}
     assert sorted(r.seq for r in kit.launcher.launches) == list(range(1, 13))

@@ -57,6 +57,9 @@ MIN_CLAIM = 4
 # the hand-off holds at most this many claims' worth of rows (batch_size each); older ones are
 # dropped, and the pick finds them
 HANDOFF_BATCHES = 4
+# a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
+# as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
+PICK_IDLES = 4
 
 
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -195,8 +198,8 @@ class EffectWorker:
         """Whether this tick runs the due-row pick. Without a hand-off, every tick. With one,
         the rows our own tail inserts come by hand, and the pick is only for the rest (retries
         whose backoff ended, another owner's rows past ``steal_after_seconds``, released rows):
-        it runs at most every ``idle_seconds`` -- an idle worker polls no faster anyway -- and
-        on every tick while the last pick came back full (a backlog)."""
+        it runs every ``PICK_IDLES * idle_seconds`` -- as often as an idle worker polls at its
+        slowest -- and on every tick while the last pick came back full (a backlog)."""
         return not self._handing or self._pick_full or now >= self._next_pick
 
     def _take_handed(self, room: int, tenants: Collection[str] | None) -> list[FreshRow]:
@@ -217,7 +220,7 @@ class EffectWorker:
 
         Rows handed over by our tail (``hand_off``) are claimed first, by ref. F1: they are our
         owned tenants' fresh rows; when the pick runs they take at most half the claim, the
-        other half is the fair pick's (other tenants' due rows wait one tick at most)."""
+        other half is the fair pick's (other tenants' due rows wait for the next pick at most)."""
         s = self.settings
         total = await self.sweep()
         now = self.clock.now()
@@ -242,7 +245,8 @@ class EffectWorker:
                         tenants=tenants,
                     )
                     claims += picked
-                    self._next_pick, self._pick_full = now + s.idle_seconds, len(picked) >= want
+                    self._pick_full = len(picked) >= want
+                    self._next_pick = now + PICK_IDLES * s.idle_seconds
                 break
             except BrokenRow as exc:  # R1: park that one row, then claim again
                 total.count(await self.completer.park_broken(
