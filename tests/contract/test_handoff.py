@@ -20,7 +20,9 @@ from board_outbox.model.domain import (
     Subscription,
     new_launch_row,
 )
+from board_outbox.model.errors import StoreUnavailable
 from board_outbox.ports import EffectOutbox, FreshRow
+from tests.support.faults import Crash
 from tests.support.kits import Kit, claim
 
 pytestmark = pytest.mark.anyio
@@ -209,3 +211,38 @@ async def test_hand_off_is_bounded(kit: Kit) -> None:
         kit.clock.advance(PICK_IDLES * 1.0)
     assert {r.state for r in await kit.rows()} == {"done"}
     assert sorted(r.seq for r in kit.launcher.launches) == list(range(1, 13))
+
+
+async def test_a_failed_hand_off_claim_leaves_the_rows_to_the_pick(kit: Kit) -> None:
+    """The store is down for the hand-off's claim: the tick fails (the service logs it and
+    ticks again), nothing was claimed, and the pick runs the rows, once."""
+    worker = kit.worker(batch_size=8, idle_seconds=1.0)
+    worker.hand_off([])
+    await worker.tick_any()
+    worker.hand_off(await materialize(kit, 3))
+    kit.faults.fail_at("outbox.claim_fresh")
+    with pytest.raises(StoreUnavailable):
+        await worker.tick_any()
+    assert {r.state for r in await kit.rows(T)} == {"pending"}
+    kit.clock.advance(PICK_IDLES * 1.0)
+    assert (await worker.tick_any()).done == 3
+    assert sorted(r.seq for r in kit.launcher.launches) == [1, 2, 3]
+
+
+async def test_a_worker_that_dies_after_the_hand_off_claim_loses_only_the_lease(kit: Kit) -> None:
+    """The hand-off's claim is written, then the replica dies: the rows are held by the lease
+    like any claim's; once it expires another worker reclaims them (the lost attempt counted,
+    M9) and each runs once."""
+    worker = kit.worker(batch_size=8, lease_seconds=30.0)
+    worker.hand_off(await materialize(kit, 2))
+    kit.faults.crash_at("outbox.claim_fresh.after")
+    with pytest.raises(Crash):
+        await worker.tick_any()
+    assert {r.state for r in await kit.rows(T)} == {"claimed"}
+    other = kit.worker(batch_size=8, lease_seconds=30.0)
+    assert (await other.tick_any()).claimed == 0  # the lease holds
+    kit.clock.advance(31.0)
+    res = await other.tick_any()
+    assert (res.claimed, res.done) == (2, 2)
+    assert sorted(r.seq for r in kit.launcher.launches) == [1, 2]
+    assert {r.attempts for r in await kit.rows(T)} == {1}
