@@ -246,3 +246,18 @@ async def test_a_worker_that_dies_after_the_hand_off_claim_loses_only_the_lease(
     assert (res.claimed, res.done) == (2, 2)
     assert sorted(r.seq for r in kit.launcher.launches) == [1, 2]
     assert {r.attempts for r in await kit.rows(T)} == {1}
+
+
+async def test_a_failed_pick_after_the_hand_off_claim_still_runs_the_handed_rows(kit: Kit) -> None:
+    """The hand-off's claim succeeded, then the pick fails (a store blip): the claimed rows run
+    in this tick rather than wait out their lease; the next due pick tries again."""
+    worker = kit.worker(batch_size=8, idle_seconds=1.0)
+    spy = spied(worker)
+    worker.hand_off(await materialize(kit, 3))
+    kit.faults.fail_at("outbox.claim_any")
+    res = await worker.tick_any()  # the first tick: the pick is due, and fails
+    assert (res.claimed, res.done, spy.picks) == (3, 3, 1)
+    assert {r.state for r in await kit.rows(T)} == {"done"}
+    with pytest.raises(StoreUnavailable):  # nothing claimed: the failure is the tick's
+        kit.faults.fail_at("outbox.claim_any")
+        await worker.tick_any()

@@ -252,6 +252,14 @@ class EffectWorker:
                 total.count(await self.completer.park_broken(
                     exc.ref, None, f"row broke its claim: {exc.detail}",
                     {"row_ref": str(exc.ref)}))
+            except Exception as exc:
+                if not claims:
+                    raise
+                # rows are claimed already (the hand-off's, the reclaim's): run them rather than
+                # strand them until their lease ends; the next tick picks again (or fails)
+                log.warning("claim failed after %d row(s) were claimed, running those: %s: %s",
+                            len(claims), type(exc).__name__, cap(exc, 500))
+                break
         self.adapt(limit, len(claims))
         t0 = self.clock.now()
         res = await self.run_claims(claims)
