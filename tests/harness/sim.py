@@ -171,6 +171,9 @@ class Report:
         self.rows += other.rows
 
 
+IDLE = "replica.idle"  # the turn a replica's loop takes after each tick
+
+
 class Turns:
     """The turn scheduler: replicas park before each store call; the driver resumes one."""
 
@@ -588,13 +591,20 @@ class Simulation:
                         # tenants first when ownership is on; expired leases swept every
                         # reclaim_every_seconds)
                         if not self.membership:
-                            await tail.drain_all(self.tenants)
+                            drained = await tail.drain_all(self.tenants)
                         else:
                             if rid not in self.frozen and self.silent.get(rid, -1) < self.step:
                                 await view.beat()
-                            await tail.drain_all(view.owned(self.tenants))
+                            drained = await tail.drain_all(view.owned(self.tenants))
+                        # the service's hand-off: the rows this tail inserted go to its worker
+                        worker.hand_off(f for r in drained for f in r.fresh)
                         with contextlib.suppress(StoreUnavailable):
                             await worker.tick_any()
+                        # a tick with nothing handed and no pick due makes no store call: park
+                        # here, so that the loop waits its turn (a crash here is a crash too)
+                        if (await self.turns.turn(rid, IDLE)).startswith("crash"):
+                            self.note_crash(rid, IDLE, "before")
+                            raise Crash(IDLE)
                 except Crash:
                     self.log(f"replica {rid} crashed and restarts")
                     self.current_row.pop(rid, None)
