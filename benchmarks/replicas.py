@@ -119,6 +119,7 @@ class Bench:
 
 SRC = ROOT / "src"  # --src: run the replicas from another checkout's src/ (a baseline)
 STEAL_AFTER: float | None = None  # --steal-after: [worker] steal_after_seconds
+STATEMENTS = False  # --statements: log every command the replicas send (statement_log.py)
 
 
 METRICS_PORT = 19464  # replica i serves /metrics on METRICS_PORT + i
@@ -156,9 +157,33 @@ def spawn(uri: str, db: str, i: int, cfg_dir: Path, *, metrics: bool = True) -> 
         + (f'[worker]\nsteal_after_seconds = {STEAL_AFTER}\n' if STEAL_AFTER else '')
     )
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    return subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
+    module = "board_outbox"
+    if STATEMENTS:
+        module, env["BENCH_STATEMENT_LOG"] = "benchmarks.statement_log", str(statement_log(cfg_dir, i))
+    return subprocess.Popen([sys.executable, "-m", module, "run", "--config", str(cfg)],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=open(cfg_dir / f"r{i}.log", "wb"))
+
+
+def statement_log(cfg_dir: Path, i: int) -> Path:
+    return cfg_dir / f"r{i}.statements"
+
+
+def statements(cfg_dir: Path, n: int, start: float, end: float, events: int) -> dict[str, float]:
+    """Statements per event by command, collection and filter shape, summed over replicas
+    0..n-1, counted in the replicas' own logs between ``start`` and ``end`` (getMores apart)."""
+    counts: dict[str, int] = {}
+    for i in range(n):
+        path = statement_log(cfg_dir, i)
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            at, name, coll, k, shape = (line.split("\t") + [""] * 5)[:5]
+            if name == "getMore" or not start <= float(at) <= end:
+                continue
+            key = f"{name} {coll} {{{shape}}}".replace(" {}", "")
+            counts[key] = counts.get(key, 0) + int(k)
+    return {k: round(v / events, 2) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
 
 
 def wait_members(b: Bench, n: int, timeout: float = 60.0) -> None:
@@ -254,6 +279,8 @@ def one_run(server: WireServer, n: int, *, events: int, rate: float, tenants: in
         "cpu_s_per_1000_events": round(cpu * 1000 / events, 2),
         "idle_requests_per_s": round(idle, 1),
         "idle_getmores_per_s": round(idle_getmores, 1),
+        **({"statements_per_event": statements(tmp, n, start, finished, events)}
+           if STATEMENTS else {}),
     }
 
 
@@ -319,11 +346,14 @@ def main() -> int:
     ap.add_argument("--src", help="run the replicas from this src/ (e.g. a baseline checkout)")
     ap.add_argument("--name", default="replicas", help="result file name")
     ap.add_argument("--steal-after", type=float, help="[worker] steal_after_seconds")
+    ap.add_argument("--statements", action="store_true",
+                    help="log the replicas' commands and report statements per event by command, "
+                         "collection and filter shape (costs some replica CPU)")
     ap.add_argument("--plot-only", action="store_true",
                     help="re-draw results/NAME.png from results/NAME.json without running")
     args = ap.parse_args()
-    global SRC, STEAL_AFTER
-    STEAL_AFTER = args.steal_after
+    global SRC, STEAL_AFTER, STATEMENTS
+    STEAL_AFTER, STATEMENTS = args.steal_after, args.statements
     if args.plot_only:
         saved = json.loads((RESULTS / f"{args.name}.json").read_text())
         plot(saved["runs"], saved["idle"], RESULTS / f"{args.name}.png")

@@ -47,6 +47,7 @@ def test_200_schedules_hold_every_invariant() -> None:
     assert rep.covered["token saves"] > 0 and rep.covered["graceful stops"] > 0
     assert rep.covered["fragile rows parked"] > 0
     assert rep.covered["rows deferred by a limit"] > 0  # F2: one launch in flight per bot
+    assert rep.covered["rows claimed by the hand-off"] > 0  # the tail's fresh rows, no pick
     assert rep.dead_letters > 0  # the outages really exhaust attempt budgets
     assert rep.launches > 100 and rep.rows > rep.launches
     assert rep.residual["double launch: lease expired between launch and mark_done"] == 0

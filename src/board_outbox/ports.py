@@ -18,6 +18,7 @@ from board_outbox.model.records import (
     Claim,
     DoneLatency,
     EventRecord,
+    FreshRow,
     LaunchRequest,
     Member,
     PushRecent,
@@ -41,6 +42,7 @@ __all__ = [
     "EffectOutbox",
     "EventLog",
     "EventRecord",
+    "FreshRow",
     "LabelStore",
     "LaunchRequest",
     "Launcher",
@@ -137,7 +139,20 @@ class CursorStore(Protocol):
 
 class EffectOutbox(Protocol):
     async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
-        """One unordered bulk write of ``$setOnInsert`` upserts keyed by ``row_key``."""
+        """One unordered bulk write of ``$setOnInsert`` upserts keyed by ``row_key``; the rows it
+        inserted come back with their refs (``UpsertResult.fresh``)."""
+        ...
+
+    async def claim_fresh(self, fresh: Sequence[FreshRow], now: float,
+                          lease_seconds: float) -> list[Claim]:
+        """Claim rows by ref, as a pick would (a fresh claim_id and lease; the claim is fenced
+        like every claim): the hand-off of rows the tail just inserted (``UpsertResult.fresh``)
+        to its own worker, which so needs no pick for them. A row is claimed only while it is
+        still as inserted: pending, due (not_before <= now), never claimed (claim_id unset) and
+        untouched since (``updated_at`` as written). So the claim's row is the one handed over,
+        and one write claims them all (Mongo: one ``update_many``; one read more only when some
+        were not claimed, to learn which). A row another replica took, that ran, or was deleted
+        is left alone."""
         ...
 
     async def claim_any(

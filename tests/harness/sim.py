@@ -184,6 +184,9 @@ class Report:
         self.rows += other.rows
 
 
+IDLE = "replica.idle"  # the turn a replica's loop takes after each tick
+
+
 class Turns:
     """The turn scheduler: replicas park before each store call; the driver resumes one."""
 
@@ -507,7 +510,9 @@ class Simulation:
             info = self.events.get((args[0], head))
             if head > args[1] and info is not None and info.kind == "poison":
                 self.head_reads[(rid, args[0], head)] += 1  # a head-of-line tick of a poison
-        if point in ("outbox.claim_any", "outbox.reclaim_expired"):
+        if point == "outbox.claim_fresh":
+            self.report.covered["rows claimed by the hand-off"] += len(result)
+        if point in ("outbox.claim_any", "outbox.reclaim_expired", "outbox.claim_fresh"):
             # a tick's claims: the expired leases it reclaimed, then the due rows it claimed
             mine = self.claimed.setdefault(rid, {})
             for claim in result:
@@ -709,6 +714,11 @@ class Simulation:
                                 or self.d.choose(4) == 0)
                         await service.drain_pass(full)
                         await service.work_pass()
+                        # a pass with nothing to do may make no store call: park here, so
+                        # that the loop waits its turn (a crash here is a crash too)
+                        if (await self.turns.turn(rid, IDLE)).startswith("crash"):
+                            self.note_crash(rid, IDLE, "before")
+                            raise Crash(IDLE)
                 except Crash:
                     self.log(f"replica {rid} crashed and restarts")
                     self.current_row.pop(rid, None)

@@ -17,8 +17,10 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 
 class BulkResult:
-    def __init__(self, upserted: int, matched: int, inserted: int) -> None:
+    def __init__(self, upserted: int, matched: int, inserted: int,
+                 upserted_ids: dict[int, Any] | None = None) -> None:
         self.upserted_count = upserted
+        self.upserted_ids = upserted_ids or {}  # statement index -> _id, as pymongo's
         self.matched_count = matched
         self.inserted_count = inserted
         self.acknowledged = True
@@ -70,6 +72,7 @@ class AsyncMockCollection:
         # mongomock's own bulk_write does not accept current pymongo operation objects.
         await checkpoint()
         upserted = matched = inserted = 0
+        ids: dict[int, Any] = {}
         errors: list[dict[str, Any]] = []
         for i, op in enumerate(requests):
             try:
@@ -77,11 +80,13 @@ class AsyncMockCollection:
                     r = self._atomic(self._c.update_one, (op._filter, op._doc),
                                      {"upsert": op._upsert})
                     matched += r.matched_count
-                    upserted += 1 if r.upserted_id is not None else 0
+                    if r.upserted_id is not None:
+                        upserted, ids[i] = upserted + 1, r.upserted_id
                 elif isinstance(op, ReplaceOne):
                     r = self._c.replace_one(op._filter, op._doc, upsert=op._upsert)
                     matched += r.matched_count
-                    upserted += 1 if r.upserted_id is not None else 0
+                    if r.upserted_id is not None:
+                        upserted, ids[i] = upserted + 1, r.upserted_id
                 elif isinstance(op, InsertOne):
                     self._c.insert_one(op._doc)
                     inserted += 1
@@ -100,8 +105,9 @@ class AsyncMockCollection:
         if errors:
             raise BulkWriteError({"writeErrors": errors, "writeConcernErrors": [],
                                   "nUpserted": upserted, "nMatched": matched,
-                                  "nInserted": inserted})
-        return BulkResult(upserted, matched, inserted)
+                                  "nInserted": inserted,
+                                  "upserted": [{"index": i, "_id": v} for i, v in ids.items()]})
+        return BulkResult(upserted, matched, inserted, ids)
 
     async def create_indexes(self, models: Sequence[Any]) -> list[str]:
         # mongomock's create_indexes drops partialFilterExpression; create_index keeps it.

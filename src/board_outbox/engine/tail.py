@@ -35,7 +35,14 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import MalformedDocument, StoreError, StoreUnavailable
 from board_outbox.model.validation import OnceLog, cap, is_seq, tenant_problem
-from board_outbox.ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
+from board_outbox.ports import (
+    CardStore,
+    CursorStore,
+    EffectOutbox,
+    EventLog,
+    FreshRow,
+    SubscriptionStore,
+)
 
 log = logging.getLogger("board_outbox.tail")
 
@@ -75,6 +82,9 @@ class DrainResult(msgspec.Struct, kw_only=True):
     skipped_poison: int = 0
     stepped_gaps: int = 0
     unhandled: int = 0  # rows of a kind no handler is registered for (written; they dead-letter)
+    # the rows this batch inserted, with their refs: handed to this replica's worker, which
+    # claims them by ref instead of picking (``EffectWorker.hand_off``)
+    fresh: tuple[FreshRow, ...] = ()
     # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter | cursor_ahead
     stopped: str = ""
     error: str = ""
@@ -328,7 +338,7 @@ class Tail:
         rows = self.build_rows(tenant_id, snapshots, index, now, span)
         if rows:
             result = await self.outbox.upsert_rows(rows)
-            res.rows, res.rows_inserted = len(rows), result.inserted
+            res.rows, res.rows_inserted, res.fresh = len(rows), result.inserted, result.fresh
             if self.kinds is not None:
                 res.unhandled = sum(1 for r in rows if r.kind not in self.kinds)
         res.materialized = len(snapshots)

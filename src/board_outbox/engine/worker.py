@@ -9,7 +9,8 @@ claims, runs and chooses each row's outcome; the completer (``completer.py``) wr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -39,7 +40,7 @@ from board_outbox.model.errors import (
     StoreUnavailable,
 )
 from board_outbox.model.validation import OnceLog, cap, stuck_reason
-from board_outbox.ports import Claim, EffectOutbox
+from board_outbox.ports import Claim, EffectOutbox, FreshRow
 
 __all__ = ["EffectWorker", "Lease", "WorkerSettings"]
 
@@ -54,6 +55,12 @@ BROKEN_PER_TICK = 8
 # The claim size follows the backlog: it doubles (up to batch_size) while claims come back full
 # and halves, down to this floor, while they come back empty.
 MIN_CLAIM = 4
+# the hand-off holds at most this many claims' worth of rows (batch_size each); older ones are
+# dropped, and the pick finds them
+HANDOFF_BATCHES = 4
+# a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
+# as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
+PICK_IDLES = 4
 
 
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -133,6 +140,11 @@ class EffectWorker:
         self._row_seconds = 0.0  # EWMA of one row's execution time: caps the claim
         self._want = self.settings.batch_size  # the claim size the backlog asks for
         self._next_reclaim = -float("inf")
+        # the rows our tail just inserted (``hand_off``), claimed by ref before any pick
+        self._handed: deque[FreshRow] = deque(maxlen=self.settings.batch_size * HANDOFF_BATCHES)
+        self._handing = False  # fed by a tail: the pick runs on its schedule (``_pick_due``)
+        self._next_pick = -float("inf")
+        self._pick_full = False  # the last pick filled its claim: a backlog, pick every tick
 
     @property
     def metrics(self) -> Metrics | None:
@@ -171,34 +183,84 @@ class EffectWorker:
         elif claimed == 0:
             self._want = max(min(MIN_CLAIM, s.batch_size), self._want // 2)
 
+    def hand_off(self, fresh: Iterable[FreshRow]) -> None:
+        """The rows this replica's tail just inserted (``DrainResult.fresh``): the next ticks
+        claim them by ref (``claim_fresh``: one write, no pick), at most a claim's worth a tick.
+        From the first hand-off on, the pick runs on its own schedule (``_pick_due``)."""
+        self._handing = True
+        self._handed.extend(fresh)
+
+    @property
+    def handed(self) -> int:
+        """Rows waiting in the hand-off."""
+        return len(self._handed)
+
+    def _pick_due(self, now: float) -> bool:
+        """Whether this tick runs the due-row pick. Without a hand-off, every tick. With one,
+        the rows our own tail inserts come by hand, and the pick is only for the rest (retries
+        whose backoff ended, another owner's rows past ``steal_after_seconds``, released rows):
+        it runs every ``PICK_IDLES * idle_seconds`` -- as often as an idle worker polls at its
+        slowest -- and on every tick while the last pick came back full (a backlog)."""
+        return not self._handing or self._pick_full or now >= self._next_pick
+
+    def _take_handed(self, room: int, tenants: Collection[str] | None) -> list[FreshRow]:
+        """Up to ``room`` handed rows, oldest first (of ``tenants`` only, when given)."""
+        taken: list[FreshRow] = []
+        kept: list[FreshRow] = []
+        while self._handed and len(taken) < room:
+            f = self._handed.popleft()
+            (taken if tenants is None or f.row.tenant_id in tenants else kept).append(f)
+        self._handed.extendleft(reversed(kept))
+        return taken
+
     async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
         """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
         expired leases are swept by one query every ``reclaim_every_seconds``; rows no claim can
         pick are parked by ``sweep`` (R2). ``tenants`` limits the claims to those tenants (a
-        test's filter; the service claims for every tenant)."""
+        test's filter; the service claims for every tenant).
+
+        Rows handed over by our tail (``hand_off``) are claimed first, by ref. F1: they are our
+        owned tenants' fresh rows; when the pick runs they take at most half the claim, the
+        other half is the fair pick's (other tenants' due rows wait for the next pick at most)."""
         s = self.settings
         total = await self.sweep()
         now = self.clock.now()
         claims: list[Claim] = []
         limit = self.claim_limit()
+        pick = self._pick_due(now)
+        handed = self._take_handed(limit - (max(1, limit // 2) if pick else 0), tenants)
+        if handed:
+            claims += await self.outbox.claim_fresh(handed, now, s.lease_seconds)
         for _ in range(BROKEN_PER_TICK):
             try:
-                if now >= self._next_reclaim:
-                    claims = await self.outbox.reclaim_expired(now, s.lease_seconds, limit,
-                                                               tenants=tenants)
+                if now >= self._next_reclaim and len(claims) < limit:
+                    claims += await self.outbox.reclaim_expired(now, s.lease_seconds,
+                                                                limit - len(claims), tenants=tenants)
                     self._next_reclaim = now + s.reclaim_every_seconds
-                if len(claims) < limit:
+                if pick and len(claims) < limit:
                     prefer = self.prefer()
-                    claims += await self.outbox.claim_any(
-                        now, s.lease_seconds, limit - len(claims), prefer=prefer,
+                    want = limit - len(claims)
+                    picked = await self.outbox.claim_any(
+                        now, s.lease_seconds, want, prefer=prefer,
                         steal_before=None if prefer is None else now - s.steal_after_seconds,
                         tenants=tenants,
                     )
+                    claims += picked
+                    self._pick_full = len(picked) >= want
+                    self._next_pick = now + PICK_IDLES * s.idle_seconds
                 break
             except BrokenRow as exc:  # R1: park that one row, then claim again
                 total.count(await self.completer.park_broken(
                     exc.ref, None, f"row broke its claim: {exc.detail}",
                     {"row_ref": str(exc.ref)}))
+            except Exception as exc:
+                if not claims:
+                    raise
+                # rows are claimed already (the hand-off's, the reclaim's): run them rather than
+                # strand them until their lease ends; the next tick picks again (or fails)
+                log.warning("claim failed after %d row(s) were claimed, running those: %s: %s",
+                            len(claims), type(exc).__name__, cap(exc, 500))
+                break
         self.adapt(limit, len(claims))
         t0 = self.clock.now()
         res = await self.run_claims(claims)

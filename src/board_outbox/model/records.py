@@ -19,9 +19,18 @@ class EventRecord(msgspec.Struct, frozen=True):
     doc: Mapping[str, Any]
 
 
+class FreshRow(msgspec.Struct, frozen=True):
+    """A row an upsert just inserted, as it was written, with the store's ``ref`` for it: the
+    tail hands these to its own worker, which claims them by ref (``claim_fresh``)."""
+
+    ref: Any
+    row: EffectRow
+
+
 class UpsertResult(msgspec.Struct, frozen=True):
     inserted: int
     existing: int
+    fresh: tuple[FreshRow, ...] = ()  # the rows this upsert inserted (not those that existed)
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):

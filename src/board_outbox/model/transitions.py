@@ -133,6 +133,14 @@ def replay(*, now: float, by: str) -> Transition:
     )
 
 
+def claim_of_row(ref: Any, row: EffectRow, t: Transition, *, claim_id: str,
+                 lease_until: float) -> Claim:
+    """The ``Claim`` for a row claimed as it was handed over (``claim_fresh``): the row with the
+    claim's fields set, as the store now holds it."""
+    return Claim(ref=ref, claim_id=claim_id, lease_until=lease_until, tenant_id=row.tenant_id,
+                 row=msgspec.structs.replace(row, **t.set), reclaimed=False)
+
+
 def claim_of(
     ref: Any, doc: dict[str, Any], *, claim_id: str, lease_until: float, reclaimed: bool
 ) -> Claim:

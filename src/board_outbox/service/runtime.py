@@ -330,6 +330,7 @@ class Service:
             self.stats.skipped_poison += r.skipped_poison
             self.stats.cas_lost += r.stopped == "cas_lost"
         if any(r.rows_inserted for r in results):
+            self.worker.hand_off(f for r in results for f in r.fresh)  # claimed by ref
             self._worker_wake.set()
         return ok
 

@@ -25,7 +25,14 @@ from board_outbox.model.validation import (
     row_summary,
     stuck_reason,
 )
-from board_outbox.ports import Claim, DoneLatency, RowFilter, RowIdentity, UpsertResult
+from board_outbox.ports import (
+    Claim,
+    DoneLatency,
+    FreshRow,
+    RowFilter,
+    RowIdentity,
+    UpsertResult,
+)
 
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
 
@@ -116,7 +123,8 @@ class MemoryEffectOutbox:
 
     async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
         await checkpoint()
-        inserted = existing = 0
+        existing = 0
+        fresh: list[FreshRow] = []
         for row in rows:
             if row.row_key in self._by_key:
                 existing += 1
@@ -125,8 +133,28 @@ class MemoryEffectOutbox:
             self._docs[ref] = to_doc(row)
             self._by_key[row.row_key] = ref
             self._track(ref)
-            inserted += 1
-        return UpsertResult(inserted, existing)
+            fresh.append(FreshRow(ref, row))
+        return UpsertResult(len(fresh), existing, tuple(fresh))
+
+    async def claim_fresh(self, fresh: Sequence[FreshRow], now: float,
+                          lease_seconds: float) -> list[Claim]:
+        """As the Mongo adapter: only a row still as inserted (pending, due, no claim_id,
+        ``updated_at`` as written) is claimed, and its claim carries the handed row."""
+        await checkpoint()
+        claim_id = uuid.uuid4().hex
+        lease_until = now + lease_seconds
+        t = T.claim(claim_id=claim_id, now=now, lease_until=lease_until)
+        claims: list[Claim] = []
+        for f in fresh:
+            doc = self._docs.get(f.ref)
+            nb = None if doc is None else doc.get("not_before")
+            if doc is None or doc.get("state") != PENDING or not _number(nb) or nb > now or \
+                    doc.get("claim_id") is not None or doc.get("updated_at") != f.row.updated_at:
+                continue
+            _apply(doc, t)
+            claims.append(T.claim_of_row(f.ref, f.row, t, claim_id=claim_id,
+                                         lease_until=lease_until))
+        return claims
 
     async def claim_any(
         self, now: float, lease_seconds: float, limit: int, *,

@@ -43,7 +43,14 @@ from board_outbox.model.validation import (
     park_fields,
     row_summary,
 )
-from board_outbox.ports import Claim, DoneLatency, RowFilter, RowIdentity, UpsertResult
+from board_outbox.ports import (
+    Claim,
+    DoneLatency,
+    FreshRow,
+    RowFilter,
+    RowIdentity,
+    UpsertResult,
+)
 
 EFFECTS = "trigger_effects"
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
@@ -106,6 +113,7 @@ class MongoEffectOutbox:
         try:
             res = await self.coll.bulk_write(ops, ordered=False)
             inserted = int(res.upserted_count)
+            ids: dict[int, Any] = dict(res.upserted_ids or {})
         except BulkWriteError as exc:
             # Two replicas racing on one row_key: the loser's upsert may hit the unique index.
             # The row exists, which is all $setOnInsert wanted; anything else is a real error.
@@ -114,7 +122,37 @@ class MongoEffectOutbox:
             if others or details.get("writeConcernErrors"):
                 raise
             inserted = int(details.get("nUpserted", 0))
-        return UpsertResult(inserted, len(rows) - inserted)
+            ids = {int(u["index"]): u["_id"] for u in details.get("upserted", [])}
+        fresh = tuple(FreshRow(ref, rows[i]) for i, ref in sorted(ids.items()) if 0 <= i < len(rows))
+        return UpsertResult(inserted, len(rows) - inserted, fresh)
+
+    @translated
+    async def claim_fresh(self, fresh: Sequence[FreshRow], now: float,
+                          lease_seconds: float) -> list[Claim]:
+        """One ``update_many`` fenced on "still as inserted" (pending, due, no claim_id,
+        ``updated_at`` as written); the claimed rows are the handed ones plus the claim's fields.
+        Only when fewer than all were claimed, one read of the refs under our claim_id."""
+        if not fresh:
+            return []
+        started = time.monotonic()
+        by_written: dict[float, list[Any]] = {}
+        for f in fresh:
+            by_written.setdefault(f.row.updated_at, []).append(f.ref)
+        as_inserted = [{"_id": {"$in": refs}, "updated_at": at} for at, refs in by_written.items()]
+        q: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}, "claim_id": None,
+                             **(as_inserted[0] if len(as_inserted) == 1 else {"$or": as_inserted})}
+        claim_id = uuid.uuid4().hex
+        lease_until = now + (time.monotonic() - started) + lease_seconds
+        t = T.claim(claim_id=claim_id, now=now, lease_until=lease_until)
+        res = await self.coll.update_many(q, update_of(t))
+        taken = list(fresh)
+        if int(res.modified_count) < len(fresh):
+            refs = [f.ref for f in fresh]
+            mine = {d["_id"] for d in await self.coll.find(
+                {"_id": {"$in": refs}, "claim_id": claim_id}, {"_id": 1}).to_list(None)}
+            taken = [f for f in fresh if f.ref in mine]
+        return [T.claim_of_row(f.ref, f.row, t, claim_id=claim_id, lease_until=lease_until)
+                for f in taken]
 
     @translated
     async def claim_any(
