@@ -230,6 +230,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("token-not-saved-at-shutdown", "bounds",
            "return await self.resume.save(force=True)", "return await self.resume.save()",
            "runtime"),
+    Mutant("handoff-first-come-first-served", "bounds",
+           "taken = round_robin(eligible, lambda f: f.row.tenant_id)[:room]",
+           "taken = eligible[:room]", "worker"),
     # --- ownership (S1): the harness's early-steal invariant -------------------------------
     Mutant("membership-owns-every-tenant", "membership",
            "got = self._owned[tenant_id] = owner(self.members, tenant_id) == self.member_id",

@@ -261,3 +261,19 @@ async def test_a_failed_pick_after_the_hand_off_claim_still_runs_the_handed_rows
     with pytest.raises(StoreUnavailable):  # nothing claimed: the failure is the tick's
         kit.faults.fail_at("outbox.claim_any")
         await worker.tick_any()
+
+
+async def test_a_quiet_tenants_handed_row_is_not_queued_behind_a_burst(kit: Kit) -> None:
+    """F1 in the hand-off too: a noisy tenant's fresh rows fill it, then one quiet tenant's row
+    arrives; the next claim takes the quiet row (round-robin by tenant), each tenant's rows in
+    their order."""
+    worker = kit.worker(batch_size=2, idle_seconds=1.0)
+    worker.hand_off([])
+    await worker.tick_any()  # the first tick's pick, before any row exists
+    noisy = await materialize(kit, 6, tenant="noisy")
+    quiet = await materialize(kit, 1, tenant="quiet")
+    worker.hand_off(noisy)
+    worker.hand_off(quiet)
+    res = await worker.tick_any()  # within idle_seconds: the hand-off only
+    assert res.claimed == 2
+    assert [(r.tenant_id, r.seq) for r in kit.launcher.launches] == [("noisy", 1), ("quiet", 1)]

@@ -39,6 +39,7 @@ from board_outbox.model.errors import (
     StoreError,
     StoreUnavailable,
 )
+from board_outbox.model.fairness import round_robin
 from board_outbox.model.validation import OnceLog, cap, stuck_reason
 from board_outbox.ports import Claim, EffectOutbox, FreshRow
 
@@ -204,13 +205,16 @@ class EffectWorker:
         return not self._handing or self._pick_full or now >= self._next_pick
 
     def _take_handed(self, room: int, tenants: Collection[str] | None) -> list[FreshRow]:
-        """Up to ``room`` handed rows, oldest first (of ``tenants`` only, when given)."""
-        taken: list[FreshRow] = []
-        kept: list[FreshRow] = []
-        while self._handed and len(taken) < room:
-            f = self._handed.popleft()
-            (taken if tenants is None or f.row.tenant_id in tenants else kept).append(f)
-        self._handed.extendleft(reversed(kept))
+        """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin
+        by tenant, each tenant's oldest first, so a quiet tenant's fresh row is not queued
+        behind a noisy tenant's burst."""
+        eligible = [f for f in self._handed if tenants is None or f.row.tenant_id in tenants]
+        taken = round_robin(eligible, lambda f: f.row.tenant_id)[:room]
+        if taken:
+            gone = {id(f) for f in taken}
+            kept = [f for f in self._handed if id(f) not in gone]
+            self._handed.clear()
+            self._handed.extend(kept)
         return taken
 
     async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
