@@ -136,3 +136,30 @@ async def test_each_stream_delivers_only_its_tenants_on_the_wire(live_db: Any) -
     from board_outbox.adapters.mongo.client import mongo_stores
 
     await scenario(lambda _name: mongo_stores(live_db, MemoryLauncher()), lambda name: config(name))
+
+
+async def test_the_first_stream_is_scoped_by_the_tenants_known_at_start() -> None:
+    """Tenants with a subscription but no event yet are known at start (the preflight's tenant
+    list), so a replica that finds another member at its first heartbeat opens its first
+    stream already leaving out that member's tenants: no poll has a counter to see them by,
+    and before, every replica's stream woke for each of them."""
+    import time
+
+    backend = MemoryBackend()
+    stores = backend.stores()
+    for t in TENANTS:  # subscriptions only: no counter, no event
+        await stores.subs.put(Subscription(sub_id=f"{t}.s", tenant_id=t, bot="b"))
+    other = "other:1"
+    await backend.members.heartbeat(other, time.time(), 60.0)  # beats for a minute
+    cfg = load_config(env={}, projections=[], service={"replica_name": "first"},  # type: ignore[arg-type]
+                      tail={"poll_interval_seconds": 60, "seed": "earliest"},
+                      membership={"heartbeat_timeout_seconds": 90})
+    service = Service(stores, cfg, rng=random.Random(1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        await eventually(lambda: service.stream_excluding == service.stream_exclude
+                         and service.stream_open)
+        assert set(service.ownership.members) == {other, service.ownership.member_id}
+        theirs = {t for t in TENANTS if owner(service.ownership.members, t) == other}
+        assert theirs and service.stream_exclude == theirs
+        service.stop()

@@ -156,6 +156,8 @@ class Tail:
         self._known: dict[str, int] = {}
         # every tenant with an event counter, as the last poll net saw them (S5: the tenants a
         # replica's change stream can leave out are among these)
+        # the tenants known to exist (the poll net's counters, the start-up tenant list): the
+        # change stream leaves out those another member owns (S5)
         self.seen: frozenset[str] = frozenset()
         self._event_seconds = 0.0  # EWMA of one event's share of a batch (F1: sizes batches)
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
@@ -194,7 +196,7 @@ class Tail:
         # the tenant until an operator resets it)
         cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
         heads = await self.events.heads()
-        self.seen = frozenset(heads)
+        self.seen |= frozenset(heads)  # a tenant, once seen, stays known (S5)
         await self._check_ahead(heads, cursors, await self.cursors.holds())
         # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
         # behind, so its drain stalls it alone, with the reason

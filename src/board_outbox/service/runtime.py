@@ -215,11 +215,15 @@ class Service:
         """Reach the store once before the loops start: a store we cannot reach or may not use
         at start-up ends the process (one line, exit 1); once running, the loops ride out every
         store error and keep going (R1)."""
-        await self.tail.tenants()
+        # the tenants known at start (with subscriptions, live rows or events): the first
+        # stream already leaves out those another member owns (S5), rather than waking every
+        # replica for each until the first poll has seen it
+        self.tail.seen = frozenset(await self.tail.tenants())
 
     async def run(self) -> None:
         await self.preflight()
         await self.ownership.beat()  # know the other members before the first poll
+        self._rescope_stream()  # and scope the first stream by them
         # Everything built so far lives as long as the process: keep it out of the cyclic GC's
         # full collections, which otherwise re-walk it under load (measured in benchmarks/).
         gc.collect()
