@@ -128,12 +128,16 @@ def test_the_console_in_a_browser_over_a_running_service(
     def text_of(by: str, sel: str, contains: str, timeout: float = 15) -> str:
         """The element's text once it contains ``contains`` (a click that submits a form
         navigates on its own time: the old page may still be there)."""
-        from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+        from selenium.common.exceptions import WebDriverException
 
         def look() -> str:
             try:
                 text = str(browser.find_element(by, sel).text)
-            except (NoSuchElementException, StaleElementReferenceException):
+            except WebDriverException:
+                # not there yet, or the page navigated between the find and the read: a stale
+                # element, which chromedriver sometimes reports as "Node with given id does not
+                # belong to the document" (a plain WebDriverException); the wait times out with
+                # the selector if it never shows
                 return ""
             return text if contains in text else ""
 
