@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import anyio
+from pymongo import monitoring
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model.domain import Card, MatchRule, Subscription
@@ -273,3 +274,31 @@ def sniffio_absent() -> Any:
         sys.meta_path.remove(finder)
         if saved is not None:
             sys.modules["sniffio"] = saved
+
+
+class CommandCount(monitoring.CommandListener):
+    """Every command a client sends (``n``), counted by pymongo's command monitoring: the
+    client-side count a benchmark subtracts from the server's counters or divides by its work."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.n += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def one_bot_backlog(stores: Stores, tenant: str, bot: str, rows: int, at: float) -> None:
+    """One subscription of ``bot`` and ``rows`` events that each match it (a card each): a
+    backlog of launches of one bot, for the limits' benchmark and goal test."""
+    await stores.subs.put(Subscription(sub_id="s", tenant_id=tenant, bot=bot))
+    for i in range(rows):
+        await stores.cards.put(Card(tenant_id=tenant, card_id=f"c{i}"))
+        seq = await stores.events.allocate_seq(tenant)
+        await stores.events.insert({"tenant_id": tenant, "seq": seq,
+                                    "type": "card.created", "card_id": f"c{i}", "at": at})

@@ -27,16 +27,15 @@ from collections import Counter
 from typing import Any
 
 import anyio
-from pymongo import AsyncMongoClient, monitoring
+from pymongo import AsyncMongoClient
 
 from board_outbox.adapters.mongo import ensure_schema, mongo_stores
-from board_outbox.model.domain import Card, Subscription
 from board_outbox.ports import RowFilter
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.service.wireserver import WireServer
 
-from .common import RESULTS, CountingRunner, pyplot, write_result
+from .common import RESULTS, CommandCount, CountingRunner, one_bot_backlog, pyplot, write_result
 
 REPLICAS = 4
 # claims of a few rows, so every replica has launches to run (with claims of 20 the first
@@ -45,22 +44,8 @@ BATCH = 4
 T = "acme"
 
 
-class Commands(monitoring.CommandListener):
-    def __init__(self) -> None:
-        self.n = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.n += 1
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 async def one_run(uri: str, rows: int, launch_s: float, in_flight: int, wait: float) -> dict[str, Any]:
-    commands = Commands()
+    commands = CommandCount()
     clients: list[Any] = [AsyncMongoClient(uri, tz_aware=True, event_listeners=[commands])
                           for _ in range(REPLICAS)]
     name = f"bench_limits_{random.randrange(10**9)}"
@@ -69,12 +54,7 @@ async def one_run(uri: str, rows: int, launch_s: float, in_flight: int, wait: fl
         await ensure_schema(clients[0][name])
         replicas = [mongo_stores(c[name], runner, change_feed=False) for c in clients]
         first = replicas[0]
-        await first.subs.put(Subscription(sub_id="s", tenant_id=T, bot="triage"))
-        for i in range(rows):
-            await first.cards.put(Card(tenant_id=T, card_id=f"c{i}"))
-            seq = await first.events.allocate_seq(T)
-            await first.events.insert({"tenant_id": T, "seq": seq, "type": "card.created",
-                                       "card_id": f"c{i}", "at": time.time()})
+        await one_bot_backlog(first, T, "triage", rows, time.time())
         cfg = load_config(env={}, projections=[], tail={"seed": "earliest", "change_streams": False},
                           service={"http_port": 0}, worker={"batch_size": BATCH},
                           limits={"bot_in_flight": in_flight, "wait_seconds": wait})

@@ -32,28 +32,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from pymongo import MongoClient, monitoring
+from pymongo import MongoClient
 
 from board_outbox.service.wireserver import WireServer
 
-from .common import RESULTS, percentiles, write_result
+from .common import RESULTS, CommandCount, percentiles, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-class Counter(monitoring.CommandListener):
-    def __init__(self) -> None:
-        self.n = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.n += 1
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 def cpu_seconds(pid: int) -> float:
@@ -66,7 +52,7 @@ def cpu_seconds(pid: int) -> float:
 
 class Bench:
     def __init__(self, uri: str, db: str) -> None:
-        self.counter = Counter()
+        self.counter = CommandCount()
         self.client: MongoClient[dict[str, Any]] = MongoClient(uri, event_listeners=[self.counter])
         self.db = self.client[db]
         self.db_name = db

@@ -11,14 +11,14 @@ import anyio
 import pytest
 from pymongo import AsyncMongoClient
 
-from benchmarks.common import CountingRunner
+from benchmarks.common import CountingRunner, one_bot_backlog
 from board_outbox.adapters.mongo import mongo_stores
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.outcomes import TickResult
 from board_outbox.engine.tail import Tail, TailSettings
 from board_outbox.engine.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import DONE, Card, Subscription
+from board_outbox.model.domain import DONE
 from board_outbox.ports import RowFilter
 from board_outbox.service.runtime import build_registry
 
@@ -36,12 +36,7 @@ async def test_two_in_flight_per_bot_across_four_replicas(live_uri: str, live_db
     try:
         replicas = [mongo_stores(c[live_db.name], runner, change_feed=False) for c in clients]
         first = replicas[0]
-        await first.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
-        for i in range(ROWS):
-            await first.cards.put(Card(tenant_id=T, card_id=f"c{i}"))
-            seq = await first.events.allocate_seq(T)
-            await first.events.insert({"tenant_id": T, "seq": seq, "type": "card.created",
-                                       "card_id": f"c{i}", "at": clock.now()})
+        await one_bot_backlog(first, T, "b", ROWS, clock.now())
         tail = Tail(events=first.events, cursors=first.cursors, outbox=first.outbox,
                     subs=first.subs, cards=first.cards, clock=clock,
                     settings=TailSettings(seed="earliest"), projections=())
