@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
@@ -256,6 +256,21 @@ class BadDocuments:
 
 
 BAD_DOCUMENTS = BadDocuments(logging.getLogger("board_outbox.documents"))
+
+
+def seqs_by_tenant(collection: str, pairs: Iterable[tuple[object, object]]) -> dict[str, int]:
+    """Per-tenant seqs (cursors, counters) parsed one document at a time (R1): a pair whose
+    tenant is not a string or whose seq is not a true int is left out and reported once, the
+    others stand."""
+    out: dict[str, int] = {}
+    for t, seq in pairs:
+        if isinstance(t, str) and isinstance(seq, int) and is_seq(seq):
+            out[t] = seq
+            BAD_DOCUMENTS.resolved(collection, t)
+        else:
+            BAD_DOCUMENTS.report(collection, t, f"seq {cap(repr(seq), 100)} is not an integer seq"
+                                 if isinstance(t, str) else "_id is not a string")
+    return out
 
 
 def finite(value: object) -> float | None:

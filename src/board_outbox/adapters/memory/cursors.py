@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
+from board_outbox.model.validation import is_seq, seqs_by_tenant
 
 CURSORS = "trigger_cursors"
 
@@ -57,11 +57,4 @@ class MemoryCursorStore:
 
     async def all(self) -> dict[str, int]:
         await checkpoint()
-        out: dict[str, int] = {}
-        for t, seq in self._cursors.items():
-            if is_seq(seq):
-                out[t] = seq
-                BAD_DOCUMENTS.resolved(CURSORS, t)
-            else:
-                BAD_DOCUMENTS.report(CURSORS, t, f"seq {seq!r} is not an integer seq")
-        return out
+        return seqs_by_tenant(CURSORS, self._cursors.items())

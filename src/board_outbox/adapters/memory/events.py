@@ -12,7 +12,7 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.model.errors import ChangeStreamLost
-from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
+from board_outbox.model.validation import seqs_by_tenant
 from board_outbox.ports import Change, EventRecord
 
 COUNTERS = "board_event_counters"
@@ -99,14 +99,8 @@ class MemoryEventLog:
 
     async def heads(self) -> dict[str, int]:
         await checkpoint()
-        out: dict[str, int] = {}
-        for t, seq in self._counters.items():  # as the Mongo adapter: each counter parsed alone
-            if is_seq(seq):
-                out[t] = seq
-                BAD_DOCUMENTS.resolved(COUNTERS, t)
-            else:
-                BAD_DOCUMENTS.report(COUNTERS, t, f"seq {seq!r} is not an integer seq")
-        return out
+        # as the Mongo adapter: each counter parsed alone
+        return seqs_by_tenant(COUNTERS, self._counters.items())
 
     # --- change feed -----------------------------------------------------------------------
 

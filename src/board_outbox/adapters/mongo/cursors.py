@@ -11,7 +11,7 @@ from pymongo.errors import BulkWriteError
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq
+from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq, seqs_by_tenant
 
 CURSORS = "trigger_cursors"
 
@@ -81,16 +81,8 @@ class MongoCursorStore:
         # a cursor whose seq is not a true int is left out (reported once): its tenant then
         # looks behind, is drained, and stalls alone with the reason (R1) -- the poll net goes
         # on for the others
-        out: dict[str, int] = {}
-        for d in await self.coll.find({}).to_list(None):
-            t, seq = d.get("_id"), d.get("seq")
-            if isinstance(t, str) and is_seq(seq):
-                out[t] = seq
-                BAD_DOCUMENTS.resolved(CURSORS, t)
-            else:
-                BAD_DOCUMENTS.report(CURSORS, t, f"seq {cap(repr(seq), 100)} is not an integer seq"
-                                     if isinstance(t, str) else "_id is not a string")
-        return out
+        docs = await self.coll.find({}).to_list(None)
+        return seqs_by_tenant(CURSORS, ((d.get("_id"), d.get("seq")) for d in docs))
 
 def _seq(tenant_id: str, doc: dict[str, Any]) -> int:
     """R2: a cursor is a true int; anything else stalls its tenant (StoreError), not the process."""

@@ -9,7 +9,7 @@ from pymongo import ASCENDING, DESCENDING, ReturnDocument
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq
+from board_outbox.model.validation import cap, is_seq, seqs_by_tenant
 from board_outbox.ports import EventRecord
 
 EVENTS = "board_events"
@@ -73,13 +73,5 @@ class MongoEventLog:
     async def heads(self) -> dict[str, int]:
         # each counter parsed on its own: a bad one is left out and reported once (R1), the
         # other tenants' heads stand
-        out: dict[str, int] = {}
-        for d in await self.counters.find({}).to_list(None):
-            t, seq = d.get("_id"), d.get("seq")
-            if isinstance(t, str) and is_seq(seq):
-                out[t] = seq
-                BAD_DOCUMENTS.resolved(COUNTERS, t)
-            else:
-                BAD_DOCUMENTS.report(COUNTERS, t, f"seq {cap(repr(seq), 100)} is not an integer "
-                                     "seq" if isinstance(t, str) else "_id is not a string")
-        return out
+        docs = await self.counters.find({}).to_list(None)
+        return seqs_by_tenant(COUNTERS, ((d.get("_id"), d.get("seq")) for d in docs))
