@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +22,7 @@ from board_outbox.model.domain import MatchRule, Subscription, launch_row_key
 from board_outbox.service.runtime import build_registry
 from tests.support.hung_plugins import BLOCK, HANG, HANGING_PROJECTION
 from tests.support.kits import Kit
+from tests.support.process import running, stop_gracefully
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,24 +202,15 @@ def test_a_hung_handler_under_run_on_the_wire_parks_and_the_others_launch(
                                        "card_id": "c1", "at": time.time(), "actor": "ann"})
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     log = tmp_path / "run.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err, cwd=ROOT)
     rows = db["trigger_effects"]
-    try:
+    with running(cfg, log, env, cwd=ROOT) as proc:
         fine = {"row_key": launch_row_key("t2", 1, "fine"), "state": "done"}
         wait_until(lambda: rows.count_documents(fine) == 1 or proc.poll() is not None, 60,
               lambda: f"the other tenant launched: {list(rows.find())} {log.read_text()}")
         hung = {"row_key": launch_row_key("t1", 1, "hung"), "state": "failed"}
         wait_until(lambda: rows.count_documents(hung) == 1 or proc.poll() is not None, 60,
               lambda: f"the hung row parked: {list(rows.find())} {log.read_text()}")
-        assert proc.poll() is None, log.read_text()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_gracefully(proc, log)
     row = rows.find_one({"row_key": launch_row_key("t1", 1, "hung")})
     assert row is not None and row["attempts"] == 2, row
     assert all("ran past max_execution_seconds" in e["error"] for e in row["errors"]), row["errors"]

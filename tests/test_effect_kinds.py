@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +21,7 @@ from board_outbox.service.runtime import build_registry
 from board_outbox.surface.demo.notify import TOPIC, notifications
 from tests.conftest import BACKENDS
 from tests.support.kits import Kit
+from tests.support.process import running, stop_gracefully
 from tests.support.waiting import wait_until
 
 T = "t1"
@@ -196,21 +194,12 @@ def test_a_user_kind_runs_end_to_end_through_run(live_uri: str, tmp_path: Path) 
                                    "card_id": "c1", "at": time.time(), "actor": "ann"})
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     log = tmp_path / "run.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err)
     rows = db["trigger_effects"]
-    try:
+    with running(cfg, log, env) as proc:
         settled = {"sub_id": {"$ne": None}, "state": {"$in": ["done", "failed"]}}
         wait_until(lambda: rows.count_documents(settled) == 2 or proc.poll() is not None, 60,
               lambda: f"both rows settled: {list(rows.find())} {log.read_text()}")
-        assert proc.poll() is None, log.read_text()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_gracefully(proc, log)
     notify = rows.find_one({"row_key": launch_row_key(T, 1, "done")})
     assert notify is not None, list(rows.find())
     assert (notify["kind"], notify["state"], notify["outcome"]) == ("notify", "done", "notified #team")
