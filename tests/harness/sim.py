@@ -27,10 +27,9 @@ import anyio.lowlevel
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
-from board_outbox.engine.membership import Ownership, owner
+from board_outbox.engine.membership import owner
 from board_outbox.engine.registry import ExecutionContext
 from board_outbox.engine.tail import Tail
-from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import (
     Card,
@@ -247,8 +246,6 @@ class SimPort:
         async def call(*args: Any, **kwargs: Any) -> Any:
             point = point_of(prefix, name, args)
             sim.called_at[rid] = sim.clock.now()  # when the caller decided (before its turn)
-            view = sim.views.get(rid)  # and its membership view then (split_view may change it)
-            sim.called_view[rid] = view.members if view is not None else ()
             fault = await sim.turns.turn(rid, point)
             if fault == "transient":
                 sim.note_transient(rid, point)
@@ -385,7 +382,6 @@ class Simulation:
         self.membership = membership
         self.env_actions = ENV_ACTIONS + (MEMBER_ACTIONS if membership else ())
         self.members = MemoryMembershipStore()
-        self.views: dict[int, Ownership] = {}
         self.silent: dict[int, int] = {}  # rid -> step until which it does not heartbeat
         self.frozen: set[int] = set()  # split view: these replicas keep the view they were given
         self.store = STORES[store]()
@@ -430,7 +426,6 @@ class Simulation:
         self.outage_left = 0
         self.launcher.fail = self._refuse
         self.live_violations: list[str] = []  # found while the schedule runs
-        self.workers: dict[int, EffectWorker] = {}  # each replica's current worker
         self.services: dict[int, Service] = {}  # each replica's current service
         self.tokens = MemoryResumeTokenStore()  # the resume token every replica saves (S4)
         self.n_tokens = 0  # the stream's position: one token per insert
@@ -442,7 +437,6 @@ class Simulation:
         self.launch_open: dict[int, str] = {}  # replica -> the row it launched, not yet marked
         self.split: dict[int, list[str]] = {}  # replica -> the split view it adopts next
         self.called_at: dict[int, float] = {}  # clock time of each replica's current store call
-        self.called_view: dict[int, tuple[str, ...]] = {}  # its membership view at that time
 
     # --- observation hooks (called by SimPort) ----------------------------------------------
 
@@ -587,9 +581,13 @@ class Simulation:
         """S1: a row of a tenant another live member owns (in the claimer's own view) is taken
         only once STEAL_AFTER has passed since it was materialized. Ownership is recomputed
         here from the view's members, not asked of the code under test."""
-        view = self.views.get(rid)
-        members = self.called_view.get(rid, ())
-        if not self.membership or view is None or len(members) < 2:
+        service = self.services.get(rid)
+        if service is None:
+            return
+        # the view the claim was decided with: it changes only at the replica's own passes
+        view = service.ownership
+        members = view.members
+        if not self.membership or len(members) < 2:
             return
         at = self.called_at[rid]
         for claim in claims:
@@ -677,8 +675,6 @@ class Simulation:
             while True:
                 service = self._service(rid)
                 self.services[rid] = service
-                self.workers[rid] = service.worker
-                self.views[rid] = service.ownership
                 self.changes[rid] = []
                 self.delivered.pop(rid, None)
                 self.token_writes.pop(rid, None)
@@ -831,8 +827,9 @@ class Simulation:
             self.log("launcher outage begins")
         elif action == "member_leave":
             rid = self.d.choose(self.n_replicas)
-            if rid in self.views:
-                await self.members.leave(self.views[rid].member_id)  # it rejoins at its next beat
+            if rid in self.services:
+                # it rejoins at its next beat
+                await self.members.leave(self.services[rid].ownership.member_id)
                 self.log(f"replica {rid} leaves the membership")
         elif action == "member_expire":
             rid = self.d.choose(self.n_replicas)
@@ -841,10 +838,10 @@ class Simulation:
         elif action == "split_view" and self.n_replicas >= 2:
             a = self.d.choose(self.n_replicas)
             b = (a + 1 + self.d.choose(self.n_replicas - 1)) % self.n_replicas
-            if a in self.views and b in self.views:
+            if a in self.services and b in self.services:
                 # each believes the other is gone: both own both's tenants
                 # (adopted at each one's next pass, as a heartbeat's answer would be)
-                others = [v.member_id for r, v in self.views.items() if r not in (a, b)]
+                others = [v.ownership.member_id for r, v in self.services.items() if r not in (a, b)]
                 self.split[a] = self.split[b] = others
                 self.frozen |= {a, b}
                 self.log(f"split view: replicas {a} and {b} each think the other is gone")
@@ -918,7 +915,7 @@ class Simulation:
             d = min(step, left)
             self.clock.advance(d)
             left -= d
-            for _rid, worker in sorted(self.workers.items()) if HEARTBEAT else ():
+            for worker in [v.worker for _r, v in sorted(self.services.items())] if HEARTBEAT else []:
                 for lease in list(worker.inflight.values()):
                     if self.faults_on and self.d.choose(100) < self.fault_percent:
                         self.report.faults["heartbeat beat failed"] += 1
