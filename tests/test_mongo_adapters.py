@@ -81,8 +81,13 @@ async def test_ensure_schema_is_idempotent_and_has_the_ttl_and_unique_indexes() 
     await ensure_schema(db)  # again: no error, nothing duplicated
     info = await db["trigger_effects"].index_information()
     assert info["row_key_unique"]["unique"] is True
-    assert list(info["tenant_state_not_before"]["key"]) == [
-        ("tenant_id", 1), ("state", 1), ("not_before", 1)]
+    # the hot queries' indexes are partial: each holds only the rows in its state (issue 29)
+    for name, key, state in (("pending_not_before", "not_before", "pending"),
+                             ("claimed_lease_until", "lease_until", "claimed"),
+                             ("failed_updated_at", "updated_at", "failed")):
+        assert list(info[name]["key"]) == [(key, 1)]
+        assert info[name]["partialFilterExpression"] == {"state": state}
+    assert list(info["tenant_seq"]["key"]) == [("tenant_id", 1), ("seq", 1)]
     ttl = info["done_ttl"]
     assert ttl["expireAfterSeconds"] == DONE_TTL_SECONDS == 7 * 24 * 3600
     assert ttl["partialFilterExpression"] == {"state": "done"}  # failed rows never expire

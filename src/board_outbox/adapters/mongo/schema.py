@@ -14,28 +14,33 @@ from board_outbox.adapters.mongo.membership import MEMBERS
 from board_outbox.adapters.mongo.outbox import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
-from board_outbox.model.domain import DONE_TTL_SECONDS
+from board_outbox.model.domain import CLAIMED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
 from board_outbox.model.errors import StoreError
 
-__all__ = ["DONE_TTL_SECONDS", "INDEXES", "ensure_schema"]
+__all__ = ["DONE_TTL_SECONDS", "INDEXES", "OBSOLETE", "ensure_schema"]
 
 INDEXES: dict[str, list[IndexModel]] = {
     EFFECTS: [
-        # the claim query: a tenant's due rows by state and not_before
-        IndexModel([("tenant_id", ASCENDING), ("state", ASCENDING), ("not_before", ASCENDING)],
-                   name="tenant_state_not_before"),
         # the row key: racing replicas collapse on it
         IndexModel([("row_key", ASCENDING)], name="row_key_unique", unique=True),
+        # the completeness audit and the replays read a tenant's rows by seq range (A1, A4)
+        IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq"),
+        # Partial indexes, one per state a hot query reads: each holds only the rows in that
+        # state, so a query's bounds cover those rows, never the history (issue 29), and a
+        # row's state change touches only the indexes of the states it leaves and enters.
+        # the worker's claim across tenants (S2): pending rows by due time
+        IndexModel([("not_before", ASCENDING)], name="pending_not_before",
+                   partialFilterExpression={"state": PENDING}),
+        # the expired-lease sweep
+        IndexModel([("lease_until", ASCENDING)], name="claimed_lease_until",
+                   partialFilterExpression={"state": CLAIMED}),
+        # the dead-letters, newest first (B1)
+        IndexModel([("updated_at", ASCENDING)], name="failed_updated_at",
+                   partialFilterExpression={"state": FAILED}),
         # done rows expire after 7 days; failed rows (the dead-letter) never do (M11b)
         IndexModel([("done_at", ASCENDING)], name="done_ttl",
                    expireAfterSeconds=DONE_TTL_SECONDS,
-                   partialFilterExpression={"state": "done"}),
-        IndexModel([("state", ASCENDING), ("updated_at", ASCENDING)], name="state_updated"),
-        # the worker's one claim query across tenants, and its expired-lease sweep (S2)
-        IndexModel([("state", ASCENDING), ("not_before", ASCENDING)], name="state_not_before"),
-        IndexModel([("state", ASCENDING), ("lease_until", ASCENDING)], name="state_lease_until"),
-        # the completeness audit and the replays read a tenant's rows by seq range (A1, A4)
-        IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq"),
+                   partialFilterExpression={"state": DONE}),
     ],
     EVENTS: [
         IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq_unique",
@@ -51,9 +56,18 @@ INDEXES: dict[str, list[IndexModel]] = {
 }
 
 
+# Indexes earlier versions created, dropped by ``ensure_schema``: full indexes over ``state``
+# that every row's every state change had to update, replaced by the partial indexes above (the
+# queries that used them are served by those; an older replica still running finds them too).
+OBSOLETE: dict[str, tuple[str, ...]] = {
+    EFFECTS: ("tenant_state_not_before", "state_updated", "state_not_before", "state_lease_until"),
+}
+
+
 @translated
 async def ensure_schema(db: Any) -> list[str]:
-    """Create every index; return their names. Safe to run again and from several replicas."""
+    """Create every index and drop the obsolete ones; return the names created. Safe to run
+    again and from several replicas."""
     created: list[str] = []
     for coll, models in INDEXES.items():
         try:
@@ -65,4 +79,13 @@ async def ensure_schema(db: Any) -> list[str]:
                     "drop it and run ensure-schema again"
                 ) from exc
             raise
+    for coll, names in OBSOLETE.items():
+        present = set(await db[coll].index_information())
+        for name in names:
+            if name in present:
+                try:
+                    await db[coll].drop_index(name)
+                except OperationFailure as exc:
+                    if exc.code != 27:  # IndexNotFound: another replica dropped it first
+                        raise
     return created
