@@ -16,9 +16,9 @@ from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.records import (
     Change,
     Claim,
+    ClaimTerms,
     DoneLatency,
     EventRecord,
-    FreshRow,
     LaunchRequest,
     Member,
     PushRecent,
@@ -29,24 +29,25 @@ from board_outbox.model.records import (
     UpsertIfNewer,
     UpsertResult,
 )
-from board_outbox.model.transitions import Transition
+from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
     "CardStore",
     "Change",
     "ChangeFeed",
     "Claim",
+    "ClaimTerms",
     "ConsumeOutcome",
     "CursorStore",
     "DoneLatency",
     "EffectOutbox",
     "EventLog",
     "EventRecord",
-    "FreshRow",
     "LabelStore",
     "LaunchRequest",
     "Launcher",
     "LimitStore",
+    "Mark",
     "Member",
     "MembershipStore",
     "PushRecent",
@@ -138,21 +139,14 @@ class CursorStore(Protocol):
 
 
 class EffectOutbox(Protocol):
-    async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
-        """One unordered bulk write of ``$setOnInsert`` upserts keyed by ``row_key``; the rows it
-        inserted come back with their refs (``UpsertResult.fresh``)."""
-        ...
-
-    async def claim_fresh(self, fresh: Sequence[FreshRow], now: float,
-                          lease_seconds: float) -> list[Claim]:
-        """Claim rows by ref, as a pick would (a fresh claim_id and lease; the claim is fenced
-        like every claim): the hand-off of rows the tail just inserted (``UpsertResult.fresh``)
-        to its own worker, which so needs no pick for them. A row is claimed only while it is
-        still as inserted: pending, due (not_before <= now), never claimed (claim_id unset) and
-        untouched since (``updated_at`` as written). So the claim's row is the one handed over,
-        and one write claims them all (Mongo: one ``update_many``; one read more only when some
-        were not claimed, to learn which). A row another replica took, that ran, or was deleted
-        is left alone."""
+    async def upsert_rows(
+        self, rows: Sequence[EffectRow], *, claim: ClaimTerms | None = None
+    ) -> UpsertResult:
+        """Insert the rows whose ``row_key`` is not stored yet, in one unordered bulk write (a
+        duplicate key means the row exists: racing replicas collapse on it, and the stored row
+        is left as it is). With ``claim`` the rows it inserts are born claimed under it (the
+        ``claim`` transition applied before the write: the tail's hand-off to its own worker)
+        and come back as ``UpsertResult.claims``; without, they are born pending."""
         ...
 
     async def claim_any(
@@ -190,6 +184,16 @@ class EffectOutbox(Protocol):
         returns the refs it moved (a row whose lease was stolen is left alone)."""
         ...
 
+    async def apply_marks(self, marks: Sequence[Mark]) -> list[Any]:
+        """Several fenced transitions in one write (the completer's flush: River's batch
+        completer): each mark moves its row only while its claim holds it. Returns the refs
+        moved. Mongo: one unordered ``bulk_write`` (an ``update_many`` per group of marks that
+        share a claim and a transition, an ``update_one`` per other mark), and one read back
+        only when fewer rows moved than were marked (a stolen lease, or a retry after a write
+        that had landed). Raises ``StoreError`` when a row refuses its transition: nothing is
+        known of the others then (the caller applies them one by one)."""
+        ...
+
     async def apply_failed(self, row_key: str, t: Transition) -> bool:
         """Apply a transition to a dead-letter (``{row_key, state: failed}``, e.g. ``replay``);
         False: no such failed row."""
@@ -215,7 +219,12 @@ class EffectOutbox(Protocol):
 
     async def find(self, flt: RowFilter) -> list[EffectRow]: ...
 
-    async def count_by_state(self, tenant_id: str | None = None) -> dict[str, int]: ...
+    async def count_by_state(
+        self, tenant_id: str | None = None, *, states: Collection[str] | None = None
+    ) -> dict[str, int]:
+        """Rows by state (of one tenant when given). ``states``: count only those (Mongo: one
+        count each over that state's partial index, whatever the history holds)."""
+        ...
 
     async def live_tenants(self) -> set[str]:
         """Tenants holding pending or claimed rows."""

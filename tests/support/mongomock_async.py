@@ -18,10 +18,11 @@ from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 class BulkResult:
     def __init__(self, upserted: int, matched: int, inserted: int,
-                 upserted_ids: dict[int, Any] | None = None) -> None:
+                 upserted_ids: dict[int, Any] | None = None, modified: int = 0) -> None:
         self.upserted_count = upserted
         self.upserted_ids = upserted_ids or {}  # statement index -> _id, as pymongo's
         self.matched_count = matched
+        self.modified_count = modified
         self.inserted_count = inserted
         self.acknowledged = True
 
@@ -71,15 +72,16 @@ class AsyncMockCollection:
     async def bulk_write(self, requests: Sequence[Any], ordered: bool = True) -> BulkResult:
         # mongomock's own bulk_write does not accept current pymongo operation objects.
         await checkpoint()
-        upserted = matched = inserted = 0
+        upserted = matched = inserted = modified = 0
         ids: dict[int, Any] = {}
         errors: list[dict[str, Any]] = []
         for i, op in enumerate(requests):
             try:
-                if isinstance(op, UpdateOne):
-                    r = self._atomic(self._c.update_one, (op._filter, op._doc),
-                                     {"upsert": op._upsert})
+                if isinstance(op, (UpdateOne, UpdateMany)):
+                    fn = self._c.update_one if isinstance(op, UpdateOne) else self._c.update_many
+                    r = self._atomic(fn, (op._filter, op._doc), {"upsert": op._upsert})
                     matched += r.matched_count
+                    modified += r.modified_count
                     if r.upserted_id is not None:
                         upserted, ids[i] = upserted + 1, r.upserted_id
                 elif isinstance(op, ReplaceOne):
@@ -90,7 +92,7 @@ class AsyncMockCollection:
                 elif isinstance(op, InsertOne):
                     self._c.insert_one(op._doc)
                     inserted += 1
-                elif isinstance(op, (UpdateMany, DeleteOne, DeleteMany)):
+                elif isinstance(op, (DeleteOne, DeleteMany)):
                     raise NotImplementedError(f"bulk {type(op).__name__} is not needed here")
                 else:
                     raise NotImplementedError(type(op).__name__)
@@ -107,7 +109,7 @@ class AsyncMockCollection:
                                   "nUpserted": upserted, "nMatched": matched,
                                   "nInserted": inserted,
                                   "upserted": [{"index": i, "_id": v} for i, v in ids.items()]})
-        return BulkResult(upserted, matched, inserted, ids)
+        return BulkResult(upserted, matched, inserted, ids, modified)
 
     async def create_indexes(self, models: Sequence[Any]) -> list[str]:
         # mongomock's create_indexes drops partialFilterExpression; create_index keeps it.

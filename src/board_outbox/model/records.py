@@ -19,20 +19,6 @@ class EventRecord(msgspec.Struct, frozen=True):
     doc: Mapping[str, Any]
 
 
-class FreshRow(msgspec.Struct, frozen=True):
-    """A row an upsert just inserted, as it was written, with the store's ``ref`` for it: the
-    tail hands these to its own worker, which claims them by ref (``claim_fresh``)."""
-
-    ref: Any
-    row: EffectRow
-
-
-class UpsertResult(msgspec.Struct, frozen=True):
-    inserted: int
-    existing: int
-    fresh: tuple[FreshRow, ...] = ()  # the rows this upsert inserted (not those that existed)
-
-
 class Claim(msgspec.Struct, frozen=True, kw_only=True):
     """A claimed row. ``ref`` is the store's identity for fenced writes; ``row`` is None when the
     document did not decode (``decode_error`` says why): such a row is parked as failed."""
@@ -44,6 +30,23 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
     row: EffectRow | None
     decode_error: str | None = None
     reclaimed: bool = False
+
+
+class ClaimTerms(msgspec.Struct, frozen=True, kw_only=True):
+    """The claim the rows an insert writes are born under (``EffectOutbox.upsert_rows``): the
+    tail hands the rows it materializes to its own worker already claimed, so they need no
+    claim statement and no pick. ``lease_until`` runs from the insert."""
+
+    claim_id: str
+    lease_until: float
+
+
+class UpsertResult(msgspec.Struct, frozen=True):
+    inserted: int
+    existing: int
+    # the rows this insert wrote born claimed (under its ``ClaimTerms``): ours to run, and only
+    # these -- a row that existed keeps its state and its holder
+    claims: tuple[Claim, ...] = ()
 
 
 class RowFilter(msgspec.Struct, frozen=True, kw_only=True):

@@ -54,6 +54,15 @@ class Transition(msgspec.Struct, frozen=True, kw_only=True):
     audit: AuditEntry | None = None  # appended to ``audit``
 
 
+class Mark(msgspec.Struct, frozen=True):
+    """One fenced transition of one claimed row, as the completer hands a batch of them to the
+    outbox (``EffectOutbox.apply_marks``)."""
+
+    ref: Any
+    claim_id: str
+    t: Transition
+
+
 def claim(*, claim_id: str, now: float, lease_until: float) -> Transition:
     """A due pending row: claimed under a fresh claim_id and lease (what it waited on, if it
     was deferred, is cleared)."""
@@ -135,8 +144,8 @@ def replay(*, now: float, by: str) -> Transition:
 
 def claim_of_row(ref: Any, row: EffectRow, t: Transition, *, claim_id: str,
                  lease_until: float) -> Claim:
-    """The ``Claim`` for a row claimed as it was handed over (``claim_fresh``): the row with the
-    claim's fields set, as the store now holds it."""
+    """The ``Claim`` for a row born claimed (``EffectOutbox.upsert_rows`` with claim terms): the
+    row with the claim's fields set, as the store now holds it."""
     return Claim(ref=ref, claim_id=claim_id, lease_until=lease_until, tenant_id=row.tenant_id,
                  row=msgspec.structs.replace(row, **t.set), reclaimed=False)
 

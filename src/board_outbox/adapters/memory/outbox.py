@@ -27,8 +27,8 @@ from board_outbox.model.validation import (
 )
 from board_outbox.ports import (
     Claim,
+    ClaimTerms,
     DoneLatency,
-    FreshRow,
     RowFilter,
     RowIdentity,
     UpsertResult,
@@ -53,9 +53,9 @@ def _matches(doc: dict[str, Any], flt: RowFilter) -> bool:
     return not (flt.updated_before is not None and not upd < flt.updated_before)
 
 
-def _apply(doc: dict[str, Any], t: T.Transition) -> None:
-    """A transition as a dict update. Like the server, it refuses ``$inc`` on a non-number and
-    ``$push`` onto a non-array (StoreError) and then changes nothing."""
+def _check(doc: dict[str, Any], t: T.Transition) -> None:
+    """Like the server, refuse ``$inc`` on a non-number and ``$push`` onto a non-array
+    (StoreError)."""
     if t.count_attempt and not _number(doc.get("attempts", 0)):
         raise StoreError(f"Cannot apply $inc to a value of non-numeric type: attempts is "
                          f"{type(doc.get('attempts')).__name__}")
@@ -63,6 +63,11 @@ def _apply(doc: dict[str, Any], t: T.Transition) -> None:
         if entry is not None and not isinstance(doc.get(name, []), list):
             raise StoreError(f"The field '{name}' must be an array but is of type "
                              f"{type(doc.get(name)).__name__}")
+
+
+def _apply(doc: dict[str, Any], t: T.Transition) -> None:
+    """A transition as a dict update; a refused one (``_check``) changes nothing."""
+    _check(doc, t)
     doc.update(t.set)
     if t.count_attempt:
         doc["attempts"] = doc.get("attempts", 0) + 1
@@ -121,40 +126,28 @@ class MemoryEffectOutbox:
 
     # --- port ----------------------------------------------------------------------------------
 
-    async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
+    async def upsert_rows(
+        self, rows: Sequence[EffectRow], *, claim: ClaimTerms | None = None
+    ) -> UpsertResult:
         await checkpoint()
         existing = 0
-        fresh: list[FreshRow] = []
+        claims: list[Claim] = []
+        t = None if claim is None or not rows else T.claim(
+            claim_id=claim.claim_id, now=rows[0].created_at, lease_until=claim.lease_until)
         for row in rows:
             if row.row_key in self._by_key:
                 existing += 1
                 continue
             ref = next(self._ids)
-            self._docs[ref] = to_doc(row)
+            doc = to_doc(row)
+            if t is not None and claim is not None:
+                doc.update(t.set, updated_at=row.updated_at)
+                claims.append(T.claim_of_row(ref, row, t, claim_id=claim.claim_id,
+                                             lease_until=claim.lease_until))
+            self._docs[ref] = doc
             self._by_key[row.row_key] = ref
             self._track(ref)
-            fresh.append(FreshRow(ref, row))
-        return UpsertResult(len(fresh), existing, tuple(fresh))
-
-    async def claim_fresh(self, fresh: Sequence[FreshRow], now: float,
-                          lease_seconds: float) -> list[Claim]:
-        """As the Mongo adapter: only a row still as inserted (pending, due, no claim_id,
-        ``updated_at`` as written) is claimed, and its claim carries the handed row."""
-        await checkpoint()
-        claim_id = uuid.uuid4().hex
-        lease_until = now + lease_seconds
-        t = T.claim(claim_id=claim_id, now=now, lease_until=lease_until)
-        claims: list[Claim] = []
-        for f in fresh:
-            doc = self._docs.get(f.ref)
-            nb = None if doc is None else doc.get("not_before")
-            if doc is None or doc.get("state") != PENDING or not _number(nb) or nb > now or \
-                    doc.get("claim_id") is not None or doc.get("updated_at") != f.row.updated_at:
-                continue
-            _apply(doc, t)
-            claims.append(T.claim_of_row(f.ref, f.row, t, claim_id=claim_id,
-                                         lease_until=lease_until))
-        return claims
+        return UpsertResult(len(rows) - existing, existing, tuple(claims))
 
     async def claim_any(
         self, now: float, lease_seconds: float, limit: int, *,
@@ -237,7 +230,30 @@ class MemoryEffectOutbox:
         return True
 
     async def apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: T.Transition) -> list[Any]:
-        return [ref for ref in refs if await self.apply_claimed(ref, claim_id, t)]
+        return await self.apply_marks([T.Mark(ref, claim_id, t) for ref in refs])
+
+    async def apply_marks(self, marks: Sequence[T.Mark]) -> list[Any]:
+        """As the Mongo adapter: every mark in one go; a refusal raises before any is applied."""
+        await checkpoint()
+        for m in marks:  # the store refuses the whole write before anything changes
+            doc = self._fenced(m.ref, m.claim_id)
+            if doc is not None:
+                _check(doc, m.t)
+        moved: list[Any] = []
+        for m in marks:
+            doc = self._fenced(m.ref, m.claim_id)
+            if doc is None:
+                # as the Mongo adapter's read back: a row already moved to the mark's state under
+                # its claim (a retry of a write that landed) counts as moved
+                was = self._docs.get(m.ref)
+                if was is not None and was.get("claim_id") == m.claim_id and \
+                        was.get("state") == m.t.set.get("state", CLAIMED):
+                    moved.append(m.ref)
+                continue
+            _apply(doc, m.t)
+            self._track(m.ref)
+            moved.append(m.ref)
+        return moved
 
     async def park_broken(
         self, ref: Any, now: float, error: str, *, claim_id: str | None = None
@@ -286,13 +302,16 @@ class MemoryEffectOutbox:
                       "a row that does not decode is left out: %s", exc)
         return out
 
-    async def count_by_state(self, tenant_id: str | None = None) -> dict[str, int]:
+    async def count_by_state(
+        self, tenant_id: str | None = None, *, states: Collection[str] | None = None
+    ) -> dict[str, int]:
         await checkpoint()
         counts: dict[str, int] = {}
         for d in self._docs.values():
             if tenant_id is None or d.get("tenant_id") == tenant_id:
                 st = str(d.get("state"))
-                counts[st] = counts.get(st, 0) + 1
+                if states is None or st in states:
+                    counts[st] = counts.get(st, 0) + 1
         return counts
 
     async def live_tenants(self) -> set[str]:

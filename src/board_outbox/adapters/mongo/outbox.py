@@ -1,11 +1,16 @@
 """``trigger_effects``: the durable effect outbox on MongoDB.
 
-- upsert: one unordered ``bulk_write`` of ``$setOnInsert`` upserts keyed by ``row_key``;
+- insert: one unordered ``insert_many``; a duplicate ``row_key`` means the row exists. The
+  tail's rows for its own worker are born claimed (no claim statement, no pick for them);
 - claim: due pending rows of every tenant are claimed as a batch (one pick, one
   ``update_many`` minting a ``claim_id`` and a lease, read back only after a lost race); expired
   leases are reclaimed the same way (one query, one ``update_many``), ``attempts`` +1;
-- every mark applies an ``outbox_transitions`` transition filtered on ``{_id, state: claimed,
-  claim_id}``: a stolen lease makes it a no-op.
+- every mark applies a ``model/transitions`` transition filtered on ``{_id, state: claimed,
+  claim_id}``: a stolen lease makes it a no-op; a batch of marks is one ``bulk_write``.
+
+Every hot query is served by a partial index that holds only the rows in one state (``schema``:
+pending by ``not_before``, claimed by ``lease_until``, failed by ``updated_at``, done by
+``done_at``): its bounds cover the rows in that state, never the whole history.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from pymongo import DESCENDING, ReturnDocument, UpdateOne
+from bson import ObjectId
+from pymongo import DESCENDING, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
@@ -33,7 +39,7 @@ from board_outbox.model.domain import (
     new_row_doc,
     to_doc,
 )
-from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow
+from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     ROW_STATES,
@@ -45,8 +51,8 @@ from board_outbox.model.validation import (
 )
 from board_outbox.ports import (
     Claim,
+    ClaimTerms,
     DoneLatency,
-    FreshRow,
     RowFilter,
     RowIdentity,
     UpsertResult,
@@ -62,7 +68,8 @@ def row_query(flt: RowFilter) -> dict[str, Any]:
     if flt.tenant_id is not None:
         q["tenant_id"] = flt.tenant_id
     if flt.states:
-        q["state"] = {"$in": list(flt.states)}
+        # one state as an equality: the query then implies that state's partial index
+        q["state"] = flt.states[0] if len(flt.states) == 1 else {"$in": list(flt.states)}
     if flt.kind is not None:
         # a row without ``kind`` is a launch (the zero value)
         q["kind"] = {"$in": ["launch", None]} if flt.kind == "launch" else flt.kind
@@ -102,57 +109,43 @@ class MongoEffectOutbox:
         self.coll = db[EFFECTS]
 
     @translated
-    async def upsert_rows(self, rows: Sequence[EffectRow]) -> UpsertResult:
+    async def upsert_rows(
+        self, rows: Sequence[EffectRow], *, claim: ClaimTerms | None = None
+    ) -> UpsertResult:
+        """One unordered ``insert_many``: a duplicate key (the unique ``row_key``) means the row
+        exists -- racing replicas collapse on it -- and the stored row is left as it is. Cheaper
+        than an upsert per row on every server (no query stage per row). The ``_id`` of each
+        row is chosen here, so the rows inserted are known without reading anything back."""
         if not rows:
             return UpsertResult(0, 0)
         shared: dict[int, Any] = {}  # the rows of one event share its snapshot's document
-        ops = [
-            UpdateOne({"row_key": r.row_key}, {"$setOnInsert": new_row_doc(r, shared)}, upsert=True)
-            for r in rows
-        ]
+        t = None if claim is None else T.claim(claim_id=claim.claim_id, now=rows[0].created_at,
+                                               lease_until=claim.lease_until)
+        docs = []
+        for r in rows:
+            doc = new_row_doc(r, shared)
+            if t is not None:
+                doc.update(t.set, updated_at=r.updated_at)
+            doc["_id"] = ObjectId()
+            docs.append(doc)
+        refused: set[int] = set()
         try:
-            res = await self.coll.bulk_write(ops, ordered=False)
-            inserted = int(res.upserted_count)
-            ids: dict[int, Any] = dict(res.upserted_ids or {})
+            await self.coll.insert_many(docs, ordered=False)
         except BulkWriteError as exc:
-            # Two replicas racing on one row_key: the loser's upsert may hit the unique index.
-            # The row exists, which is all $setOnInsert wanted; anything else is a real error.
+            # Two replicas racing on one row_key: the loser's insert hits the unique index. The
+            # row exists, which is all the insert wanted; anything else is a real error.
             details = exc.details
-            others = [e for e in details.get("writeErrors", []) if e.get("code") != DUPLICATE_KEY]
-            if others or details.get("writeConcernErrors"):
+            errors = details.get("writeErrors", [])
+            if any(e.get("code") != DUPLICATE_KEY for e in errors) or details.get("writeConcernErrors"):
                 raise
-            inserted = int(details.get("nUpserted", 0))
-            ids = {int(u["index"]): u["_id"] for u in details.get("upserted", [])}
-        fresh = tuple(FreshRow(ref, rows[i]) for i, ref in sorted(ids.items()) if 0 <= i < len(rows))
-        return UpsertResult(inserted, len(rows) - inserted, fresh)
-
-    @translated
-    async def claim_fresh(self, fresh: Sequence[FreshRow], now: float,
-                          lease_seconds: float) -> list[Claim]:
-        """One ``update_many`` fenced on "still as inserted" (pending, due, no claim_id,
-        ``updated_at`` as written); the claimed rows are the handed ones plus the claim's fields.
-        Only when fewer than all were claimed, one read of the refs under our claim_id."""
-        if not fresh:
-            return []
-        started = time.monotonic()
-        by_written: dict[float, list[Any]] = {}
-        for f in fresh:
-            by_written.setdefault(f.row.updated_at, []).append(f.ref)
-        as_inserted = [{"_id": {"$in": refs}, "updated_at": at} for at, refs in by_written.items()]
-        q: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}, "claim_id": None,
-                             **(as_inserted[0] if len(as_inserted) == 1 else {"$or": as_inserted})}
-        claim_id = uuid.uuid4().hex
-        lease_until = now + (time.monotonic() - started) + lease_seconds
-        t = T.claim(claim_id=claim_id, now=now, lease_until=lease_until)
-        res = await self.coll.update_many(q, update_of(t))
-        taken = list(fresh)
-        if int(res.modified_count) < len(fresh):
-            refs = [f.ref for f in fresh]
-            mine = {d["_id"] for d in await self.coll.find(
-                {"_id": {"$in": refs}, "claim_id": claim_id}, {"_id": 1}).to_list(None)}
-            taken = [f for f in fresh if f.ref in mine]
-        return [T.claim_of_row(f.ref, f.row, t, claim_id=claim_id, lease_until=lease_until)
-                for f in taken]
+            refused = {int(e["index"]) for e in errors}
+        inserted = len(rows) - len(refused)
+        claims: tuple[Claim, ...] = ()
+        if t is not None and claim is not None:
+            claims = tuple(T.claim_of_row(docs[i]["_id"], r, t, claim_id=claim.claim_id,
+                                          lease_until=claim.lease_until)
+                           for i, r in enumerate(rows) if i not in refused)
+        return UpsertResult(inserted, len(refused), claims)
 
     @translated
     async def claim_any(
@@ -265,15 +258,45 @@ class MongoEffectOutbox:
     async def apply_claimed_many(self, refs: Sequence[Any], claim_id: str, t: T.Transition) -> list[Any]:
         """One fenced ``update_many``; only when a lease was stolen from some of the rows, one
         more read to learn which ones this claim moved (the moved rows keep our claim_id)."""
-        if not refs:
+        return await self.apply_marks([T.Mark(ref, claim_id, t) for ref in refs])
+
+    @translated
+    async def apply_marks(self, marks: Sequence[T.Mark]) -> list[Any]:
+        """One unordered ``bulk_write``: an ``update_many`` per group of marks sharing a claim
+        and a transition (a claim's projection rows), an ``update_one`` per other mark (a launch
+        row's own outcome). Only when fewer rows moved than were marked, one read back learns
+        which moved: those now in the transition's state under our claim_id (a retry after a
+        write that landed finds its rows there too)."""
+        if not marks:
             return []
-        ids = list(refs)
-        res = await self.coll.update_many({"_id": {"$in": ids}, "state": CLAIMED, "claim_id": claim_id},
-                                          update_of(t))
-        if res.modified_count == len(ids):
-            return ids
-        moved = {"_id": {"$in": ids}, "claim_id": claim_id, "state": t.set.get("state", CLAIMED)}
-        return [d["_id"] for d in await self.coll.find(moved, {"_id": 1}).to_list(None)]
+        groups: dict[tuple[str, int], list[T.Mark]] = {}
+        for m in marks:
+            groups.setdefault((m.claim_id, id(m.t)), []).append(m)
+        ops: list[UpdateOne | UpdateMany] = []
+        for group in groups.values():
+            first = group[0]
+            if len(group) == 1:
+                ops.append(UpdateOne({"_id": first.ref, "state": CLAIMED, "claim_id": first.claim_id},
+                                     update_of(first.t)))
+            else:
+                ops.append(UpdateMany({"_id": {"$in": [m.ref for m in group]}, "state": CLAIMED,
+                                       "claim_id": first.claim_id}, update_of(first.t)))
+        try:
+            res = await self.coll.bulk_write(ops, ordered=False)
+            modified = int(res.modified_count)
+        except BulkWriteError as exc:
+            if exc.details.get("writeConcernErrors"):
+                raise
+            failed = exc.details.get("writeErrors") or [{}]
+            raise StoreError(f"marks refused: {cap(failed[0].get('errmsg'), 500)}") from exc
+        refs = [m.ref for m in marks]
+        if modified == len(marks):
+            return refs
+        want = {m.ref: (m.claim_id, m.t.set.get("state", CLAIMED)) for m in marks}
+        docs = await self.coll.find({"_id": {"$in": refs}}, {"_id": 1, "state": 1, "claim_id": 1}
+                                    ).to_list(None)
+        moved = {d["_id"] for d in docs if want.get(d["_id"]) == (d.get("claim_id"), d.get("state"))}
+        return [ref for ref in refs if ref in moved]
 
     @translated
     async def park_broken(
@@ -333,7 +356,22 @@ class MongoEffectOutbox:
         return out
 
     @translated
-    async def count_by_state(self, tenant_id: str | None = None) -> dict[str, int]:
+    async def count_by_state(
+        self, tenant_id: str | None = None, *, states: Collection[str] | None = None
+    ) -> dict[str, int]:
+        """Rows by state. With ``states``, one count per state (each served by that state's
+        partial index: its cost is the rows in that state, not the collection); without, one
+        aggregate over every row (status of one tenant, the demo's check)."""
+        if states is not None:
+            out: dict[str, int] = {}
+            for state in states:
+                q: dict[str, Any] = {"state": state}
+                if tenant_id is not None:
+                    q["tenant_id"] = tenant_id
+                n = await self.coll.count_documents(q)
+                if n:
+                    out[state] = int(n)
+            return out
         pipeline: list[dict[str, Any]] = []
         if tenant_id is not None:
             pipeline.append({"$match": {"tenant_id": tenant_id}})
@@ -343,8 +381,12 @@ class MongoEffectOutbox:
 
     @translated
     async def live_tenants(self) -> set[str]:
-        found = await self.coll.distinct("tenant_id", {"state": {"$in": list(LIVE_STATES)}})
-        return {str(t) for t in found}
+        """One ``distinct`` per live state, each over that state's partial index."""
+        found: set[str] = set()
+        for state in LIVE_STATES:
+            found |= {str(t) for t in await self.coll.distinct("tenant_id", {"state": state})
+                      if isinstance(t, str)}
+        return found
 
     @translated
     async def oldest_live_created_at(self, tenant_id: str) -> float | None:
