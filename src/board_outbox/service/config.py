@@ -53,6 +53,9 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     replica_name: str = ""
     metrics_interval_seconds: Pos = 10.0
+    # backpressure (T1): a pass of store calls slower than this (or a store timeout) halves the
+    # batches, claims and poll rates of this replica until the store answers in time again
+    slow_store_seconds: Pos = 2.0
     # /healthz, /readyz, /metrics (O1); http_port = 0 turns them off
     http_host: str = "127.0.0.1"
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9464
