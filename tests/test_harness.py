@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 import board_outbox.engine.handlers.launch
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.model.domain import DONE
-from board_outbox.model.transitions import Transition
 from tests.harness.broken import AllocatorSeedTail, CursorFirstTail, EagerPoisonTail
 from tests.harness.sim import (
     VIOLATION_KINDS,
@@ -79,24 +78,28 @@ def test_harness_catches_the_cursor_first_shape() -> None:
 
 def test_harness_catches_unfenced_marks(monkeypatch: pytest.MonkeyPatch) -> None:
     """The done mark with no fence at all (neither claim_id nor state): a late mark from a stolen
-    claim overwrites the row. Only the done mark is broken; the other marks stay fenced."""
+    claim overwrites the row. Only the done marks (the completer's bulk flush) are broken; the
+    other marks stay fenced."""
     from datetime import UTC, datetime
 
-    fenced = MemoryEffectOutbox.apply_claimed
+    fenced = MemoryEffectOutbox.apply_marks
 
-    async def unfenced_done(self: MemoryEffectOutbox, ref: Any, claim_id: str,
-                            t: Transition) -> bool:
-        if t.name != "done":
-            return await fenced(self, ref, claim_id, t)
-        doc = self._docs.get(ref)
-        if doc is None:
-            return False
-        doc.update(state=DONE, outcome=t.set["outcome"], updated_at=t.set["updated_at"],
-                   lease_until=None, done_at=datetime.fromtimestamp(t.set["updated_at"], UTC))
-        self._track(ref)
-        return True
+    async def unfenced_done(self: MemoryEffectOutbox, marks: list[Any]) -> list[Any]:
+        if any(m.t.name != "done" for m in marks):
+            return await fenced(self, marks)
+        moved = []
+        for m in marks:
+            doc = self._docs.get(m.ref)
+            if doc is None:
+                continue
+            t = m.t
+            doc.update(state=DONE, outcome=t.set["outcome"], updated_at=t.set["updated_at"],
+                       lease_until=None, done_at=datetime.fromtimestamp(t.set["updated_at"], UTC))
+            self._track(m.ref)
+            moved.append(m.ref)
+        return moved
 
-    monkeypatch.setattr(MemoryEffectOutbox, "apply_claimed", unfenced_done)
+    monkeypatch.setattr(MemoryEffectOutbox, "apply_marks", unfenced_done)
     from tests.harness import sim
 
     monkeypatch.setattr(sim, "HEARTBEAT", False)  # leases must be stolen for fencing to matter

@@ -16,8 +16,10 @@ def test_sigkilled_replica_loses_nothing() -> None:
     assert res["expected_rows"] > 4000
     assert res["lost_rows"] == 0 and res["duplicate_rows"] == 0 and res["unexpected_rows"] == 0
     assert res["not_done"] == 0 and res["rows_never_launched"] == 0
-    # a kill between a launch and its mark_done may launch one row twice (residual window 2)
-    assert res["rows_launched_twice"] <= 4
+    # a kill between a launch and its done mark launches that row twice (residual window 2):
+    # with the marks written in bulk (issue 29), at most the rows the victim had launched but
+    # not flushed yet -- never more than one claim (the replicas' batch_size, 50)
+    assert res["rows_launched_twice"] <= 50
 
 
 @pytest.mark.live_mongo

@@ -170,7 +170,8 @@ async def test_healthz_readyz_and_metrics_on_a_running_service() -> None:
         lag = {s.labels["tenant_id"]: s.value for s in families["board_outbox_tail_lag_events"].samples}
         assert lag == {T: 0.0}
         rows = {s.labels["state"]: s.value for s in families["board_outbox_rows"].samples}
-        assert rows == {"done": 6.0}  # 3 launches + 3 projection rows
+        # 3 launches + 3 projection rows; the live states and the dead-letters read 0, not absent
+        assert rows == {"done": 6.0, "pending": 0.0, "claimed": 0.0, "failed": 0.0}
         done = [s for s in families["board_outbox_materialize_to_done_seconds"].samples
                 if s.name.endswith("_count")]
         assert sum(s.value for s in done) == 6.0
@@ -262,7 +263,8 @@ async def test_tenant_status_lag_in_events_and_seconds_and_oldest_pending() -> N
     clock.advance(7)
     st = await tenant_status(backend.stores(), T, clock.now())
     assert (st.cursor, st.lag_events, st.lag_seconds) == (2, 0, 0.0)
-    assert st.oldest_pending_age_seconds == 7.0 and st.rows == {"pending": 4}
+    # born claimed for this replica's worker (the hand-off): live, waiting 7 s
+    assert st.oldest_pending_age_seconds == 7.0 and st.rows == {"claimed": 4}
     await service.worker.tick_any()
     st = await tenant_status(backend.stores(), T, clock.now())
     assert st.oldest_pending_age_seconds is None and st.rows == {"done": 4} and st.dead_letters == 0

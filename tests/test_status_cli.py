@@ -42,7 +42,7 @@ def factory_for(backend: MemoryBackend) -> Any:
 
 async def _two_tenants(backend: MemoryBackend) -> None:
     """t1: 3 events, 2 materialized and run (one parked as a dead-letter), 1 behind the cursor;
-    t2: 1 event, materialized, its rows still pending."""
+    t2: 1 event, materialized, its rows born claimed for the worker and not run yet."""
     for tenant in (T, "t2"):
         await backend.subs.put(Subscription(sub_id=f"s-{tenant}", tenant_id=tenant, bot="b"))
         await backend.board.put(Card(tenant_id=tenant, card_id="c"))
@@ -53,7 +53,7 @@ async def _two_tenants(backend: MemoryBackend) -> None:
     service = Service(backend.stores(), cfg, rng=random.Random(1))
     await service.tail.drain_all()
     backend.launcher.fail = lambda r: r.seq == 2
-    await service.worker.tick_any([T])  # t2's rows stay pending
+    await service.worker.tick_any([T])  # t2's rows stay live (claimed, in the hand-off)
     await backend.events.emit(T, "card.created", "c", at=4.0)
 
 
@@ -78,7 +78,7 @@ def test_status_json_is_the_documented_stable_document(capsys: pytest.CaptureFix
     assert t1["rows"] == {"done": 3, "failed": 1} and t1["dead_letters"] == 1
     assert t1["oldest_pending_age_seconds"] is None
     t2 = by["t2"]
-    assert (t2["lag_events"], t2["lag_seconds"], t2["rows"]) == (0, 0.0, {"pending": 2})
+    assert (t2["lag_events"], t2["lag_seconds"], t2["rows"]) == (0, 0.0, {"claimed": 2})
     assert t2["oldest_pending_age_seconds"] >= 0
 
     assert run(backend, "--json", "--tenant", "t2") == 0

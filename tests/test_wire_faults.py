@@ -231,19 +231,20 @@ async def test_write_concern_error_on_the_bulk_upsert_is_transient_and_aborts(
     k = wire.kit
     await board(k)
     rows = [EffectRow(tenant_id=T, seq=1, row_key=f"{T}/1/x", sub_id="x")]
-    with failpoints.arm(["update"], WRITE_CONCERN), pytest.raises(StoreUnavailable):
+    # the rows are written by one unordered insert (a duplicate row key: the row exists)
+    with failpoints.arm(["insert"], WRITE_CONCERN), pytest.raises(StoreUnavailable):
         await k.outbox.upsert_rows(rows)  # a wtimeout: the write may or may not be durable
     unsatisfiable = {"writeConcernError": {"code": 100, "codeName": "UnsatisfiableWriteConcern",
                                            "errmsg": "not enough data-bearing nodes"}}
-    with failpoints.arm(["update"], unsatisfiable), pytest.raises(StoreError) as info:
+    with failpoints.arm(["insert"], unsatisfiable), pytest.raises(StoreError) as info:
         await k.outbox.upsert_rows(rows)  # a deployment that can never satisfy the concern
     assert not isinstance(info.value, StoreUnavailable)
     await wire.check["trigger_effects"].delete_many({})
     tail = k.tail(seed="earliest")
-    with failpoints.arm(["update"], WRITE_CONCERN):
+    with failpoints.arm(["insert"], WRITE_CONCERN):
         res = await tail.drain_tenant(T)
     assert res.stopped == "aborted"
-    assert await wire.cursor(T) == 0  # the CAS never ran: the upsert's outcome was unknown
+    assert await wire.cursor(T) == 0  # the CAS never ran: the insert's outcome was unknown
     assert (await after_outage(tail.drain_tenant, T)).cursor_after == 3
     assert len(await wire.row_keys()) == 3
 
@@ -253,8 +254,8 @@ async def test_write_concern_error_on_the_bulk_upsert_is_transient_and_aborts(
 TAIL_POINTS = {
     # (command, mode): which of the batch's commands the fault hits
     "event read (find)": (["find"], {"skip": 1, "times": 10_000}),  # skip the cursor read
-    "bulk upsert (update)": (["update"], "alwaysOn"),
-    "cursor CAS (update)": (["update"], {"skip": 1, "times": 10_000}),  # skip the bulk upsert
+    "bulk insert (insert)": (["insert"], "alwaysOn"),
+    "cursor CAS (update)": (["update"], "alwaysOn"),
 }
 
 

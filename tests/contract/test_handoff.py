@@ -1,7 +1,8 @@
-"""The hand-off (issue 23): the rows the tail just inserted go to its own worker, which claims
-them by ref (``EffectOutbox.claim_fresh``) instead of picking -- on every backend. A handed row
-is claimed like a picked one (claim_id, lease, fenced marks) and only while it is still as
-inserted: a row another replica took, that ran, was deleted or is not due is left alone."""
+"""The hand-off (issues 23, 29, 31): the rows the tail inserts for its own worker are born claimed
+(``upsert_rows(rows, claim=...)``: no claim statement, no pick), and a tenant is materialized
+only as far as that worker has room for -- on every backend. A born-claimed row is fenced like a
+picked one (claim_id, lease, fenced marks); only the rows an insert wrote are its claims: a row
+that existed keeps its state and its holder."""
 
 from __future__ import annotations
 
@@ -14,14 +15,13 @@ from board_outbox.engine.worker import HANDOFF_BATCHES, PICK_IDLES, EffectWorker
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import (
     EffectRow,
-    ErrorEntry,
     EventSnapshot,
     MatchRule,
     Subscription,
     new_launch_row,
 )
 from board_outbox.model.errors import StoreUnavailable
-from board_outbox.ports import EffectOutbox, FreshRow
+from board_outbox.ports import Claim, ClaimTerms, EffectOutbox
 from tests.support.faults import Crash
 from tests.support.kits import Kit, claim
 
@@ -37,10 +37,8 @@ def _row(seq: int, tenant: str = T, now: float = 100.0) -> EffectRow:
     return new_launch_row(tenant, ev, Subscription(sub_id="s1", tenant_id=tenant, bot="b"), now)
 
 
-async def _fresh(kit: Kit, rows: list[EffectRow]) -> list[FreshRow]:
-    res = await kit.outbox.upsert_rows(rows)
-    assert res.inserted == len(rows) and len(res.fresh) == len(rows)
-    return list(res.fresh)
+def _terms(kit: Kit, lease: float = 30.0, claim_id: str = "c-1") -> ClaimTerms:
+    return ClaimTerms(claim_id=claim_id, lease_until=kit.clock.now() + lease)
 
 
 class PickSpy:
@@ -66,93 +64,98 @@ def spied(worker: EffectWorker) -> PickSpy:
 # --- the port -------------------------------------------------------------------------------
 
 
-async def test_upsert_returns_only_the_rows_it_inserted(kit: Kit) -> None:
-    await kit.outbox.upsert_rows([_row(1)])
-    res = await kit.outbox.upsert_rows([_row(1), _row(2), _row(3)])
+async def test_an_insert_returns_claims_only_for_the_rows_it_wrote(kit: Kit) -> None:
+    await kit.outbox.upsert_rows([_row(1)])  # born pending: another replica's, say
+    res = await kit.outbox.upsert_rows([_row(1), _row(2), _row(3)], claim=_terms(kit))
     assert (res.inserted, res.existing) == (2, 1)
-    assert [f.row.seq for f in res.fresh] == [2, 3]
-    assert len({repr(f.ref) for f in res.fresh}) == 2
+    assert [c.row.seq for c in res.claims if c.row is not None] == [2, 3]
+    assert len({repr(c.ref) for c in res.claims}) == 2
+    # the row that existed keeps its state: pending, no claim
+    assert (await kit.raw_row(_row(1).row_key) or {}).get("state") == "pending"
+    without = await kit.outbox.upsert_rows([_row(4)])
+    assert (without.inserted, without.claims) == (1, ())
+    assert (await kit.raw_row(_row(4).row_key) or {}).get("state") == "pending"
 
 
-async def test_claim_fresh_claims_by_ref_like_a_pick(kit: Kit) -> None:
-    fresh = await _fresh(kit, [_row(1), _row(2)])
+async def test_a_born_claimed_row_is_held_like_a_picked_one(kit: Kit) -> None:
+    terms = _terms(kit)
+    res = await kit.outbox.upsert_rows([_row(1), _row(2)], claim=terms)
     now = kit.clock.now()
-    claims = await kit.outbox.claim_fresh(fresh, now, 30.0)
-    assert [c.ref for c in claims] == [f.ref for f in fresh]
-    assert len({c.claim_id for c in claims}) == 1 and claims[0].lease_until >= now + 30.0
-    for c in claims:  # the claim's row is the row as the store now holds it
+    for c in res.claims:  # the claim's row is the row as the store now holds it
         assert c.row is not None and not c.reclaimed
+        assert (c.claim_id, c.lease_until) == (terms.claim_id, terms.lease_until)
         assert c.row == await kit.outbox.get(c.row.row_key)
-        assert (c.row.state, c.row.claim_id) == ("claimed", c.claim_id)
-    # claimed once: neither a second hand-off nor a pick takes them while the lease holds
-    assert await kit.outbox.claim_fresh(fresh, now, 30.0) == []
+        assert (c.row.state, c.row.claim_id, c.row.attempts) == ("claimed", terms.claim_id, 0)
+    # held: neither a pick nor a reclaim takes them while the lease holds
     assert await claim(kit.outbox, T, now + 29.0, 30.0, 10) == []
     # fenced like any claim (M8): a mark under another claim_id is a no-op
-    first = claims[0]
+    first, second = res.claims
     assert not await kit.outbox.apply_claimed(first.ref, "not-ours", tr.done(now=now, outcome="x"))
     assert await kit.outbox.apply_claimed(first.ref, first.claim_id, tr.done(now=now, outcome="ok"))
+    # once the lease ends, a reclaim takes it and counts the attempt (M9), as for any claim
+    (back,) = await claim(kit.outbox, T, now + 31.0, 30.0, 10)
+    assert back.ref == second.ref and back.reclaimed and back.row is not None
+    assert back.row.attempts == 1
 
 
-async def test_claim_fresh_leaves_rows_that_are_no_longer_as_inserted(kit: Kit) -> None:
-    """Hostile hand-offs: a row another replica claimed, one that ran (done), one deleted, one
-    not due yet, one back to pending after a retry (backoff over), one released: none is
-    claimed, none is written; only the untouched row is."""
+async def test_two_replicas_inserting_the_same_rows_collapse_on_the_row_key(kit: Kit) -> None:
+    a = await kit.outbox.upsert_rows([_row(1), _row(2)], claim=_terms(kit, claim_id="a"))
+    b = await kit.outbox.upsert_rows([_row(2), _row(3)], claim=_terms(kit, claim_id="b"))
+    assert [c.row.seq for c in a.claims if c.row] == [1, 2]
+    assert [c.row.seq for c in b.claims if c.row] == [3]  # row 2 is a's: b does not run it
+    assert (await kit.raw_row(_row(2).row_key) or {}).get("claim_id") == "a"
+    assert len(await kit.rows(T)) == 3
+
+
+async def test_apply_marks_moves_only_the_rows_its_claims_hold(kit: Kit) -> None:
+    res = await kit.outbox.upsert_rows([_row(i) for i in range(1, 5)], claim=_terms(kit, claim_id="a"))
+    c1, c2, c3, c4 = res.claims
     now = kit.clock.now()
-    later = _row(4)
-    later.not_before = now + 60
-    fresh = await _fresh(kit, [_row(1), _row(2), _row(3), later, _row(5), _row(6), _row(7)])
-    by_seq = {f.row.seq: f for f in fresh}
-    taken = await kit.outbox.claim_fresh([by_seq[1]], now, 30.0)  # another replica's claim
-    (done,) = await kit.outbox.claim_fresh([by_seq[2]], now, 30.0)
-    assert await kit.outbox.apply_claimed(done.ref, done.claim_id, tr.done(now=now, outcome="ok"))
-    assert kit.delete_raw_row is not None
-    await kit.delete_raw_row(by_seq[3].row.row_key)
-    (retried,) = await kit.outbox.claim_fresh([by_seq[5]], now, 30.0)
-    err = ErrorEntry(attempt=1, at=now, error="boom")
-    assert await kit.outbox.apply_claimed(retried.ref, retried.claim_id,
-                                          tr.retry(now=now + 1, error=err, not_before=now + 2))
-    (released,) = await kit.outbox.claim_fresh([by_seq[6]], now, 30.0)
-    assert await kit.outbox.apply_claimed(released.ref, released.claim_id, tr.release(now=now + 1))
-    before = {f.row.row_key: await kit.raw_row(f.row.row_key) for f in fresh}
-    got = await kit.outbox.claim_fresh(fresh, now + 5, 30.0)
-    assert [c.row.seq for c in got if c.row is not None] == [7]
-    for f in fresh:
-        if f.row.seq != 7:
-            assert await kit.raw_row(f.row.row_key) == before[f.row.row_key]
-    assert taken[0].claim_id == (await kit.raw_row(by_seq[1].row.row_key) or {})["claim_id"]
-    # not due yet: claimed once due
-    assert [c.row.seq for c in await kit.outbox.claim_fresh([by_seq[4]], now + 61, 30.0)
-            if c.row is not None] == [4]
-
-
-async def test_claim_fresh_of_nothing_is_nothing(kit: Kit) -> None:
-    assert await kit.outbox.claim_fresh([], kit.clock.now(), 30.0) == []
+    shared = tr.done(now=now, outcome="applied")  # one transition for two rows: a group
+    marks = [tr.Mark(c1.ref, "a", shared), tr.Mark(c2.ref, "a", shared),
+             tr.Mark(c3.ref, "a", tr.done(now=now, outcome="launched x")),
+             tr.Mark(c4.ref, "stolen", tr.done(now=now, outcome="launched y"))]
+    moved = await kit.outbox.apply_marks(marks)
+    assert moved == [c1.ref, c2.ref, c3.ref]
+    outcomes = {r.seq: (r.state, r.outcome) for r in await kit.rows(T)}
+    assert outcomes == {1: ("done", "applied"), 2: ("done", "applied"),
+                        3: ("done", "launched x"), 4: ("claimed", None)}
+    # a retry of a write that landed finds its rows moved under its claim (counted, not lost)
+    assert await kit.outbox.apply_marks(marks[:3]) == [c1.ref, c2.ref, c3.ref]
+    assert await kit.outbox.apply_marks([]) == []
 
 
 # --- the worker -----------------------------------------------------------------------------
 
 
-async def materialize(kit: Kit, n: int, tenant: str = T) -> list[FreshRow]:
+async def materialize(kit: Kit, n: int, tenant: str = T, *,
+                      worker: EffectWorker | None = None) -> list[Claim]:
+    """``n`` events of ``tenant`` through a tail whose rows go to ``worker`` (born claimed);
+    without a worker, the rows are born pending (another replica's tail, say)."""
     await kit.sub(msgspec.structs.replace(SUB, tenant_id=tenant, sub_id=f"{tenant}.s"))
     for i in range(1, n + 1):
         await kit.card(tenant, f"c{i}")
         await kit.emit(tenant, "card.created", f"c{i}")
-    results = await kit.tail(seed="earliest").drain_all([tenant])
-    fresh = [f for r in results for f in r.fresh]
-    assert len(fresh) == n and sum(r.rows_inserted for r in results) == n
-    return fresh
+    tail = kit.tail(seed="earliest")
+    tail.handoff = worker
+    results = await tail.drain_all([tenant])
+    assert sum(r.rows_inserted for r in results) == n
+    return [c for r in results for c in r.claims]
 
 
-async def test_worker_claims_handed_rows_without_a_pick(kit: Kit) -> None:
+async def test_worker_runs_handed_rows_without_a_claim_or_a_pick(kit: Kit) -> None:
     worker = kit.worker(batch_size=8, idle_seconds=1.0)
     spy = spied(worker)
     worker.hand_off([])
     assert (await worker.tick_any()).claimed == 0 and spy.picks == 1  # the first tick picks
-    worker.hand_off(await materialize(kit, 3))
+    handed = await materialize(kit, 3, worker=worker)
+    assert len(handed) == 3 and worker.handed == 3
+    assert {r.state for r in await kit.rows(T)} == {"claimed"}  # born claimed, for us
     res = await worker.tick_any()  # within idle_seconds of that pick: the hand-off only
     assert (res.claimed, res.done, spy.picks) == (3, 3, 1)
     assert sorted(r.seq for r in kit.launcher.launches) == [1, 2, 3]
     assert {r.state for r in await kit.rows(T)} == {"done"}
+    assert kit.faults.hits["outbox.claim_any"] == 1  # no claim statement for the handed rows
     kit.clock.advance(PICK_IDLES * 1.0 - 0.01)
     assert (await worker.tick_any()).claimed == 0 and spy.picks == 1
     kit.clock.advance(0.01)
@@ -160,9 +163,9 @@ async def test_worker_claims_handed_rows_without_a_pick(kit: Kit) -> None:
 
 
 async def test_rows_not_handed_are_picked_on_the_pick_schedule(kit: Kit) -> None:
-    """Another replica's tail wrote the rows (no hand-off here): this worker, fed by its own
-    tail, still finds them with its pick, at the latest ``PICK_IDLES * idle_seconds`` after its
-    last one."""
+    """Another replica's tail wrote the rows (born pending): this worker, fed by its own tail,
+    still finds them with its pick, at the latest ``PICK_IDLES * idle_seconds`` after its last
+    one."""
     worker = kit.worker(batch_size=8, idle_seconds=1.0)
     worker.hand_off([])
     await worker.tick_any()
@@ -172,72 +175,85 @@ async def test_rows_not_handed_are_picked_on_the_pick_schedule(kit: Kit) -> None
     assert (await worker.tick_any()).done == 2
 
 
-async def test_a_lost_handed_row_runs_once(kit: Kit) -> None:
-    """Two workers handed the same rows (a replica's stale hand-off): each row runs once."""
-    fresh = await materialize(kit, 4)
-    a, b = kit.worker(batch_size=8), kit.worker(batch_size=8)
-    a.hand_off(fresh[:3])
-    b.hand_off(fresh[1:])
-    ra, rb = await a.tick_any(), await b.tick_any()
-    assert ra.done + rb.done == 4
-    assert sorted(r.seq for r in kit.launcher.launches) == [1, 2, 3, 4]
-
-
-async def test_hand_off_does_not_starve_other_tenants(kit: Kit) -> None:
-    """F1: a hand-off bigger than the claim takes at most half of it when the pick runs; the
-    other half is the fair pick's, which finds the other tenant's due rows."""
-    await materialize(kit, 2, tenant="t2")  # due, not handed
-    fresh = await materialize(kit, 12)
-    worker = kit.worker(batch_size=4, idle_seconds=1.0)
-    worker.hand_off(fresh)
-    res = await worker.tick_any()
-    assert res.claimed == 4
-    done_t2 = [r for r in await kit.rows("t2") if r.state == "done"]
-    assert len(done_t2) >= 1, "the other tenant's rows waited behind the hand-off"
-    for _ in range(10):
-        kit.clock.advance(PICK_IDLES * 1.0)
-        await worker.tick_any()
-    assert {r.state for r in await kit.rows()} == {"done"}
-    assert len(kit.launcher.launches) == 14
-
-
-async def test_hand_off_is_bounded(kit: Kit) -> None:
-    """The hand-off holds a few claims' worth; rows beyond it are left to the pick."""
-    worker = kit.worker(batch_size=2, idle_seconds=1.0)
-    worker.hand_off(await materialize(kit, 12))
-    assert worker.handed == 2 * HANDOFF_BATCHES
-    for _ in range(10):
-        await worker.tick_any()
-        kit.clock.advance(PICK_IDLES * 1.0)
-    assert {r.state for r in await kit.rows()} == {"done"}
-    assert sorted(r.seq for r in kit.launcher.launches) == list(range(1, 13))
-
-
-async def test_a_failed_hand_off_claim_leaves_the_rows_to_the_pick(kit: Kit) -> None:
-    """The store is down for the hand-off's claim: the tick fails (the service logs it and
-    ticks again), nothing was claimed, and the pick runs the rows, once."""
-    worker = kit.worker(batch_size=8, idle_seconds=1.0)
-    worker.hand_off([])
-    await worker.tick_any()
-    worker.hand_off(await materialize(kit, 3))
-    kit.faults.fail_at("outbox.claim_fresh")
-    with pytest.raises(StoreUnavailable):
-        await worker.tick_any()
-    assert {r.state for r in await kit.rows(T)} == {"pending"}
-    kit.clock.advance(PICK_IDLES * 1.0)
-    assert (await worker.tick_any()).done == 3
+async def test_a_handed_row_whose_lease_ran_out_runs_once(kit: Kit) -> None:
+    """The worker holds handed rows past their lease (a stall): another worker reclaims them
+    (the lost attempt counted) and runs them; the first skips them. Each row runs once."""
+    a = kit.worker(batch_size=8, lease_seconds=30.0, heartbeat_fraction=0)
+    handed = await materialize(kit, 3, worker=a)
+    assert len(handed) == 3
+    kit.clock.advance(31.0)
+    b = kit.worker(batch_size=8, lease_seconds=30.0)
+    assert (await b.tick_any()).done == 3
+    res = await a.tick_any()
+    assert res.done == 0 and res.skipped_expired == 3
     assert sorted(r.seq for r in kit.launcher.launches) == [1, 2, 3]
+    assert {r.attempts for r in await kit.rows(T)} == {1}
 
 
-async def test_a_worker_that_dies_after_the_hand_off_claim_loses_only_the_lease(kit: Kit) -> None:
-    """The hand-off's claim is written, then the replica dies: the rows are held by the lease
-    like any claim's; once it expires another worker reclaims them (the lost attempt counted,
-    M9) and each runs once."""
-    worker = kit.worker(batch_size=8, lease_seconds=30.0)
-    worker.hand_off(await materialize(kit, 2))
-    kit.faults.crash_at("outbox.claim_fresh.after")
-    with pytest.raises(Crash):
+async def test_the_hand_off_leaves_room_for_quiet_tenants_and_bounds_a_burst(kit: Kit) -> None:
+    """A tenant with a claim's worth of rows waiting gets no room (its backlog waits in the
+    event log); another tenant still does; the room never drops below a claim."""
+    worker = kit.worker(batch_size=4)
+    assert worker.room("noisy") >= 4 * HANDOFF_BATCHES
+    await materialize(kit, 4, tenant="noisy", worker=worker)
+    assert worker.handed == 4
+    assert worker.room("noisy") == 0
+    assert worker.room("quiet") >= 4
+    worker.stopping = True
+    assert worker.room("quiet") == 0 and worker.terms() is None  # a stopping worker takes none
+
+
+async def test_a_tenant_the_worker_has_no_room_for_is_not_read(kit: Kit) -> None:
+    """The tail asks the worker first: with no room for the tenant it reads nothing (no event
+    read, no cursor move), and with room for k rows it reads about k rows' worth of events."""
+    worker = kit.worker(batch_size=2)
+    await materialize(kit, 2, tenant="t1", worker=worker)  # fills t1's share
+    for i in range(3, 30):
+        await kit.card(T, f"c{i}")
+        await kit.emit(T, "card.created", f"c{i}")
+    tail = kit.tail(seed="earliest")
+    tail.handoff = worker
+    reads = kit.faults.hits["events.read_after"]
+    (res,) = await tail.drain_all([T], rounds=1)
+    assert res.stopped == "no_room" and res.read == 0
+    assert kit.faults.hits["events.read_after"] == reads
+    await worker.tick_any()  # the worker runs them: room again
+    room = worker.room(T)
+    assert room >= 2
+    (res,) = await tail.drain_all([T], rounds=1)
+    assert 0 < res.read <= room and res.claims
+    assert res.rows_inserted == res.read  # one launch row per event, all born claimed
+
+
+async def test_a_failed_pick_after_taking_handed_rows_still_runs_them(kit: Kit) -> None:
+    """The handed rows are taken, then the pick fails (a store blip): the handed rows run in
+    this tick rather than wait out their lease; the next due pick tries again."""
+    worker = kit.worker(batch_size=8, idle_seconds=1.0)
+    spy = spied(worker)
+    await materialize(kit, 3, worker=worker)
+    kit.faults.fail_at("outbox.claim_any")
+    res = await worker.tick_any()  # the first tick: the pick is due, and fails
+    assert (res.claimed, res.done, spy.picks) == (3, 3, 1)
+    assert {r.state for r in await kit.rows(T)} == {"done"}
+    with pytest.raises(StoreUnavailable):  # nothing claimed: the failure is the tick's
+        kit.faults.fail_at("outbox.claim_any")
         await worker.tick_any()
+
+
+async def test_a_worker_that_dies_with_handed_rows_loses_only_their_lease(kit: Kit) -> None:
+    """The insert wrote the rows born claimed, then the replica dies before running them: the
+    lease holds them like any claim's; once it expires another worker reclaims them (the lost
+    attempt counted, M9) and each runs once."""
+    worker = kit.worker(batch_size=8, lease_seconds=30.0)
+    tail = kit.tail(seed="earliest")
+    tail.handoff = worker
+    await kit.sub(SUB)
+    for i in (1, 2):
+        await kit.card(T, f"c{i}")
+        await kit.emit(T, "card.created", f"c{i}")
+    kit.faults.crash_at("outbox.upsert_rows.after")
+    with pytest.raises(Crash):
+        await tail.drain_all([T])
     assert {r.state for r in await kit.rows(T)} == {"claimed"}
     other = kit.worker(batch_size=8, lease_seconds=30.0)
     assert (await other.tick_any()).claimed == 0  # the lease holds
@@ -248,32 +264,42 @@ async def test_a_worker_that_dies_after_the_hand_off_claim_loses_only_the_lease(
     assert {r.attempts for r in await kit.rows(T)} == {1}
 
 
-async def test_a_failed_pick_after_the_hand_off_claim_still_runs_the_handed_rows(kit: Kit) -> None:
-    """The hand-off's claim succeeded, then the pick fails (a store blip): the claimed rows run
-    in this tick rather than wait out their lease; the next due pick tries again."""
-    worker = kit.worker(batch_size=8, idle_seconds=1.0)
-    spy = spied(worker)
-    worker.hand_off(await materialize(kit, 3))
-    kit.faults.fail_at("outbox.claim_any")
-    res = await worker.tick_any()  # the first tick: the pick is due, and fails
-    assert (res.claimed, res.done, spy.picks) == (3, 3, 1)
-    assert {r.state for r in await kit.rows(T)} == {"done"}
-    with pytest.raises(StoreUnavailable):  # nothing claimed: the failure is the tick's
-        kit.faults.fail_at("outbox.claim_any")
+async def test_a_stopping_worker_gives_back_the_rows_it_never_started(kit: Kit) -> None:
+    worker = kit.worker(batch_size=8)
+    await materialize(kit, 3, worker=worker)
+    worker.stopping = True
+    assert await worker.release_queued() == 3 and worker.handed == 0
+    rows = await kit.rows(T)
+    assert {(r.state, r.attempts, r.claim_id) for r in rows} == {("pending", 0, None)}
+    other = kit.worker(batch_size=8)
+    assert (await other.tick_any()).done == 3  # at once, not after the lease
+
+
+async def test_handed_rows_that_wait_keep_their_lease(kit: Kit) -> None:
+    """Rows wait in the hand-off longer than their lease (a slow batch ahead of them): the
+    worker extends their leases meanwhile (one write per claim they were born under), so no
+    other worker reclaims them and no attempt is counted."""
+    worker = kit.worker(batch_size=2, lease_seconds=30.0, heartbeat_fraction=0.34)
+    handed = await materialize(kit, 6, worker=worker)
+    assert len(handed) == 6
+    other = kit.worker(batch_size=8, lease_seconds=30.0)
+    for _ in range(6):  # 6 x 20 s: well past the first lease; at least a row a tick
+        kit.clock.advance(20.0)
         await worker.tick_any()
+        assert (await other.tick_any()).claimed == 0
+    assert len(kit.launcher.launches) == 6 and worker.handed == 0
+    assert {(r.state, r.attempts) for r in await kit.rows(T)} == {("done", 0)}
 
 
 async def test_a_quiet_tenants_handed_row_is_not_queued_behind_a_burst(kit: Kit) -> None:
-    """F1 in the hand-off too: a noisy tenant's fresh rows fill it, then one quiet tenant's row
+    """F1 in the hand-off too: a noisy tenant's rows fill it, then one quiet tenant's row
     arrives; the next claim takes the quiet row (round-robin by tenant), each tenant's rows in
     their order."""
     worker = kit.worker(batch_size=2, idle_seconds=1.0)
     worker.hand_off([])
     await worker.tick_any()  # the first tick's pick, before any row exists
-    noisy = await materialize(kit, 6, tenant="noisy")
-    quiet = await materialize(kit, 1, tenant="quiet")
-    worker.hand_off(noisy)
-    worker.hand_off(quiet)
+    await materialize(kit, 6, tenant="noisy", worker=worker)
+    await materialize(kit, 1, tenant="quiet", worker=worker)
     res = await worker.tick_any()  # within idle_seconds: the hand-off only
     assert res.claimed == 2
     assert [(r.tenant_id, r.seq) for r in kit.launcher.launches] == [("noisy", 1), ("quiet", 1)]

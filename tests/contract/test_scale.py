@@ -106,9 +106,10 @@ async def test_tick_any_runs_every_tenant_with_one_subscription_read_per_batch(k
     assert (await worker.tick_any()).claimed == 0
 
 
-async def test_projection_rows_of_a_claim_are_marked_in_one_write(kit: Kit) -> None:
+async def test_the_rows_of_a_claim_are_marked_in_one_write(kit: Kit) -> None:
     """tick_any runs the claimed projection rows of one projection as one unit (P2): one
-    apply_many and one fenced mark for the claim; launch rows are marked one by one."""
+    apply_many; the done marks of the whole claim -- the projection rows and the launch rows,
+    each launch with its own outcome -- go out in one fenced bulk write (issue 29)."""
     await kit.sub(SUB_A)
     await kit.card("a", "c0")
     for _ in range(3):
@@ -117,10 +118,13 @@ async def test_projection_rows_of_a_claim_are_marked_in_one_write(kit: Kit) -> N
     worker = kit.worker(registry=kit.registry(["board-reflect"]))
     res = await worker.tick_any()
     assert (res.claimed, res.done) == (6, 6)
-    # one fenced write per (claim, outcome label), fewer than one per projection row
-    assert 1 <= kit.faults.hits["outbox.apply_claimed_many[done]"] < 3
-    assert kit.faults.hits["outbox.apply_claimed[done]"] == 3
-    assert {r.state for r in await kit.rows()} == {"done"}
+    assert kit.faults.hits["outbox.apply_marks[done]"] == 1
+    assert kit.faults.hits["outbox.apply_claimed[done]"] == 0
+    assert kit.faults.hits["outbox.apply_claimed_many[done]"] == 0
+    rows = await kit.rows()
+    assert {r.state for r in rows} == {"done"}
+    launched = [r.outcome for r in rows if r.kind == "launch"]
+    assert len(launched) == 3 and len(set(launched)) == 3  # each launch's own outcome
 
 
 async def test_claim_size_fits_the_lease_at_the_measured_pace(kit: Kit) -> None:

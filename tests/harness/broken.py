@@ -9,7 +9,7 @@ from opentelemetry import trace
 
 from board_outbox.engine.tail import DrainResult, Tail
 from board_outbox.model.domain import EffectRow
-from board_outbox.ports import UpsertResult
+from board_outbox.ports import ClaimTerms, UpsertResult
 
 
 class CursorFirstTail(Tail):
@@ -22,8 +22,9 @@ class CursorFirstTail(Tail):
         held: list[EffectRow] = []
 
         class Held:
-            async def upsert_rows(self, rows: list[EffectRow]) -> UpsertResult:
-                held.extend(rows)
+            async def upsert_rows(self, rows: list[EffectRow], *,
+                                  claim: ClaimTerms | None = None) -> UpsertResult:
+                held.extend(rows)  # written born pending, after the CAS
                 return UpsertResult(len(rows), 0)
 
         class CasFirst:

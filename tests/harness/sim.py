@@ -65,6 +65,8 @@ SEED_MODES = ("earliest", "latest")
 # the fenced single-row marks (fault points name the transition: tests/support/faults.point_of)
 CONSUMED_MARK = "outbox.apply_claimed[consumed]"
 DONE_MARK = "outbox.apply_claimed[done]"
+# the completer's flush: the staged done marks of a batch in one write (issue 29)
+BULK_DONE = "outbox.apply_marks[done]"
 MARKS = (CONSUMED_MARK, DONE_MARK, "outbox.apply_claimed[retry]", "outbox.apply_claimed[park]",
          "outbox.apply_claimed[release]")
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
@@ -207,6 +209,10 @@ class Turns:
     async def turn(self, rid: int, point: str) -> str:
         if self.closed:  # the schedule is over: let shielded clean-up (claim release) through
             return "none"
+        if rid in self.parked:  # a turn is one store call per replica: a second one at once
+            # (a real-time timer's) would corrupt the count and hang the schedule; say so
+            raise AssertionError(f"replica {rid} calls {point} while parked at "
+                                 f"{self.parked[rid][1]}")
         ev = anyio.Event()
         self.parked[rid] = (ev, point)
         self.running -= 1
@@ -254,9 +260,16 @@ class SimPort:
                 sim.note_crash(rid, point, "before")
                 raise Crash(point)
             before = sim.store.row_by_ref(args[0]) if point in MARKS else None
+            befores = [sim.store.row_by_ref(m.ref) for m in args[0]] if point == BULK_DONE else []
             result = await attr(*args, **kwargs)
             if point in MARKS:
                 sim.check_fenced(point, args, result, before)
+            if point == BULK_DONE:
+                for m, was in zip(args[0], befores, strict=True):
+                    if was is not None and was.get("state") == "done" and \
+                            was.get("claim_id") == m.claim_id:
+                        continue  # a retry finding its own landed mark: moved, by us
+                    sim.check_fenced(point, (m.ref, m.claim_id), m.ref in result, was)
             sim.observe(rid, point, args, kwargs, result)
             if fault == "crash_after":
                 sim.note_crash(rid, point, "after")
@@ -434,7 +447,9 @@ class Simulation:
         self.token_writes: dict[int, Any] = {}  # the last token each replica saved
         self.token_saved_at: dict[int, float] = {}
         self.save_faulted: set[int] = set()  # its last token save was refused (a fault)
-        self.launch_open: dict[int, str] = {}  # replica -> the row it launched, not yet marked
+        # replica -> the rows it launched whose done marks are not written yet (staged for the
+        # completer's flush: a crash then doubles each of them, ADR-094's second window)
+        self.launch_open: dict[int, set[str]] = {}
         self.split: dict[int, list[str]] = {}  # replica -> the split view it adopts next
         self.called_at: dict[int, float] = {}  # clock time of each replica's current store call
 
@@ -454,12 +469,16 @@ class Simulation:
         # (a grouped done mark, apply_claimed_many, carries projection rows only: no launch window)
         if (point, when) in (("launcher.launch", "after"), (DONE_MARK, "before")):
             self.window2.add(row)
-        elif rid in self.launch_open:  # launched, not marked: any crash between is the window
-            self.window2.add(self.launch_open[rid])
+        # launched, not marked: any crash between is the window, for every row staged then
+        self.window2 |= self.launch_open.get(rid, set())
 
     def note_transient(self, rid: int, point: str) -> None:
         if point == "tokens.save":
             self.save_faulted.add(rid)
+        if point == BULK_DONE:
+            # the flush rides the outage out while the first lease lasts: a clock jump past it
+            # leaves the marks unrecorded (the worker says so) and the rows run again
+            self.window2_lease |= self.launch_open.get(rid, set())
         row = self.current_row.get(rid)
         if row is not None and point == DONE_MARK:
             self.done_blips[row] += 1
@@ -504,12 +523,13 @@ class Simulation:
             info = self.events.get((args[0], head))
             if head > args[1] and info is not None and info.kind == "poison":
                 self.head_reads[(rid, args[0], head)] += 1  # a head-of-line tick of a poison
-        if point == "outbox.claim_fresh":
-            self.report.covered["rows claimed by the hand-off"] += len(result)
-        if point in ("outbox.claim_any", "outbox.reclaim_expired", "outbox.claim_fresh"):
-            # a tick's claims: the expired leases it reclaimed, then the due rows it claimed
+        if point == "outbox.upsert_rows" and result.claims:
+            self.report.covered["rows claimed by the hand-off"] += len(result.claims)
+        if point in ("outbox.claim_any", "outbox.reclaim_expired", "outbox.upsert_rows"):
+            # a tick's claims: the expired leases it reclaimed, then the due rows it claimed;
+            # and the rows its tail inserted born claimed for it
             mine = self.claimed.setdefault(rid, {})
-            for claim in result:
+            for claim in (result.claims if point == "outbox.upsert_rows" else result):
                 if claim.row is None:
                     continue
                 key = claim.row.row_key
@@ -533,7 +553,7 @@ class Simulation:
             self.consumed[(args[0], args[1])] += 1
         if point == "launcher.launch":
             req = args[0]
-            self.launch_open[rid] = req.row_key
+            self.launch_open.setdefault(rid, set()).add(req.row_key)
             row_tenant = req.row_key.split("/", 1)[0]
             sub = self.sub_read.get(rid)
             if sub is None or sub.sub_id != req.sub_id:
@@ -553,7 +573,17 @@ class Simulation:
             if row is not None:
                 self.window1_lease.add(row)  # consumed, then the lease was gone before the mark
         if point in MARKS:
-            self.launch_open.pop(rid, None)
+            row = self.current_row.get(rid)
+            if row is not None:
+                self.launch_open.get(rid, set()).discard(row)
+        if point == BULK_DONE:
+            for m in args[0]:
+                doc = self.store.row_by_ref(m.ref)
+                if doc is not None:
+                    self.launch_open.get(rid, set()).discard(doc.get("row_key"))
+                    if m.ref not in result and \
+                            any(r.row_key == doc.get("row_key") for r in self.launcher.launches):
+                        self.window2_lease.add(str(doc.get("row_key")))  # fenced out: lease lost
         if point == "outbox.apply_claimed[defer]" and result:
             self.report.covered["rows deferred by a limit"] += 1
         if point == DONE_MARK and result is False:
@@ -652,6 +682,9 @@ class Simulation:
                     "backoff_base_seconds": 0.5, "backoff_cap_seconds": 4,
                     # the real-time heartbeat is off: pass_time beats
                     "heartbeat_fraction": 0, "max_execution_seconds": MAX_EXECUTION,
+                    # nor does the real-time mark flush run: a turn is one store call per
+                    # replica at a time, and marks flush at each batch's end (a pass)
+                    "mark_flush_seconds": 86400,
                     "steal_after_seconds": STEAL_AFTER, "reclaim_every_seconds": RECLAIM_EVERY},
             membership={"enabled": self.membership},
             # F2: one launch in flight per bot of a tenant: replicas launching at once defer rows
@@ -659,6 +692,9 @@ class Simulation:
         service = Service(self._stores(rid), config, clock=self.clock, rng=random.Random(rid),
                           member_id=f"r{rid}.{self.step}")
         service.resume.now = self.clock.now  # the token throttle runs on the simulation's clock
+        # a done mark riding out an outage waits in simulation turns, not in real seconds: the
+        # driver moves the clock (and ends the outage) between its tries
+        service.worker.completer.pause = _no_pause
         reg = service.registry
         reg.register("launch", _Tracking(reg.handler("launch"), self, rid), replace=True)
         service.add_projection(Fragile())
@@ -726,6 +762,7 @@ class Simulation:
         """``stop``: the worker has stopped claiming; on the way out the last token the stream
         delivered is saved (whatever the throttle says) and the member leaves. It restarts."""
         self.save_faulted.discard(rid)
+        await service.release_handed()
         await service.save_position()
         await service.ownership.leave()
         last = self.delivered.get(rid)
@@ -916,7 +953,7 @@ class Simulation:
             self.clock.advance(d)
             left -= d
             for worker in [v.worker for _r, v in sorted(self.services.items())] if HEARTBEAT else []:
-                for lease in list(worker.inflight.values()):
+                for lease in worker.leases:  # in flight, and handed rows waiting their turn
                     if self.faults_on and self.d.choose(100) < self.fault_percent:
                         self.report.faults["heartbeat beat failed"] += 1
                         continue
@@ -1216,6 +1253,10 @@ def _matches_initial(sid: str, ev: dict[str, Any]) -> bool:
     if kind == "broken":
         return bool(ev["type"] == "card.moved")
     return bool(ev["type"] == "card.labeled" and "ship" in ev.get("labels", []))
+
+
+async def _no_pause(_seconds: float) -> None:
+    await anyio.lowlevel.checkpoint()
 
 
 class _Tracking:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from board_outbox.model.errors import StoreUnavailable
-from board_outbox.model.transitions import Transition
+from board_outbox.model.transitions import Mark, Transition
 
 
 class Crash(BaseException):
@@ -68,6 +68,10 @@ def point_of(prefix: str, name: str, args: tuple[object, ...]) -> str:
     """The fault point of a port call: ``<prefix>.<name>``, and for a call that applies a row
     transition (``apply_claimed(ref, claim_id, t)``...) the transition's name in brackets."""
     t = next((a for a in args if isinstance(a, Transition)), None)
+    if t is None and args and isinstance(args[0], list) and args[0] and \
+            all(isinstance(m, Mark) for m in args[0]):  # apply_marks: the marks' transition
+        names = sorted({m.t.name for m in args[0]})
+        return f"{prefix}.{name}[{','.join(names)}]"
     return f"{prefix}.{name}" if t is None else f"{prefix}.{name}[{t.name}]"
 
 

@@ -126,7 +126,8 @@ class BatchUnit:
                     await self.completer.done_many(live, labels, tenant_id, result)
                 finally:
                     for span, label, res in zip(spans, labels, result, strict=True):
-                        span.set_attribute(telemetry.ATTR_OUTCOME, label if res == "done" else res)
+                        span.set_attribute(telemetry.ATTR_OUTCOME,
+                                           label if res in ("done", "staged") else res)
                         span.end()
         if labels is None:  # outside ``in_flight``: each row then holds its own lease in it
             return outcomes + [await self.execute_one(c) for c in live]

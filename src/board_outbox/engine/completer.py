@@ -4,14 +4,22 @@ The worker and the projection batch unit only choose what became of a row; the c
 the transition (``model/transitions.py``: done, retry with backoff, park as the dead-letter, the
 broken park of R1, release) and hands it to the outbox port, which applies it fenced on the claim
 (M8: a stolen lease makes it a no-op). A done mark rides out a store outage while the lease lasts
-(one loop, for a single row and for a group); a batch's done marks go out grouped by (claim_id,
-outcome label), one fenced multi-row write per group.
+(one loop, for a single row and for a group).
+
+Done marks in bulk (River's batch completer): while the worker runs a claimed batch
+(``batching``), a done mark is staged, not written; ``flush`` writes every staged mark in one
+fenced bulk write (``EffectOutbox.apply_marks``) -- at the end of the batch, and every
+``flush_seconds`` while it runs, so a launch's done mark waits at most that long (ADR-094's
+launch -> done window: a crash in it doubles the rows staged, never more). The worker counts
+what became of each row once its flush says.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -31,9 +39,20 @@ from board_outbox.ports import Claim, EffectOutbox
 log = logging.getLogger("board_outbox.worker")
 R = TypeVar("R")
 
-# Pauses between done-mark attempts after a store blip (about 3 s in all, and never past the
-# lease). Each attempt is itself bounded by the store op timeout.
+# Pauses between done-mark attempts after a store blip, the last repeated until the lease ends
+# (a done mark that gives up early makes the row run again: ADR-094's second window). Each
+# attempt is itself bounded by the store op timeout.
 MARK_DONE_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+@dataclass
+class Staged:
+    """A done mark waiting for the flush: the effect of ``claim`` happened with ``label``."""
+
+    claim: Claim
+    row: EffectRow
+    label: str
+    done_at: float
 
 
 class Completer:
@@ -61,13 +80,133 @@ class Completer:
         self.on_done = on_done
         self.metrics = metrics
         self._once = OnceLog(log)
+        self._staged: list[Staged] | None = None  # None: not batching, marks are written at once
+        self._staged_refs: set[Any] = set()
+        self._flushing = anyio.Lock()
+        # how the ride-out waits between tries (tests give it the manual clock's pace)
+        self.pause: Callable[[float], Awaitable[None]] = anyio.sleep
+        # what became of the staged rows, flush by flush (the worker tallies and clears it)
+        self.recorded: list[tuple[Claim, Outcome]] = []
+        # called with the refs a flush settled (recorded or not): they leave the worker's
+        # in-flight leases
+        self.on_settled: Callable[[Sequence[Any]], None] = lambda refs: None
 
     # --- done -----------------------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def batching(self) -> AsyncIterator[None]:
+        """Inside, done marks are staged and written by ``flush`` (called by the worker's timer
+        and here, at the end, shielded: the effects happened, their marks must go out)."""
+        if self._staged is not None:  # already batching (a nested batch): one flush, the outer
+            yield
+            return
+        self._staged = []
+        try:
+            yield
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.flush()
+            self._staged = None
+
+    def staged(self, ref: Any) -> bool:
+        """Is this row's done mark waiting for a flush?"""
+        return ref in self._staged_refs
+
+    @property
+    def pending_marks(self) -> int:
+        return 0 if self._staged is None else len(self._staged)
+
+    async def flush(self) -> None:
+        """Write every staged done mark in one fenced bulk write, riding out a store outage
+        until the first of their leases ends; what became of each row goes to ``recorded``.
+        A flush cancelled midway (the batch's timer, stopped when the batch ends) puts its marks
+        back for the batch's closing flush: a mark taken off the stage is never dropped (a
+        write that had landed is found by the retry's read back)."""
+        async with self._flushing:
+            if not self._staged:
+                return
+            batch = list(self._staged)
+            self._staged.clear()
+            refs = [x.claim.ref for x in batch]
+            try:
+                await self._flush(batch)
+            except anyio.get_cancelled_exc_class():
+                if self._staged is not None:
+                    self._staged[:0] = batch
+                    raise
+                self._settle(refs)
+                raise
+            except BaseException:
+                self._settle(refs)
+                raise
+            self._settle(refs)
+
+    def _settle(self, refs: list[Any]) -> None:
+        self._staged_refs.difference_update(refs)
+        self.on_settled(refs)
+
+    async def _flush(self, batch: list[Staged]) -> None:
+        by_label: dict[tuple[str, str, float], T.Transition] = {}
+        marks = []
+        for x in batch:  # one transition object per (claim, label, time): the adapter groups by it
+            key = (x.claim.claim_id, x.label, x.done_at)
+            t = by_label.get(key)
+            if t is None:
+                t = by_label[key] = T.done(now=x.done_at, outcome=x.label)
+            marks.append(T.Mark(x.claim.ref, x.claim.claim_id, t))
+        try:
+            moved = await self._ride_out(
+                lambda: self.outbox.apply_marks(marks),
+                lambda: min(self.lease_until(x.claim) for x in batch),
+                f"{len(batch)} effects done but not recorded (%s): they run again after their "
+                "lease", {"tenant_id": batch[0].claim.tenant_id})
+        except StoreError:  # R1: a row refuses its mark: each on its own, the broken one parked
+            alone = [(x.claim, await self._mark_alone(x, m)) for x, m in zip(batch, marks, strict=True)]
+            self.recorded.extend(alone)  # after every await: a cancelled flush records nothing
+            return
+        if moved is None:
+            self.recorded.extend((x.claim, "unrecorded") for x in batch)
+            return
+        went = set(moved)
+        for x in batch:
+            if x.claim.ref in went:
+                self._count_done(x.row, x.label, x.done_at)
+                self.recorded.append((x.claim, "done"))
+            else:
+                log.warning("lease lost before mark_done (late write was a no-op)",
+                            extra=_ctx(x.row))
+                self.recorded.append((x.claim, "lease_lost"))
+
+    async def _mark_alone(self, x: Staged, m: T.Mark) -> Outcome:
+        """One staged mark on its own, after its bulk write was refused (some of its marks may
+        have landed: a mark that finds its row done under its claim was one of those)."""
+        try:
+            moved = await self.outbox.apply_marks([m])
+        except StoreUnavailable as exc:
+            log.error("effect done but not recorded (%s): the row runs again after its lease", exc,
+                      extra=_ctx(x.row))
+            return "unrecorded"
+        except StoreError as exc:
+            return await self.park_broken(x.claim.ref, x.claim.claim_id,
+                                          f"effect done ({x.label}) but mark_done failed: {exc}",
+                                          _ctx(x.row))
+        if not moved:
+            log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(x.row))
+            return "lease_lost"
+        self._count_done(x.row, x.label, x.done_at)
+        return "done"
+
     async def done(self, claim: Claim, row: EffectRow, outcome: str) -> Outcome:
         """The effect happened with this outcome label: record it (riding out a store outage
-        while the lease lasts)."""
+        while the lease lasts) -- or, while batching, stage it for the next flush."""
         done_at = self.clock.now()
+        if self._staged is not None:
+            self._staged.append(Staged(claim, row, outcome, done_at))
+            self._staged_refs.add(claim.ref)
+            return "staged"
+        return await self._done_now(claim, row, outcome, done_at)
+
+    async def _done_now(self, claim: Claim, row: EffectRow, outcome: str, done_at: float) -> Outcome:
         try:
             marked = await self._ride_out(
                 lambda: self.outbox.apply_claimed(claim.ref, claim.claim_id,
@@ -93,8 +232,18 @@ class Completer:
         """The effects of several claimed rows happened (``labels[i]`` for ``claims[i]``): one
         fenced write per (claim_id, outcome label), each riding out a store outage while the
         group's leases last. One outcome per claim, written into ``result`` group by group (so a
-        caller whose write raised midway knows which rows were recorded)."""
+        caller whose write raised midway knows which rows were recorded). While batching, every
+        mark is staged for the next flush ("staged")."""
         done_at = self.clock.now()
+        if self._staged is not None:
+            for c, label in zip(claims, labels, strict=True):
+                assert c.row is not None  # the batch unit only holds decoded rows
+                self._staged.append(Staged(c, c.row, label, done_at))
+                self._staged_refs.add(c.ref)
+            out: list[Outcome] = ["staged"] * len(claims)
+            if result is not None:
+                result[:] = out
+            return out
         groups: dict[tuple[str, str], list[int]] = {}
         for i, (c, label) in enumerate(zip(claims, labels, strict=True)):
             groups.setdefault((c.claim_id, label), []).append(i)
@@ -137,17 +286,19 @@ class Completer:
     ) -> R | None:
         """Run a done write, riding out a store outage for as long as the lease lasts (a lost
         done mark means the row runs again after its lease -- ADR-094's second residual window --
-        so giving up early only makes that double certain). None: not recorded."""
-        delays = iter(MARK_DONE_BACKOFF)
+        so giving up early only makes that double certain; a mark written after the lease ended
+        could land on a row another replica runs now, so it stops there). None: not recorded."""
+        attempt = 0
         while True:
             try:
                 return await write()
             except StoreUnavailable as exc:
-                delay = next(delays, None)
-                if delay is None or self.clock.now() + delay >= lease_until():
+                delay = MARK_DONE_BACKOFF[min(attempt, len(MARK_DONE_BACKOFF) - 1)]
+                attempt += 1
+                if self.clock.now() + delay >= lease_until():
                     log.error(lost, exc, extra=ctx)
                     return None
-                await anyio.sleep(delay)
+                await self.pause(delay)
 
     def _count_done(self, row: EffectRow, outcome: str, done_at: float) -> None:
         if self.metrics is not None:

@@ -8,8 +8,10 @@ from typing import Literal
 import msgspec
 
 # What became of one claimed row: the worker applies it to its tally (a ``TickResult`` field).
+# "staged": the effect happened and its done mark waits for the completer's next flush, which
+# then tells what became of it ("done", "lease_lost" or "unrecorded").
 Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded",
-                  "deferred"]
+                  "deferred", "staged"]
 
 
 class TickResult(msgspec.Struct, kw_only=True):
@@ -24,7 +26,8 @@ class TickResult(msgspec.Struct, kw_only=True):
     deferred: int = 0  # over a concurrency or rate limit (F2): pending again, attempts unchanged
 
     def count(self, outcome: Outcome) -> None:
-        setattr(self, outcome, getattr(self, outcome) + 1)
+        if outcome != "staged":  # counted when its flush tells what became of it
+            setattr(self, outcome, getattr(self, outcome) + 1)
 
     def add(self, other: TickResult) -> None:
         for f in self.__struct_fields__:

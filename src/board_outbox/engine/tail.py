@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 import msgspec
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
+from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.reading import GapTracker, read_batch
 from board_outbox.model.bounds import Pos, PosInt
 from board_outbox.model.clock import Clock
@@ -37,10 +38,11 @@ from board_outbox.model.errors import MalformedDocument, StoreError, StoreUnavai
 from board_outbox.model.validation import OnceLog, cap, is_seq, tenant_problem
 from board_outbox.ports import (
     CardStore,
+    Claim,
+    ClaimTerms,
     CursorStore,
     EffectOutbox,
     EventLog,
-    FreshRow,
     SubscriptionStore,
 )
 
@@ -69,6 +71,26 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 MIN_FAIR_BATCH = 50
 
 
+class Handoff(Protocol):
+    """Where the tail's rows go when a worker runs beside it (the service's own worker): the
+    rows it inserts are born claimed for that worker, and a tenant is materialized only as far
+    as the worker has room for (backpressure: a backlog waits in the event log, read by the
+    cursor, not as pending rows every claim would have to look past)."""
+
+    def room(self, tenant_id: str) -> int:
+        """How many rows of this tenant the worker takes now (0: none; the tenant waits)."""
+        ...
+
+    def terms(self) -> ClaimTerms | None:
+        """The claim the next insert's rows are born under (None: born pending, e.g. while the
+        worker stops)."""
+        ...
+
+    def receive(self, claims: Sequence[Claim]) -> None:
+        """The rows an insert wrote born claimed: the worker's to run."""
+        ...
+
+
 class DrainResult(msgspec.Struct, kw_only=True):
     tenant_id: str
     limit: int = 0  # the batch size asked for
@@ -82,10 +104,10 @@ class DrainResult(msgspec.Struct, kw_only=True):
     skipped_poison: int = 0
     stepped_gaps: int = 0
     unhandled: int = 0  # rows of a kind no handler is registered for (written; they dead-letter)
-    # the rows this batch inserted, with their refs: handed to this replica's worker, which
-    # claims them by ref instead of picking (``EffectWorker.hand_off``)
-    fresh: tuple[FreshRow, ...] = ()
-    # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter | cursor_ahead
+    # the rows this batch inserted born claimed for this replica's worker (``Handoff``)
+    claims: tuple[Claim, ...] = ()
+    # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter | cursor_ahead |
+    # no_room (the worker has no room for this tenant's rows yet: nothing read)
     stopped: str = ""
     error: str = ""
 
@@ -160,6 +182,10 @@ class Tail:
         # change stream leaves out those another member owns (S5)
         self.seen: frozenset[str] = frozenset()
         self._event_seconds = 0.0  # EWMA of one event's share of a batch (F1: sizes batches)
+        # the worker the rows go to, born claimed (None: born pending, no room asked)
+        self.handoff: Handoff | None = None
+        self._rows_per_event: dict[str, float] = {}  # per tenant, from its last batch
+        self.pressure: Pressure | None = None  # backpressure: scales the batches (T1)
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -266,9 +292,12 @@ class Tail:
             if tenant_id in self.cursor_ahead:
                 res.stopped = "cursor_ahead"  # held: draining would skip events silently (R2)
                 return res
+            started = time.monotonic()
             try:
                 await self._drain(tenant_id, res, span)
             except StoreUnavailable as exc:
+                if self.pressure is not None:
+                    self.pressure.failed(f"{type(exc).__name__}")
                 res.stopped, res.error = "aborted", str(exc)
                 span.set_attribute(telemetry.ATTR_OUTCOME, "aborted")
                 log.warning(
@@ -287,6 +316,8 @@ class Tail:
                            "tenant stalled, cursor untouched: %s", reason,
                            extra={"tenant_id": tenant_id})
                 return res
+            if self.pressure is not None and res.read:
+                self.pressure.observe(time.monotonic() - started)
             was = self.stalled.pop(tenant_id, None)
             if was is not None:
                 self._once.forget(("stalled", tenant_id, was))  # a relapse is logged again
@@ -307,6 +338,13 @@ class Tail:
         cursor = known if known is not None else await self.cursor(tenant_id)
         res.cursor_before = res.cursor_after = cursor
         res.limit = self.batch_limit()
+        if self.handoff is not None:
+            room = self.handoff.room(tenant_id)
+            if room <= 0:
+                res.stopped = "no_room"  # the worker still holds this tenant's rows
+                return
+            per_event = self._rows_per_event.get(tenant_id, 1.0 + len(self.projections))
+            res.limit = max(1, min(res.limit, int(room / max(per_event, 1.0))))
         started = time.monotonic()
         reading = await read_batch(
             events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
@@ -339,10 +377,16 @@ class Tail:
             await self.subs.list_for_tenant(tenant_id))
         rows = self.build_rows(tenant_id, snapshots, index, now, span)
         if rows:
-            result = await self.outbox.upsert_rows(rows)
-            res.rows, res.rows_inserted, res.fresh = len(rows), result.inserted, result.fresh
+            handoff = self.handoff
+            terms = None if handoff is None else handoff.terms()
+            result = await self.outbox.upsert_rows(rows, claim=terms)
+            res.rows, res.rows_inserted, res.claims = len(rows), result.inserted, result.claims
+            if handoff is not None and result.claims:
+                handoff.receive(result.claims)  # they run while the cursor moves
             if self.kinds is not None:
                 res.unhandled = sum(1 for r in rows if r.kind not in self.kinds)
+        if snapshots:
+            self._rows_per_event[tenant_id] = len(rows) / len(snapshots)
         res.materialized = len(snapshots)
         if res.read >= MIN_FAIR_BATCH:
             per_event = (time.monotonic() - started) / res.read
@@ -456,9 +500,12 @@ class Tail:
 
     def batch_limit(self) -> int:
         """Events per batch: ``batch_size``, cut down to what takes about ``batch_seconds`` at
-        the measured pace (F1), never below ``MIN_FAIR_BATCH`` (or ``batch_size`` if smaller)."""
+        the measured pace (F1), never below ``MIN_FAIR_BATCH`` (or ``batch_size`` if smaller);
+        then scaled down by backpressure (T1)."""
         s = self.settings
         if self._event_seconds <= 0:
-            return s.batch_size
-        fit = int(s.batch_seconds / self._event_seconds)
-        return max(min(s.batch_size, MIN_FAIR_BATCH), min(s.batch_size, fit))
+            limit = s.batch_size
+        else:
+            fit = int(s.batch_seconds / self._event_seconds)
+            limit = max(min(s.batch_size, MIN_FAIR_BATCH), min(s.batch_size, fit))
+        return limit if self.pressure is None else self.pressure.scale(limit)

@@ -9,7 +9,8 @@ claims, runs and chooses each row's outcome; the completer (``completer.py``) wr
 from __future__ import annotations
 
 import logging
-from collections import deque
+import time
+import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +23,7 @@ from board_outbox.engine import telemetry
 from board_outbox.engine.batch import BatchUnit, plan
 from board_outbox.engine.completer import Completer
 from board_outbox.engine.outcomes import Outcome, TickResult
+from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.watchdog import LoopWatch, Progress, deadline
@@ -41,7 +43,7 @@ from board_outbox.model.errors import (
 )
 from board_outbox.model.fairness import round_robin
 from board_outbox.model.validation import OnceLog, cap, stuck_reason
-from board_outbox.ports import Claim, EffectOutbox, FreshRow
+from board_outbox.ports import Claim, ClaimTerms, EffectOutbox
 
 __all__ = ["EffectWorker", "Lease", "WorkerSettings"]
 
@@ -56,9 +58,13 @@ BROKEN_PER_TICK = 8
 # The claim size follows the backlog: it doubles (up to batch_size) while claims come back full
 # and halves, down to this floor, while they come back empty.
 MIN_CLAIM = 4
-# the hand-off holds at most this many claims' worth of rows (batch_size each); older ones are
-# dropped, and the pick finds them
+# The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
+# they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
+# HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX rows; a tenant with a claim's worth
+# queued waits for it to run (its backlog stays in the event log meanwhile).
 HANDOFF_BATCHES = 4
+HANDOFF_LEASE_SHARE = 0.5
+HANDOFF_MAX = 2000
 # a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
 # as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
 PICK_IDLES = 4
@@ -87,6 +93,10 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # a hung effect then loses its lease and the reclaim counts the attempt (M9)
     heartbeat_fraction: Frac = 0.34
     max_execution_seconds: Pos = 600.0
+    # the done marks of rows that finish close together go out as one bulk write: at the end of
+    # each claimed batch and, while it runs, every this long (a launch's done mark waits at most
+    # this long plus the write)
+    mark_flush_seconds: Pos = 0.05
 
     @property
     def backoff(self) -> BackoffPolicy:
@@ -127,6 +137,7 @@ class EffectWorker:
             outbox=outbox, clock=clock, rng=self.rng, max_attempts=self.settings.max_attempts,
             backoff=self.settings.backoff, lease_until=self._lease_until, on_done=on_done,
             metrics=metrics)
+        self.completer.on_settled = self._settled
         # plugin steps are named (a blocked event loop is pinned on them) and run under a deadline
         self.watch = LoopWatch(clock.now)
         self.progress = Progress(clock)
@@ -141,11 +152,17 @@ class EffectWorker:
         self._row_seconds = 0.0  # EWMA of one row's execution time: caps the claim
         self._want = self.settings.batch_size  # the claim size the backlog asks for
         self._next_reclaim = -float("inf")
-        # the rows our tail just inserted (``hand_off``), claimed by ref before any pick
-        self._handed: deque[FreshRow] = deque(maxlen=self.settings.batch_size * HANDOFF_BATCHES)
+        # the rows our tail inserted born claimed for us (``receive``), oldest first, with their
+        # leases (the heartbeat extends them while they wait); taken before any pick
+        self._queued: dict[Any, Lease] = {}
+        self._queued_by_tenant: dict[str, int] = {}
         self._handing = False  # fed by a tail: the pick runs on its schedule (``_pick_due``)
+        # called when rows arrive (the service wakes its worker loop)
+        self.on_receive: Callable[[], None] = lambda: None
+        self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
         self._next_pick = -float("inf")
         self._pick_full = False  # the last pick filled its claim: a backlog, pick every tick
+        self._next_queue_beat = -float("inf")  # the handed rows' leases, extended meanwhile
 
     @property
     def metrics(self) -> Metrics | None:
@@ -169,9 +186,10 @@ class EffectWorker:
         half the lease at the measured pace: the tail of a batch must not outlive its lease and
         be reclaimed."""
         s = self.settings
-        if self._row_seconds <= 0:
-            return self._want
-        return max(1, min(self._want, int(s.lease_seconds * 0.5 / self._row_seconds)))
+        limit = self._want
+        if self._row_seconds > 0:
+            limit = max(1, min(limit, int(s.lease_seconds * 0.5 / self._row_seconds)))
+        return limit if self.pressure is None else self.pressure.scale(limit)
 
     def adapt(self, limit: int, claimed: int) -> None:
         """Size the next claim by what this one found: a full claim means more is waiting (grow
@@ -184,17 +202,82 @@ class EffectWorker:
         elif claimed == 0:
             self._want = max(min(MIN_CLAIM, s.batch_size), self._want // 2)
 
-    def hand_off(self, fresh: Iterable[FreshRow]) -> None:
-        """The rows this replica's tail just inserted (``DrainResult.fresh``): the next ticks
-        claim them by ref (``claim_fresh``: one write, no pick), at most a claim's worth a tick.
-        From the first hand-off on, the pick runs on its own schedule (``_pick_due``)."""
+    # --- the hand-off (``tail.Handoff``) ---------------------------------------------------
+
+    def capacity(self) -> int:
+        """Rows the hand-off holds at most: what starts within ``HANDOFF_LEASE_SHARE`` of a lease
+        at the measured pace, at least ``HANDOFF_BATCHES`` claims, at most ``HANDOFF_MAX``."""
+        s = self.settings
+        floor = s.batch_size * HANDOFF_BATCHES
+        if self._row_seconds <= 0:
+            cap = max(floor, min(HANDOFF_MAX, s.batch_size * 25))
+        else:
+            pace = int(s.lease_seconds * HANDOFF_LEASE_SHARE / self._row_seconds)
+            cap = max(floor, min(HANDOFF_MAX, pace))
+        return cap if self.pressure is None else self.pressure.scale(cap, s.batch_size)
+
+    def room(self, tenant_id: str) -> int:
+        """Rows of ``tenant_id`` this worker takes now: none while it holds a claim's worth of
+        the tenant's rows (F1: a burst waits in the event log, a quiet tenant's row never waits
+        behind it) or while it stops; else what the hand-off has room for, at least a claim's
+        worth."""
+        s = self.settings
+        if self.stopping or self._queued_by_tenant.get(tenant_id, 0) >= s.batch_size:
+            return 0
+        return max(s.batch_size, self.capacity() - len(self._queued))
+
+    def terms(self) -> ClaimTerms | None:
+        """A fresh claim for the rows of one insert, leased from now (None while stopping)."""
+        if self.stopping:
+            return None
+        return ClaimTerms(claim_id=uuid.uuid4().hex,
+                          lease_until=self.clock.now() + self.settings.lease_seconds)
+
+    def receive(self, claims: Iterable[Claim]) -> None:
+        """Rows our tail inserted born claimed for us: the next ticks run them (no claim
+        statement, no pick), a claim's worth a tick, fairly by tenant. From the first hand-off
+        on, the pick runs on its own schedule (``_pick_due``)."""
         self._handing = True
-        self._handed.extend(fresh)
+        now = self.clock.now()
+        got = False
+        for c in claims:
+            if c.ref not in self._queued:
+                self._queued[c.ref] = Lease(c, now)
+                self._queued_by_tenant[c.tenant_id] = self._queued_by_tenant.get(c.tenant_id, 0) + 1
+                got = True
+        if got:
+            self.on_receive()
+
+    def hand_off(self, claims: Iterable[Claim]) -> None:
+        """``receive`` (the name the tests and the harness use)."""
+        self.receive(claims)
 
     @property
     def handed(self) -> int:
         """Rows waiting in the hand-off."""
-        return len(self._handed)
+        return len(self._queued)
+
+    @property
+    def leases(self) -> list[Lease]:
+        """Every lease this worker holds: the rows in flight, and the handed rows waiting."""
+        return list(self.inflight.values()) + list(self._queued.values())
+
+    def _dequeue(self, leases: Iterable[Lease]) -> None:
+        for lease in leases:
+            if self._queued.pop(lease.claim.ref, None) is not None:
+                t = lease.claim.tenant_id
+                left = self._queued_by_tenant.get(t, 0) - 1
+                if left > 0:
+                    self._queued_by_tenant[t] = left
+                else:
+                    self._queued_by_tenant.pop(t, None)
+
+    async def release_queued(self) -> int:
+        """Give back the handed rows that never started (graceful shutdown): pending again,
+        attempts unchanged, so another replica runs them now rather than after their lease."""
+        leases = list(self._queued.values())
+        self._dequeue(leases)
+        return await self.completer.release([_current(x) for x in leases])
 
     def _pick_due(self, now: float) -> bool:
         """Whether this tick runs the due-row pick. Without a hand-off, every tick. With one,
@@ -204,18 +287,18 @@ class EffectWorker:
         slowest -- and on every tick while the last pick came back full (a backlog)."""
         return not self._handing or self._pick_full or now >= self._next_pick
 
-    def _take_handed(self, room: int, tenants: Collection[str] | None) -> list[FreshRow]:
+    def _take_handed(self, room: int, tenants: Collection[str] | None) -> list[Claim]:
         """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin
         by tenant, each tenant's oldest first, so a quiet tenant's fresh row is not queued
-        behind a noisy tenant's burst."""
-        eligible = [f for f in self._handed if tenants is None or f.row.tenant_id in tenants]
-        taken = round_robin(eligible, lambda f: f.row.tenant_id)[:room]
-        if taken:
-            gone = {id(f) for f in taken}
-            kept = [f for f in self._handed if id(f) not in gone]
-            self._handed.clear()
-            self._handed.extend(kept)
-        return taken
+        behind a noisy tenant's burst. Each comes with its lease as the heartbeat left it."""
+        if room <= 0 or not self._queued:
+            return []
+        self._dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting
+        eligible = [x for x in self._queued.values()
+                    if tenants is None or x.claim.tenant_id in tenants]
+        taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]
+        self._dequeue(taken)
+        return [_current(x) for x in taken]
 
     async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
         """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
@@ -232,16 +315,27 @@ class EffectWorker:
         claims: list[Claim] = []
         limit = self.claim_limit()
         pick = self._pick_due(now)
-        handed = self._take_handed(limit - (max(1, limit // 2) if pick else 0), tenants)
-        if handed:
-            claims += await self.outbox.claim_fresh(handed, now, s.lease_seconds)
+        # F1: when the pick runs the handed rows take half the claim (at least one row: a tick
+        # with handed rows always runs one), the fair pick the rest
+        claims += self._take_handed(max(1, limit - limit // 2) if pick else limit, tenants)
+        if self._queued and now >= self._next_queue_beat:
+            await self._beat_queued(now)
+        asked = time.monotonic()
+        calls = 0
         for _ in range(BROKEN_PER_TICK):
             try:
                 if now >= self._next_reclaim and len(claims) < limit:
-                    claims += await self.outbox.reclaim_expired(now, s.lease_seconds,
-                                                                limit - len(claims), tenants=tenants)
-                    self._next_reclaim = now + s.reclaim_every_seconds
+                    calls += 1
+                    want = limit - len(claims)
+                    got = await self.outbox.reclaim_expired(now, s.lease_seconds, want,
+                                                            tenants=tenants)
+                    claims += got
+                    # a full sweep means more expired leases (a dead replica's): sweep again
+                    # next tick rather than in reclaim_every_seconds
+                    self._next_reclaim = now + (0.0 if len(got) >= want else
+                                                s.reclaim_every_seconds)
                 if pick and len(claims) < limit:
+                    calls += 1
                     prefer = self.prefer()
                     want = limit - len(claims)
                     picked = await self.outbox.claim_any(
@@ -258,6 +352,8 @@ class EffectWorker:
                     exc.ref, None, f"row broke its claim: {exc.detail}",
                     {"row_ref": str(exc.ref)}))
             except Exception as exc:
+                if isinstance(exc, StoreUnavailable) and self.pressure is not None:
+                    self.pressure.failed(type(exc).__name__)
                 if not claims:
                     raise
                 # rows are claimed already (the hand-off's, the reclaim's): run them rather than
@@ -265,6 +361,8 @@ class EffectWorker:
                 log.warning("claim failed after %d row(s) were claimed, running those: %s: %s",
                             len(claims), type(exc).__name__, cap(exc, 500))
                 break
+        if calls and self.pressure is not None:
+            self.pressure.observe(time.monotonic() - asked)
         self.adapt(limit, len(claims))
         t0 = self.clock.now()
         res = await self.run_claims(claims)
@@ -322,26 +420,42 @@ class EffectWorker:
 
     async def run_claims(self, claims: list[Claim]) -> TickResult:
         """Execute claimed rows: one batch read per handler (``prepare``), projection rows of
-        one projection as one unit (P2), the rest one by one; graceful release on shutdown."""
+        one projection as one unit (P2), the rest one by one; their done marks staged and
+        flushed in bulk (the completer, every ``mark_flush_seconds`` and at the end); graceful
+        release on shutdown."""
         res = TickResult(claimed=len(claims))
         if not claims:
             return res
         self.progress.busy = True
         self.progress.beat()
+        # every claim of the batch is in flight from now until its outcome is written: the
+        # heartbeat keeps the leases of the rows that wait their turn too (O4)
+        now = self.clock.now()
+        for c in claims:
+            self.inflight.setdefault(c.ref, Lease(c, now))
         try:
-            if self.settings.heartbeat_fraction <= 0:
-                return await self._run_units(claims, res)
-            return await self._beating(claims, res)
+            async with self.completer.batching():
+                res = await self._alongside(claims, res)
+            return res
         finally:
+            for _claim, outcome in self.completer.recorded:
+                res.count(outcome)
+            self.completer.recorded.clear()
+            for c in claims:
+                if not self.completer.staged(c.ref):
+                    self.inflight.pop(c.ref, None)
             self.progress.busy = False
             self.progress.beat()
 
-    async def _beating(self, claims: list[Claim], res: TickResult) -> TickResult:
-        """``_run_units`` with the batch's one heartbeat task beside it (O4): it extends the
-        leases of the rows in flight (``inflight``) every ``lease_seconds * heartbeat_fraction``."""
+    async def _alongside(self, claims: list[Claim], res: TickResult) -> TickResult:
+        """``_run_units`` with the batch's helpers beside it: the heartbeat (O4), which extends
+        the leases of the rows in flight (``inflight``) every ``lease_seconds *
+        heartbeat_fraction``, and the flush timer of the staged done marks."""
         raised: list[BaseException] = []  # re-raised as itself, not in an exception group
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._heartbeat)
+            if self.settings.heartbeat_fraction > 0:
+                tg.start_soon(self._heartbeat)
+            tg.start_soon(self._flush_timer)
             try:
                 res = await self._run_units(claims, res)
             except anyio.get_cancelled_exc_class():
@@ -353,6 +467,26 @@ class EffectWorker:
         if raised:
             raise raised[0]
         return res
+
+    async def _flush_timer(self) -> None:
+        every = self.settings.mark_flush_seconds
+        while True:
+            await anyio.sleep(every)
+            if self.completer.pending_marks:
+                await self.completer.flush()
+
+    def _current_claim(self, claim: Claim) -> Claim:
+        """The claim with its lease as the heartbeat has extended it while it waited."""
+        lease = self.inflight.get(claim.ref)
+        if lease is None or lease.claim.claim_id != claim.claim_id:
+            return claim
+        return _current(lease)
+
+    def _settled(self, refs: Sequence[Any]) -> None:
+        """A flush settled these rows' marks: they leave ``inflight`` (the heartbeat kept their
+        leases until then, so a mark riding out a slow store does not lose its lease)."""
+        for ref in refs:
+            self.inflight.pop(ref, None)
 
     async def _run_units(self, claims: list[Claim], res: TickResult) -> TickResult:
         s = self.settings
@@ -367,6 +501,7 @@ class EffectWorker:
                     break
                 begun, started = started, started + len(unit)
                 self.progress.beat()
+                unit = [self._current_claim(c) for c in unit]  # as the heartbeat extended it
                 if len(unit) == 1:
                     res.count(await self.execute(unit[0], prefetched=prefetched))
                 else:
@@ -374,41 +509,71 @@ class EffectWorker:
                         res.count(outcome)
         except anyio.get_cancelled_exc_class():
             # Cancelled past the shutdown grace period: the interrupted unit and the rest go back.
-            res.released += await self.completer.release(claims[begun:])
+            res.released += await self.completer.release(self._unstaged(claims[begun:]))
             raise
         if self.stopping:
             # Graceful shutdown: give back what we did not start, so another replica runs it
             # now rather than after the lease expires.
-            res.released += await self.completer.release(claims[started:])
+            res.released += await self.completer.release(self._unstaged(claims[started:]))
         return res
+
+    def _unstaged(self, claims: Sequence[Claim]) -> list[Claim]:
+        """The claims whose done mark is not waiting for a flush (a staged row ran: it is not
+        given back)."""
+        return [c for c in claims if not self.completer.staged(c.ref)]
 
     async def execute(self, claim: Claim, *, prefetched: dict[str, Any] | None = None) -> Outcome:
         """Run one claimed row and record what became of it; return that outcome. While it runs,
         its lease is in ``inflight``, where the batch's heartbeat keeps it (O4)."""
-        self.inflight[claim.ref] = Lease(claim, self.clock.now())
+        lease = self.inflight.get(claim.ref)
+        if lease is None or lease.claim.claim_id != claim.claim_id:
+            lease = self.inflight[claim.ref] = Lease(claim, self.clock.now())
+        else:  # held since the batch was claimed: its attempt starts now
+            lease.started = self.clock.now()
+        outcome: Outcome | None = None
         try:
-            return await self._execute(claim, prefetched)
+            outcome = await self._execute(_current(lease), prefetched)
+            return outcome
         finally:
-            self.inflight.pop(claim.ref, None)
+            if outcome != "staged":  # a staged row stays in flight until its flush
+                self.inflight.pop(claim.ref, None)
 
     @contextmanager
     def _in_flight(self, claims: Sequence[Claim]) -> Iterator[None]:
         """These claims run (a batched projection apply): their leases are in ``inflight``."""
         now = self.clock.now()
         for c in claims:
-            self.inflight[c.ref] = Lease(c, now)
+            lease = self.inflight.get(c.ref)
+            if lease is None or lease.claim.claim_id != c.claim_id:
+                self.inflight[c.ref] = Lease(c, now)
+            else:
+                lease.started = now
         try:
             yield
         finally:
             for c in claims:
-                self.inflight.pop(c.ref, None)
+                if not self.completer.staged(c.ref):  # a staged row stays until its flush
+                    self.inflight.pop(c.ref, None)
 
     async def _heartbeat(self) -> None:
-        """The one heartbeat of a claimed batch: every beat extends every lease in flight."""
+        """The one heartbeat of a claimed batch: every beat extends every lease in flight, and
+        those of the handed rows that wait their turn."""
         every = self.settings.lease_seconds * self.settings.heartbeat_fraction
         while True:
             await anyio.sleep(every)
-            await self.extend_many(list(self.inflight.values()))
+            await self.extend_many(list(self.inflight.values()) + list(self._queued.values()))
+            self._next_queue_beat = self.clock.now() + every
+
+    async def _beat_queued(self, now: float) -> None:
+        """The handed rows' leases, between batches (one write per claim they were born
+        under); a row whose lease was lost meanwhile leaves the hand-off."""
+        s = self.settings
+        self._next_queue_beat = now + s.lease_seconds * max(s.heartbeat_fraction, 0.1)
+        if s.heartbeat_fraction <= 0:
+            return
+        leases = list(self._queued.values())
+        await self.extend_many(leases)
+        self._dequeue([x for x in leases if x.stopped])
 
     async def extend(self, lease: Lease) -> bool:
         """One heartbeat of one lease (``extend_many``). False: its heartbeat stops (the lease
@@ -523,6 +688,12 @@ class EffectWorker:
                 return await done.retry(claim, attempt=attempt, exc=exc, row=row, span=span)
             span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
             return await done.done(claim, row, outcome)
+
+
+def _current(lease: Lease) -> Claim:
+    """The claim with its lease as the heartbeat has extended it."""
+    c = lease.claim
+    return c if lease.until == c.lease_until else msgspec.structs.replace(c, lease_until=lease.until)
 
 
 def _ctx(row: EffectRow) -> dict[str, object]:

@@ -22,12 +22,13 @@ from board_outbox.engine.handlers.contract import Projection
 from board_outbox.engine.limits import LaunchGate, LimitSettings
 from board_outbox.engine.membership import Ownership, new_member_id
 from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import HandlerRegistry
 from board_outbox.engine.tail import DrainResult, Tail
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING, EffectRow
 from board_outbox.model.errors import ChangeStreamLost, ConfigError, StoreUnavailable
 from board_outbox.model.records import Change
 from board_outbox.model.validation import OnceLog, cap
@@ -45,6 +46,7 @@ from board_outbox.service.resume import ResumePoint
 log = logging.getLogger("board_outbox.service")
 
 MAX_TOKEN_REFUSALS = 3  # failed opens from one stored resume token before it is dropped
+DONE_COUNT_EVERY = 6  # the done-rows gauge is refreshed every 6th metrics refresh
 
 
 @dataclass
@@ -135,6 +137,14 @@ class Service:
         self.stats = Stats()
         self.metrics = Metrics()
         self.worker.metrics = self.metrics
+        # the tail's rows go to this replica's worker born claimed, as far as it has room (T1)
+        self.tail.handoff = self.worker
+        self.worker.on_receive = lambda: self._worker_wake.set()
+        self._awaiting_room: set[str] = set()  # tenants the worker had no room for yet
+        # backpressure (T1): one factor for the tail, the worker and the loops' pauses
+        self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
+        self.tail.pressure = self.worker.pressure = self.pressure
+        self._gauge_refreshes = 0
         # S1: which tenants this replica drains; its worker prefers their rows
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=member_id or new_member_id(config.service.replica_name))
@@ -287,6 +297,8 @@ class Service:
             full = self._full_poll or anyio.current_time() >= next_poll
             if full:
                 next_poll = anyio.current_time() + poll
+            if full:  # backpressure: a replica whose store is slow polls less often
+                next_poll = anyio.current_time() + self.pressure.stretch(poll)
             if not await self.drain_pass(full):
                 await anyio.sleep(min(poll, 1.0))
             if self._dirty or self._full_poll:
@@ -315,6 +327,8 @@ class Service:
                 self._rescope_stream()
             results = await self.tail.drain_all(tenants, rounds=1)
             self._dirty.update(r.tenant_id for r in results if self.tail.more_behind(r))
+            # a tenant the worker had no room for: drained again once its rows have run
+            self._awaiting_room.update(r.tenant_id for r in results if r.stopped == "no_room")
             if full and not any(r.stopped == "aborted" for r in results):
                 self.last_poll_ok = self.clock.now()
         except StoreUnavailable as exc:  # tenant list unreadable: next tick
@@ -333,10 +347,18 @@ class Service:
             self.stats.skipped_deleted += r.skipped_deleted
             self.stats.skipped_poison += r.skipped_poison
             self.stats.cas_lost += r.stopped == "cas_lost"
-        if any(r.rows_inserted for r in results):
-            self.worker.hand_off(f for r in results for f in r.fresh)  # claimed by ref
-            self._worker_wake.set()
         return ok
+
+    def _room_again(self) -> None:
+        """The worker ran rows: the tenants it had no room for are drained again if it has
+        room for them now."""
+        if not self._awaiting_room:
+            return
+        ready = {t for t in self._awaiting_room if self.worker.room(t) > 0}
+        if ready:
+            self._awaiting_room -= ready
+            self._dirty |= ready
+            self._tail_wake.set()
 
     async def _worker_loop(self) -> None:
         idle = self.config.worker.idle_seconds
@@ -348,18 +370,30 @@ class Service:
                 if res is None:
                     await anyio.sleep(min(idle * 4, 1.0))
                     res = TickResult()
+                self._room_again()
                 # a deferred row (over a limit, F2) is due again after wait_seconds: no backoff
                 ran = res.done + res.retried + res.failed + res.unrecorded + res.deferred
-                if (res.claimed == 0 or ran == 0) and not self.stopping:
+                if (res.claimed == 0 or ran == 0) and not self.stopping and not self.worker.handed:
                     # idle, or every claimed row was lost or expired (a slow store): pause
-                    # an idle worker backs off to 4x idle_seconds (our own tail wakes it at once)
-                    with anyio.move_on_after(pause):
+                    # an idle worker backs off to 4x idle_seconds (our own tail wakes it at
+                    # once), longer under backpressure
+                    with anyio.move_on_after(self.pressure.stretch(pause)):
                         await self._worker_wake.wait()
                     pause = idle if self._worker_wake.is_set() else min(pause * 2, idle * 4)
                 else:
                     pause = idle
         finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.release_handed()
             self._worker_exited.set()
+
+    async def release_handed(self) -> None:
+        """On the way out: the rows the tail handed to the worker that never started go back
+        (pending, attempts unchanged), so another replica runs them now, not after their lease."""
+        try:
+            await self.worker.release_queued()
+        except Exception as exc:  # their leases expire instead
+            log.warning("could not give back the handed rows: %s", exc)
 
     async def work_pass(self) -> TickResult | None:
         """One pass of the worker loop: one claim across tenants (``tick_any``: the expired-lease
@@ -381,7 +415,15 @@ class Service:
         """Tail lag per tenant (allocated seq - cursor) and rows by state, for the gauges."""
         heads, cursors = await self.stores.events.heads(), await self.stores.cursors.all()
         self.metrics.lag = {t: max(0, h - cursors.get(t, 0)) for t, h in heads.items()}
-        self.metrics.rows = await self.stores.outbox.count_by_state()
+        # the live states and the dead-letters every refresh (each count over its state's
+        # partial index); done rows -- a week of history -- every DONE_COUNT_EVERY refreshes
+        states = [PENDING, CLAIMED, FAILED]
+        if self._gauge_refreshes % DONE_COUNT_EVERY == 0:
+            states.append(DONE)
+        self._gauge_refreshes += 1
+        counts = await self.stores.outbox.count_by_state(states=states)
+        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE,)},
+                             **{s: counts.get(s, 0) for s in states}}
         if self.status_enabled:
             await self.refresh_status()
             self.history_headroom = await history_headroom(self.stores)  # A2
