@@ -1,9 +1,10 @@
 """Run ``board-outbox`` with every command it sends logged, one line each (``replicas.py
---statements``): time, command, collection, statements in it (an update command of 2 upserts
-is 2) and the shape of its filter (the field names). The file is named by the
-``BENCH_STATEMENT_LOG`` environment variable.
+--statements``, ``throughput.py --statements``): time, command, collection, statements in it (an
+update command of 2 upserts is 2), the shape of its filter (the field names) and its round trip
+in microseconds. The file is named by the ``BENCH_STATEMENT_LOG`` environment variable.
 
-Run: ``python -m benchmarks.statement_log run --config FILE`` (the CLI's own arguments).
+Run: ``python -m benchmarks.statement_log run --config FILE`` (the CLI's own arguments), or
+``python -m benchmarks.statement_log --floor ARGS`` (the floor pipeline, ``floor.py``'s arguments).
 """
 
 from __future__ import annotations
@@ -39,23 +40,37 @@ def shape(name: str, cmd: Any) -> str:
 class StatementLog(monitoring.CommandListener):
     def __init__(self, out: IO[str]) -> None:
         self.out = out
+        self._open: dict[int, str] = {}
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         name, cmd = event.command_name, event.command
         coll = cmd.get(name) if isinstance(cmd.get(name), str) else ""
         n = len(cmd.get(_STATEMENTS[name]) or ()) if name in _STATEMENTS else 1
-        self.out.write(f"{time.time():.4f}\t{name}\t{coll}\t{n}\t{shape(name, cmd)}\n")
+        self._open[event.request_id] = f"{time.time():.4f}\t{name}\t{coll}\t{n}\t{shape(name, cmd)}"
+
+    def _done(self, request_id: int, micros: int) -> None:
+        line = self._open.pop(request_id, None)
+        if line is not None:
+            self.out.write(f"{line}\t{micros}\n")
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
+        self._done(event.request_id, event.duration_micros)
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+        self._done(event.request_id, event.duration_micros)
 
 
 def main() -> int:
     out = open(os.environ["BENCH_STATEMENT_LOG"], "a", buffering=1)  # noqa: SIM115
     monitoring.register(StatementLog(out))
+    if sys.argv[1:2] == ["--floor"]:
+        import asyncio
+
+        from benchmarks import floor
+
+        uri, database, runner, rows = sys.argv[2:6]
+        asyncio.run(floor.main(uri, database, runner, int(rows)))
+        return 0
     from board_outbox.surface.cli import main as cli
 
     sys.argv[0] = "board-outbox"
