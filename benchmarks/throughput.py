@@ -265,6 +265,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backlogs", default="2000,20000")
     ap.add_argument("--replicas", default="1,2,4")
+    ap.add_argument("--large-replicas", default="1,2",
+                    help="the replica counts run at backlogs above 5,000 events (each such run "
+                         "takes minutes)")
     ap.add_argument("--timeout", type=float, default=900.0, help="per pipeline, seconds")
     ap.add_argument("--statements", action="store_true",
                     help="also a run per pipeline with every command logged (statement table)")
@@ -288,7 +291,8 @@ def main() -> int:
                 runs.append(run_pipeline(store, server, runner, kind="floor", replicas=1,
                                          events=events, timeout=args.timeout, tmp=tmp,
                                          log_statements=False))
-                for n in (int(x) for x in args.replicas.split(",")):
+                counts = args.replicas if events <= 5000 else args.large_replicas
+                for n in (int(x) for x in counts.split(",")):
                     runs.append(run_pipeline(store, server, runner, kind="run", replicas=n,
                                              events=events, timeout=args.timeout, tmp=tmp,
                                              log_statements=False))

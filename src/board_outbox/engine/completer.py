@@ -146,13 +146,17 @@ class Completer:
         self.on_settled(refs)
 
     async def _flush(self, batch: list[Staged]) -> None:
-        by_label: dict[tuple[str, str, float], T.Transition] = {}
+        # one transition object per (claim, label), stamped with the flush's time (when the rows'
+        # documents are written; each row's own finish time feeds the metrics): the adapter
+        # writes each group as one fenced update of many rows
+        now = self.clock.now()
+        by_label: dict[tuple[str, str], T.Transition] = {}
         marks = []
-        for x in batch:  # one transition object per (claim, label, time): the adapter groups by it
-            key = (x.claim.claim_id, x.label, x.done_at)
+        for x in batch:
+            key = (x.claim.claim_id, x.label)
             t = by_label.get(key)
             if t is None:
-                t = by_label[key] = T.done(now=x.done_at, outcome=x.label)
+                t = by_label[key] = T.done(now=now, outcome=x.label)
             marks.append(T.Mark(x.claim.ref, x.claim.claim_id, t))
         try:
             moved = await self._ride_out(

@@ -68,6 +68,8 @@ HANDOFF_MAX = 2000
 # a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
 # as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
 PICK_IDLES = 4
+# the inserts of our tail within this share of a lease share one claim_id (``terms``)
+TERMS_SHARE = 0.25
 
 
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -163,6 +165,8 @@ class EffectWorker:
         self._next_pick = -float("inf")
         self._pick_full = False  # the last pick filled its claim: a backlog, pick every tick
         self._next_queue_beat = -float("inf")  # the handed rows' leases, extended meanwhile
+        self._terms_id: str | None = None  # the claim_id the hand-off's inserts share (``terms``)
+        self._terms_until = -float("inf")
 
     @property
     def metrics(self) -> Metrics | None:
@@ -227,11 +231,16 @@ class EffectWorker:
         return max(s.batch_size, self.capacity() - len(self._queued))
 
     def terms(self) -> ClaimTerms | None:
-        """A fresh claim for the rows of one insert, leased from now (None while stopping)."""
+        """The claim for the rows of one insert, leased from now (None while stopping). Inserts
+        within ``TERMS_SHARE`` of a lease share a claim_id (the fence is per row and per claimant:
+        sharing it only lets their done marks and lease beats go out as one write each)."""
         if self.stopping:
             return None
-        return ClaimTerms(claim_id=uuid.uuid4().hex,
-                          lease_until=self.clock.now() + self.settings.lease_seconds)
+        now = self.clock.now()
+        if self._terms_id is None or now >= self._terms_until:
+            self._terms_id = uuid.uuid4().hex
+            self._terms_until = now + self.settings.lease_seconds * TERMS_SHARE
+        return ClaimTerms(claim_id=self._terms_id, lease_until=now + self.settings.lease_seconds)
 
     def receive(self, claims: Iterable[Claim]) -> None:
         """Rows our tail inserted born claimed for us: the next ticks run them (no claim
