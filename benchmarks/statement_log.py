@@ -44,7 +44,7 @@ class StatementLog(monitoring.CommandListener):
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         name, cmd = event.command_name, event.command
-        coll = cmd.get(name) if isinstance(cmd.get(name), str) else ""
+        coll = cmd.get(name) if isinstance(cmd.get(name), str) else str(cmd.get("collection", ""))
         n = len(cmd.get(_STATEMENTS[name]) or ()) if name in _STATEMENTS else 1
         self._open[event.request_id] = f"{time.time():.4f}\t{name}\t{coll}\t{n}\t{shape(name, cmd)}"
 

@@ -150,7 +150,8 @@ def stop(procs: list[subprocess.Popen[Any]]) -> None:
 
 def statements(paths: list[Path], start: float, end: float, events: int) -> dict[str, Any]:
     """Statements per event and their round-trip ms per event, by command, collection and filter
-    shape (getMores apart), from the logs of ``statement_log.py``."""
+    shape (a getMore by collection: a change stream's wake is one), from the logs of
+    ``statement_log.py``."""
     count: Counter[str] = Counter()
     ms: Counter[str] = Counter()
     for path in paths:
@@ -159,7 +160,7 @@ def statements(paths: list[Path], start: float, end: float, events: int) -> dict
         for line in path.read_text().splitlines():
             parts = (line.split("\t") + [""] * 6)[:6]
             at, name, coll, k, shape, dur = parts
-            if name == "getMore" or not start <= float(at) <= end:
+            if not start <= float(at) <= end:  # a getMore (a change stream's) counts too
                 continue
             key = f"{name} {coll} {{{shape}}}".replace(" {}", "")
             count[key] += int(k)
@@ -271,6 +272,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="per pipeline, seconds")
     ap.add_argument("--statements", action="store_true",
                     help="also a run per pipeline with every command logged (statement table)")
+    ap.add_argument("--statement-replicas", default="1",
+                    help="the replica counts of the --statements runs")
     ap.add_argument("--name", default="throughput")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
@@ -298,8 +301,11 @@ def main() -> int:
                                              log_statements=False))
             if args.statements:
                 events = int(args.backlogs.split(",")[0])
-                for kind in ("floor", "run"):
-                    tables.append(run_pipeline(store, server, runner, kind=kind, replicas=1,
+                tables.append(run_pipeline(store, server, runner, kind="floor", replicas=1,
+                                           events=events, timeout=args.timeout, tmp=tmp,
+                                           log_statements=True))
+                for n in (int(x) for x in args.statement_replicas.split(",")):
+                    tables.append(run_pipeline(store, server, runner, kind="run", replicas=n,
                                                events=events, timeout=args.timeout, tmp=tmp,
                                                log_statements=True))
     finally:
