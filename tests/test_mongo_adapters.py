@@ -3,6 +3,8 @@ and the change stream (real replica set only)."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from pymongo.errors import (
     AutoReconnect,
@@ -185,3 +187,82 @@ async def test_event_reads_fetch_only_the_fields_an_event_is_read_for() -> None:
     (rec,) = await log.read_after("t", 0, 10)
     assert rec.doc == {"tenant_id": "t", "seq": 1, "type": "card.created", "card_id": "c",
                        "at": 1.0, "actor": "ann"}
+
+
+async def test_every_hot_statement_naming_a_state_constrains_that_states_index_key(
+    live_uri: str,
+) -> None:
+    """T1: a planner uses a partial index only for a query that constrains its key, so a bare
+    ``{state: X}`` scans the collection, the week of done history included. Every filter the
+    production adapter sends for the claim, the reclaim, the gauges, the status refresh and the
+    dead-letter listing is captured on the wire, and each clause naming one state must also
+    bound that state's index key."""
+    from pymongo import AsyncMongoClient, monitoring
+
+    from board_outbox.adapters.mongo import MongoEffectOutbox
+    from board_outbox.adapters.mongo.schema import INDEXES
+    from board_outbox.adapters.mongo.status import MongoStatusStore
+    from board_outbox.model.domain import EffectRow
+
+    class Sent(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.filters: list[tuple[str, dict[str, object]]] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            cmd = event.command
+            if cmd.get(event.command_name) != "trigger_effects":
+                return
+            name = event.command_name
+            if name in ("find", "count", "distinct"):
+                self.filters.append((name, dict(cmd.get("filter") or cmd.get("query") or {})))
+            elif name == "aggregate":
+                for stage in cmd.get("pipeline", []):
+                    if "$match" in stage:
+                        self.filters.append((name, dict(stage["$match"])))
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    keys: dict[str, set[str]] = {}  # state -> the fields its partial indexes are keyed on
+    for m in INDEXES["trigger_effects"]:
+        if "partialFilterExpression" in m.document:
+            keys.setdefault(m.document["partialFilterExpression"]["state"], set()).update(
+                m.document["key"])
+    sent = Sent()
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+        live_uri, tz_aware=True, event_listeners=[sent])
+    db = client[f"board_outbox_test_hot_{uuid.uuid4().hex[:8]}"]
+    try:
+        await ensure_schema(db)
+        outbox, status = MongoEffectOutbox(db), MongoStatusStore(db)
+        rows = [EffectRow(tenant_id=f"t{i % 3}", seq=i, row_key=f"t{i % 3}/{i}/sub/s", sub_id="s",
+                          created_at=1.0, updated_at=1.0, not_before=1.0) for i in range(1, 13)]
+        await outbox.upsert_rows(rows)
+        await outbox.claim_any(100.0, 30.0, 2)  # fills its window: the second query runs too
+        await outbox.reclaim_expired(10_000.0, 30.0, 5)
+        await outbox.count_by_state(states=["pending", "claimed", "failed", "done"])
+        await outbox.count_by_state("t1", states=["pending", "done"])
+        await outbox.live_tenants()
+        await status.row_summary(("pending", "claimed", "failed"))
+        await outbox.find(RowFilter(states=["failed"], limit=10))
+    finally:
+        await client.drop_database(db.name)
+        await client.close()
+    assert len(sent.filters) >= 8
+
+    def clauses(flt: dict[str, object]) -> list[dict[str, object]]:
+        ors = flt.get("$or")
+        return [dict(c) for c in ors] if isinstance(ors, list) else [flt]
+
+    checked = 0
+    for name, flt in sent.filters:
+        for clause in clauses(flt):
+            state = clause.get("state")
+            if not isinstance(state, str) or state not in keys:
+                continue
+            checked += 1
+            assert keys[state] & set(clause), (name, clause, keys[state])
+    assert checked >= 8

@@ -77,7 +77,10 @@ class EventLog(Protocol):
         ...
 
     async def read_after(self, tenant_id: str, after_seq: int, limit: int) -> list[EventRecord]:
-        """Up to ``limit`` inserted events with seq > after_seq, in seq order."""
+        """Up to ``limit`` inserted events with seq > after_seq, in seq order: the first
+        ``limit`` of them, or (a backend reading a bounded seq window) those of the next
+        ``limit`` seqs when any is there. Fewer than ``limit`` does not mean the log ends:
+        only an empty answer does."""
         ...
 
     async def max_inserted_seq(self, tenant_id: str) -> int:
@@ -452,8 +455,10 @@ class StatusStore(Protocol):
     """The per-tenant figures of ``status`` and ``/metrics`` for every tenant at once (O1-O3): a
     constant number of queries per refresh, whatever the tenant count."""
 
-    async def row_summary(self) -> dict[str, RowSummary]:
-        """Rows by state and the oldest live row's ``created_at``, per tenant (one aggregate)."""
+    async def row_summary(self, states: Collection[str] | None = None) -> dict[str, RowSummary]:
+        """Rows by state and the oldest live row's ``created_at``, per tenant (one aggregate);
+        with ``states``, only the rows in those states (the service's periodic refresh asks for
+        the live ones: their cost is the live rows, not the week of done history)."""
         ...
 
     async def next_event_at(self, after: Mapping[str, int]) -> dict[str, float]:

@@ -111,8 +111,9 @@ async def passed_chunks(tail: Tail, tenant_id: str, *, after: int, cursor: int, 
                                    on_malformed=unreadable)
         passed = [(seq, snap) for seq, snap in reading.passed if seq <= cursor]
         # the log up to the cursor is exhausted: this chunk reaches the cursor (rows there whose
-        # event is gone from the log are orphans too)
-        exhausted = not passed or reading.read < budget or len(passed) < len(reading.passed)
+        # event is gone from the log are orphans too). A short read is not the end (a backend
+        # may read a bounded seq window: ``EventLog.read_after``); an empty one is.
+        exhausted = not passed or len(passed) < len(reading.passed)
         hi = cursor if exhausted else passed[-1][0]
         seen += len(passed)
         yield Chunk(lo=pos, hi=hi, passed=passed, now=now)

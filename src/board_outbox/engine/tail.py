@@ -495,8 +495,11 @@ class Tail:
         return results
 
     def more_behind(self, res: DrainResult) -> bool:
-        """Events may be waiting right behind this batch: it was full and nothing stopped it."""
-        return res.full and res.read >= (res.limit or self.settings.batch_size)
+        """Events may be waiting right behind this batch: it was full and nothing stopped it --
+        it read its limit, or it passed the limit's worth of seqs (gaps stepped over inside a
+        bounded window: ``EventLog.read_after``)."""
+        limit = res.limit or self.settings.batch_size
+        return res.full and (res.read >= limit or res.cursor_after - res.cursor_before >= limit)
 
     def batch_limit(self) -> int:
         """Events per batch: ``batch_size``, cut down to what takes about ``batch_seconds`` at

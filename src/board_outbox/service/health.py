@@ -70,7 +70,8 @@ async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantSta
     )
 
 
-async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]:
+async def tenant_statuses(stores: Stores, now: float, *, live_only: bool = False,
+                          ) -> dict[str, TenantStatus]:
     """Every tenant's status in a constant number of queries (counters, cursors, subscribed
     tenants, one row aggregate, one query for the first event past each lagging cursor),
     whatever the tenant count. A counter or cursor that does not parse costs its own tenant a
@@ -87,7 +88,8 @@ async def tenant_statuses(stores: Stores, now: float) -> dict[str, TenantStatus]
     heads = await stores.events.heads()
     cursors = await stores.cursors.all()
     holds = await stores.cursors.holds()
-    summary = await stores.status.row_summary()
+    # live_only: the live rows and the dead-letters, never the week of done history
+    summary = await stores.status.row_summary((*LIVE_STATES, FAILED) if live_only else None)
     live = {t for t, s in summary.items() if any(s.rows.get(state) for state in LIVE_STATES)}
     tenants = await stores.events.tenants() | await stores.subs.tenants() | live
     bad: dict[str, list[str]] = {}

@@ -431,7 +431,8 @@ class Service:
     async def refresh_status(self) -> None:
         """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
         now = self.clock.now()
-        status = await tenant_statuses(self.stores, now)
+        # live rows only: done rows are a week of history, and this runs every refresh
+        status = await tenant_statuses(self.stores, now, live_only=True)
         for tenant, st in status.items():
             st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
             st.stalled = st.stalled_for_seconds > 0

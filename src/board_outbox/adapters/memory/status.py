@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from anyio.lowlevel import checkpoint
 
@@ -18,12 +18,12 @@ class MemoryStatusStore:
     def __init__(self, events: MemoryEventLog, outbox: MemoryEffectOutbox) -> None:
         self.events, self.outbox = events, outbox
 
-    async def row_summary(self) -> dict[str, RowSummary]:
+    async def row_summary(self, states: Collection[str] | None = None) -> dict[str, RowSummary]:
         await checkpoint()
         out: dict[str, RowSummary] = {}
         for doc in self.outbox.all_docs():
             tenant, state = doc.get("tenant_id"), str(doc.get("state"))
-            if not isinstance(tenant, str):
+            if not isinstance(tenant, str) or (states is not None and state not in states):
                 continue
             summary = out.setdefault(tenant, RowSummary(rows={}))
             summary.rows[state] = summary.rows.get(state, 0) + 1

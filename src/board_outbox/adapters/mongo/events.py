@@ -39,13 +39,28 @@ class MongoEventLog:
 
     @translated
     async def read_after(self, tenant_id: str, after_seq: int, limit: int) -> list[EventRecord]:
+        """The next events by seq, over ``tenant_seq_unique`` with both ends of the range set:
+        seqs ``(after_seq, after_seq + limit]`` (a tenant's seqs are allocated one by one, so
+        the window holds the next ``limit`` events but for gaps). The read is then bounded by
+        the batch on any planner, not only on one that stops an index walk at the limit, however
+        long the log past the cursor (T1). Only a window with no event at all (a gap as wide as
+        the batch) costs one more, open-ended read. Fewer than ``limit`` events therefore does
+        not mean the log ends there."""
+        if is_seq(after_seq):
+            docs = await self._read(tenant_id, {"$gt": after_seq, "$lte": after_seq + limit}, limit)
+            if docs:
+                return [EventRecord(d["seq"], d) for d in docs]
+        docs = await self._read(tenant_id, {"$gt": after_seq}, limit)
+        return [EventRecord(d["seq"], d) for d in docs]
+
+    async def _read(self, tenant_id: str, seq: dict[str, Any], limit: int) -> list[dict[str, Any]]:
         cursor = (
-            self.events.find({"tenant_id": tenant_id, "seq": {"$gt": after_seq}}, EVENT_FIELDS)
+            self.events.find({"tenant_id": tenant_id, "seq": seq}, EVENT_FIELDS)
             .sort("seq", ASCENDING)
             .limit(limit)
             .batch_size(limit)  # the whole batch in one reply: no getMore round trip
         )
-        return [EventRecord(d["seq"], d) for d in await cursor.to_list(None)]
+        return await cursor.to_list(None)  # type: ignore[no-any-return]
 
     @translated
     async def max_inserted_seq(self, tenant_id: str) -> int:

@@ -31,6 +31,7 @@ from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import (
     CLAIMED,
+    DONE,
     FAILED,
     LIVE_STATES,
     PENDING,
@@ -62,14 +63,30 @@ EFFECTS = "trigger_effects"
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
 DUPLICATE_KEY = 11000
 
+# The rows of one state, as a filter its partial index serves (``schema.INDEXES``): the state,
+# which implies the index's partial filter, plus a range over the index's key that holds every
+# value a well-formed row has (any number; any date). A planner considers an index only for a
+# query that constrains its key: a bare ``{state: X}`` would scan the collection, history and
+# all. A row whose key field is malformed is not counted here: the stuck-row sweep parks it.
+_ANY_NUMBER = {"$gte": float("-inf")}
+IN_STATE: dict[str, dict[str, Any]] = {
+    PENDING: {"state": PENDING, "not_before": _ANY_NUMBER},
+    CLAIMED: {"state": CLAIMED, "lease_until": _ANY_NUMBER},
+    FAILED: {"state": FAILED, "updated_at": _ANY_NUMBER},
+    DONE: {"state": DONE, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
+}
+
 
 def row_query(flt: RowFilter) -> dict[str, Any]:
     q: dict[str, Any] = {}
     if flt.tenant_id is not None:
         q["tenant_id"] = flt.tenant_id
     if flt.states:
-        # one state as an equality: the query then implies that state's partial index
-        q["state"] = flt.states[0] if len(flt.states) == 1 else {"$in": list(flt.states)}
+        # one state: the filter its partial index serves (``IN_STATE``)
+        if len(flt.states) == 1 and flt.states[0] in IN_STATE:
+            q.update(IN_STATE[flt.states[0]])
+        else:
+            q["state"] = flt.states[0] if len(flt.states) == 1 else {"$in": list(flt.states)}
     if flt.kind is not None:
         # a row without ``kind`` is a launch (the zero value)
         q["kind"] = {"$in": ["launch", None]} if flt.kind == "launch" else flt.kind
@@ -153,14 +170,14 @@ class MongoEffectOutbox:
         prefer: Collection[str] | None = None, steal_before: float | None = None,
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """S2: one pick over the ``state_not_before`` index for every tenant (an idle poll is
+        """S2: one pick over the ``pending_not_before`` index for every tenant (an idle poll is
         this one query), then one findAndModify for a single row or update_many + read back.
         The lease runs from the claim write, not from ``now``: a slow pick does not eat it.
 
         F1: the claim takes the picked rows round-robin by tenant (``fairness.pick``). A pick
         that fills its window means a backlog, which may hide other tenants' rows behind one
         tenant's: then a second query, bounded the same, reads the oldest due rows of the
-        tenants the first did not return (over the ``tenant_state_not_before`` index, whose
+        tenants the first did not return (over the ``pending_tenant_not_before`` index, whose
         bounds skip the backlogged tenants' keys). Two round trips under a backlog, one
         otherwise, whatever the number of tenants."""
         started = time.monotonic()
@@ -168,7 +185,7 @@ class MongoEffectOutbox:
         if tenants is not None:
             due["tenant_id"] = {"$in": sorted(tenants)}
         window = limit if prefer is None else limit * 2
-        # No sort stage: mongod walks the ``state_not_before`` index for this filter, which
+        # No sort stage: mongod walks the ``pending_not_before`` index for this filter, which
         # yields the oldest due rows first; a sort would only add work on servers that sort.
         picked = await self.coll.find(due).limit(window).to_list(None)
         if len(picked) >= window:
@@ -360,18 +377,24 @@ class MongoEffectOutbox:
         self, tenant_id: str | None = None, *, states: Collection[str] | None = None
     ) -> dict[str, int]:
         """Rows by state. With ``states``, one count per state (each served by that state's
-        partial index: its cost is the rows in that state, not the collection); without, one
-        aggregate over every row (status of one tenant, the demo's check)."""
+        partial index: its cost is the rows in that state, never the history), except the done
+        rows of every tenant, a week of history: the collection's estimated count (metadata on
+        mongod) minus the other states' counts. Without ``states``, one aggregate over the
+        tenant's rows (its ``tenant_seq`` prefix; every row when no tenant: the demo's check)."""
         if states is not None:
             out: dict[str, int] = {}
-            for state in states:
-                q: dict[str, Any] = {"state": state}
+            estimate_done = tenant_id is None and DONE in states
+            for state in (s for s in (*ROW_STATES, *states) if not (estimate_done and s == DONE)):
+                if state in out or (state not in states and not estimate_done):
+                    continue
+                q: dict[str, Any] = dict(IN_STATE.get(state, {"state": state}))
                 if tenant_id is not None:
                     q["tenant_id"] = tenant_id
-                n = await self.coll.count_documents(q)
-                if n:
-                    out[state] = int(n)
-            return out
+                out[state] = int(await self.coll.count_documents(q))
+            if estimate_done:
+                out[DONE] = max(0, int(await self.coll.estimated_document_count())
+                                - sum(out.values()))
+            return {s: n for s, n in out.items() if n and s in states}
         pipeline: list[dict[str, Any]] = []
         if tenant_id is not None:
             pipeline.append({"$match": {"tenant_id": tenant_id}})
@@ -384,7 +407,7 @@ class MongoEffectOutbox:
         """One ``distinct`` per live state, each over that state's partial index."""
         found: set[str] = set()
         for state in LIVE_STATES:
-            found |= {str(t) for t in await self.coll.distinct("tenant_id", {"state": state})
+            found |= {str(t) for t in await self.coll.distinct("tenant_id", IN_STATE[state])
                       if isinstance(t, str)}
         return found
 

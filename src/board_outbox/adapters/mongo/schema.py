@@ -31,6 +31,10 @@ INDEXES: dict[str, list[IndexModel]] = {
         # the worker's claim across tenants (S2): pending rows by due time
         IndexModel([("not_before", ASCENDING)], name="pending_not_before",
                    partialFilterExpression={"state": PENDING}),
+        # the pick's second query under a backlog: the other tenants' oldest due rows
+        # (``tenant_id: {$nin: seen}``: its bounds skip the backlogged tenants' keys)
+        IndexModel([("tenant_id", ASCENDING), ("not_before", ASCENDING)],
+                   name="pending_tenant_not_before", partialFilterExpression={"state": PENDING}),
         # the expired-lease sweep
         IndexModel([("lease_until", ASCENDING)], name="claimed_lease_until",
                    partialFilterExpression={"state": CLAIMED}),

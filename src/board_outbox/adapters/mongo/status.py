@@ -4,12 +4,12 @@ the tenant count (the per-tenant path cost several reads per tenant)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import EVENTS
-from board_outbox.adapters.mongo.outbox import EFFECTS
+from board_outbox.adapters.mongo.outbox import EFFECTS, IN_STATE
 from board_outbox.model.domain import LIVE_STATES, PENDING
 from board_outbox.model.validation import finite
 from board_outbox.ports import RowSummary
@@ -26,8 +26,14 @@ class MongoStatusStore:
         self.events = db[EVENTS]
 
     @translated
-    async def row_summary(self) -> dict[str, RowSummary]:
+    async def row_summary(self, states: Collection[str] | None = None) -> dict[str, RowSummary]:
+        """With ``states``, only the rows in those states, each state's clause served by its
+        partial index (``IN_STATE``); without, every row (the history too)."""
+        match: list[dict[str, Any]] = []
+        if states is not None:
+            match = [{"$match": {"$or": [IN_STATE.get(s, {"state": s}) for s in sorted(states)]}}]
         cursor = await self.effects.aggregate([
+            *match,
             {"$group": {"_id": {"t": "$tenant_id", "s": "$state"}, "n": {"$sum": 1},
                         "oldest": {"$min": "$created_at"},
                         # F2: rows that carry a reason they wait on a limit
