@@ -189,6 +189,26 @@ async def test_event_reads_fetch_only_the_fields_an_event_is_read_for() -> None:
                        "at": 1.0, "actor": "ann"}
 
 
+def test_each_states_filter_implies_its_partial_index_and_bounds_its_key() -> None:
+    """T1, statically: ``IN_STATE`` (the filter every count, distinct, status and listing of one
+    state goes through) names the state of a partial index and bounds that index's key, with a
+    range every well-formed value falls in (any number; any date)."""
+    from datetime import UTC, datetime
+
+    from board_outbox.adapters.mongo.outbox import IN_STATE
+    from board_outbox.adapters.mongo.schema import INDEXES
+
+    partial = {m.document["partialFilterExpression"]["state"]: list(m.document["key"])[-1]
+               for m in INDEXES["trigger_effects"] if "partialFilterExpression" in m.document}
+    assert set(IN_STATE) == set(partial) == {"pending", "claimed", "failed", "done"}
+    for state, flt in IN_STATE.items():
+        assert flt["state"] == state
+        bound = flt[partial[state]]
+        assert isinstance(bound, dict) and set(bound) == {"$gte"}, (state, flt)
+        low = bound["$gte"]
+        assert low == float("-inf") or low == datetime(1970, 1, 1, tzinfo=UTC), (state, low)
+
+
 async def test_every_hot_statement_naming_a_state_constrains_that_states_index_key(
     live_uri: str,
 ) -> None:

@@ -365,3 +365,44 @@ async def test_a_cursor_advanced_during_the_poll_net_never_looks_ahead_of_its_co
     assert T in await a.behind()
     await a.drain_all([T])
     assert await kit.cursors.get(T) == 3
+
+
+async def test_a_short_read_is_not_the_end_of_the_log(kit: Kit) -> None:
+    """A backend may read the next ``limit`` seqs rather than the next ``limit`` events
+    (``EventLog.read_after``): reads that step over dead allocations come back short, and only
+    an empty read is the end. Reading on from the last seq read collects every event."""
+    await kit.card(T, "c")
+    want = []
+    for seq in range(1, 25):
+        if seq % 4 == 3:
+            await kit.events.allocate_seq(T)  # 3, 7, 11...: allocated, never inserted
+        else:
+            await kit.emit(T, "card.updated", "c")
+            want.append(seq)
+    got, after = [], 0
+    for _ in range(30):
+        records = await kit.events.read_after(T, after, 4)
+        if not records:
+            break
+        assert len(records) <= 4 and [r.seq for r in records] == sorted(r.seq for r in records)
+        got += [r.seq for r in records]
+        after = records[-1].seq
+    assert got == want
+
+
+async def test_a_batch_that_passed_its_limits_worth_of_seqs_has_more_behind(kit: Kit) -> None:
+    """The tail drains on in the same pass after a batch that read fewer events than its limit
+    but moved the cursor over the limit's worth of seqs (gaps stepped over inside its window);
+    a batch that stopped short of that is caught up."""
+    from board_outbox.engine.tail import DrainResult
+
+    tail = kit.tail(batch_size=4)
+    stepped = DrainResult(tenant_id=T, limit=4, read=3, cursor_before=10, cursor_after=14)
+    assert tail.more_behind(stepped)
+    short = DrainResult(tenant_id=T, limit=4, read=3, cursor_before=10, cursor_after=13)
+    assert not tail.more_behind(short)
+    full = DrainResult(tenant_id=T, limit=4, read=4, cursor_before=10, cursor_after=12)
+    assert tail.more_behind(full)  # read its limit (a young gap would have stopped it)
+    stopped = DrainResult(tenant_id=T, limit=4, read=4, cursor_before=10, cursor_after=14,
+                          stopped="young_gap")
+    assert not tail.more_behind(stopped)
