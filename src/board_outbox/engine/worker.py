@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -22,12 +21,13 @@ from opentelemetry import trace
 from board_outbox.engine import telemetry
 from board_outbox.engine.batch import BatchUnit, plan
 from board_outbox.engine.completer import Completer
+from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue
+from board_outbox.engine.leases import Lease, Leases, current
 from board_outbox.engine.outcomes import Outcome, TickResult
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.watchdog import LoopWatch, Progress, deadline
-from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
 from board_outbox.model.bounds import AtLeastOne, Frac, Pos, PosInt
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
@@ -41,11 +41,12 @@ from board_outbox.model.errors import (
     StoreError,
     StoreUnavailable,
 )
-from board_outbox.model.fairness import round_robin
 from board_outbox.model.validation import OnceLog, cap, stuck_reason
 from board_outbox.ports import Claim, ClaimTerms, EffectOutbox
 
-__all__ = ["EffectWorker", "Lease", "WorkerSettings"]
+# Lease, HANDOFF_BATCHES and PICK_IDLES are re-exported: they lived here before leases.py and
+# handoff.py held them
+__all__ = ["HANDOFF_BATCHES", "PICK_IDLES", "EffectWorker", "Lease", "WorkerSettings"]
 
 log = logging.getLogger("board_outbox.worker")
 
@@ -58,18 +59,6 @@ BROKEN_PER_TICK = 8
 # The claim size follows the backlog: it doubles (up to batch_size) while claims come back full
 # and halves, down to this floor, while they come back empty.
 MIN_CLAIM = 4
-# The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
-# they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
-# HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX rows; a tenant with a claim's worth
-# queued waits for it to run (its backlog stays in the event log meanwhile).
-HANDOFF_BATCHES = 4
-HANDOFF_LEASE_SHARE = 0.5
-HANDOFF_MAX = 2000
-# a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
-# as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
-PICK_IDLES = 4
-# the inserts of our tail within this share of a lease share one claim_id (``terms``)
-TERMS_SHARE = 0.25
 
 
 class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -106,14 +95,6 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                              cap_seconds=self.backoff_cap_seconds, jitter=self.backoff_jitter)
 
 
-class Lease:
-    """The lease of one claim in flight, as the heartbeat has extended it."""
-
-    def __init__(self, claim: Claim, started: float) -> None:
-        self.claim, self.started, self.until = claim, started, claim.lease_until
-        self.stopped = ""  # why the heartbeat stopped: "" | lost | max_execution
-
-
 class EffectWorker:
     def __init__(
         self,
@@ -127,19 +108,20 @@ class EffectWorker:
         metrics: Metrics | None = None,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
-        self.outbox = outbox
         self.registry = registry
         self.clock = clock
-        self.settings = settings or WorkerSettings()
+        self.settings = s = settings or WorkerSettings()
         self.rng = rng or seeded_random()
         self.stopping = False
-        self.inflight: dict[Any, Lease] = {}  # row ref -> lease, while its row executes
+        # the leases in flight (``inflight``) and their heartbeat; it holds ``outbox`` too
+        self._leases = Leases(outbox=outbox, clock=clock, lease_seconds=s.lease_seconds,
+                              max_execution_seconds=s.max_execution_seconds)
         self._tracer = trace.get_tracer("board_outbox.worker", tracer_provider=tracer_provider)
         self.completer = Completer(
             outbox=outbox, clock=clock, rng=self.rng, max_attempts=self.settings.max_attempts,
-            backoff=self.settings.backoff, lease_until=self._lease_until, on_done=on_done,
+            backoff=self.settings.backoff, lease_until=self._leases.lease_until, on_done=on_done,
             metrics=metrics)
-        self.completer.on_settled = self._settled
+        self.completer.on_settled = self._leases.settled
         # plugin steps are named (a blocked event loop is pinned on them) and run under a deadline
         self.watch = LoopWatch(clock.now)
         self.progress = Progress(clock)
@@ -154,19 +136,27 @@ class EffectWorker:
         self._row_seconds = 0.0  # EWMA of one row's execution time: caps the claim
         self._want = self.settings.batch_size  # the claim size the backlog asks for
         self._next_reclaim = -float("inf")
-        # the rows our tail inserted born claimed for us (``receive``), oldest first, with their
-        # leases (the heartbeat extends them while they wait); taken before any pick
-        self._queued: dict[Any, Lease] = {}
-        self._queued_by_tenant: dict[str, int] = {}
-        self._handing = False  # fed by a tail: the pick runs on its schedule (``_pick_due``)
+        # the rows our tail inserted born claimed for us (``receive``), taken before any pick
+        self._handoff = HandoffQueue(clock=clock, batch_size=s.batch_size,
+                                     lease_seconds=s.lease_seconds,
+                                     heartbeat_fraction=s.heartbeat_fraction,
+                                     idle_seconds=s.idle_seconds)
         # called when rows arrive (the service wakes its worker loop)
         self.on_receive: Callable[[], None] = lambda: None
         self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
-        self._next_pick = -float("inf")
-        self._pick_full = False  # the last pick filled its claim: a backlog, pick every tick
-        self._next_queue_beat = -float("inf")  # the handed rows' leases, extended meanwhile
-        self._terms_id: str | None = None  # the claim_id the hand-off's inserts share (``terms``)
-        self._terms_until = -float("inf")
+
+    @property
+    def outbox(self) -> EffectOutbox:
+        return self._leases.outbox
+
+    @outbox.setter
+    def outbox(self, outbox: EffectOutbox) -> None:
+        self._leases.outbox = outbox  # a swapped outbox takes the heartbeat's writes too
+
+    @property
+    def inflight(self) -> dict[Any, Lease]:
+        """Row ref -> lease, while its row executes (``Leases.inflight``)."""
+        return self._leases.inflight
 
     @property
     def metrics(self) -> Metrics | None:
@@ -206,55 +196,25 @@ class EffectWorker:
         elif claimed == 0:
             self._want = max(min(MIN_CLAIM, s.batch_size), self._want // 2)
 
-    # --- the hand-off (``tail.Handoff``) ---------------------------------------------------
+    # --- the hand-off (``tail.Handoff``): ``handoff.HandoffQueue`` holds it -----------------
 
     def capacity(self) -> int:
-        """Rows the hand-off holds at most: what starts within ``HANDOFF_LEASE_SHARE`` of a lease
-        at the measured pace, at least ``HANDOFF_BATCHES`` claims, at most ``HANDOFF_MAX``."""
-        s = self.settings
-        floor = s.batch_size * HANDOFF_BATCHES
-        if self._row_seconds <= 0:
-            cap = max(floor, min(HANDOFF_MAX, s.batch_size * 25))
-        else:
-            pace = int(s.lease_seconds * HANDOFF_LEASE_SHARE / self._row_seconds)
-            cap = max(floor, min(HANDOFF_MAX, pace))
-        return cap if self.pressure is None else self.pressure.scale(cap, s.batch_size)
+        """Rows the hand-off holds at most, at the measured pace (``HandoffQueue.capacity``)."""
+        return self._handoff.capacity(self._row_seconds, self.pressure)
 
     def room(self, tenant_id: str) -> int:
-        """Rows of ``tenant_id`` this worker takes now: none while it holds a claim's worth of
-        the tenant's rows (F1: a burst waits in the event log, a quiet tenant's row never waits
-        behind it) or while it stops; else what the hand-off has room for, at least a claim's
-        worth."""
-        s = self.settings
-        if self.stopping or self._queued_by_tenant.get(tenant_id, 0) >= s.batch_size:
-            return 0
-        return max(s.batch_size, self.capacity() - len(self._queued))
+        """Rows of ``tenant_id`` this worker takes now (``HandoffQueue.room``; none while it
+        stops)."""
+        return self._handoff.room(tenant_id, self.capacity(), stopping=self.stopping)
 
     def terms(self) -> ClaimTerms | None:
-        """The claim for the rows of one insert, leased from now (None while stopping). Inserts
-        within ``TERMS_SHARE`` of a lease share a claim_id (the fence is per row and per claimant:
-        sharing it only lets their done marks and lease beats go out as one write each)."""
-        if self.stopping:
-            return None
-        now = self.clock.now()
-        if self._terms_id is None or now >= self._terms_until:
-            self._terms_id = uuid.uuid4().hex
-            self._terms_until = now + self.settings.lease_seconds * TERMS_SHARE
-        return ClaimTerms(claim_id=self._terms_id, lease_until=now + self.settings.lease_seconds)
+        """The claim for the rows of one insert (``HandoffQueue.terms``; None while stopping)."""
+        return self._handoff.terms(stopping=self.stopping)
 
     def receive(self, claims: Iterable[Claim]) -> None:
-        """Rows our tail inserted born claimed for us: the next ticks run them (no claim
-        statement, no pick), a claim's worth a tick, fairly by tenant. From the first hand-off
-        on, the pick runs on its own schedule (``_pick_due``)."""
-        self._handing = True
-        now = self.clock.now()
-        got = False
-        for c in claims:
-            if c.ref not in self._queued:
-                self._queued[c.ref] = Lease(c, now)
-                self._queued_by_tenant[c.tenant_id] = self._queued_by_tenant.get(c.tenant_id, 0) + 1
-                got = True
-        if got:
+        """Rows our tail inserted born claimed for us (``HandoffQueue.receive``): the next ticks
+        run them; a row that arrives wakes the worker loop (``on_receive``)."""
+        if self._handoff.receive(claims):
             self.on_receive()
 
     def hand_off(self, claims: Iterable[Claim]) -> None:
@@ -264,50 +224,17 @@ class EffectWorker:
     @property
     def handed(self) -> int:
         """Rows waiting in the hand-off."""
-        return len(self._queued)
+        return len(self._handoff)
 
     @property
     def leases(self) -> list[Lease]:
         """Every lease this worker holds: the rows in flight, and the handed rows waiting."""
-        return list(self.inflight.values()) + list(self._queued.values())
-
-    def _dequeue(self, leases: Iterable[Lease]) -> None:
-        for lease in leases:
-            if self._queued.pop(lease.claim.ref, None) is not None:
-                t = lease.claim.tenant_id
-                left = self._queued_by_tenant.get(t, 0) - 1
-                if left > 0:
-                    self._queued_by_tenant[t] = left
-                else:
-                    self._queued_by_tenant.pop(t, None)
+        return list(self.inflight.values()) + self._handoff.leases
 
     async def release_queued(self) -> int:
         """Give back the handed rows that never started (graceful shutdown): pending again,
         attempts unchanged, so another replica runs them now rather than after their lease."""
-        leases = list(self._queued.values())
-        self._dequeue(leases)
-        return await self.completer.release([_current(x) for x in leases])
-
-    def _pick_due(self, now: float) -> bool:
-        """Whether this tick runs the due-row pick. Without a hand-off, every tick. With one,
-        the rows our own tail inserts come by hand, and the pick is only for the rest (retries
-        whose backoff ended, another owner's rows past ``steal_after_seconds``, released rows):
-        it runs every ``PICK_IDLES * idle_seconds`` -- as often as an idle worker polls at its
-        slowest -- and on every tick while the last pick came back full (a backlog)."""
-        return not self._handing or self._pick_full or now >= self._next_pick
-
-    def _take_handed(self, room: int, tenants: Collection[str] | None) -> list[Claim]:
-        """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin
-        by tenant, each tenant's oldest first, so a quiet tenant's fresh row is not queued
-        behind a noisy tenant's burst. Each comes with its lease as the heartbeat left it."""
-        if room <= 0 or not self._queued:
-            return []
-        self._dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting
-        eligible = [x for x in self._queued.values()
-                    if tenants is None or x.claim.tenant_id in tenants]
-        taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]
-        self._dequeue(taken)
-        return [_current(x) for x in taken]
+        return await self.completer.release(self._handoff.drain())
 
     async def tick_any(self, tenants: Collection[str] | None = None) -> TickResult:
         """One claim across every tenant (S2: an idle tick is one query), owned tenants first;
@@ -323,11 +250,11 @@ class EffectWorker:
         now = self.clock.now()
         claims: list[Claim] = []
         limit = self.claim_limit()
-        pick = self._pick_due(now)
+        pick = self._handoff.pick_due(now)
         # F1: when the pick runs the handed rows take half the claim (at least one row: a tick
         # with handed rows always runs one), the fair pick the rest
-        claims += self._take_handed(max(1, limit - limit // 2) if pick else limit, tenants)
-        if self._queued and now >= self._next_queue_beat:
+        claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)
+        if self._handoff.beat_due(now):
             await self._beat_queued(now)
         asked = time.monotonic()
         calls = 0
@@ -353,8 +280,7 @@ class EffectWorker:
                         tenants=tenants,
                     )
                     claims += picked
-                    self._pick_full = len(picked) >= want
-                    self._next_pick = now + PICK_IDLES * s.idle_seconds
+                    self._handoff.picked(now, full=len(picked) >= want)
                 break
             except BrokenRow as exc:  # R1: park that one row, then claim again
                 total.count(await self.completer.park_broken(
@@ -484,19 +410,6 @@ class EffectWorker:
             if self.completer.pending_marks:
                 await self.completer.flush()
 
-    def _current_claim(self, claim: Claim) -> Claim:
-        """The claim with its lease as the heartbeat has extended it while it waited."""
-        lease = self.inflight.get(claim.ref)
-        if lease is None or lease.claim.claim_id != claim.claim_id:
-            return claim
-        return _current(lease)
-
-    def _settled(self, refs: Sequence[Any]) -> None:
-        """A flush settled these rows' marks: they leave ``inflight`` (the heartbeat kept their
-        leases until then, so a mark riding out a slow store does not lose its lease)."""
-        for ref in refs:
-            self.inflight.pop(ref, None)
-
     async def _run_units(self, claims: list[Claim], res: TickResult) -> TickResult:
         s = self.settings
         prefetched = await self._prepare(claims)
@@ -510,7 +423,7 @@ class EffectWorker:
                     break
                 begun, started = started, started + len(unit)
                 self.progress.beat()
-                unit = [self._current_claim(c) for c in unit]  # as the heartbeat extended it
+                unit = [self._leases.current_claim(c) for c in unit]  # as the heartbeat extended it
                 if len(unit) == 1:
                     res.count(await self.execute(unit[0], prefetched=prefetched))
                 else:
@@ -534,14 +447,10 @@ class EffectWorker:
     async def execute(self, claim: Claim, *, prefetched: dict[str, Any] | None = None) -> Outcome:
         """Run one claimed row and record what became of it; return that outcome. While it runs,
         its lease is in ``inflight``, where the batch's heartbeat keeps it (O4)."""
-        lease = self.inflight.get(claim.ref)
-        if lease is None or lease.claim.claim_id != claim.claim_id:
-            lease = self.inflight[claim.ref] = Lease(claim, self.clock.now())
-        else:  # held since the batch was claimed: its attempt starts now
-            lease.started = self.clock.now()
+        lease = self._leases.start(claim, self.clock.now())  # its attempt starts now
         outcome: Outcome | None = None
         try:
-            outcome = await self._execute(_current(lease), prefetched)
+            outcome = await self._execute(current(lease), prefetched)
             return outcome
         finally:
             if outcome != "staged":  # a staged row stays in flight until its flush
@@ -552,11 +461,7 @@ class EffectWorker:
         """These claims run (a batched projection apply): their leases are in ``inflight``."""
         now = self.clock.now()
         for c in claims:
-            lease = self.inflight.get(c.ref)
-            if lease is None or lease.claim.claim_id != c.claim_id:
-                self.inflight[c.ref] = Lease(c, now)
-            else:
-                lease.started = now
+            self._leases.start(c, now)
         try:
             yield
         finally:
@@ -570,76 +475,24 @@ class EffectWorker:
         every = self.settings.lease_seconds * self.settings.heartbeat_fraction
         while True:
             await anyio.sleep(every)
-            await self.extend_many(list(self.inflight.values()) + list(self._queued.values()))
-            self._next_queue_beat = self.clock.now() + every
+            await self.extend_many(self.leases)
+            self._handoff.next_beat = self.clock.now() + every
 
     async def _beat_queued(self, now: float) -> None:
         """The handed rows' leases, between batches (one write per claim they were born
         under); a row whose lease was lost meanwhile leaves the hand-off."""
-        s = self.settings
-        self._next_queue_beat = now + s.lease_seconds * max(s.heartbeat_fraction, 0.1)
-        if s.heartbeat_fraction <= 0:
-            return
-        leases = list(self._queued.values())
-        await self.extend_many(leases)
-        self._dequeue([x for x in leases if x.stopped])
+        leases = self._handoff.beat(now)  # none with the heartbeat off
+        if leases:
+            await self.extend_many(leases)
+            self._handoff.dequeue([x for x in leases if x.stopped])
 
     async def extend(self, lease: Lease) -> bool:
-        """One heartbeat of one lease (``extend_many``). False: its heartbeat stops (the lease
-        was stolen, or the effect ran too long)."""
-        await self.extend_many([lease])
-        return not lease.stopped
-
-    def _next_until(self, lease: Lease, now: float) -> float | None:
-        """How far this beat pushes the lease: ``lease_seconds`` out, never past
-        ``max_execution_seconds`` after the attempt started. None: at the cap, it stops."""
-        s = self.settings
-        cap = lease.started + s.max_execution_seconds
-        if now >= cap:
-            lease.stopped = "max_execution"
-            log.warning("effect still running after max_execution_seconds (%gs): its lease is no "
-                        "longer extended; the reclaim counts the attempt", s.max_execution_seconds,
-                        extra={"row_ref": str(lease.claim.ref)})
-            return None
-        return min(now + s.lease_seconds, cap)
+        """One heartbeat of one lease (``Leases.extend``). False: its heartbeat stops."""
+        return await self._leases.extend(lease)
 
     async def extend_many(self, leases: Collection[Lease]) -> None:
-        """One beat over these leases: one fenced write per (claim_id, new lease end) -- the rows
-        of one claim started within the same cap share it -- each a no-op on a row whose lease
-        was stolen. A lease whose heartbeat stopped (``Lease.stopped``) is left alone."""
-        now = self.clock.now()
-        groups: dict[tuple[str, float], list[Lease]] = {}
-        for lease in leases:
-            if lease.stopped:
-                continue
-            until = self._next_until(lease, now)
-            if until is not None and until > lease.until:
-                groups.setdefault((lease.claim.claim_id, until), []).append(lease)
-        for (claim_id, until), group in groups.items():
-            t = T.extend_lease(now=now, lease_until=until)
-            try:
-                if len(group) == 1:
-                    moved = {group[0].claim.ref} if await self.outbox.apply_claimed(
-                        group[0].claim.ref, claim_id, t) else set()
-                else:
-                    moved = set(await self.outbox.apply_claimed_many(
-                        [x.claim.ref for x in group], claim_id, t))
-            except (StoreUnavailable, StoreError) as exc:  # the next beat tries again
-                log.warning("could not extend %d lease(s) (%s)", len(group), exc,
-                            extra={"row_ref": str(group[0].claim.ref)})
-                continue
-            for lease in group:
-                if lease.claim.ref in moved:
-                    lease.until = until
-                    continue
-                lease.stopped = "lost"
-                if self.inflight.get(lease.claim.ref) is lease:  # not one that just finished
-                    log.warning("lease lost while the effect runs: heartbeat stopped, late marks "
-                                "are no-ops", extra={"row_ref": str(lease.claim.ref)})
-
-    def _lease_until(self, claim: Claim) -> float:
-        lease = self.inflight.get(claim.ref)
-        return claim.lease_until if lease is None else lease.until
+        """One beat over these leases (``Leases.extend_many``: one fenced write per claim)."""
+        await self._leases.extend_many(leases)
 
     async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
         """Run the row's handler and choose what became of it; the completer records it."""
@@ -697,12 +550,6 @@ class EffectWorker:
                 return await done.retry(claim, attempt=attempt, exc=exc, row=row, span=span)
             span.set_attribute(telemetry.ATTR_OUTCOME, outcome)
             return await done.done(claim, row, outcome)
-
-
-def _current(lease: Lease) -> Claim:
-    """The claim with its lease as the heartbeat has extended it."""
-    c = lease.claim
-    return c if lease.until == c.lease_until else msgspec.structs.replace(c, lease_until=lease.until)
 
 
 def _ctx(row: EffectRow) -> dict[str, object]:

@@ -1,0 +1,173 @@
+"""The hand-off (``tail.Handoff``): the rows our tail inserts born claimed for this worker, queued
+until a tick runs them.
+
+``HandoffQueue`` holds those rows with their leases (the heartbeat extends them while they
+wait), oldest first, counted by tenant; it sizes the room the tail may fill, mints the claim an
+insert's rows are born under (``terms``), hands a tick its rows fairly by tenant (``take``), and
+keeps the schedules that come with a hand-off: when the worker's own due-row pick runs
+(``pick_due``) and when the waiting rows' leases are next extended between batches (``beat``).
+The worker (``worker.py``) owns the queue and answers the tail's ``Handoff`` protocol with it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from board_outbox.engine.leases import Lease, current
+from board_outbox.engine.pressure import Pressure
+from board_outbox.model.clock import Clock
+from board_outbox.model.fairness import round_robin
+from board_outbox.ports import Claim, ClaimTerms
+
+__all__ = ["HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX", "PICK_IDLES", "TERMS_SHARE",
+           "HandoffQueue"]
+
+# The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
+# they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
+# HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX rows; a tenant with a claim's worth
+# queued waits for it to run (its backlog stays in the event log meanwhile).
+HANDOFF_BATCHES = 4
+HANDOFF_LEASE_SHARE = 0.5
+HANDOFF_MAX = 2000
+# a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
+# as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
+PICK_IDLES = 4
+# the inserts of our tail within this share of a lease share one claim_id (``terms``)
+TERMS_SHARE = 0.25
+
+
+class HandoffQueue:
+    """The handed rows waiting their turn, and the hand-off's room, terms and schedules."""
+
+    def __init__(self, *, clock: Clock, batch_size: int, lease_seconds: float,
+                 heartbeat_fraction: float, idle_seconds: float) -> None:
+        self.clock = clock
+        self.batch_size = batch_size
+        self.lease_seconds = lease_seconds
+        self.heartbeat_fraction = heartbeat_fraction
+        self.idle_seconds = idle_seconds
+        # the rows our tail inserted born claimed for us (``receive``), oldest first, with their
+        # leases (the heartbeat extends them while they wait); taken before any pick
+        self._queued: dict[Any, Lease] = {}
+        self._queued_by_tenant: dict[str, int] = {}
+        self._handing = False  # fed by a tail: the pick runs on its schedule (``pick_due``)
+        self._next_pick = -float("inf")
+        self._pick_full = False  # the last pick filled its claim: a backlog, pick every tick
+        self.next_beat = -float("inf")  # the handed rows' leases, extended meanwhile
+        self._terms_id: str | None = None  # the claim_id the hand-off's inserts share (``terms``)
+        self._terms_until = -float("inf")
+
+    def capacity(self, row_seconds: float, pressure: Pressure | None) -> int:
+        """Rows the hand-off holds at most: what starts within ``HANDOFF_LEASE_SHARE`` of a lease
+        at the measured pace (``row_seconds`` a row; 0: not measured yet), at least
+        ``HANDOFF_BATCHES`` claims, at most ``HANDOFF_MAX``; scaled by the backpressure."""
+        floor = self.batch_size * HANDOFF_BATCHES
+        if row_seconds <= 0:
+            cap = max(floor, min(HANDOFF_MAX, self.batch_size * 25))
+        else:
+            pace = int(self.lease_seconds * HANDOFF_LEASE_SHARE / row_seconds)
+            cap = max(floor, min(HANDOFF_MAX, pace))
+        return cap if pressure is None else pressure.scale(cap, self.batch_size)
+
+    def room(self, tenant_id: str, capacity: int, *, stopping: bool) -> int:
+        """Rows of ``tenant_id`` this worker takes now: none while it holds a claim's worth of
+        the tenant's rows (F1: a burst waits in the event log, a quiet tenant's row never waits
+        behind it) or while it stops; else what the hand-off has room for (``capacity``), at
+        least a claim's worth."""
+        if stopping or self._queued_by_tenant.get(tenant_id, 0) >= self.batch_size:
+            return 0
+        return max(self.batch_size, capacity - len(self._queued))
+
+    def terms(self, *, stopping: bool) -> ClaimTerms | None:
+        """The claim for the rows of one insert, leased from now (None while stopping). Inserts
+        within ``TERMS_SHARE`` of a lease share a claim_id (the fence is per row and per claimant:
+        sharing it only lets their done marks and lease beats go out as one write each)."""
+        if stopping:
+            return None
+        now = self.clock.now()
+        if self._terms_id is None or now >= self._terms_until:
+            self._terms_id = uuid.uuid4().hex
+            self._terms_until = now + self.lease_seconds * TERMS_SHARE
+        return ClaimTerms(claim_id=self._terms_id, lease_until=now + self.lease_seconds)
+
+    def receive(self, claims: Iterable[Claim]) -> bool:
+        """Rows our tail inserted born claimed for us: the next ticks run them (no claim
+        statement, no pick), a claim's worth a tick, fairly by tenant. From the first hand-off
+        on, the pick runs on its own schedule (``pick_due``). True: a row arrived (one not
+        queued already)."""
+        self._handing = True
+        now = self.clock.now()
+        got = False
+        for c in claims:
+            if c.ref not in self._queued:
+                self._queued[c.ref] = Lease(c, now)
+                self._queued_by_tenant[c.tenant_id] = self._queued_by_tenant.get(c.tenant_id, 0) + 1
+                got = True
+        return got
+
+    def __len__(self) -> int:
+        """Rows waiting in the hand-off."""
+        return len(self._queued)
+
+    @property
+    def leases(self) -> list[Lease]:
+        """The leases of the handed rows waiting their turn."""
+        return list(self._queued.values())
+
+    def dequeue(self, leases: Iterable[Lease]) -> None:
+        """These handed rows leave the hand-off (taken by a tick, given back, or lost)."""
+        for lease in leases:
+            if self._queued.pop(lease.claim.ref, None) is not None:
+                t = lease.claim.tenant_id
+                left = self._queued_by_tenant.get(t, 0) - 1
+                if left > 0:
+                    self._queued_by_tenant[t] = left
+                else:
+                    self._queued_by_tenant.pop(t, None)
+
+    def drain(self) -> list[Claim]:
+        """Every handed row leaves the hand-off (``EffectWorker.release_queued`` gives them
+        back), each with its lease as the heartbeat left it."""
+        leases = list(self._queued.values())
+        self.dequeue(leases)
+        return [current(x) for x in leases]
+
+    def pick_due(self, now: float) -> bool:
+        """Whether this tick runs the due-row pick. Without a hand-off, every tick. With one,
+        the rows our own tail inserts come by hand, and the pick is only for the rest (retries
+        whose backoff ended, another owner's rows past ``steal_after_seconds``, released rows):
+        it runs every ``PICK_IDLES * idle_seconds`` -- as often as an idle worker polls at its
+        slowest -- and on every tick while the last pick came back full (a backlog)."""
+        return not self._handing or self._pick_full or now >= self._next_pick
+
+    def picked(self, now: float, *, full: bool) -> None:
+        """A pick ran at ``now``; ``full``: it filled its claim (a backlog: pick every tick)."""
+        self._pick_full = full
+        self._next_pick = now + PICK_IDLES * self.idle_seconds
+
+    def take(self, room: int, tenants: Collection[str] | None) -> list[Claim]:
+        """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin
+        by tenant, each tenant's oldest first, so a quiet tenant's fresh row is not queued
+        behind a noisy tenant's burst. Each comes with its lease as the heartbeat left it."""
+        if room <= 0 or not self._queued:
+            return []
+        self.dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting
+        eligible = [x for x in self._queued.values()
+                    if tenants is None or x.claim.tenant_id in tenants]
+        taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]
+        self.dequeue(taken)
+        return [current(x) for x in taken]
+
+    def beat_due(self, now: float) -> bool:
+        """Whether the waiting rows' leases are due a beat between batches."""
+        return bool(self._queued) and now >= self.next_beat
+
+    def beat(self, now: float) -> list[Lease]:
+        """The leases a beat between batches extends (none with the heartbeat off), and the
+        next such beat scheduled."""
+        self.next_beat = now + self.lease_seconds * max(self.heartbeat_fraction, 0.1)
+        if self.heartbeat_fraction <= 0:
+            return []
+        return list(self._queued.values())

@@ -1,0 +1,134 @@
+"""The leases a worker holds (O4): one ``Lease`` per claimed row, as the heartbeat has extended
+it, and the beat that extends them.
+
+While a claimed row waits its turn in its batch or runs, its lease is in ``Leases.inflight``; the
+handed rows that wait in the hand-off hold theirs there (``handoff.py``). Every beat pushes each lease
+``lease_seconds`` out, never past ``max_execution_seconds`` after its attempt started, in one
+fenced write per (claim_id, new lease end): a lease that was stolen is left alone (M8), and a
+hung effect loses its lease so that the reclaim counts the attempt (M9).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import msgspec
+
+from board_outbox.model import transitions as T
+from board_outbox.model.clock import Clock
+from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.ports import Claim, EffectOutbox
+
+__all__ = ["Lease", "Leases", "current"]
+
+log = logging.getLogger("board_outbox.worker")
+
+
+class Lease:
+    """The lease of one claim in flight, as the heartbeat has extended it."""
+
+    def __init__(self, claim: Claim, started: float) -> None:
+        self.claim, self.started, self.until = claim, started, claim.lease_until
+        self.stopped = ""  # why the heartbeat stopped: "" | lost | max_execution
+
+
+def current(lease: Lease) -> Claim:
+    """The claim with its lease as the heartbeat has extended it."""
+    c = lease.claim
+    return c if lease.until == c.lease_until else msgspec.structs.replace(c, lease_until=lease.until)
+
+
+class Leases:
+    """The leases of the rows in flight (``inflight``), and the heartbeat's beat over any lease
+    the worker holds (``extend_many``). ``outbox`` is the worker's: a test or the harness may
+    swap it, and the next beat writes through the new one."""
+
+    def __init__(self, *, outbox: EffectOutbox, clock: Clock, lease_seconds: float,
+                 max_execution_seconds: float) -> None:
+        self.outbox = outbox
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.max_execution_seconds = max_execution_seconds
+        self.inflight: dict[Any, Lease] = {}  # row ref -> lease, while its row executes
+
+    def start(self, claim: Claim, now: float) -> Lease:
+        """The claim's attempt starts at ``now``: its lease is in ``inflight`` (a new one, unless
+        it is held under this claim since the batch was claimed)."""
+        lease = self.inflight.get(claim.ref)
+        if lease is None or lease.claim.claim_id != claim.claim_id:
+            lease = self.inflight[claim.ref] = Lease(claim, now)
+        else:  # held since the batch was claimed: its attempt starts now
+            lease.started = now
+        return lease
+
+    def current_claim(self, claim: Claim) -> Claim:
+        """The claim with its lease as the heartbeat has extended it while it waited."""
+        lease = self.inflight.get(claim.ref)
+        if lease is None or lease.claim.claim_id != claim.claim_id:
+            return claim
+        return current(lease)
+
+    def settled(self, refs: Sequence[Any]) -> None:
+        """A flush settled these rows' marks: they leave ``inflight`` (the heartbeat kept their
+        leases until then, so a mark riding out a slow store does not lose its lease)."""
+        for ref in refs:
+            self.inflight.pop(ref, None)
+
+    def lease_until(self, claim: Claim) -> float:
+        """The end of the claim's lease, as the heartbeat has extended it while in flight."""
+        lease = self.inflight.get(claim.ref)
+        return claim.lease_until if lease is None else lease.until
+
+    async def extend(self, lease: Lease) -> bool:
+        """One heartbeat of one lease (``extend_many``). False: its heartbeat stops (the lease
+        was stolen, or the effect ran too long)."""
+        await self.extend_many([lease])
+        return not lease.stopped
+
+    def _next_until(self, lease: Lease, now: float) -> float | None:
+        """How far this beat pushes the lease: ``lease_seconds`` out, never past
+        ``max_execution_seconds`` after the attempt started. None: at the cap, it stops."""
+        cap = lease.started + self.max_execution_seconds
+        if now >= cap:
+            lease.stopped = "max_execution"
+            log.warning("effect still running after max_execution_seconds (%gs): its lease is no "
+                        "longer extended; the reclaim counts the attempt", self.max_execution_seconds,
+                        extra={"row_ref": str(lease.claim.ref)})
+            return None
+        return min(now + self.lease_seconds, cap)
+
+    async def extend_many(self, leases: Collection[Lease]) -> None:
+        """One beat over these leases: one fenced write per (claim_id, new lease end) -- the rows
+        of one claim started within the same cap share it -- each a no-op on a row whose lease
+        was stolen. A lease whose heartbeat stopped (``Lease.stopped``) is left alone."""
+        now = self.clock.now()
+        groups: dict[tuple[str, float], list[Lease]] = {}
+        for lease in leases:
+            if lease.stopped:
+                continue
+            until = self._next_until(lease, now)
+            if until is not None and until > lease.until:
+                groups.setdefault((lease.claim.claim_id, until), []).append(lease)
+        for (claim_id, until), group in groups.items():
+            t = T.extend_lease(now=now, lease_until=until)
+            try:
+                if len(group) == 1:
+                    moved = {group[0].claim.ref} if await self.outbox.apply_claimed(
+                        group[0].claim.ref, claim_id, t) else set()
+                else:
+                    moved = set(await self.outbox.apply_claimed_many(
+                        [x.claim.ref for x in group], claim_id, t))
+            except (StoreUnavailable, StoreError) as exc:  # the next beat tries again
+                log.warning("could not extend %d lease(s) (%s)", len(group), exc,
+                            extra={"row_ref": str(group[0].claim.ref)})
+                continue
+            for lease in group:
+                if lease.claim.ref in moved:
+                    lease.until = until
+                    continue
+                lease.stopped = "lost"
+                if self.inflight.get(lease.claim.ref) is lease:  # not one that just finished
+                    log.warning("lease lost while the effect runs: heartbeat stopped, late marks "
+                                "are no-ops", extra={"row_ref": str(lease.claim.ref)})
