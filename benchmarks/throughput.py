@@ -105,12 +105,15 @@ class Server:
         return 0.0 if self.pid is None else cpu_seconds(self.pid)
 
 
+STREAMS = True  # --no-streams: the replicas poll only (an experiment, not the default)
+
+
 def replica_config(uri: str, db: str, runner: str, i: int, cfg_dir: Path) -> Path:
     cfg = cfg_dir / f"{db}-r{i}.toml"
     cfg.write_text(
         f'[store]\nbackend = "mongo"\nuri = "{uri}"\ndatabase = "{db}"\n'
         f'[service]\nreplica_name = "r{i}"\nlog_level = "WARNING"\nhttp_port = 0\n'
-        '[tail]\nseed = "earliest"\n'
+        f'[tail]\nseed = "earliest"\nchange_streams = {"true" if STREAMS else "false"}\n'
         f'[launcher]\nkind = "http"\nurl = "{runner}"\n')
     return cfg
 
@@ -272,8 +275,12 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900.0, help="per pipeline, seconds")
     ap.add_argument("--statements", action="store_true",
                     help="also a run per pipeline with every command logged (statement table)")
+    ap.add_argument("--only-statements", action="store_true",
+                    help="only the --statements runs of the replicas (no floor, no main runs)")
     ap.add_argument("--statement-replicas", default="1",
                     help="the replica counts of the --statements runs")
+    ap.add_argument("--no-streams", action="store_true",
+                    help="replicas without change streams (polling only): what the streams cost")
     ap.add_argument("--name", default="throughput")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
@@ -281,6 +288,8 @@ def main() -> int:
         saved = json.loads((RESULTS / f"{args.name}.json").read_text())
         plot(saved["runs"], RESULTS / f"{args.name}.png")
         return 0
+    global STREAMS
+    STREAMS = not args.no_streams
     uri = os.environ.get("MONGODB_URI")
     wire = WireServer().start() if not uri else None
     server = Server(uri, None) if uri else Server(wire.uri, wire.pid)  # type: ignore[union-attr]
@@ -291,6 +300,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as d, bot_runner() as runner:
             tmp = Path(d)
             for events in (int(x) for x in args.backlogs.split(",")):
+                if args.only_statements:
+                    break
                 runs.append(run_pipeline(store, server, runner, kind="floor", replicas=1,
                                          events=events, timeout=args.timeout, tmp=tmp,
                                          log_statements=False))
@@ -299,11 +310,12 @@ def main() -> int:
                     runs.append(run_pipeline(store, server, runner, kind="run", replicas=n,
                                              events=events, timeout=args.timeout, tmp=tmp,
                                              log_statements=False))
-            if args.statements:
+            if args.statements or args.only_statements:
                 events = int(args.backlogs.split(",")[0])
-                tables.append(run_pipeline(store, server, runner, kind="floor", replicas=1,
-                                           events=events, timeout=args.timeout, tmp=tmp,
-                                           log_statements=True))
+                if not args.only_statements:
+                    tables.append(run_pipeline(store, server, runner, kind="floor", replicas=1,
+                                               events=events, timeout=args.timeout, tmp=tmp,
+                                               log_statements=True))
                 for n in (int(x) for x in args.statement_replicas.split(",")):
                     tables.append(run_pipeline(store, server, runner, kind="run", replicas=n,
                                                events=events, timeout=args.timeout, tmp=tmp,
@@ -315,7 +327,8 @@ def main() -> int:
                              "setup": {"server": "MONGODB_URI" if uri else "secantusd-py (WireServer)",
                                        "tenants": TENANTS,
                                        **vars(args)}})
-    plot(runs, RESULTS / f"{args.name}.png")
+    if runs:
+        plot(runs, RESULTS / f"{args.name}.png")
     return 0
 
 

@@ -29,7 +29,7 @@ __all__ = ["HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX", "PICK_IDLES"
 # HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX rows; a tenant with a claim's worth
 # queued waits for it to run (its backlog stays in the event log meanwhile).
 HANDOFF_BATCHES = 4
-HANDOFF_LEASE_SHARE = 0.5
+HANDOFF_LEASE_SHARE = 0.1
 HANDOFF_MAX = 2000
 # a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
 # as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
@@ -170,4 +170,11 @@ class HandoffQueue:
         self.next_beat = now + self.lease_seconds * max(self.heartbeat_fraction, 0.1)
         if self.heartbeat_fraction <= 0:
             return []
-        return list(self._queued.values())
+        return self.due(now)
+
+    def due(self, now: float) -> list[Lease]:
+        """The queued rows whose lease ends within two beats: only those are extended (a row
+        that starts before its lease needs a beat -- the queue holds ``HANDOFF_LEASE_SHARE`` of
+        a lease -- costs no write; one failed beat is still ridden out)."""
+        horizon = now + 2 * self.lease_seconds * max(self.heartbeat_fraction, 0.1)
+        return [x for x in self._queued.values() if x.until < horizon]

@@ -475,7 +475,8 @@ class EffectWorker:
         every = self.settings.lease_seconds * self.settings.heartbeat_fraction
         while True:
             await anyio.sleep(every)
-            await self.extend_many(self.leases)
+            await self.extend_many(list(self.inflight.values()) +
+                                   self._handoff.due(self.clock.now()))
             self._handoff.next_beat = self.clock.now() + every
 
     async def _beat_queued(self, now: float) -> None:
