@@ -17,6 +17,7 @@ from board_outbox.model.records import (
     Change,
     Claim,
     ClaimTerms,
+    ConsoleSession,
     DoneLatency,
     EventRecord,
     LaunchRequest,
@@ -37,6 +38,7 @@ __all__ = [
     "ChangeFeed",
     "Claim",
     "ClaimTerms",
+    "ConsoleSession",
     "ConsumeOutcome",
     "CursorStore",
     "DoneLatency",
@@ -59,6 +61,7 @@ __all__ = [
     "RowFilter",
     "RowIdentity",
     "RowSummary",
+    "SessionStore",
     "StatusStore",
     "Stores",
     "SubscriptionStore",
@@ -424,6 +427,7 @@ class Stores:
     rm_versions: ReadModelVersionStore | None = None
     status: StatusStore | None = None
     limits: LimitStore | None = None
+    sessions: SessionStore | None = None
 
 
 
@@ -445,6 +449,24 @@ class LimitStore(Protocol):
     async def take(self, key: str, per_second: float, now: float) -> bool:
         """Count one launch of ``key`` at ``now`` against ``per_second`` (``model/limits``
         windows). False: the window is full, nothing counted."""
+        ...
+
+
+class SessionStore(Protocol):
+    """The console's logged-in sessions (issue 30), shared by every replica's console: a login
+    opens one, a logout closes it, and a cookie naming a closed or expired one is not admin."""
+
+    async def open(self, session: ConsoleSession) -> None:
+        """Store ``session`` (its ``session_id`` is unique: a random id's hash)."""
+        ...
+
+    async def get(self, session_id: str, now: float) -> ConsoleSession | None:
+        """The session, while it is open and ``expires_at`` is after ``now``; None otherwise
+        (never opened, closed, expired, or a stored document that does not parse)."""
+        ...
+
+    async def close(self, session_id: str) -> None:
+        """End the session (none: nothing happens)."""
         ...
 
 

@@ -133,6 +133,18 @@ class RowIdentity(msgspec.Struct, frozen=True, kw_only=True):
     projection: str | None = None
 
 
+class ConsoleSession(msgspec.Struct, frozen=True, kw_only=True):
+    """One logged-in console session, kept server-side (``SessionStore``) so that logging out
+    ends it on every replica: ``session_id`` is a hash of the id the cookie carries (the store
+    never holds a usable one), ``token_tag`` a tag of the admin token it logged in with (a
+    session from before a token change is not admin)."""
+
+    session_id: str
+    token_tag: str
+    who: str
+    expires_at: float
+
+
 class DoneLatency(msgspec.Struct, frozen=True, kw_only=True):
     """One done row's event insert -> done time (``EffectOutbox.done_latencies``, A5)."""
 

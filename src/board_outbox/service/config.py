@@ -93,6 +93,29 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
 
 
+ADMIN_TOKEN_MIN = 16  # characters
+ADMIN_TOKEN_DISTINCT = 8  # different characters at least
+
+
+def token_problem(token: str) -> None:
+    """The admin token is the only key to the console's actions: 16 printable characters or
+    more, no whitespace or control character, and not a few characters repeated (issue 30)."""
+    bad = next((c for c in token if not c.isprintable() or c.isspace()), None)
+    why = None
+    if bad is not None:
+        why = f"it contains {'whitespace' if bad.isspace() else 'a control character'} ({bad!r})"
+    elif len(token) < ADMIN_TOKEN_MIN:
+        why = f"{len(token)} characters, at least {ADMIN_TOKEN_MIN} are needed"
+    elif len(set(token)) < ADMIN_TOKEN_DISTINCT:
+        why = (f"only {len(set(token))} different characters, at least {ADMIN_TOKEN_DISTINCT} "
+               "are needed")
+    if why is not None:
+        raise ConfigError(f"ui.admin_token: {why}: use {ADMIN_TOKEN_MIN} or more printable, "
+                          "non-space characters (e.g. `python -c 'import secrets; "
+                          "print(secrets.token_urlsafe(24))'`), or leave it empty for a "
+                          "read-only console")
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field rules msgspec cannot express."""
     w, t, m = cfg.worker, cfg.tail, cfg.membership
@@ -143,9 +166,8 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
     if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):
         raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
-    if cfg.ui.admin_token and len(cfg.ui.admin_token) < 16:
-        raise ConfigError("ui.admin_token: at least 16 characters (it is the only key to the "
-                          "console's actions); leave it empty for a read-only console")
+    if cfg.ui.admin_token:
+        token_problem(cfg.ui.admin_token)
     if cfg.ui.jaeger_url and not cfg.ui.jaeger_url.startswith(("http://", "https://")):
         raise ConfigError("ui.jaeger_url: an http(s):// URL (the Jaeger UI, e.g. http://jaeger:16686)")
     _validate_limits(cfg)
