@@ -59,6 +59,10 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # /healthz, /readyz, /metrics (O1); http_port = 0 turns them off
     http_host: str = "127.0.0.1"
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9464
+    # names the operator port (and `board-outbox console`) answers to in the Host header, beside
+    # localhost, 127.0.0.1, ::1 and the address bound (any IP address when bound to 0.0.0.0);
+    # "*": any (behind a proxy that checks it). Other names get 400 (DNS rebinding)
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)
 
 
 class UiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -168,6 +172,10 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
     if cfg.ui.admin_token:
         token_problem(cfg.ui.admin_token)
+    for name in cfg.service.allowed_hosts:
+        if not name or any(c.isspace() or c in "/@?#" or not c.isprintable() for c in name):
+            raise ConfigError(f"service.allowed_hosts: {name!r} is not a host name or address "
+                              "(e.g. \"ops.example.internal\", \"10.0.0.5\" or \"*\")")
     if cfg.ui.jaeger_url and not cfg.ui.jaeger_url.startswith(("http://", "https://")):
         raise ConfigError("ui.jaeger_url: an http(s):// URL (the Jaeger UI, e.g. http://jaeger:16686)")
     _validate_limits(cfg)

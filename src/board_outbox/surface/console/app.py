@@ -18,7 +18,7 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
@@ -218,8 +218,16 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         return await page(request, "message.html", 503, title="The store did not answer",
                     message=f"{type(exc).__name__}: {exc}. The page shows again once it does.")
 
+    async def gone(request: Request, _exc: Exception) -> Response:
+        """The client went away, or its body stopped arriving and the server cut it
+        (``read_timeout``): nothing to render, nothing to log as an error."""
+        log.info("console: %s %s: the request body did not arrive", request.method,
+                 request.url.path)
+        return Response("request body did not arrive\n", status_code=408,
+                        media_type="text/plain", headers={"Connection": "close"})
+
     return Starlette(
-        exception_handlers={BoardOutboxError: store_error},
+        exception_handlers={BoardOutboxError: store_error, ClientDisconnect: gone},
         routes=[
             Route("/", overview, methods=["GET"]),
             Route("/tenants/{tenant_id}", tenant, methods=["GET"]),
