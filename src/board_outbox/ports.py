@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.records import (
+    AttentionPage,
     Change,
     Claim,
     ClaimTerms,
@@ -27,12 +28,14 @@ from board_outbox.model.records import (
     RowFilter,
     RowIdentity,
     RowSummary,
+    TenantLag,
     UpsertIfNewer,
     UpsertResult,
 )
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
+    "AttentionPage",
     "CardStore",
     "Change",
     "ChangeFeed",
@@ -65,6 +68,7 @@ __all__ = [
     "StatusStore",
     "Stores",
     "SubscriptionStore",
+    "TenantLag",
     "UpsertIfNewer",
     "UpsertResult",
 ]
@@ -474,13 +478,23 @@ class StatusStore(Protocol):
     """The per-tenant figures of ``status`` and ``/metrics`` for every tenant at once (O1-O3): a
     constant number of queries per refresh, whatever the tenant count."""
 
-    async def row_summary(self) -> dict[str, RowSummary]:
-        """Rows by state and the oldest live row's ``created_at``, per tenant (one aggregate)."""
+    async def row_summary(self, tenants: Collection[str] | None = None
+                          ) -> dict[str, RowSummary]:
+        """Rows by state and the oldest live row's ``created_at``, per tenant (one aggregate;
+        ``tenants``: only theirs, read through the tenant index)."""
         ...
 
     async def next_event_at(self, after: Mapping[str, int]) -> dict[str, float]:
         """For each tenant of ``after`` (tenant -> cursor), the ``at`` of its first event past
-        the cursor, when one is inserted (one query)."""
+        the cursor, when one is inserted: one indexed read per tenant (a handful at a time),
+        so callers bound ``after`` (``service.health.NextEvents``)."""
+        ...
+
+    async def attention(self, offset: int, limit: int) -> AttentionPage:
+        """The tenants behind (counter ahead of cursor) or holding dead-letters, most behind
+        first, then most dead-letters, then by id: ``limit`` of them from ``offset``, sorted and
+        cut in the store, with totals over every tenant (one aggregate; the console's overview).
+        A counter or cursor whose seq is not an integer counts as absent here."""
         ...
 
 

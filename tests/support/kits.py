@@ -193,7 +193,7 @@ def memory_kit() -> Kit:
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
-        put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox),
+        put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
         sessions=b.sessions, put_raw_session=raw_session,
     )
 

@@ -70,7 +70,7 @@ class MemoryBackend:
             cards=self.board, labels=self.board, launcher=launcher or self.launcher,
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
-            status=MemoryStatusStore(self.events, self.outbox), limits=self.limits,
+            status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
             sessions=self.sessions,
         )
 

@@ -12,6 +12,7 @@ import math
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import jinja2
 import msgspec
@@ -98,7 +99,17 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         return await page(request, "message.html", 403, title="Refused", message=why)
 
     async def overview(request: Request) -> Response:
-        return await page(request, "overview.html", ov=await data.overview(), refresh=REFRESH_SECONDS)
+        raw = request.query_params.get("page", "1")
+        number = int(raw) if raw.isdigit() and 0 < len(raw) < 7 else 1
+        return await page(request, "overview.html", ov=await data.overview(max(1, number)),
+                          refresh=REFRESH_SECONDS)
+
+    async def find_tenant(request: Request) -> Response:
+        """The overview's "open a tenant" form: straight to that tenant's page."""
+        tenant_id = request.query_params.get("id", "").strip()
+        base = request.scope.get("root_path", "")
+        where = f"{base}/tenants/{quote(tenant_id, safe='')}" if tenant_id else f"{base}/"
+        return RedirectResponse(where, status_code=303)
 
     async def tenant(request: Request) -> Response:
         tenant_id = request.path_params["tenant_id"]
@@ -230,6 +241,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         exception_handlers={BoardOutboxError: store_error, ClientDisconnect: gone},
         routes=[
             Route("/", overview, methods=["GET"]),
+            Route("/tenants", find_tenant, methods=["GET"]),
             Route("/tenants/{tenant_id}", tenant, methods=["GET"]),
             Route("/dead-letters", dead_letters, methods=["GET"]),
             Route("/rows/{row_key:path}", row, methods=["GET"]),
