@@ -136,3 +136,31 @@ async def test_later_pages_and_the_find_form() -> None:
         odd = await client.get("/tenants", params={"id": "a/b?c"})
         assert odd.headers["location"] == "/tenants/a%2Fb%3Fc"
         assert (await client.get("/tenants/nobody")).status_code == 404
+
+
+async def test_the_metrics_refresh_reads_a_bounded_number_of_first_events() -> None:
+    """With more tenants lagging than the budget, each refresh reads at most the budget's first
+    events (one indexed read each), stalled tenants are not read again, and within a few
+    refreshes every lagging tenant has its lag in seconds."""
+    from board_outbox.service.runtime import Service
+
+    b, _stores, _calls = await _board(150)  # 50 lagging
+    service = Service(b.stores(), load_config(env={}))
+    service.next_events.budget = 20
+    assert service.stores.status is not None
+    real = service.stores.status.next_event_at
+    sizes: list[int] = []
+
+    async def spy(after: Mapping[str, int]) -> dict[str, float]:
+        sizes.append(len(after))
+        return await real(after)
+
+    service.stores.status.next_event_at = spy  # type: ignore[method-assign]
+    for _ in range(3):
+        await service.refresh_status()
+    assert sizes and max(sizes) <= 20, sizes
+    lagging = [s for s in service.status.values() if s.lag_events]
+    assert len(lagging) == 50 and all(s.lag_seconds > 0 for s in lagging)
+    before = len(sizes)
+    await service.refresh_status()  # no cursor moved: nothing to read
+    assert sizes[before:] in ([], [0])
