@@ -71,7 +71,7 @@ async def test_a_counter_that_is_not_an_integer_is_left_out_of_the_page(kit: Kit
 
 
 async def test_the_first_event_past_each_cursor(kit: Kit) -> None:
-    for t, seqs in (("x", (1, 2, 5)), ("y", (1,)), ("z", (4, 6))):
+    for t, seqs in (("x", (1, 2, 5, 7)), ("y", (1,)), ("z", (4, 6))):
         for seq in seqs:
             await kit.insert_raw_event({"tenant_id": t, "seq": seq, "type": "card.created",
                                         "card_id": "c", "at": 1000.0 + 10 * seq})
@@ -94,3 +94,10 @@ async def test_the_first_event_past_each_cursor(kit: Kit) -> None:
     assert reads == [2, 1] and second == {"z": 1040.0, "x": 1050.0, "y": 1010.0}
     third = await ne.at(Spy(), lagging)  # type: ignore[arg-type]
     assert reads == [2, 1] and third == second  # nothing moved: nothing read
+    lagging["x"] = (5, 2)  # x's cursor moved: read again, at its new first event
+    fourth = await ne.at(Spy(), lagging)  # type: ignore[arg-type]
+    assert reads == [2, 1, 1] and fourth["x"] == 1070.0
+    del lagging["z"]  # z caught up: forgotten, read afresh if it falls behind again
+    await ne.at(Spy(), lagging)  # type: ignore[arg-type]
+    lagging["z"] = (0, 6)
+    assert (await ne.at(Spy(), lagging))["z"] == 1040.0 and reads[-1] == 1  # type: ignore[arg-type]
