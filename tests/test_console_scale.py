@@ -164,3 +164,36 @@ async def test_the_metrics_refresh_reads_a_bounded_number_of_first_events() -> N
     before = len(sizes)
     await service.refresh_status()  # no cursor moved: nothing to read
     assert sizes[before:] in ([], [0])
+
+
+async def test_beside_a_replica_its_stalled_tenants_are_named_whatever_the_page() -> None:
+    """The replica looks at every tenant each refresh: the overview counts and names its
+    stalled tenants (longest first) even when they are not on the page shown."""
+    from board_outbox.service.health import TenantStatus
+    from board_outbox.service.runtime import Service
+    from board_outbox.surface.console.data import MAX_STALLED_NAMED, ConsoleData
+
+    b, _stores, _calls = await _board(30)
+    cfg = load_config(env={})
+    service = Service(b.stores(), cfg)
+    service.status_enabled = True
+    service.status = {f"s{i:02d}": TenantStatus(
+        tenant_id=f"s{i:02d}", cursor=1, allocated_seq=2, lag_events=1, lag_seconds=9.0,
+        oldest_pending_age_seconds=None, rows={}, dead_letters=0, stalled=True,
+        stalled_for_seconds=100.0 + i) for i in range(MAX_STALLED_NAMED + 3)}
+    service.status["t00000"] = TenantStatus(
+        tenant_id="t00000", cursor=1, allocated_seq=4, lag_events=3, lag_seconds=9.0,
+        oldest_pending_age_seconds=None, rows={}, dead_letters=0, stalled=True,
+        stalled_for_seconds=50.0)
+    ov = await ConsoleData(service.stores, cfg, service).overview()
+    assert ov.stalled == MAX_STALLED_NAMED + 4
+    assert ov.stalled_ids[0] == f"s{MAX_STALLED_NAMED + 2:02d}"
+    assert len(ov.stalled_ids) == MAX_STALLED_NAMED
+    first = next(s for s in ov.tenants if s.tenant_id == "t00000")
+    assert first.stalled and first.stalled_for_seconds == 50.0  # the replica's detection
+    app = build_console(service.stores, cfg, service)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as client:
+        home = (await client.get("/")).text
+    assert 'id="stalled-tenants"' in home and "…and 4 more" in home
+    assert f'id="stalled-count">{MAX_STALLED_NAMED + 4}<' in home

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 # the overview lists the tenants that need a look (behind, or with dead-letters), most behind
 # first, this many a page; caught-up tenants are counted, and opened by id
 PAGE_SIZE = 100
+MAX_STALLED_NAMED = 20  # stalled tenants named above the list (beside a replica)
 # rows read to break live rows down by kind, and to find a tenant's recent failures
 SAMPLE_ROWS = 1000
 
@@ -65,6 +66,7 @@ class Overview:
     events_behind: int
     dead_letters: int
     stalled: int | None  # every tenant's, beside a replica; None: only this page is known
+    stalled_ids: list[str]  # beside a replica: the longest stalled (at most MAX_STALLED_NAMED)
     owners: dict[str, str]  # tenant -> member id (only with more than one live replica)
     replicas: list[Replica] | None  # None: the backend keeps no membership
     stream: str  # the change stream's state, as far as this process can tell
@@ -195,14 +197,17 @@ class ConsoleData:
         att, statuses = await self.attention(page, now)
         for st in statuses:
             self._stall(st, now)
-        stalled = None
+        stalled, stalled_ids = None, []
         if self.service is not None and self.service.status_enabled:
-            stalled = sum(1 for s in self.service.status.values() if s.stalled)
+            held = sorted((s for s in self.service.status.values() if s.stalled),
+                          key=lambda s: (-s.stalled_for_seconds, s.tenant_id))
+            stalled, stalled_ids = len(held), [s.tenant_id for s in held[:MAX_STALLED_NAMED]]
         replicas, owners = await self.replicas(now, [s.tenant_id for s in statuses])
         return Overview(generated_at=now, tenants=statuses, page=page,
                         pages=max(1, -(-att.listed // PAGE_SIZE)), listed=att.listed,
                         total=att.total, behind=att.behind, events_behind=att.events_behind,
-                        dead_letters=att.dead_letters, stalled=stalled, owners=owners,
+                        dead_letters=att.dead_letters, stalled=stalled,
+                        stalled_ids=stalled_ids, owners=owners,
                         replicas=replicas, stream=await self.stream_state(),
                         latency=self.latency())
 
