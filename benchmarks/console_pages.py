@@ -2,11 +2,12 @@
 
 A database with ``--tenants`` tenants (a counter, a cursor and a subscription each; three
 events each for the tenants behind), of which ``--behind`` are behind their counter and
-``--dead`` caught-up ones hold a dead-letter. The standalone console (``board-outbox
-console``'s app, in this process, on a real socket) is loaded ``--loads`` times per page:
-the overview's first page, its second page, and one tenant's page; each load's wall time is
-recorded. Then one metrics refresh's status pass (``tenant_statuses`` through ``NextEvents``,
-as a replica runs it every ``metrics_interval_seconds``) over the same database.
+``--dead`` caught-up ones hold a dead-letter. The console (in this process, on a real socket) is
+loaded ``--loads`` times per page -- the overview's first page, its second page, and one
+tenant's page -- twice: alone (``board-outbox console``: the overview sorted and cut in the
+store) and beside a replica (``run`` with ``[ui] enabled``: the overview cut from the replica's
+own status). In between, three metrics refreshes of that replica (``Service.refresh_status``,
+run every ``metrics_interval_seconds``: every tenant, the first events through ``NextEvents``).
 
 Run (``MONGODB_URI`` for a real replica set, else ``secantusd-py`` as a child process)::
 
@@ -31,7 +32,7 @@ from pymongo import MongoClient
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import ensure_schema, mongo_stores
 from board_outbox.service.config import load_config
-from board_outbox.service.health import NextEvents, tenant_statuses
+from board_outbox.service.runtime import Service
 from board_outbox.service.wireserver import WireServer
 from board_outbox.surface.console import build_console
 from board_outbox.surface.http import serve_app
@@ -66,6 +67,25 @@ def seed(db: Any, tenants: int, behind: int, dead: int) -> None:
         db["trigger_effects"].insert_many(failed)
 
 
+async def _pages(app: Any, loads: int, tenant: str, label: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with serve_app(app, "127.0.0.1", 0, setting="ui.port") as server, \
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}", timeout=300) as http:
+        for name, path in (("overview", "/ui/"), ("overview_page_2", "/ui/?page=2"),
+                           ("tenant_page", f"/ui/tenants/{tenant}")):
+            times = []
+            for _ in range(loads):
+                t0 = time.perf_counter()
+                r = await http.get(path)
+                times.append(time.perf_counter() - t0)
+                assert r.status_code == 200, (path, r.status_code, r.text[:200])
+            out[name] = {k: round(v, 4) if isinstance(v, float) else v
+                         for k, v in percentiles(times).items()}
+            print(f"  {label:10s} {name:16s} p50 {out[name]['p50']:.3f}s  "
+                  f"max {out[name]['max']:.3f}s", flush=True)
+    return out
+
+
 async def measure(uri: str, database: str, loads: int, tenant: str) -> dict[str, Any]:
     from pymongo import AsyncMongoClient
 
@@ -75,33 +95,24 @@ async def measure(uri: str, database: str, loads: int, tenant: str) -> dict[str,
         await ensure_schema(db)
         stores = mongo_stores(db, MemoryLauncher())
         cfg = load_config(env={})
-        app = build_app([], ui=build_console(stores, cfg))
-        out: dict[str, Any] = {}
-        async with serve_app(app, "127.0.0.1", 0, setting="ui.port") as server, \
-                httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}",
-                                  timeout=300) as http:
-            for name, path in (("overview", "/ui/"), ("overview_page_2", "/ui/?page=2"),
-                               ("tenant_page", f"/ui/tenants/{tenant}")):
-                times = []
-                for _ in range(loads):
-                    t0 = time.perf_counter()
-                    r = await http.get(path)
-                    times.append(time.perf_counter() - t0)
-                    assert r.status_code == 200, (path, r.status_code, r.text[:200])
-                out[name] = {k: round(v, 4) if isinstance(v, float) else v
-                             for k, v in percentiles(times).items()}
-                print(f"  {name:16s} p50 {out[name]['p50']:.3f}s  max {out[name]['max']:.3f}s",
-                      flush=True)
+        # alone (`board-outbox console`): the page sorted and cut in the store
+        out: dict[str, Any] = {"alone": await _pages(build_app([], ui=build_console(stores, cfg)),
+                                                     loads, tenant, "alone")}
+        # beside a replica (`run` with [ui] enabled): its metrics refreshes, then the pages
+        service = Service(stores, cfg)
+        service.status_enabled = True
         refresh = []
-        ne = NextEvents()
         for _ in range(3):
             t0 = time.perf_counter()
-            got = await tenant_statuses(stores, time.time(), ne)
+            await service.refresh_status()
             refresh.append(time.perf_counter() - t0)
         out["metrics_refresh"] = {"seconds": [round(x, 3) for x in refresh],
-                                  "tenants": len(got), "first_events_read_last": ne.reads,
-                                  "budget": ne.budget}
-        print(f"  metrics refresh  {refresh}", flush=True)
+                                  "tenants": len(service.status),
+                                  "first_events_read_last": service.next_events.reads,
+                                  "budget": service.next_events.budget}
+        print(f"  metrics refresh  {[round(x, 3) for x in refresh]}", flush=True)
+        out["beside_replica"] = await _pages(
+            build_app([], ui=build_console(stores, cfg, service)), loads, tenant, "replica")
         return out
     finally:
         await client.close()

@@ -197,3 +197,23 @@ async def test_beside_a_replica_its_stalled_tenants_are_named_whatever_the_page(
         home = (await client.get("/")).text
     assert 'id="stalled-tenants"' in home and "…and 4 more" in home
     assert f'id="stalled-count">{MAX_STALLED_NAMED + 4}<' in home
+
+
+async def test_beside_a_replica_the_overview_reads_no_tenant_from_the_store() -> None:
+    """The replica refreshes every tenant's status for /metrics and /readyz (a constant number
+    of queries a refresh); its console's overview pages that, reading nothing per tenant."""
+    from board_outbox.service.runtime import Service
+    from board_outbox.surface.console.data import ConsoleData
+
+    _b, stores, calls = await _board(300)
+    cfg = load_config(env={})
+    service = Service(stores, cfg)
+    service.status_enabled = True
+    await service.refresh_status()
+    calls.clear()
+    ov = await ConsoleData(stores, cfg, service).overview()
+    assert set(calls) <= {"members.live"}, calls
+    assert [s.tenant_id for s in ov.tenants][:1] == ["t00000"] and len(ov.tenants) == 100
+    assert (ov.total, ov.behind, ov.listed, ov.dead_letters) == (300, 100, 110, 10)
+    second = await ConsoleData(stores, cfg, service).overview(2)
+    assert len(second.tenants) == 10 and all(s.dead_letters for s in second.tenants)

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from board_outbox.engine.membership import owner
 from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow
 from board_outbox.model.errors import StoreError
@@ -125,22 +127,33 @@ class ConsoleData:
             st.stalled = st.stalled_for_seconds > 0
 
     async def attention(self, page: int, now: float) -> tuple[AttentionPage, list[TenantStatus]]:
-        """One page of the tenants that need a look, sorted and cut in the store, and their
-        status over those tenants only."""
+        """One page of the tenants that need a look and their status. Alone: sorted and cut in
+        the store, then read over that page's tenants only. Beside a replica: cut from the
+        replica's own status of every tenant (its last metrics refresh), with no store read."""
         offset = (page - 1) * PAGE_SIZE
+        svc = self.service
+        if svc is not None and svc.status_enabled and svc.status:
+            # beside a replica: its own status, refreshed every metrics_interval_seconds for
+            # /metrics and /readyz (a constant number of queries each): no store read at all
+            return self._from(dict(svc.status), offset)
         if self.stores.status is None:  # a bare set of ports: every tenant, sorted here
-            every = await tenant_statuses(self.stores, now)
-            lags = [TenantLag(tenant_id=t, head=s.allocated_seq, cursor=s.cursor,
-                              dead_letters=s.dead_letters) for t, s in every.items()]
-            look = sorted((t for t in lags if t.lag or t.dead_letters),
-                          key=lambda t: (-t.lag, -t.dead_letters, t.tenant_id))
-            att = AttentionPage(tenants=look[offset:offset + PAGE_SIZE], listed=len(look),
-                                total=len(lags), behind=sum(1 for t in lags if t.lag),
-                                events_behind=sum(t.lag for t in lags),
-                                dead_letters=sum(t.dead_letters for t in lags))
-            return att, [every[t.tenant_id] for t in att.tenants]
+            return self._from(await tenant_statuses(self.stores, now), offset)
         att = await self.stores.status.attention(offset, PAGE_SIZE)
         return att, await page_statuses(self.stores, att.tenants, now, self.next_events)
+
+    @staticmethod
+    def _from(every: dict[str, TenantStatus], offset: int
+              ) -> tuple[AttentionPage, list[TenantStatus]]:
+        """A page cut from statuses already in memory (the replica's, or every tenant's)."""
+        lags = [TenantLag(tenant_id=t, head=s.allocated_seq, cursor=s.cursor,
+                          dead_letters=s.dead_letters) for t, s in every.items()]
+        look = sorted((t for t in lags if t.lag or t.dead_letters),
+                      key=lambda t: (-t.lag, -t.dead_letters, t.tenant_id))
+        att = AttentionPage(tenants=look[offset:offset + PAGE_SIZE], listed=len(look),
+                            total=len(lags), behind=sum(1 for t in lags if t.lag),
+                            events_behind=sum(t.lag for t in lags),
+                            dead_letters=sum(t.dead_letters for t in lags))
+        return att, [msgspec.structs.replace(every[t.tenant_id]) for t in att.tenants]
 
     async def replicas(self, now: float, tenants: Iterable[str]) -> tuple[list[Replica] | None,
                                                                            dict[str, str]]:
