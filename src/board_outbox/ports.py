@@ -494,7 +494,8 @@ class StatusStore(Protocol):
         """The tenants behind (counter ahead of cursor) or holding dead-letters, most behind
         first, then most dead-letters, then by id: ``limit`` of them from ``offset``, sorted and
         cut in the store, with totals over every tenant (one aggregate; the console's overview).
-        A counter or cursor whose seq is not an integer counts as absent here."""
+        A counter or cursor whose seq is not a number counts as absent here, and a tenant whose
+        figures are not integers is left off the page."""
         ...
 
 
