@@ -134,8 +134,10 @@ class CursorStore(Protocol):
         ``compare_and_set`` or ``put`` (both lift the hold)."""
         ...
 
-    async def holds(self) -> dict[str, tuple[int, int]]:
-        """Held tenants -> (cursor, counter when found), in one query."""
+    async def holds(self, tenants: Collection[str] | None = None
+                    ) -> dict[str, tuple[int, int]]:
+        """Held tenants -> (cursor, counter when found), in one query (``tenants``: among
+        those only, read by id)."""
         ...
 
 

@@ -101,3 +101,13 @@ async def test_the_first_event_past_each_cursor(kit: Kit) -> None:
     await ne.at(Spy(), lagging)  # type: ignore[arg-type]
     lagging["z"] = (0, 6)
     assert (await ne.at(Spy(), lagging))["z"] == 1040.0 and reads[-1] == 1  # type: ignore[arg-type]
+
+
+async def test_holds_read_for_some_tenants_name_only_those(kit: Kit) -> None:
+    for t in ("a", "b", "c"):
+        await kit.cursors.put(t, 5)
+    await kit.cursors.hold("a", 5, 3)
+    await kit.cursors.hold("b", 5, 4)
+    assert await kit.cursors.holds() == {"a": (5, 3), "b": (5, 4)}
+    assert await kit.cursors.holds(["b", "c", "zz"]) == {"b": (5, 4)}
+    assert await kit.cursors.holds([]) == {}

@@ -158,7 +158,7 @@ async def page_statuses(stores: Stores, page: Sequence[TenantLag], now: float,
     assert stores.status is not None
     tenants = [p.tenant_id for p in page]
     summary = await stores.status.row_summary(tenants)
-    holds = await stores.cursors.holds()
+    holds = await stores.cursors.holds(tenants)
     lagging = {p.tenant_id: (p.cursor, p.lag) for p in page if p.lag > 0}
     next_at = await (next_events or NextEvents(None)).at(stores.status, lagging,
                                                          forget_others=False)
