@@ -178,7 +178,7 @@ async def test_a_selection_is_bounded_and_bodies_are_limited() -> None:
 def test_ui_settings_are_validated() -> None:
     ui = load_config(env={}).ui
     assert (ui.enabled, ui.host, ui.port, ui.admin_token) == (False, "127.0.0.1", 9465, "")
-    with pytest.raises(ConfigError, match=r"ui\.admin_token: at least 16"):
+    with pytest.raises(ConfigError, match=r"ui\.admin_token: 5 characters, at least 16"):
         load_config(env={}, ui={"admin_token": "short"})
     with pytest.raises(ConfigError, match=r"ui\.jaeger_url"):
         load_config(env={}, ui={"jaeger_url": "jaeger:16686"})

@@ -291,7 +291,7 @@ async def test_head_is_answered_without_a_body() -> None:
     service = Service(MemoryBackend().stores(), load_config(env={}))
     async with running(service) as (server, client):
         await until(lambda: _alive(client))
-        got = await raw_exchange(server.port, b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n"
+        got = await raw_exchange(server.port, b"HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                               b"Connection: close\r\n\r\n")
         head, _, body = got.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200"), got
@@ -312,15 +312,15 @@ async def test_oversize_requests_get_a_status_not_a_closed_socket() -> None:
     async with running(service) as (server, client):
         await until(lambda: _alive(client))
         line = await raw_exchange(server.port, b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\n"
-                                                b"Host: x\r\n\r\n")
+                                                b"Host: 127.0.0.1\r\n\r\n")
         assert line.startswith(b"HTTP/1.1 431"), line[:80]
         headers = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 1000) for i in range(100))
-        big = await raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + headers
+        big = await raw_exchange(server.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers
                                  + b"\r\n")
         assert big.startswith(b"HTTP/1.1 431"), big[:80]
         body = await client.post("/ui/replay", content=b"x" * 200_000)
         assert body.status_code == 413  # refused on its Content-Length, before any route
-        declared = await raw_exchange(server.port, b"POST /metrics HTTP/1.1\r\nHost: x\r\n"
+        declared = await raw_exchange(server.port, b"POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                                    b"Content-Length: 10000000\r\n\r\n")
         assert declared.startswith(b"HTTP/1.1 413"), declared[:80]  # not read, not a reset
         garbage = await raw_exchange(server.port, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n")
@@ -343,7 +343,7 @@ async def test_idle_and_trickling_connections_are_closed_by_the_server() -> None
 
     async def trickle(port: int) -> None:
         async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-            await stream.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            await stream.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
 
             async def drip() -> None:
                 try:

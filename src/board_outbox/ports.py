@@ -14,9 +14,11 @@ from typing import Any, Literal, Protocol
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.records import (
+    AttentionPage,
     Change,
     Claim,
     ClaimTerms,
+    ConsoleSession,
     DoneLatency,
     EventRecord,
     LaunchRequest,
@@ -26,17 +28,20 @@ from board_outbox.model.records import (
     RowFilter,
     RowIdentity,
     RowSummary,
+    TenantLag,
     UpsertIfNewer,
     UpsertResult,
 )
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
+    "AttentionPage",
     "CardStore",
     "Change",
     "ChangeFeed",
     "Claim",
     "ClaimTerms",
+    "ConsoleSession",
     "ConsumeOutcome",
     "CursorStore",
     "DoneLatency",
@@ -59,9 +64,11 @@ __all__ = [
     "RowFilter",
     "RowIdentity",
     "RowSummary",
+    "SessionStore",
     "StatusStore",
     "Stores",
     "SubscriptionStore",
+    "TenantLag",
     "UpsertIfNewer",
     "UpsertResult",
 ]
@@ -130,8 +137,10 @@ class CursorStore(Protocol):
         ``compare_and_set`` or ``put`` (both lift the hold)."""
         ...
 
-    async def holds(self) -> dict[str, tuple[int, int]]:
-        """Held tenants -> (cursor, counter when found), in one query."""
+    async def holds(self, tenants: Collection[str] | None = None
+                    ) -> dict[str, tuple[int, int]]:
+        """Held tenants -> (cursor, counter when found), in one query (``tenants``: among
+        those only, read by id)."""
         ...
 
 
@@ -427,6 +436,7 @@ class Stores:
     rm_versions: ReadModelVersionStore | None = None
     status: StatusStore | None = None
     limits: LimitStore | None = None
+    sessions: SessionStore | None = None
 
 
 
@@ -451,19 +461,48 @@ class LimitStore(Protocol):
         ...
 
 
+class SessionStore(Protocol):
+    """The console's logged-in sessions (issue 30), shared by every replica's console: a login
+    opens one, a logout closes it, and a cookie naming a closed or expired one is not admin."""
+
+    async def open(self, session: ConsoleSession) -> None:
+        """Store ``session`` (its ``session_id`` is unique: a random id's hash)."""
+        ...
+
+    async def get(self, session_id: str, now: float) -> ConsoleSession | None:
+        """The session, while it is open and ``expires_at`` is after ``now``; None otherwise
+        (never opened, closed, expired, or a stored document that does not parse)."""
+        ...
+
+    async def close(self, session_id: str) -> None:
+        """End the session (none: nothing happens)."""
+        ...
+
+
 class StatusStore(Protocol):
     """The per-tenant figures of ``status`` and ``/metrics`` for every tenant at once (O1-O3): a
     constant number of queries per refresh, whatever the tenant count."""
 
-    async def row_summary(self, states: Collection[str] | None = None) -> dict[str, RowSummary]:
-        """Rows by state and the oldest live row's ``created_at``, per tenant (one aggregate);
-        with ``states``, only the rows in those states (the service's periodic refresh asks for
-        the live ones: their cost is the live rows, not the week of done history)."""
+    async def row_summary(self, tenants: Collection[str] | None = None,
+                          states: Collection[str] | None = None) -> dict[str, RowSummary]:
+        """Rows by state and the oldest live row's ``created_at``, per tenant (one aggregate;
+        ``tenants``: only theirs, read through the tenant index; ``states``: only the rows in
+        those states -- the service's periodic refresh asks for the live ones and the
+        dead-letters: their cost is those rows, not the week of done history)."""
         ...
 
     async def next_event_at(self, after: Mapping[str, int]) -> dict[str, float]:
         """For each tenant of ``after`` (tenant -> cursor), the ``at`` of its first event past
-        the cursor, when one is inserted (one query)."""
+        the cursor, when one is inserted: one indexed read per tenant (a handful at a time),
+        so callers bound ``after`` (``service.health.NextEvents``)."""
+        ...
+
+    async def attention(self, offset: int, limit: int) -> AttentionPage:
+        """The tenants behind (counter ahead of cursor) or holding dead-letters, most behind
+        first, then most dead-letters, then by id: ``limit`` of them from ``offset``, sorted and
+        cut in the store, with totals over every tenant (one aggregate; the console's overview).
+        A counter or cursor whose seq is not a number counts as absent here, and a tenant whose
+        figures are not integers is left off the page."""
         ...
 
 

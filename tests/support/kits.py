@@ -26,6 +26,7 @@ from board_outbox.ports import (
     LimitStore,
     ReadModelStore,
     ReadModelVersionStore,
+    SessionStore,
     StatusStore,
     Stores,
     SubscriptionStore,
@@ -77,6 +78,9 @@ class Kit:
     put_raw_limit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
     # the backend's StatusStore (not in ``stores``: tests of the per-tenant path stay on it)
     status_store: StatusStore | None = None
+    # the console's sessions, and a way to plant a session document someone else wrote
+    sessions: SessionStore | None = None
+    put_raw_session: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -181,12 +185,16 @@ def memory_kit() -> Kit:
     async def raw_limit(doc_id: str, doc: dict[str, Any]) -> None:
         b.limits.put_raw(doc_id, doc)
 
+    async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
+        b.sessions.put_raw(doc_id, doc)
+
     return Kit(
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
-        put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox),
+        put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
+        sessions=b.sessions, put_raw_session=raw_session,
     )
 
 
@@ -205,6 +213,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
     )
     from board_outbox.adapters.mongo.generations import MongoGenerationStore
     from board_outbox.adapters.mongo.limits import LIMITS, MongoLimitStore
+    from board_outbox.adapters.mongo.sessions import SESSIONS, MongoSessionStore
     from board_outbox.adapters.mongo.status import MongoStatusStore
 
     board = MongoBoard(db)
@@ -226,11 +235,15 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def raw_limit(doc_id: str, doc: dict[str, Any]) -> None:
         await db[LIMITS].replace_one({"_id": doc_id}, dict(doc), upsert=True)
 
+    async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
+        await db[SESSIONS].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
         readmodels=MongoReadModelStore(db), insert_raw_event=raw_event, insert_raw_row=raw_row,
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
-        status_store=MongoStatusStore(db),
+        status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
+        put_raw_session=raw_session,
     )

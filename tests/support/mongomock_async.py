@@ -7,6 +7,7 @@ calls as they would against a server. Operations mongomock lacks raise loudly (N
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,7 +68,31 @@ class AsyncMockCollection:
 
     async def aggregate(self, pipeline: list[dict[str, Any]], **kwargs: Any) -> AsyncCursor:
         await checkpoint()
-        return AsyncCursor(iter(list(self._c.aggregate(pipeline, **kwargs))))
+        return AsyncCursor(iter(self._aggregate(list(pipeline), **kwargs)))
+
+    def _aggregate(self, pipeline: list[dict[str, Any]], **kwargs: Any) -> list[dict[str, Any]]:
+        """mongomock's aggregate, plus ``$unionWith`` (which it lacks): the stages before it
+        run here, the other collection's sub-pipeline there, and the rest over both outputs
+        (held in a scratch collection, each document wrapped so equal ``_id``s can meet)."""
+        at = next((i for i, stage in enumerate(pipeline) if "$unionWith" in stage), None)
+        if at is None:
+            return list(self._c.aggregate(pipeline, **kwargs)) if pipeline else \
+                list(self._c.find())
+        docs = self._aggregate(pipeline[:at])
+        rest = pipeline[at:]
+        while rest and "$unionWith" in rest[0]:
+            spec = rest.pop(0)["$unionWith"]
+            name, sub = (spec, []) if isinstance(spec, str) else (spec["coll"],
+                                                                 spec.get("pipeline", []))
+            docs += AsyncMockCollection(self._c.database[name])._aggregate(list(sub))
+        scratch = self._c.database[f"__union_{uuid.uuid4().hex}"]
+        try:
+            if docs:
+                scratch.insert_many([{"_id": i, "d": d} for i, d in enumerate(docs)])
+            return AsyncMockCollection(scratch)._aggregate(
+                [{"$replaceRoot": {"newRoot": "$d"}}, *rest], **kwargs)
+        finally:
+            scratch.drop()
 
     async def bulk_write(self, requests: Sequence[Any], ordered: bool = True) -> BulkResult:
         # mongomock's own bulk_write does not accept current pymongo operation objects.

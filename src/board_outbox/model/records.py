@@ -121,6 +121,31 @@ class RowSummary(msgspec.Struct, kw_only=True):
     waiting: int = 0  # pending rows deferred over a concurrency or rate limit (F2)
 
 
+class TenantLag(msgspec.Struct, frozen=True, kw_only=True):
+    """One tenant of ``StatusStore.attention``: its counter, cursor and dead-letters."""
+
+    tenant_id: str
+    head: int
+    cursor: int
+    dead_letters: int = 0
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.head - self.cursor)
+
+
+class AttentionPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of the tenants that need a look (behind, or holding dead-letters), most behind
+    first, with totals over every tenant (``StatusStore.attention``)."""
+
+    tenants: list[TenantLag]
+    listed: int  # tenants behind or with dead-letters, over every page
+    total: int  # tenants with a counter, a cursor or a dead-letter
+    behind: int  # tenants whose counter is ahead of their cursor
+    events_behind: int  # the sum of those lags
+    dead_letters: int  # failed rows, every tenant
+
+
 class RowIdentity(msgspec.Struct, frozen=True, kw_only=True):
     """The identifying fields of one stored row, as the audit and the replays read them
     (``EffectOutbox.rows_between``): no event snapshot, no history."""
@@ -131,6 +156,18 @@ class RowIdentity(msgspec.Struct, frozen=True, kw_only=True):
     state: str
     sub_id: str | None = None
     projection: str | None = None
+
+
+class ConsoleSession(msgspec.Struct, frozen=True, kw_only=True):
+    """One logged-in console session, kept server-side (``SessionStore``) so that logging out
+    ends it on every replica: ``session_id`` is a hash of the id the cookie carries (the store
+    never holds a usable one), ``token_tag`` a tag of the admin token it logged in with (a
+    session from before a token change is not admin)."""
+
+    session_id: str
+    token_tag: str
+    who: str
+    expires_at: float
 
 
 class DoneLatency(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,7 +29,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import InvalidId
 from board_outbox.model.limits import rate_problem
-from board_outbox.model.records import DoneLatency, ReadModelVersions, RowIdentity
+from board_outbox.model.records import ConsoleSession, DoneLatency, ReadModelVersions, RowIdentity
 
 MAX_ERROR_CHARS = 2000  # every logged or stored error text is capped at this
 MAX_SEQ = 2**63 - 1  # the counter is a BSON long
@@ -371,3 +371,33 @@ def done_latency(doc: Mapping[str, Any]) -> DoneLatency | None:
         done_at = done_at.replace(tzinfo=UTC)
     return DoneLatency(tenant_id=tenant, kind=kind if isinstance(kind, str) else "?",
                        seconds=max(0.0, done_at.timestamp() - float(at)))
+
+
+SESSION_SECONDS = 8 * 3600  # a console session lasts this long at most
+SESSIONS_COLLECTION = "board_outbox_console_sessions"
+
+
+def console_session(session_id: str, doc: Mapping[str, Any], now: float
+                    ) -> ConsoleSession | None:
+    """A stored console session, parsed (issue 30): None when it has ended, or when its document
+    does not parse or promises more than one session's length (a planted or hand-edited one is
+    refused and reported, never trusted)."""
+    tag, who, until = doc.get("token_tag"), doc.get("who"), finite(doc.get("expires_at"))
+    problem = None
+    if not isinstance(tag, str) or not tag:
+        problem = f"token_tag {cap(repr(tag), 60)} is not a non-empty string"
+    elif not isinstance(who, str):
+        problem = f"who {cap(repr(who), 60)} is not a string"
+    elif until is None:
+        problem = number_problem("expires_at", doc.get("expires_at"))
+    elif until > now + SESSION_SECONDS + 60:
+        problem = f"expires_at {until!r} is further ahead than one session ({SESSION_SECONDS}s)"
+    if problem is not None:
+        BAD_DOCUMENTS.report(SESSIONS_COLLECTION, session_id[:12] + "…", problem,
+                             level=logging.WARNING)
+        return None
+    assert isinstance(tag, str) and isinstance(who, str) and until is not None
+    if until <= now:
+        return None
+    return ConsoleSession(session_id=session_id, token_tag=tag, who=cap(who, 64),
+                          expires_at=until)

@@ -59,6 +59,10 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # /healthz, /readyz, /metrics (O1); http_port = 0 turns them off
     http_host: str = "127.0.0.1"
     http_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9464
+    # names the operator port (and `board-outbox console`) answers to in the Host header, beside
+    # localhost, 127.0.0.1, ::1 and the address bound (any IP address when bound to 0.0.0.0);
+    # "*": any (behind a proxy that checks it). Other names get 400 (DNS rebinding)
+    allowed_hosts: list[str] = msgspec.field(default_factory=list)
 
 
 class UiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -91,6 +95,29 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 # a [handlers] effect kind: stored in every row it names, shown by dead-letters and metrics
 KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
+
+
+ADMIN_TOKEN_MIN = 16  # characters
+ADMIN_TOKEN_DISTINCT = 8  # different characters at least
+
+
+def token_problem(token: str) -> None:
+    """The admin token is the only key to the console's actions: 16 printable characters or
+    more, no whitespace or control character, and not a few characters repeated (issue 30)."""
+    bad = next((c for c in token if not c.isprintable() or c.isspace()), None)
+    why = None
+    if bad is not None:
+        why = f"it contains {'whitespace' if bad.isspace() else 'a control character'} ({bad!r})"
+    elif len(token) < ADMIN_TOKEN_MIN:
+        why = f"{len(token)} characters, at least {ADMIN_TOKEN_MIN} are needed"
+    elif len(set(token)) < ADMIN_TOKEN_DISTINCT:
+        why = (f"only {len(set(token))} different characters, at least {ADMIN_TOKEN_DISTINCT} "
+               "are needed")
+    if why is not None:
+        raise ConfigError(f"ui.admin_token: {why}: use {ADMIN_TOKEN_MIN} or more printable, "
+                          "non-space characters (e.g. `python -c 'import secrets; "
+                          "print(secrets.token_urlsafe(24))'`), or leave it empty for a "
+                          "read-only console")
 
 
 def validate(cfg: Config) -> Config:
@@ -143,9 +170,12 @@ def validate(cfg: Config) -> Config:
         raise ConfigError("worker.backoff_cap_seconds must be >= worker.backoff_base_seconds")
     if cfg.launcher.kind == "http" and not cfg.launcher.url.startswith(("http://", "https://")):
         raise ConfigError("launcher.url: an http(s):// URL is required when launcher.kind = \"http\"")
-    if cfg.ui.admin_token and len(cfg.ui.admin_token) < 16:
-        raise ConfigError("ui.admin_token: at least 16 characters (it is the only key to the "
-                          "console's actions); leave it empty for a read-only console")
+    if cfg.ui.admin_token:
+        token_problem(cfg.ui.admin_token)
+    for name in cfg.service.allowed_hosts:
+        if not name or any(c.isspace() or c in "/@?#" or not c.isprintable() for c in name):
+            raise ConfigError(f"service.allowed_hosts: {name!r} is not a host name or address "
+                              "(e.g. \"ops.example.internal\", \"10.0.0.5\" or \"*\")")
     if cfg.ui.jaeger_url and not cfg.ui.jaeger_url.startswith(("http://", "https://")):
         raise ConfigError("ui.jaeger_url: an http(s):// URL (the Jaeger UI, e.g. http://jaeger:16686)")
     _validate_limits(cfg)

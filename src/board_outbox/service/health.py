@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
 from board_outbox.model.domain import FAILED, LIVE_STATES
 from board_outbox.model.errors import StoreError
+from board_outbox.model.records import RowSummary, TenantLag
 from board_outbox.model.validation import BAD_DOCUMENTS, cap
-from board_outbox.ports import Stores
+from board_outbox.ports import StatusStore, Stores
 
 COUNTERS, CURSORS = "board_event_counters", "trigger_cursors"
 
@@ -70,13 +71,112 @@ async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantSta
     )
 
 
-async def tenant_statuses(stores: Stores, now: float, *, live_only: bool = False,
+# first-event reads per status refresh (``NextEvents``): the rest keep their last figure
+MAX_NEXT_EVENT_READS = 1000
+
+
+class NextEvents:
+    """The ``at`` of each lagging tenant's first event past its cursor (its ``lag_seconds``),
+    kept between refreshes. A tenant whose cursor has not moved since its last read costs no
+    read (a stalled tenant is read once); the others are read at most ``budget`` per refresh,
+    longest unread first, then most behind: with thousands of tenants lagging at once a refresh
+    stays bounded (one indexed read each), and a tenant over the budget keeps the figure of its
+    last read -- an older event, so its ``lag_seconds`` errs high, never low -- until its turn
+    (``budget`` None: every one, each time; the one-shot ``status``)."""
+
+    def __init__(self, budget: int | None = MAX_NEXT_EVENT_READS) -> None:
+        self.budget = budget
+        self._seen: dict[str, tuple[int, float, int]] = {}  # tenant -> (cursor, at, refresh)
+        self._refresh = 0
+        self.reads = 0  # tenants read by the last refresh
+
+    async def at(self, status: StatusStore, lagging: Mapping[str, tuple[int, int]],
+                 *, forget_others: bool = True) -> dict[str, float]:
+        """``lagging``: tenant -> (cursor, events behind). Tenant -> ``at``, where known."""
+        self._refresh += 1
+        out: dict[str, float] = {}
+        todo: list[tuple[int, int, str]] = []
+        for t, (cursor, lag) in lagging.items():
+            seen = self._seen.get(t)
+            if seen is not None and seen[0] == cursor:
+                out[t] = seen[1]
+            else:
+                todo.append((seen[2] if seen is not None else -1, -lag, t))
+        todo.sort()
+        cut = len(todo) if self.budget is None else self.budget
+        reads = {t: lagging[t][0] for _, _, t in todo[:cut]}
+        found = await status.next_event_at(reads) if reads else {}
+        self.reads = len(reads)
+        for t, cursor in reads.items():
+            if t in found:
+                self._seen[t] = (cursor, found[t], self._refresh)
+            else:
+                self._seen.pop(t, None)  # allocated, not inserted yet: nothing to date it by
+        for _, _, t in todo[cut:]:
+            stale = self._seen.get(t)
+            if stale is not None:
+                out[t] = stale[1]
+        out.update(found)
+        if forget_others:
+            for t in [t for t in self._seen if t not in lagging]:
+                del self._seen[t]
+        return out
+
+
+def _bad_counters(tenants: Iterable[str]) -> dict[str, list[str]]:
+    """The counter and cursor problems the reads just met, for these tenants."""
+    keep = set(tenants)
+    bad: dict[str, list[str]] = {}
+    for doc in BAD_DOCUMENTS.current():
+        if doc.collection in (COUNTERS, CURSORS) and doc.key in keep:
+            bad.setdefault(doc.key, []).append(f"{doc.collection}: {doc.problem}")
+    return bad
+
+
+def _status(t: str, head: int, cursor: int, summary: RowSummary | None, problems: list[str],
+            held: tuple[int, int] | None, has_counter: bool, at: float | None,
+            now: float) -> TenantStatus:
+    rows = dict(sorted(summary.rows.items())) if summary is not None else {}
+    oldest = summary.oldest_live_created_at if summary is not None else None
+    if (has_counter and cursor > head) or held is not None:
+        c, n = held if held is not None else (cursor, head)
+        problems.append(f"cursor {c} is ahead of the counter ({n}): held until "
+                        f"`board-outbox cursor reset --tenant {t} --to N`")
+    return TenantStatus(
+        tenant_id=t, cursor=cursor, allocated_seq=head, lag_events=max(0, head - cursor),
+        lag_seconds=max(0.0, now - at) if at is not None and at > 0 else 0.0,
+        oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
+        rows=rows, dead_letters=rows.get(FAILED, 0), problems=problems,
+        waiting_on_limit=summary.waiting if summary is not None else 0)
+
+
+async def page_statuses(stores: Stores, page: Sequence[TenantLag], now: float,
+                        next_events: NextEvents | None = None) -> list[TenantStatus]:
+    """The status of the tenants of one ``StatusStore.attention`` page, in its order, in a
+    constant number of queries over those tenants only (their rows, the held cursors, their
+    first events): the console's overview costs the page, not the tenant count."""
+    assert stores.status is not None
+    tenants = [p.tenant_id for p in page]
+    summary = await stores.status.row_summary(tenants)
+    holds = await stores.cursors.holds(tenants)
+    lagging = {p.tenant_id: (p.cursor, p.lag) for p in page if p.lag > 0}
+    next_at = await (next_events or NextEvents(None)).at(stores.status, lagging,
+                                                         forget_others=False)
+    bad = _bad_counters(tenants)
+    return [_status(p.tenant_id, p.head, p.cursor, summary.get(p.tenant_id),
+                    list(bad.get(p.tenant_id, [])), holds.get(p.tenant_id), True,
+                    next_at.get(p.tenant_id), now) for p in page]
+
+
+async def tenant_statuses(stores: Stores, now: float,
+                          next_events: NextEvents | None = None, *, live_only: bool = False,
                           ) -> dict[str, TenantStatus]:
     """Every tenant's status in a constant number of queries (counters, cursors, subscribed
-    tenants, one row aggregate, one query for the first event past each lagging cursor),
-    whatever the tenant count. A counter or cursor that does not parse costs its own tenant a
-    ``problems`` entry, never the other tenants' figures. Without a ``StatusStore`` (a bare set
-    of ports) it falls back to ``tenant_status`` per tenant, each one on its own."""
+    tenants, one row aggregate) plus the first event past each lagging cursor, read through
+    ``next_events`` (bounded per refresh; None: every lagging tenant, once). A counter or
+    cursor that does not parse costs its own tenant a ``problems`` entry, never the other
+    tenants' figures. Without a ``StatusStore`` (a bare set of ports) it falls back to
+    ``tenant_status`` per tenant, each one on its own."""
     if stores.status is None:
         out: dict[str, TenantStatus] = {}
         for t in await all_tenants(stores):
@@ -89,36 +189,17 @@ async def tenant_statuses(stores: Stores, now: float, *, live_only: bool = False
     cursors = await stores.cursors.all()
     holds = await stores.cursors.holds()
     # live_only: the live rows and the dead-letters, never the week of done history
-    summary = await stores.status.row_summary((*LIVE_STATES, FAILED) if live_only else None)
+    summary = await stores.status.row_summary(
+        states=(*LIVE_STATES, FAILED) if live_only else None)
     live = {t for t, s in summary.items() if any(s.rows.get(state) for state in LIVE_STATES)}
     tenants = await stores.events.tenants() | await stores.subs.tenants() | live
-    bad: dict[str, list[str]] = {}
-    for doc in BAD_DOCUMENTS.current():  # what the two reads above met, for these tenants
-        if doc.collection in (COUNTERS, CURSORS) and doc.key in tenants:
-            bad.setdefault(doc.key, []).append(f"{doc.collection}: {doc.problem}")
-    lagging = {t: cursors.get(t, 0) for t in tenants
+    bad = _bad_counters(tenants)  # what the two reads above met, for these tenants
+    lagging = {t: (cursors.get(t, 0), heads.get(t, 0) - cursors.get(t, 0)) for t in tenants
                if t not in bad and heads.get(t, 0) > cursors.get(t, 0)}
-    next_at = await stores.status.next_event_at(lagging)
-    out = {}
-    for t in sorted(tenants):
-        head, cursor = heads.get(t, 0), cursors.get(t, 0)
-        s = summary.get(t)
-        rows = dict(sorted(s.rows.items())) if s is not None else {}
-        oldest = s.oldest_live_created_at if s is not None else None
-        problems = list(bad.get(t, []))
-        held = holds.get(t)
-        if (t in heads and cursor > head) or held is not None:
-            c, n = held if held is not None else (cursor, head)
-            problems.append(f"cursor {c} is ahead of the counter ({n}): held until "
-                            f"`board-outbox cursor reset --tenant {t} --to N`")
-        at = next_at.get(t)
-        out[t] = TenantStatus(
-            tenant_id=t, cursor=cursor, allocated_seq=head, lag_events=max(0, head - cursor),
-            lag_seconds=max(0.0, now - at) if at is not None and at > 0 else 0.0,
-            oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
-            rows=rows, dead_letters=rows.get(FAILED, 0), problems=problems,
-            waiting_on_limit=s.waiting if s is not None else 0)
-    return out
+    next_at = await (next_events or NextEvents(None)).at(stores.status, lagging)
+    return {t: _status(t, heads.get(t, 0), cursors.get(t, 0), summary.get(t),
+                       list(bad.get(t, [])), holds.get(t), t in heads, next_at.get(t), now)
+            for t in sorted(tenants)}
 
 
 def _broken(tenant_id: str, problem: str) -> TenantStatus:

@@ -35,6 +35,7 @@ from board_outbox.model.validation import OnceLog, cap
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
 from board_outbox.service.health import (
+    NextEvents,
     StallDetector,
     TenantStatus,
     history_headroom,
@@ -176,6 +177,8 @@ class Service:
         # tenant's figures): only while the operator endpoints serve it (the ops server turns
         # it on)
         self.status_enabled = False
+        # the first event past each lagging cursor, read at most MAX_NEXT_EVENT_READS a refresh
+        self.next_events = NextEvents()
         self.history_headroom: float | None = None  # seconds (A2), refreshed with the status
         # A1: the bounded, incremental completeness audit of the tenants this replica owns
         self.audit = BackgroundAudit(
@@ -432,7 +435,7 @@ class Service:
         """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
         now = self.clock.now()
         # live rows only: done rows are a week of history, and this runs every refresh
-        status = await tenant_statuses(self.stores, now, live_only=True)
+        status = await tenant_statuses(self.stores, now, self.next_events, live_only=True)
         for tenant, st in status.items():
             st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
             st.stalled = st.stalled_for_seconds > 0

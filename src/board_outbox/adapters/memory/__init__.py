@@ -19,6 +19,7 @@ from board_outbox.adapters.memory.membership import MemoryMembershipStore
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.adapters.memory.readmodels import MemoryReadModelStore
+from board_outbox.adapters.memory.sessions import MemorySessionStore
 from board_outbox.adapters.memory.status import MemoryStatusStore
 from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
@@ -60,6 +61,7 @@ class MemoryBackend:
         self.members = MemoryMembershipStore()
         self.rm_versions = MemoryGenerationStore()
         self.limits = MemoryLimitStore()
+        self.sessions = MemorySessionStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
@@ -68,7 +70,8 @@ class MemoryBackend:
             cards=self.board, labels=self.board, launcher=launcher or self.launcher,
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
-            status=MemoryStatusStore(self.events, self.outbox), limits=self.limits,
+            status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
+            sessions=self.sessions,
         )
 
 

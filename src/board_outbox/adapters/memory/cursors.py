@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from anyio.lowlevel import checkpoint
 
@@ -43,9 +43,11 @@ class MemoryCursorStore:
         if self._cursors.get(tenant_id) == cursor:
             self._held[tenant_id] = (cursor, counter)
 
-    async def holds(self) -> dict[str, tuple[int, int]]:
+    async def holds(self, tenants: Collection[str] | None = None
+                    ) -> dict[str, tuple[int, int]]:
         await checkpoint()
-        return dict(self._held)
+        keep = None if tenants is None else set(tenants)
+        return {t: h for t, h in self._held.items() if keep is None or t in keep}
 
     async def compare_and_set(self, tenant_id: str, expected: int, new: int) -> bool:
         await checkpoint()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pymongo import UpdateOne
@@ -63,9 +63,13 @@ class MongoCursorStore:
                                    {"$set": {"held": {"cursor": cursor, "counter": counter}}})
 
     @translated
-    async def holds(self) -> dict[str, tuple[int, int]]:
+    async def holds(self, tenants: Collection[str] | None = None
+                    ) -> dict[str, tuple[int, int]]:
         out: dict[str, tuple[int, int]] = {}
-        for d in await self.coll.find({"held": {"$exists": True}}).to_list(None):
+        q: dict[str, Any] = {"held": {"$exists": True}}
+        if tenants is not None:
+            q["_id"] = {"$in": list(tenants)}  # by id: a page's tenants, not every cursor
+        for d in await self.coll.find(q).to_list(None):
             held, t = d.get("held"), d.get("_id")
             c, n = (held.get("cursor"), held.get("counter")) if isinstance(held, dict) else (None, None)
             if isinstance(t, str) and isinstance(c, int) and isinstance(n, int) and is_seq(c) \

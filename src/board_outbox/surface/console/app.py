@@ -8,16 +8,18 @@ row, ``by`` = ``console:<name>``)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import jinja2
 import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
@@ -33,12 +35,12 @@ from board_outbox.surface.console.data import ConsoleData, trace_id
 from board_outbox.surface.console.security import (
     SESSION_COOKIE,
     SESSION_SECONDS,
+    LoginThrottle,
+    Sessions,
     csrf_ok,
     csrf_token,
-    is_admin,
     session_secret,
     token_matches,
-    token_tag,
 )
 from board_outbox.surface.format import age
 
@@ -77,31 +79,45 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
     where = (config.store.backend if config.store.backend == "memory"
              else f"mongo database {config.store.database}")
 
-    def page(request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
+    sessions = Sessions(stores.sessions, admin_token)
+    throttle = LoginThrottle()
+
+    async def page(request: Request, name: str, status: int = 200,
+                   headers: dict[str, str] | None = None, **ctx: Any) -> Response:
         base = request.scope.get("root_path", "")
-        admin = is_admin(request, admin_token)
+        admin = await sessions.admin_or_none(request) is not None
         return templates.TemplateResponse(request, name, {
-            "base": base, "admin": admin, "can_admin": bool(admin_token),
+            "base": base, "admin": admin, "can_admin": sessions.available,
             "csrf": csrf_token(request), "mode": mode, "where": where, "jaeger": jaeger,
             "now": time.time(), **ctx}, status_code=status,
             headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
                      "Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'",
-                     "Referrer-Policy": "same-origin"})
+                     "Referrer-Policy": "same-origin", **(headers or {})})
 
-    def refused(request: Request, why: str) -> Response:
+    async def refused(request: Request, why: str) -> Response:
         log.warning("console: refused %s %s: %s", request.method, request.url.path, why)
-        return page(request, "message.html", 403, title="Refused", message=why)
+        return await page(request, "message.html", 403, title="Refused", message=why)
 
     async def overview(request: Request) -> Response:
-        return page(request, "overview.html", ov=await data.overview(), refresh=REFRESH_SECONDS)
+        raw = request.query_params.get("page", "1")
+        number = int(raw) if raw.isdigit() and 0 < len(raw) < 7 else 1
+        return await page(request, "overview.html", ov=await data.overview(max(1, number)),
+                          refresh=REFRESH_SECONDS)
+
+    async def find_tenant(request: Request) -> Response:
+        """The overview's "open a tenant" form: straight to that tenant's page."""
+        tenant_id = request.query_params.get("id", "").strip()
+        base = request.scope.get("root_path", "")
+        where = f"{base}/tenants/{quote(tenant_id, safe='')}" if tenant_id else f"{base}/"
+        return RedirectResponse(where, status_code=303)
 
     async def tenant(request: Request) -> Response:
         tenant_id = request.path_params["tenant_id"]
         tp = await data.tenant(tenant_id)
         if tp is None:
-            return page(request, "message.html", 404, title="No such tenant",
+            return await page(request, "message.html", 404, title="No such tenant",
                         message=f"The store knows no tenant {tenant_id!r}.")
-        return page(request, "tenant.html", tp=tp)
+        return await page(request, "tenant.html", tp=tp)
 
     async def dead_letters(request: Request) -> Response:
         q = request.query_params
@@ -113,41 +129,42 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             since = parse_when(form["since"]) if form["since"] else None
             until = parse_when(form["until"]) if form["until"] else None
         except ValueError as exc:
-            return page(request, "dead_letters.html", 400, rows=[], form=form, error=str(exc))
+            return await page(request, "dead_letters.html", 400, rows=[], form=form, error=str(exc))
         read = limit if not form["sub"] else min(max(limit * 10, 1000), 5000)
         flt = RowFilter(tenant_id=form["tenant"] or None, states=(FAILED,), kind=form["kind"] or None,
                         updated_after=since, updated_before=until, limit=read)
         rows = (await data.dead_letters(flt, form["sub"] or None))[:limit]
-        return page(request, "dead_letters.html", rows=rows, form=form, error=None)
+        return await page(request, "dead_letters.html", rows=rows, form=form, error=None)
 
     async def row(request: Request) -> Response:
         key = request.path_params["row_key"]
         r = await data.row(key)
         if r is None:
-            return page(request, "message.html", 404, title="No such row",
+            return await page(request, "message.html", 404, title="No such row",
                         message=f"No effect row has the key {key!r}.")
         doc = msgspec.json.format(msgspec.json.encode(r), indent=2).decode()
-        return page(request, "row.html", row=r, doc=doc)
+        return await page(request, "row.html", row=r, doc=doc)
 
     async def action_form(request: Request) -> tuple[list[str], str] | Response:
         """The posted row keys after the safety checks, or the refusal."""
         if not admin_token:
-            return refused(request, "This console is read-only: no [ui] admin_token is configured.")
+            return await refused(request, "This console is read-only: no [ui] admin_token is configured.")
         async with request.form(max_files=0, max_fields=MAX_SELECTION + 10,
                                 max_part_size=16 * 1024) as form:
             token, keys = form.get("csrf"), [str(k) for k in form.getlist("key")]
         if not csrf_ok(request, token):
-            return refused(request, "The form's security token or origin does not match this "
+            return await refused(request, "The form's security token or origin does not match this "
                                     "session: reload the page and try again.")
-        if not is_admin(request, admin_token):
-            return refused(request, "Replaying needs the admin token: log in first.")
+        who = await sessions.admin(request)
+        if who is None:
+            return await refused(request, "Replaying needs the admin token: log in first.")
         if not keys:
-            return page(request, "message.html", 400, title="Nothing selected",
+            return await page(request, "message.html", 400, title="Nothing selected",
                         message="Select at least one dead-letter to replay.")
         if len(keys) > MAX_SELECTION:
-            return page(request, "message.html", 400, title="Too many rows",
+            return await page(request, "message.html", 400, title="Too many rows",
                         message=f"At most {MAX_SELECTION} rows per replay.")
-        return list(dict.fromkeys(keys)), str(request.session.get("who") or "operator")
+        return list(dict.fromkeys(keys)), who
 
     async def confirm(request: Request) -> Response:
         got = await action_form(request)
@@ -155,7 +172,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             return got
         keys, who = got
         rows = [(k, await data.row(k)) for k in keys]
-        return page(request, "confirm.html", rows=rows, who=who,
+        return await page(request, "confirm.html", rows=rows, who=who,
                     replayable=sum(1 for _k, r in rows if r is not None and r.state == FAILED))
 
     async def replay(request: Request) -> Response:
@@ -167,45 +184,64 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         done = await replay_rows(data.stores.outbox, keys, SystemClock(), by)
         log.info("console: %s replayed %d of %d dead-letters", by, len(done), len(keys),
                  extra={"row_keys": done})
-        return page(request, "replayed.html", done=done, left=[k for k in keys if k not in done],
+        return await page(request, "replayed.html", done=done, left=[k for k in keys if k not in done],
                     by=by)
 
     async def login(request: Request) -> Response:
         if request.method == "GET":
-            return page(request, "login.html", error=None)
-        if not admin_token:
-            return refused(request, "This console is read-only: no [ui] admin_token is configured.")
+            return await page(request, "login.html", error=None)
+        if not sessions.available:
+            return await refused(request, "This console is read-only: no [ui] admin_token is configured.")
         async with request.form(max_files=0, max_fields=10, max_part_size=4096) as form:
             token, given, who = form.get("csrf"), str(form.get("token") or ""), str(form.get("who") or "")
         if not csrf_ok(request, token):
-            return refused(request, "The form's security token or origin does not match this "
+            return await refused(request, "The form's security token or origin does not match this "
                                     "session: reload the page and try again.")
+        client, now = request.client.host if request.client else "?", time.monotonic()
+        wait = throttle.wait(client, now)
+        if wait > 0:  # refused before the token is even compared: guessing costs time
+            log.warning("console: login from %s refused: too many wrong admin tokens", client)
+            retry = max(1, math.ceil(wait))
+            return await page(request, "login.html", 429, headers={"Retry-After": str(retry)},
+                              error=f"Too many wrong admin tokens from this address: try again "
+                                    f"in {retry} s.")
         if not token_matches(given, admin_token):
-            log.warning("console: a login with a wrong admin token")
-            return page(request, "login.html", 403, error="That is not the admin token.")
-        request.session["admin"] = token_tag(admin_token)
-        request.session["who"] = "".join(c for c in who.strip() if c.isprintable())[:64] or "operator"
+            throttle.failed(client, now)
+            log.warning("console: a login from %s with a wrong admin token", client)
+            return await page(request, "login.html", 403, error="That is not the admin token.")
+        throttle.succeeded(client)
+        await sessions.open(request, "".join(c for c in who.strip() if c.isprintable())[:64]
+                            or "operator")
         return RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
 
     async def logout(request: Request) -> Response:
         async with request.form(max_files=0, max_fields=10, max_part_size=4096) as form:
             token = form.get("csrf")
         if not csrf_ok(request, token):
-            return refused(request, "The form's security token does not match this session.")
-        request.session.clear()
+            return await refused(request, "The form's security token does not match this session.")
+        await sessions.close(request)
         return RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
 
     async def store_error(request: Request, exc: Exception) -> Response:
         """The store failing (or a document it cannot decode) costs this page, not the console."""
         log.warning("console: %s %s: %s: %s", request.method, request.url.path,
                     type(exc).__name__, exc)
-        return page(request, "message.html", 503, title="The store did not answer",
+        return await page(request, "message.html", 503, title="The store did not answer",
                     message=f"{type(exc).__name__}: {exc}. The page shows again once it does.")
 
+    async def gone(request: Request, _exc: Exception) -> Response:
+        """The client went away, or its body stopped arriving and the server cut it
+        (``read_timeout``): nothing to render, nothing to log as an error."""
+        log.info("console: %s %s: the request body did not arrive", request.method,
+                 request.url.path)
+        return Response("request body did not arrive\n", status_code=408,
+                        media_type="text/plain", headers={"Connection": "close"})
+
     return Starlette(
-        exception_handlers={BoardOutboxError: store_error},
+        exception_handlers={BoardOutboxError: store_error, ClientDisconnect: gone},
         routes=[
             Route("/", overview, methods=["GET"]),
+            Route("/tenants", find_tenant, methods=["GET"]),
             Route("/tenants/{tenant_id}", tenant, methods=["GET"]),
             Route("/dead-letters", dead_letters, methods=["GET"]),
             Route("/rows/{row_key:path}", row, methods=["GET"]),

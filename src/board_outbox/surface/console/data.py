@@ -9,18 +9,31 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from board_outbox.engine.membership import owner
 from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow
-from board_outbox.model.records import ReadModelVersions, RowFilter
+from board_outbox.model.errors import StoreError
+from board_outbox.model.records import AttentionPage, ReadModelVersions, RowFilter, TenantLag
+from board_outbox.model.validation import cap
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
-from board_outbox.service.health import StallDetector, TenantStatus, all_tenants, tenant_status
+from board_outbox.service.health import (
+    NextEvents,
+    StallDetector,
+    TenantStatus,
+    page_statuses,
+    tenant_status,
+    tenant_statuses,
+)
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
 
-# the overview lists at most this many tenants (most behind first); the rest are counted
-MAX_TENANTS = 500
+# the overview lists the tenants that need a look (behind, or with dead-letters), most behind
+# first, this many a page; caught-up tenants are counted, and opened by id
+PAGE_SIZE = 100
+MAX_STALLED_NAMED = 20  # stalled tenants named above the list (beside a replica)
 # rows read to break live rows down by kind, and to find a tenant's recent failures
 SAMPLE_ROWS = 1000
 
@@ -46,8 +59,16 @@ class Latency:
 @dataclass
 class Overview:
     generated_at: float
-    tenants: list[TenantStatus]
-    more_tenants: int
+    tenants: list[TenantStatus]  # this page's, most behind first
+    page: int
+    pages: int
+    listed: int  # tenants behind or with dead-letters, every page
+    total: int  # every tenant
+    behind: int
+    events_behind: int
+    dead_letters: int
+    stalled: int | None  # every tenant's, beside a replica; None: only this page is known
+    stalled_ids: list[str]  # beside a replica: the longest stalled (at most MAX_STALLED_NAMED)
     owners: dict[str, str]  # tenant -> member id (only with more than one live replica)
     replicas: list[Replica] | None  # None: the backend keeps no membership
     stream: str  # the change stream's state, as far as this process can tell
@@ -91,18 +112,48 @@ class ConsoleData:
         self.config = config
         self.service = service
         self.stalls = StallDetector(config.tail.stall_seconds)
+        self.next_events = NextEvents()
 
-    async def statuses(self, now: float) -> list[TenantStatus]:
-        if self.service is not None and self.service.status_enabled and self.service.status:
-            return list(self.service.status.values())
-        out = []
-        for tenant in await all_tenants(self.stores):
-            st = await tenant_status(self.stores, tenant, now)
-            st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
+    def _stall(self, st: TenantStatus, now: float) -> None:
+        """Beside a replica, its stall detection (it looks at every tenant each refresh); alone,
+        this console's own, across page loads."""
+        known = self.service.status.get(st.tenant_id) if self.service is not None else None
+        if known is not None:
+            st.stalled, st.stalled_for_seconds = known.stalled, known.stalled_for_seconds
+            st.problems = list(dict.fromkeys(st.problems + known.problems))
+        elif self.service is None:
+            st.stalled_for_seconds = self.stalls.observe(st.tenant_id, st.cursor,
+                                                         st.lag_events > 0, now)
             st.stalled = st.stalled_for_seconds > 0
-            out.append(st)
-        self.stalls.forget(s.tenant_id for s in out)
-        return out
+
+    async def attention(self, page: int, now: float) -> tuple[AttentionPage, list[TenantStatus]]:
+        """One page of the tenants that need a look and their status. Alone: sorted and cut in
+        the store, then read over that page's tenants only. Beside a replica: cut from the
+        replica's own status of every tenant (its last metrics refresh), with no store read."""
+        offset = (page - 1) * PAGE_SIZE
+        svc = self.service
+        if svc is not None and svc.status_enabled and svc.status:
+            # beside a replica: its own status, refreshed every metrics_interval_seconds for
+            # /metrics and /readyz (a constant number of queries each): no store read at all
+            return self._from(dict(svc.status), offset)
+        if self.stores.status is None:  # a bare set of ports: every tenant, sorted here
+            return self._from(await tenant_statuses(self.stores, now), offset)
+        att = await self.stores.status.attention(offset, PAGE_SIZE)
+        return att, await page_statuses(self.stores, att.tenants, now, self.next_events)
+
+    @staticmethod
+    def _from(every: dict[str, TenantStatus], offset: int
+              ) -> tuple[AttentionPage, list[TenantStatus]]:
+        """A page cut from statuses already in memory (the replica's, or every tenant's)."""
+        lags = [TenantLag(tenant_id=t, head=s.allocated_seq, cursor=s.cursor,
+                          dead_letters=s.dead_letters) for t, s in every.items()]
+        look = sorted((t for t in lags if t.lag or t.dead_letters),
+                      key=lambda t: (-t.lag, -t.dead_letters, t.tenant_id))
+        att = AttentionPage(tenants=look[offset:offset + PAGE_SIZE], listed=len(look),
+                            total=len(lags), behind=sum(1 for t in lags if t.lag),
+                            events_behind=sum(t.lag for t in lags),
+                            dead_letters=sum(t.dead_letters for t in lags))
+        return att, [msgspec.structs.replace(every[t.tenant_id]) for t in att.tenants]
 
     async def replicas(self, now: float, tenants: Iterable[str]) -> tuple[list[Replica] | None,
                                                                            dict[str, str]]:
@@ -152,23 +203,41 @@ class ConsoleData:
             out.append(Latency(kind, int(total), quantile(0.5), quantile(0.99)))
         return out
 
-    async def overview(self) -> Overview:
+    async def overview(self, page: int = 1) -> Overview:
+        """The overview's cost is one page: one aggregate sorts and cuts the tenants that need a
+        look in the store, then a constant number of queries read those tenants' figures."""
         now = time.time()
-        statuses = await self.statuses(now)
-        statuses.sort(key=lambda s: (not s.stalled, -s.lag_events, -s.dead_letters, s.tenant_id))
-        shown = statuses[:MAX_TENANTS]
+        att, statuses = await self.attention(page, now)
+        for st in statuses:
+            self._stall(st, now)
+        stalled, stalled_ids = None, []
+        if self.service is not None and self.service.status_enabled:
+            held = sorted((s for s in self.service.status.values() if s.stalled),
+                          key=lambda s: (-s.stalled_for_seconds, s.tenant_id))
+            stalled, stalled_ids = len(held), [s.tenant_id for s in held[:MAX_STALLED_NAMED]]
         replicas, owners = await self.replicas(now, [s.tenant_id for s in statuses])
-        return Overview(generated_at=now, tenants=shown, more_tenants=len(statuses) - len(shown),
-                        owners=owners, replicas=replicas, stream=await self.stream_state(),
+        return Overview(generated_at=now, tenants=statuses, page=page,
+                        pages=max(1, -(-att.listed // PAGE_SIZE)), listed=att.listed,
+                        total=att.total, behind=att.behind, events_behind=att.events_behind,
+                        dead_letters=att.dead_letters, stalled=stalled,
+                        stalled_ids=stalled_ids, owners=owners,
+                        replicas=replicas, stream=await self.stream_state(),
                         latency=self.latency())
 
     async def tenant(self, tenant_id: str) -> TenantPage | None:
-        if tenant_id not in await all_tenants(self.stores):
-            return None
+        """One tenant's page reads that tenant only (its counter, cursor, rows, pointers)."""
         now = time.time()
-        status = next((s for s in await self.statuses(now) if s.tenant_id == tenant_id), None)
-        if status is None:
+        try:
             status = await tenant_status(self.stores, tenant_id, now)
+        except StoreError as exc:  # its counter or cursor does not parse: the page says so
+            status = TenantStatus(tenant_id=tenant_id, cursor=0, allocated_seq=0, lag_events=0,
+                                  lag_seconds=0.0, oldest_pending_age_seconds=None, rows={},
+                                  dead_letters=0, problems=[cap(str(exc), 300)])
+        if not (status.allocated_seq or status.rows or status.problems
+                or await self.stores.cursors.get(tenant_id) is not None
+                or await self.stores.subs.list_for_tenant(tenant_id)):
+            return None
+        self._stall(status, now)
         rows = await self.stores.outbox.find(RowFilter(
             tenant_id=tenant_id, states=(PENDING, CLAIMED, FAILED), limit=SAMPLE_ROWS))
         by_kind: dict[str, dict[str, int]] = {}
@@ -183,14 +252,13 @@ class ConsoleData:
                           owner=owners.get(tenant_id) if replicas else None)
 
     async def generations(self, tenant_id: str) -> list[Generation]:
-        pointers: dict[str, ReadModelVersions] = {}
-        if self.stores.rm_versions is not None:
-            pointers = {model: v for (model, tenant), v in (await self.stores.rm_versions.all()).items()
-                        if tenant == tenant_id}
-        names = sorted(set(self.config.projections) | set(pointers))
-        return [Generation(n, pointers.get(n, ReadModelVersions()).active,
-                           pointers.get(n, ReadModelVersions()).building,
-                           pointers.get(n, ReadModelVersions()).progress) for n in names]
+        """The configured projections' pointers for this tenant (one read each)."""
+        out = []
+        for name in sorted(set(self.config.projections)):
+            v = (await self.stores.rm_versions.get(name, tenant_id)
+                 if self.stores.rm_versions is not None else ReadModelVersions())
+            out.append(Generation(name, v.active, v.building, v.progress))
+        return out
 
     async def dead_letters(self, flt: RowFilter, sub_id: str | None) -> list[EffectRow]:
         rows = await self.stores.outbox.find(flt)

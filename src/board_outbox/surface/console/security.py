@@ -1,17 +1,32 @@
 """The console's safety rules: read-only unless ``[ui] admin_token`` is set; an action needs a
-session that logged in with the token (a signed cookie), a form carrying the session's CSRF token,
-and a request from the console's own origin."""
+session opened with the token and still open in the store (a logout ends it on every replica,
+a token change ends them all), a form carrying the session's CSRF token, and a request from the
+console's own origin. Logins are throttled per client."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+import time
+from collections import deque
 
 from starlette.requests import Request
 
+from board_outbox.model.errors import BoardOutboxError
+from board_outbox.model.records import ConsoleSession
+from board_outbox.model.validation import SESSION_SECONDS
+from board_outbox.ports import SessionStore
+
+__all__ = ["SESSION_COOKIE", "SESSION_SECONDS", "LoginThrottle", "Sessions", "csrf_ok",
+           "csrf_token", "session_secret", "token_matches", "token_tag"]
+
 SESSION_COOKIE = "board_outbox_console"
-SESSION_SECONDS = 8 * 3600
+# wrong admin tokens a client may send within LOGIN_WINDOW_SECONDS; the next login waits (429)
+LOGIN_FAILURES = 5
+LOGIN_WINDOW_SECONDS = 60.0
+THROTTLED_CLIENTS = 4096  # clients remembered at once (the oldest is forgotten first)
+_UNREAD = object()
 
 
 def session_secret(admin_token: str) -> str:
@@ -30,13 +45,9 @@ def csrf_token(request: Request) -> str:
     return token
 
 
-def is_admin(request: Request, admin_token: str) -> bool:
-    return bool(admin_token) and request.session.get("admin") == token_tag(admin_token)
-
-
 def token_tag(admin_token: str) -> str:
-    """What the session stores once logged in: a tag of the token (changing the token logs
-    every session out), never the token itself."""
+    """What a stored session keeps of the token it logged in with: a tag (changing the token
+    logs every session out), never the token itself."""
     return hashlib.sha256(b"board-outbox console admin\0" + admin_token.encode()).hexdigest()[:32]
 
 
@@ -44,16 +55,112 @@ def token_matches(given: str, admin_token: str) -> bool:
     return bool(admin_token) and hmac.compare_digest(given.encode(), admin_token.encode())
 
 
+def _stored_id(sid: str) -> str:
+    """The store keeps a hash of the cookie's session id: reading the store gives no cookie."""
+    return hashlib.sha256(b"board-outbox console sid\0" + sid.encode()).hexdigest()
+
+
+class Sessions:
+    """Logged-in sessions, kept server-side (``SessionStore``): the signed cookie carries only a
+    random session id. A session is admin while its stored document exists, has not expired and
+    was opened with the current admin token; logging out deletes it, so a copied cookie is
+    worth nothing afterwards, on any replica."""
+
+    def __init__(self, store: SessionStore | None, admin_token: str) -> None:
+        self.store, self.admin_token = store, admin_token
+        self.tag = token_tag(admin_token) if admin_token else ""
+
+    @property
+    def available(self) -> bool:
+        return bool(self.admin_token) and self.store is not None
+
+    async def open(self, request: Request, who: str) -> None:
+        assert self.store is not None
+        sid = secrets.token_urlsafe(32)
+        await self.store.open(ConsoleSession(session_id=_stored_id(sid), token_tag=self.tag,
+                                             who=who, expires_at=time.time() + SESSION_SECONDS))
+        request.session.clear()  # a fresh CSRF token with the new session (no fixation)
+        request.session["sid"] = sid
+        request.state.admin = who
+
+    async def admin(self, request: Request) -> str | None:
+        """The name the request's session logged in with; None: not logged in (no session, one
+        closed or expired, or one opened with another token). Read once per request."""
+        cached = getattr(request.state, "admin", _UNREAD)
+        if cached is not _UNREAD:
+            return cached if isinstance(cached, str) else None
+        who = None
+        sid = request.session.get("sid")
+        if self.available and isinstance(sid, str) and 16 <= len(sid) <= 128:
+            assert self.store is not None
+            found = await self.store.get(_stored_id(sid), time.time())
+            if found is not None and hmac.compare_digest(found.token_tag, self.tag):
+                who = found.who or "operator"
+        request.state.admin = who
+        return who
+
+    async def admin_or_none(self, request: Request) -> str | None:
+        """``admin`` for rendering a page: a store that fails shows the page logged out."""
+        try:
+            return await self.admin(request)
+        except BoardOutboxError:
+            request.state.admin = None
+            return None
+
+    async def close(self, request: Request) -> None:
+        sid = request.session.get("sid")
+        request.session.clear()
+        request.state.admin = None
+        if isinstance(sid, str) and self.store is not None:
+            await self.store.close(_stored_id(sid))
+
+
+class LoginThrottle:
+    """At most ``failures`` wrong tokens per client within ``window`` seconds; then the client
+    waits until the oldest of them leaves the window. Per process: each replica counts its own
+    (one port's attempts are what a guesser can reach there)."""
+
+    def __init__(self, failures: int = LOGIN_FAILURES, window: float = LOGIN_WINDOW_SECONDS,
+                 clients: int = THROTTLED_CLIENTS) -> None:
+        self.failures, self.window, self.clients = failures, window, clients
+        self._seen: dict[str, deque[float]] = {}
+
+    def wait(self, client: str, now: float) -> float:
+        """Seconds before ``client`` may try a token again (0: now)."""
+        times = self._seen.get(client)
+        if times is None:
+            return 0.0
+        while times and times[0] <= now - self.window:
+            times.popleft()
+        if not times:
+            del self._seen[client]
+            return 0.0
+        return max(0.0, times[0] + self.window - now) if len(times) >= self.failures else 0.0
+
+    def failed(self, client: str, now: float) -> None:
+        times = self._seen.pop(client, None) or deque(maxlen=self.failures)
+        times.append(now)
+        self._seen[client] = times  # most recent last: the oldest client is forgotten first
+        while len(self._seen) > self.clients:
+            del self._seen[next(iter(self._seen))]
+
+    def succeeded(self, client: str) -> None:
+        self._seen.pop(client, None)
+
+
 def same_origin(request: Request) -> bool:
     """A browser names where a POST comes from (``Origin``, ``Sec-Fetch-Site``): it must be the
-    console itself. A client that sends neither (curl) still needs the CSRF token."""
+    console itself -- ``Sec-Fetch-Site`` ``same-origin`` (or ``none``: typed by the user), and an
+    ``Origin`` equal to this console's, not one that merely ends like it. A client that sends
+    neither (curl) still needs the CSRF token."""
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return False
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    return origin == f"{request.url.scheme}://{request.headers.get('host', '')}"
+    return hmac.compare_digest(origin.encode(),
+                               f"{request.url.scheme}://{request.headers.get('host', '')}".encode())
 
 
 def csrf_ok(request: Request, form_token: object) -> bool:

@@ -15,7 +15,7 @@ import errno
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from starlette.types import ASGIApp
 
 from board_outbox.model.errors import UsageError
 from board_outbox.surface.http.app import build_app, ops_routes
+from board_outbox.surface.http.guards import MAX_HEAD, AllowedHosts, HeadLimit, HostCheck
 from board_outbox.surface.http.metrics import ServiceCollector
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ log = logging.getLogger("board_outbox.http")
 
 KEEP_ALIVE = 5.0  # an idle connection (or one still sending its head) is closed after this
 READ_TIMEOUT = 10  # a request body that stops arriving
-MAX_HEAD = 16 * 1024  # request line + headers; past it: 431
 BACKLOG = 128
 GRACE = 3.0  # a request in flight at shutdown gets this long to finish
 ACCEPT_REPORT_EVERY = 10.0  # seconds between two "out of file descriptors" lines
@@ -137,12 +137,15 @@ def hypercorn_config(fd: int) -> HypercornConfig:
 
 
 @asynccontextmanager
-async def serve_app(app: ASGIApp, host: str, port: int,
-                    setting: str = "service.http_port") -> AsyncIterator[OpsServer]:
-    """Serve ``app`` on ``host:port`` until the block ends (``port`` 0: any free port).
+async def serve_app(app: ASGIApp, host: str, port: int, setting: str = "service.http_port",
+                    allowed_hosts: Iterable[str] = ()) -> AsyncIterator[OpsServer]:
+    """Serve ``app`` on ``host:port`` until the block ends (``port`` 0: any free port), behind
+    the head limit and the ``Host`` check (``guards``; ``allowed_hosts``: names beside the
+    loopback ones and the bound address).
 
     The server runs shielded from outside cancellation and is stopped through its own switch
     (a graceful stop bounded by ``GRACE``): a cancelled caller never leaves the listener open."""
+    app = HeadLimit(HostCheck(app, AllowedHosts(allowed_hosts, host)))
     sock = bind(host, port, setting)
     server = OpsServer(int(sock.getsockname()[1]))
     config = hypercorn_config(sock.detach())  # hypercorn owns the descriptor from here on
@@ -181,7 +184,8 @@ async def open_ops_server(service: Service, host: str, port: int,
     registry.register(collector)
     service.status_enabled = True  # per-tenant status and stall detection, for these endpoints
     try:
-        async with serve_app(build_app(ops_routes(service), ui=ui), host, port) as server:
+        async with serve_app(build_app(ops_routes(service), ui=ui), host, port,
+                             allowed_hosts=service.config.service.allowed_hosts) as server:
             yield server
     finally:
         registry.unregister(collector)

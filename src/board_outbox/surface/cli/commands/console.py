@@ -35,7 +35,8 @@ async def cmd_console(args: argparse.Namespace, factory: StoresFactory) -> int:
     async with factory(cfg) as stores:
         app = build_app([Route("/", home, methods=["GET"])], ui=build_console(stores, cfg),
                         not_found="not found: the console is under /ui/")
-        async with serve_app(app, host, port, setting="ui.port") as server:
+        async with serve_app(app, host, port, setting="ui.port",
+                             allowed_hosts=cfg.service.allowed_hosts) as server:
             log.info("console on http://%s:%d/ui/ (%s)", host, server.port,
                      "admin token set: log in to replay" if cfg.ui.admin_token else "read-only")
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
