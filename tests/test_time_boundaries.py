@@ -100,3 +100,48 @@ async def test_a_float_or_negative_cursor_holds_nothing_and_is_listed_as_bad(
                   if d.collection == "trigger_cursors"}
         for t, value in bad.values():
             assert f"seq {value!r} is not an integer seq" == listed.get(t), listed
+
+
+@pytest.mark.parametrize("side", SIDES)
+async def test_a_fixed_document_is_no_longer_listed_as_bad(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """The bad-document listing is what is bad now: a cursor, a counter or a membership lease
+    fixed by hand leaves it at the next read (and a relapse is listed again)."""
+    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    def listed(collection: str) -> set[str]:
+        return {d.key for d in BAD_DOCUMENTS.current() if d.collection == collection}
+
+    clock = ManualClock()
+    async with open_side(side, request) as s:
+        cur, cnt, member = _uniq("cur"), _uniq("cnt"), _uniq("member")
+        await s.cursor(cur, 2.5)
+        await s.counter(cnt, "lots")
+        await s.member(member, "soon")
+        me = Ownership(s.stores.members, clock, member_id="me",
+                       settings=MembershipSettings(heartbeat_timeout_seconds=10.0))
+        await s.stores.cursors.all()
+        await s.stores.events.heads()
+        await me.beat()
+        assert cur in listed("trigger_cursors") and cnt in listed("board_event_counters")
+        assert member in listed("board_outbox_members")
+        await s.stores.cursors.put(cur, 1)
+        await s.counter(cnt, 3) if s.backend is not None else await s.db[
+            "board_event_counters"].update_one({"_id": cnt}, {"$set": {"seq": 3}})
+        if s.backend is not None:
+            await s.member(member, clock.now() + 5)
+        else:
+            await s.db["board_outbox_members"].update_one(
+                {"_id": member}, {"$set": {"expires_at": clock.now() + 5}})
+        assert (await s.stores.cursors.all())[cur] == 1
+        assert (await s.stores.events.heads())[cnt] == 3
+        await me.beat()
+        assert member in me.members
+        assert cur not in listed("trigger_cursors")
+        assert cnt not in listed("board_event_counters")
+        assert member not in listed("board_outbox_members")
+        await s.cursor(cur, -4)  # a relapse is listed again
+        await s.stores.cursors.all()
+        assert cur in listed("trigger_cursors")
