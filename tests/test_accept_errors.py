@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.anyio
 async def test_failed_accepts_are_reported_once_per_window_with_a_count(
         caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(server.time, "monotonic", lambda: clock[0])
+    # the module's own ``time`` replaced (not the time module: the event loop reads that one)
+    monkeypatch.setattr(server, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     loop = asyncio.get_running_loop()
     caplog.set_level(logging.ERROR, logger="board_outbox")
 
@@ -44,4 +46,7 @@ async def test_failed_accepts_are_reported_once_per_window_with_a_count(
         failed_accept()
         assert len(reports()) == 2
         assert "(50 more since the last report)" in reports()[1]
+        clock[0] += ACCEPT_REPORT_EVERY  # a third window: counted from the last report only
+        failed_accept()
+        assert len(reports()) == 3 and "(0 more since the last report)" in reports()[2]
         clock[0] += 1000  # long after: no pending retry to wait for on the way out
