@@ -22,7 +22,15 @@ from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import FAILED, LAUNCH, PROJECTION, EffectRow, matches
-from board_outbox.model.errors import MalformedDocument, RebuildConflict, SubscriptionNotFound
+from board_outbox.model.errors import (
+    MalformedDocument,
+    ProjectionFailed,
+    RebuildConflict,
+    StoreError,
+    StoreUnavailable,
+    SubscriptionNotFound,
+)
+from board_outbox.model.validation import cap
 from board_outbox.ports import (
     CardStore,
     EffectOutbox,
@@ -162,7 +170,16 @@ async def _replay(
         # one apply_many (one read-model bulk write) per batch read, when the projection has it
         snaps = [snap for _seq, snap in reading.passed if snap is not None]
         if snaps:
-            await apply_batch(registry, name, tenant_id, snaps)
+            try:
+                await apply_batch(registry, name, tenant_id, snaps)
+            except (StoreUnavailable, StoreError):
+                raise  # the store's, not the projection's: a rerun resumes
+            except Exception as exc:  # the projection's own code raised: a bug, not bad data
+                lo, hi = snaps[0].seq, snaps[-1].seq
+                where = f"seq {lo}" if lo == hi else f"seqs {lo}..{hi}"
+                raise ProjectionFailed(
+                    f"rebuild: projection {name!r} raised {type(exc).__name__} at {where} of "
+                    f"{tenant_id}: {cap(str(exc), 300)}") from exc
             res.applied += len(snaps)
         if reading.passed:
             cursor = reading.passed[-1][0]
@@ -325,9 +342,18 @@ async def shadow_rebuild(
     after = resumed
     while True:
         res.head = await events.max_inserted_seq(tenant_id)
-        await _replay(res, registry=registry, events=events, cards=cards, clock=clock,
-                      young_gap_seconds=young_gap_seconds, batch_size=batch_size, after=after,
-                      progress=progress, metrics=metrics, saved=saved)
+        try:
+            await _replay(res, registry=registry, events=events, cards=cards, clock=clock,
+                          young_gap_seconds=young_gap_seconds, batch_size=batch_size,
+                          after=after, progress=progress, metrics=metrics, saved=saved)
+        except ProjectionFailed as exc:
+            # a shadow that cannot be finished is not left building (every projection row
+            # would keep writing it): dropped, the pointer back to the live generation alone
+            dropped = await drop_shadow(name=name, tenant_id=tenant_id, readmodels=readmodels,
+                                        sleep=sleep)
+            note = (f"; the shadow generation {gen} was dropped, the live model is untouched"
+                    if dropped is not None else "")
+            raise ProjectionFailed(f"{exc}{note}") from exc
         after = res.cursor
         if res.stopped_at_gap is None:
             break
