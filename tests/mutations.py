@@ -337,8 +337,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                        sleep=sleep)",
            "            dropped = None", "admin"),
     Mutant("cursor-reset-creates-ghosts", "ops",
-           "if current is None and current_text == \"none\" and args.tenant not in await all_tenants(stores):",
-           "if False:", "cursor"),
+           "and args.tenant not in await all_tenants(stores):", "and False:", "cursor"),
 )
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
 
