@@ -429,6 +429,7 @@ CASES: list[Case] = [
     cursor_case("cursor-seq-string", "abc"),
     cursor_case("cursor-seq-float", 2.5),
     cursor_case("cursor-seq-bool", True),
+    cursor_case("cursor-seq-negative", -1),
     Case("tenant-id-with-slash", _slash_tenant, "log", "tenant not drained"),
     Case("tenant-id-with-space", _space_tenant, "log", "tenant not drained"),
 ]
