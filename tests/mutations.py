@@ -326,7 +326,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # rebuilds
     Mutant("swap-if-unchanged-sees-only-changes", "rebuild",
            "        return self.added == self.removed == self.changed == 0",
-           "        return self.changed == 0", "admin"),
+           "        return self.changed == 0", "shadow"),
     Mutant("generations-forget-is-a-no-op", "rebuild",
            '        """Drop the cached pointers: the next read loads them all again."""\n'
            "        self._loaded_at = None",
@@ -335,7 +335,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("rebuild-failed-projection-left-building", "rebuild",
            "            dropped = await drop_shadow(name=name, tenant_id=tenant_id, readmodels=readmodels,\n"
            "                                        sleep=sleep)",
-           "            dropped = None", "admin"),
+           "            dropped = None", "shadow"),
     Mutant("cursor-reset-creates-ghosts", "ops",
            "and args.tenant not in await all_tenants(stores):", "and False:", "cursor"),
 )

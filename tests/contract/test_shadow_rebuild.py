@@ -18,7 +18,7 @@ from board_outbox.model.domain import Subscription
 from board_outbox.model.errors import RebuildConflict
 from board_outbox.ports import ReadModelStore, ReadModelVersions, UpsertIfNewer
 from board_outbox.service.runtime import build_registry
-from board_outbox.surface.admin import drop_shadow, shadow_rebuild
+from board_outbox.surface.shadow import drop_shadow, shadow_rebuild
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio
