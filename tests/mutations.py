@@ -231,7 +231,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return await self.resume.save(force=True)", "return await self.resume.save()",
            "runtime"),
     Mutant("handoff-first-come-first-served", "bounds",
-           "taken = round_robin(eligible, lambda f: f.row.tenant_id)[:room]",
+           "taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]",
            "taken = eligible[:room]", "worker"),
     # --- ownership (S1): the harness's early-steal invariant -------------------------------
     Mutant("membership-owns-every-tenant", "membership",
