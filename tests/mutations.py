@@ -10,9 +10,10 @@ searching every ``.py`` under ``src/`` for the snippet, so the campaign
 survives modules being moved; a snippet that is not found, or found more than once (and not
 narrowed by the hint), fails loudly so the mutant can be retargeted.
 
-For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, .ci/, the
-top-level files) is copied to a temporary directory, the snippet replaced there, and run with ``PYTHONPATH`` pointing at
-the copy (so the copy, not the editable install, is imported -- checked before the campaign):
+For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, .ci/,
+the top-level files) is copied to a temporary directory, the snippet replaced there, and run
+with ``PYTHONPATH`` pointing at the copy (so the copy, not the editable install, is imported --
+checked before the campaign):
 
 (a) the unit suite: ``pytest -m "not live_mongo" -x -q -p no:cacheprovider``; the first failing
     test id is what caught the mutant;
