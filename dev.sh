@@ -2,8 +2,9 @@
 # board-outbox developer entry point. Bootstraps .venv from pyproject.toml on first use
 # (and again whenever pyproject.toml changes), then runs the requested job.
 #
-#   ./dev.sh demo [ARGS]    the main job: `board-outbox demo` on the in-memory backend
-#   ./dev.sh test [ARGS]    the test suite (the command CI runs)
+#   ./dev.sh demo [ARGS]    the main job: `board-outbox demo` on an embedded MongoDB-wire server
+#   ./dev.sh test [ARGS]    the test suite (the command CI runs); installs chromium and
+#                           chromium-driver for the browser tests when it can (root with apt)
 #   ./dev.sh lint           ruff + mypy --strict on src/
 #   ./dev.sh bench [ARGS]   the benchmarks (benchmarks/run.py)
 #   ./dev.sh cli ARGS       any board-outbox command, e.g. ./dev.sh cli --help
@@ -31,12 +32,33 @@ bootstrap() {
   echo "$want" >"$stamp"
 }
 
+# The console's browser tests drive headless Chromium (Debian's chromium + chromium-driver).
+# Installed here when it can be (root with apt-get, as on CI); otherwise one line says how, and
+# pytest's summary names the skip. BOARD_OUTBOX_NO_BROWSER=1 leaves the machine alone.
+browser() {
+  if { command -v chromium || command -v chromium-browser; } >/dev/null &&
+     command -v chromedriver >/dev/null; then
+    return 0
+  fi
+  [[ -n ${BOARD_OUTBOX_NO_BROWSER:-} ]] && return 0
+  if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
+    echo "dev.sh: installing chromium and chromium-driver for the browser tests (apt-get)" >&2
+    if apt-get update -qq >/dev/null && apt-get install -y -qq chromium chromium-driver >/dev/null; then
+      return 0
+    fi
+    echo "dev.sh: apt-get could not install chromium chromium-driver: the browser tests will skip" >&2
+  else
+    echo "dev.sh: no chromium/chromedriver: the browser tests will skip (install them: sudo apt-get install chromium chromium-driver)" >&2
+  fi
+}
+
 cmd=${1:-help}
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
   demo)  bootstrap; exec "$VENV/bin/board-outbox" demo "$@" ;;
   test)
     bootstrap
+    browser
     set +e
     # two workers (the machines have 2 cores), each starting its own wire server; a later
     # -n (e.g. ./dev.sh test -n 0 tests/test_cli.py) overrides it
@@ -50,6 +72,6 @@ case "$cmd" in
   bench) bootstrap; exec "$VENV/bin/python" benchmarks/run.py "$@" ;;
   cli)   bootstrap; exec "$VENV/bin/board-outbox" "$@" ;;
   mutate) bootstrap; exec "$VENV/bin/python" -m tests.mutations "$@" ;;
-  help|-h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' ;;
+  help|-h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "dev.sh: unknown command '$cmd' (try ./dev.sh help)" >&2; exit 2 ;;
 esac

@@ -178,8 +178,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     say once, loudly, how many live-Mongo tests were skipped and why."""
     for worker, desc in sorted(_WORKER_SERVERS.items()):
         terminalreporter.write_line(f"live MongoDB-wire server of {worker}: {desc}")
-    skipped = [r for r in terminalreporter.stats.get("skipped", [])
-               if "live_mongo" in getattr(r, "keywords", {})]
-    if skipped:
-        terminalreporter.write_line(
-            f"{len(skipped)} live MongoDB tests skipped: {SKIP_REASON}", yellow=True, bold=True)
+    for reason, n in skip_reasons(terminalreporter.stats.get("skipped", [])).items():
+        terminalreporter.write_line(f"{n} skipped: {reason}", yellow=True, bold=True)
+
+
+def skip_reasons(reports: list[pytest.TestReport]) -> dict[str, int]:
+    """How many tests skipped for each reason, the reason as the skip gave it (a browser test
+    that skips for want of chromium says so, not that there is no wire server)."""
+    out: dict[str, int] = {}
+    for r in reports:
+        longrepr = getattr(r, "longrepr", None)
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        out[reason] = out.get(reason, 0) + 1
+    return out

@@ -10,9 +10,10 @@ searching every ``.py`` under ``src/`` for the snippet, so the campaign
 survives modules being moved; a snippet that is not found, or found more than once (and not
 narrowed by the hint), fails loudly so the mutant can be retargeted.
 
-For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, the top-level
-files) is copied to a temporary directory, the snippet replaced there, and run with ``PYTHONPATH`` pointing at
-the copy (so the copy, not the editable install, is imported -- checked before the campaign):
+For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, .ci/,
+the top-level files) is copied to a temporary directory, the snippet replaced there, and run
+with ``PYTHONPATH`` pointing at the copy (so the copy, not the editable install, is imported --
+checked before the campaign):
 
 (a) the unit suite: ``pytest -m "not live_mongo" -x -q -p no:cacheprovider``; the first failing
     test id is what caught the mutant;
@@ -37,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COPY = ("src", "projections", "tests", "tracing", "benchmarks", "docs", "pyproject.toml",
-        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml", "dev.sh")
+        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml", "dev.sh", ".ci")
 SEARCH = ("src",)
 UNIT_TIMEOUT = 900.0
 HARNESS_TIMEOUT = 600.0
@@ -343,6 +344,76 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("console-overview-every-tenant", "console",
            "        att = await self.stores.status.attention(offset, PAGE_SIZE)\n",
            "        att = await self.stores.status.attention(0, 10**9)\n", "console/data"),
+    # --- issue 32: the held-out kinds -- times as stored, parsing, audit, rebuild, ops ------
+    # every rule that reads a time, with int/Int64/float at the boundary instant
+    Mutant("steal-int-created-at-read-as-zero", "bounds",
+           "return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0",
+           "return float(value) if isinstance(value, float) else 0.0", "fairness"),
+    Mutant("membership-trust-exact-timeout", "bounds",
+           "if max_ahead is not None and expires_at > now + max_ahead:",
+           "if max_ahead is not None and expires_at >= now + max_ahead:", "validation"),
+    Mutant("cursor-one-ahead-not-held", "bounds",
+           "elif head is not None and cur > head:", "elif head is not None and cur > head + 1:",
+           "tail"),
+    # per-document parsing and the bad-document listing
+    Mutant("parse-float-seq-accepted", "parse",
+           "        if isinstance(t, str) and isinstance(seq, int) and is_seq(seq):",
+           "        if isinstance(t, str) and isinstance(seq, (int, float)):", "validation"),
+    Mutant("parse-fixed-seq-still-listed", "parse",
+           "            BAD_DOCUMENTS.resolved(collection, t)", "            pass", "validation"),
+    Mutant("parse-fixed-lease-still-listed", "parse",
+           "            BAD_DOCUMENTS.resolved(MEMBERS, m.member_id)", "            pass",
+           "membership"),
+    Mutant("parse-binary-token-refused", "parse",
+           "if not isinstance(data, (str, bytes)) or not data:",
+           "if not isinstance(data, str) or not data:", "validation"),
+    Mutant("parse-trace-id-lax", "parse",
+           "_TRACE_ID.fullmatch(parts[1]) is None", "len(parts[1].strip()) != 32", "spans"),
+    # the four that died only in unrelated tests
+    Mutant("resume-cleared-by-positionless-change", "ops",
+           "        if token is not None:\n            self.token = token",
+           "        self.token = token", "resume"),
+    Mutant("limits-release-unshielded", "limits",
+           "        with anyio.CancelScope(shield=True):\n            for key in keys:",
+           "        if True:\n            for key in keys:", "engine/limits"),
+    Mutant("limits-bot-key-without-tenant", "limits",
+           'return f"bot:{tenant_id}/{bot}"', 'return f"bot:{bot}"', "model/limits"),
+    Mutant("accept-errors-reported-every-time", "ops",
+           '            state["reported"], state["missed"] = now, 0',
+           '            state["missed"] = 0', "http/server"),
+    Mutant("accept-errors-count-never-reset", "ops",
+           '            state["reported"], state["missed"] = now, 0',
+           '            state["reported"] = now', "http/server"),
+    # the audit
+    Mutant("audit-reads-past-the-cursor", "audit",
+           "passed = [(seq, snap) for seq, snap in reading.passed if seq <= cursor]",
+           "passed = list(reading.passed)", "audit"),
+    Mutant("audit-event-without-at-is-young", "audit",
+           'age = now - at[row.seq] if at[row.seq] > 0 else float("inf")',
+           "age = now - at[row.seq] if at[row.seq] > 0 else 0.0", "audit"),
+    Mutant("audit-repairs-presumed-expired-rows", "audit",
+           "            if age >= self.done_ttl_seconds:\n                rep.presumed_expired += 1\n"
+           "                continue\n            missing.append(row)",
+           "            missing.append(row)\n            if age >= self.done_ttl_seconds:\n"
+           "                rep.presumed_expired += 1\n                continue", "audit"),
+    Mutant("audit-repair-gives-up-on-a-slow-write", "audit",
+           "            if len(rows) > 1:\n                half = len(rows) // 2",
+           "            if False:\n                half = len(rows) // 2", "audit"),
+    # rebuilds
+    Mutant("swap-if-unchanged-sees-only-changes", "rebuild",
+           "        return self.added == self.removed == self.changed == 0",
+           "        return self.changed == 0", "shadow"),
+    Mutant("generations-forget-is-a-no-op", "rebuild",
+           '        """Drop the cached pointers: the next read loads them all again."""\n'
+           "        self._loaded_at = None",
+           '        """Drop the cached pointers: the next read loads them all again."""',
+           "generations"),
+    Mutant("rebuild-failed-projection-left-building", "rebuild",
+           "            dropped = await drop_shadow(name=name, tenant_id=tenant_id, readmodels=readmodels,\n"
+           "                                        sleep=sleep)",
+           "            dropped = None", "shadow"),
+    Mutant("cursor-reset-creates-ghosts", "ops",
+           "and args.tenant not in await all_tenants(stores):", "and False:", "cursor"),
 )
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
 

@@ -285,3 +285,34 @@ async def test_the_background_audit_rides_out_a_failing_store(caplog: pytest.Log
             service.stop()
     assert fails == 0
     assert sum("audit pass failed: StoreUnavailable" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_repair_over_a_store_that_times_out_on_big_writes_finishes_in_one_run_with_progress(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30: `audit --repair` over a long log stopped after one slow chunk (a 500-row bulk
+    write past the store's operation timeout) and had to be run again and again. Here the store
+    times out on any write of more than 40 rows: the run still repairs every missing row, says
+    how far it got as it goes (stderr), and exits 0."""
+    from board_outbox.model.errors import StoreUnavailable
+
+    backend = _materialized(n=240)
+    for seq in range(1, 241):
+        assert backend.outbox.delete_raw(f"{T}/{seq}/proj/board-reflect")
+    real = backend.outbox.upsert_rows
+    sizes: list[int] = []
+
+    async def slow_on_big_writes(rows: Any, **kw: Any) -> Any:
+        sizes.append(len(rows))
+        if len(rows) > 40:
+            raise StoreUnavailable("operation exceeded time limit (injected: a slow bulk write)")
+        return await real(rows, **kw)
+
+    backend.outbox.upsert_rows = slow_on_big_writes  # type: ignore[method-assign]
+    assert run_cli(backend, "audit", "--tenant", T, "--repair", "--batch-size", "100") == 0
+    out, err = capsys.readouterr()
+    assert "repaired: 240 rows re-materialized" in out, out + err
+    assert all(backend.outbox.raw(f"{T}/{s}/proj/board-reflect") is not None for s in range(1, 241))
+    assert max(sizes) > 40 and "Traceback" not in err
+    progress = [line for line in err.splitlines() if line.startswith(f"audit {T}: ")]
+    assert progress and progress[-1].startswith(f"audit {T}: seq 240 of 240"), err
+    assert "240 repaired" in progress[-1]

@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 import pytest
+from bson.binary import Binary
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.tail import Tail
@@ -428,6 +429,7 @@ CASES: list[Case] = [
     cursor_case("cursor-seq-string", "abc"),
     cursor_case("cursor-seq-float", 2.5),
     cursor_case("cursor-seq-bool", True),
+    cursor_case("cursor-seq-negative", -1),
     Case("tenant-id-with-slash", _slash_tenant, "log", "tenant not drained"),
     Case("tenant-id-with-space", _space_tenant, "log", "tenant not drained"),
 ]
@@ -915,6 +917,25 @@ async def test_a_stored_token_that_cannot_be_one_loads_as_none(
         assert len(lines) == 1 and "board_outbox_state" in lines[0], lines
         assert BAD_DOCUMENTS.counts.get("board_outbox_state", 0) == before + 1
         assert any(d.collection == "board_outbox_state" for d in BAD_DOCUMENTS.current())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", [s for s in SIDES if s != "memory"])
+@pytest.mark.parametrize("data", ["82ABCDEF", b"\x82\xab\xcd\xef", Binary(b"\x82\xab\xcd\xef", 0)],
+                         ids=["string", "bytes", "binary"])
+async def test_a_stored_token_with_string_or_binary_data_loads_as_it_is(
+        side: str, data: object, request: pytest.FixtureRequest) -> None:
+    """A resume token's ``_data`` is a string on today's servers and binary on older ones (and
+    on some wire servers): both are tokens, loaded unchanged, never listed as bad."""
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    async with open_side(side, request) as s:
+        await s.token({"_data": data, "_typeBits": Binary(b"\x01", 0)})
+        got = await s.stores.tokens.load()
+        assert isinstance(got, dict) and set(got) == {"_data", "_typeBits"}, got
+        assert got["_data"] == data or bytes(got["_data"]) == bytes(data)  # type: ignore[call-overload]
+        assert not any(d.collection == "board_outbox_state" and d.key.endswith("board_events")
+                       and repr(data)[:20] in d.problem for d in BAD_DOCUMENTS.current())
 
 
 async def _other_collections_token(db: Any) -> Any:

@@ -201,3 +201,44 @@ log_format = "json"
              if x.startswith("{")]
     launched = [x["row_key"] for x in lines if x.get("logger") == "board_outbox.launcher"]
     assert len(launched) == len(set(launched)) == seq  # one launch per event, none fired twice
+
+
+@pytest.mark.parametrize("mode", [["--shadow", "--swap"], ["--shadow"], []])
+def test_a_projection_that_raises_ends_the_rebuild_with_one_line_and_a_consistent_pointer(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        mode: list[str]) -> None:
+    """Issue 30: a projection that raised mid-rebuild ended `rebuild --shadow` in a Python
+    traceback and left its pointer `building` (every projection row then wrote a generation
+    nobody would finish). Now: one line naming the projection, the seq and the error, exit 2;
+    the shadow is dropped (the pointer names the live generation only, the shadow's documents
+    removed), the live model untouched."""
+    monkeypatch.setenv("BOARD_OUTBOX_STORE__GENERATION_CACHE_SECONDS", "0.05")
+    name = "raises-at-3"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('projections = ["tests.support.user_plugins:RaisesAtSeq3"]\n')
+    backend = MemoryBackend()
+
+    async def seed() -> None:
+        for i in range(5):
+            await backend.board.put(Card(tenant_id=T, card_id=f"c{i}", column="doing"))
+            await backend.events.emit(T, "card.created", f"c{i}", time.time() - 3600)
+        await backend.readmodels.upsert_if_newer(name, T, "live", 1, {"kept": True})
+
+    anyio.run(seed)
+    assert run_cli(backend, "rebuild", name, "--tenant", T, "--config", str(cfg),
+                   "--batch-size", "1", *mode) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("board-outbox")]
+    assert "Traceback" not in err, err
+    assert len(lines) == 1 and "ValueError" in lines[0] and "seq 3" in lines[0], err
+    assert "this projection has a bug" in lines[0] and name in lines[0]
+    versions = anyio.run(backend.rm_versions.get, name, T)
+    assert versions.building is None and versions.problem is None, versions
+    if mode:  # the live generation untouched, the shadow's documents gone
+        assert versions.active == 0
+        live = anyio.run(backend.readmodels.list, name, T)
+        assert [d["key"] for d in live] == ["live"]
+        assert anyio.run(backend.readmodels.list, f"{name}#1", T) == []
+    assert run_cli(backend, "rebuild", name, "--tenant", T, "--config", str(cfg),
+                   "--drop-shadow") == 0
+    assert "no shadow rebuild" in capsys.readouterr().out

@@ -80,3 +80,23 @@ async def test_a_stop_with_the_last_token_already_saved_writes_nothing_more() ->
     tokens = backend.tokens
     assert isinstance(tokens, CountingTokens)
     assert tokens.saves == [1]
+
+
+async def test_a_change_without_a_position_keeps_the_position_reached() -> None:
+    """A change the feed delivers without a token (the "open" notice) says nothing about where
+    the stream is: the token reached stays, it is what the next open and the stop save use."""
+    from board_outbox.service.resume import ResumePoint
+
+    store = CountingTokens()
+    store.token = 7
+    point = ResumePoint(store, every_seconds=3600, now=lambda: 0.0)
+    assert await point.load() == 7
+    point.reached(None)  # before any change: still the stored position
+    assert await point.load() == 7
+    point.reached(9)
+    point.reached(None)
+    assert point.token == 9 and await point.load() == 9
+    assert await point.save(force=True) and store.saves == [9]
+    point.reached(None)
+    assert not await point.save(force=True)  # nothing new reached: nothing written
+    assert store.token == 9

@@ -184,3 +184,81 @@ async def test_the_sweep_visits_a_bounded_number_of_tenants_per_pass(kit: Kit) -
     await kit.delete_raw_row("t0/1/proj/board-reflect")
     await bg.tick(cursors)  # t4, then round again to t0
     assert bg.sweeping == "t1" and bg.missing_rows()["t0"] == 1
+
+
+# --- issue 32: the cursor bound, events without a time, repairs of a mixed range ------------------
+
+
+async def test_the_audit_and_a_replay_never_read_past_the_cursor(kit: Kit) -> None:
+    """Events past the cursor are the tail's to materialize: they have no rows yet and are not
+    missing; a replay plans nothing for them. The chunks' sizes are chosen so one read reaches
+    past the cursor."""
+    tail = await _materialized(kit, n=5)
+    for _ in range(4):  # seqs 6..9: inserted, not drained
+        await kit.emit(T, "card.created", "c")
+    assert await kit.cursors.get(T) == 5
+    for batch in (2, 3, 4, 500):
+        rep = await Auditor(tail, batch_size=batch).audit(T, repair=True)
+        assert (rep.upto, rep.cursor, rep.events) == (5, 5, 5), batch
+        assert rep.missing == [] and rep.repaired == 0 and rep.orphaned == []
+        plan = await replay_range(tail, T, since=1, dry_run=False, batch_size=batch)
+        assert plan.upto == 5 and max(r.seq for r in plan.rows) == 5 and plan.written == 0
+    assert all(r.seq <= 5 for r in await kit.rows(T))
+
+
+async def test_an_event_without_a_time_owes_no_repair(kit: Kit) -> None:
+    """An event with no ``at`` (or ``at`` 0) cannot say its rows are younger than the done TTL:
+    a row owed for it may have run and expired, so it is presumed expired, never missing, never
+    re-created by ``--repair`` or a replay (re-creating it could run its effect twice)."""
+    await kit.card(T, "c")
+    for seq, extra in ((1, {}), (2, {"at": 0}), (3, {"at": 0.0})):
+        seq_ = await kit.events.allocate_seq(T)
+        assert seq_ == seq
+        await kit.insert_raw_event({"tenant_id": T, "seq": seq, "type": "card.updated",
+                                    "card_id": "c", **extra})
+    tail = kit.tail(PROJ, seed="earliest")
+    await tail.drain_all([T])
+    assert await kit.cursors.get(T) == 3 and len(await kit.rows(T)) == 3
+    assert kit.delete_raw_row is not None
+    for seq in (1, 2, 3):
+        await kit.delete_raw_row(f"{T}/{seq}/proj/board-reflect")
+    rep = await Auditor(tail).audit(T, repair=True)
+    assert rep.missing == [] and rep.presumed_expired == 3 and rep.repaired == 0
+    plan = await replay_range(tail, T, since=1, dry_run=False)
+    assert {r.action for r in plan.rows} == {"maybe-expired"} and plan.written == 0
+    assert await kit.rows(T) == []
+
+
+async def test_repair_rewrites_only_the_missing_rows_of_a_mixed_range(kit: Kit) -> None:
+    """Seqs 1-3 are older than the done TTL (their rows deleted: expired), 4-6 young with their
+    rows deleted (missing), 7-8 young with their rows done: ``--repair`` writes exactly the
+    missing rows, pending; the expired stay absent and the done stay done, untouched."""
+    await kit.card(T, "c")
+    for _ in range(3):
+        await kit.emit(T, "card.updated", "c")
+    kit.clock.advance(DONE_TTL_SECONDS + 100)
+    for _ in range(5):
+        await kit.emit(T, "card.updated", "c")
+    tail = kit.tail(PROJ, seed="earliest")
+    await tail.drain_all([T])
+    assert await kit.cursors.get(T) == 8
+    worker = kit.worker(registry=kit.registry(list(PROJ)))
+    assert (await worker.tick_any()).done == 8
+    before = {r.row_key: r for r in await kit.rows(T)}
+    assert kit.delete_raw_row is not None
+    for seq in range(1, 7):
+        await kit.delete_raw_row(f"{T}/{seq}/proj/board-reflect")
+    for batch in (2, 500):  # a chunk may hold rows of every sort, or one sort only
+        rep = await Auditor(tail, batch_size=batch).audit(T)
+        assert sorted(f.seq for f in rep.missing) == [4, 5, 6] and rep.presumed_expired == 3
+    rep = await Auditor(tail, batch_size=2).audit(T, repair=True)
+    assert rep.repaired == 3
+    rows = {r.row_key: r for r in await kit.rows(T)}
+    assert sorted(r.seq for r in rows.values()) == [4, 5, 6, 7, 8]
+    assert all(rows[f"{T}/{s}/proj/board-reflect"].state == "pending" for s in (4, 5, 6))
+    for s in (7, 8):
+        key = f"{T}/{s}/proj/board-reflect"
+        assert rows[key].state == "done" and rows[key].done_at == before[key].done_at
+        assert rows[key].attempts == before[key].attempts
+    again = await Auditor(tail, batch_size=2).audit(T, repair=True)
+    assert again.missing == [] and again.repaired == 0 and again.presumed_expired == 3

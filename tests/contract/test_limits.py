@@ -244,3 +244,44 @@ def _limited(metrics: Metrics) -> dict[tuple[str, str], float]:
             if s.name == "board_outbox_limited_total":
                 out[(s.labels["scope"], s.labels["kind"])] = s.value
     return out
+
+
+async def test_a_bots_limits_are_per_tenant(kit: Kit) -> None:
+    """Two tenants' bots of the same name are two bots: one tenant's bot at its in-flight limit
+    (its one slot held) or past its rate does not hold back the other tenant's."""
+    for tenant in ("ta", "tb"):
+        await _one_row(kit, Subscription(sub_id=f"{tenant}-s", tenant_id=tenant, bot="b"))
+    registry = build_registry(kit.stores, [], limits=LimitSettings(bot_in_flight=1,
+                                                                   bot_per_second=1.0))
+    lim, now = _limits(kit), kit.clock.now()
+    assert await lim.acquire(bot_key("ta", "b"), 1, "someone", until=now + 1e6, now=now)
+    worker = kit.worker(registry)
+    res = await worker.tick_any()
+    assert (res.done, res.deferred) == (1, 1)
+    assert [r.tenant_id for r in kit.launcher.launches] == ["tb"]
+    await lim.release(bot_key("ta", "b"), "someone")
+    kit.clock.advance(LimitSettings().wait_seconds)  # the same rate window as tb's launch
+    assert (await worker.tick_any()).done == 1
+    assert sorted(r.tenant_id for r in kit.launcher.launches) == ["ta", "tb"]
+
+
+async def test_a_hard_stop_inside_a_launch_still_gives_its_slots_back(kit: Kit) -> None:
+    """The launch is cancelled (a hard stop, a deadline) while it holds its bot's and tenant's
+    slots: the release runs to the end anyway, so the next launch does not wait out
+    ``slot_seconds``."""
+    from board_outbox.engine.limits import LaunchGate
+    from board_outbox.model.domain import EffectRow
+
+    gate = LaunchGate(_limits(kit), LimitSettings(bot_in_flight=1, tenant_in_flight=1))
+    sub = Subscription(sub_id="s1", tenant_id=T, bot="b")
+    row = EffectRow(tenant_id=T, row_key=f"{T}/1/sub/s1", seq=1, kind="launch", sub_id="s1")
+    entered = False
+    with anyio.CancelScope() as scope:
+        async with gate.hold(row, sub, "me", kit.clock):
+            entered = True
+            scope.cancel()
+            await anyio.sleep(3600)  # the launch, cut here
+    assert entered and scope.cancelled_caught
+    now = kit.clock.now()
+    for key in (bot_key(T, "b"), tenant_key(T)):
+        assert await _limits(kit).acquire(key, 1, "next", until=now + 1e6, now=now), key

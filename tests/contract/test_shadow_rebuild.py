@@ -18,7 +18,7 @@ from board_outbox.model.domain import Subscription
 from board_outbox.model.errors import RebuildConflict
 from board_outbox.ports import ReadModelStore, ReadModelVersions, UpsertIfNewer
 from board_outbox.service.runtime import build_registry
-from board_outbox.surface.admin import drop_shadow, shadow_rebuild
+from board_outbox.surface.shadow import drop_shadow, shadow_rebuild
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio
@@ -250,3 +250,70 @@ async def test_an_unknown_projection_announces_nothing(kit: Kit) -> None:
     with pytest.raises(UnknownEffectKind):
         await rebuild(kit, rm, name="nope")
     assert await kit.rm_versions.get("nope", T) == ReadModelVersions()  # type: ignore[union-attr]
+
+
+# --- issue 32: --swap-if-unchanged sees added and removed documents; forget() really forgets ----
+
+
+async def _live_model(kit: Kit, rm: VersionedReadModels, seqs: tuple[int, ...]) -> None:
+    """The live generation as the projection wrote it for ``seqs`` (the board has c1..c3)."""
+    live_reg = build_registry(dataclasses.replace(kit.stores, readmodels=rm), [P])
+    for seq in seqs:
+        await live_reg.projection(P).apply(T, await _snap(kit, seq))
+
+
+@pytest.mark.parametrize(("live_seqs", "extra", "change"), [
+    ((1, 2, 3), None, None),  # identical: swapped
+    ((1, 2), None, "added"),  # the shadow has c3, the live model not
+    ((1, 2, 3), "stray", "removed"),  # the live model has a document the shadow does not
+    ((1, 2, 3), "c2", "changed"),  # same key, other content
+])
+async def test_swap_if_unchanged_swaps_only_an_identical_shadow(
+        kit: Kit, live_seqs: tuple[int, ...], extra: str | None, change: str | None) -> None:
+    rm = versioned_models(kit)
+    await board(kit, 3)
+    await _live_model(kit, rm, live_seqs)
+    if extra is not None:
+        await rm.upsert_if_newer(P, T, extra, 99, {"key": extra, "card_id": extra,
+                                                   "title": "hand-written"})
+    out = await rebuild(kit, rm, swap="if-unchanged")
+    assert out.diff is not None
+    counts = {"added": out.diff.added, "removed": out.diff.removed, "changed": out.diff.changed}
+    assert counts == {k: int(k == change) for k in counts}
+    assert out.swapped == (change is None)
+    assert kit.rm_versions is not None
+    v = await kit.rm_versions.get(P, T)
+    if change is None:
+        assert (v.active, v.building) == (1, None)
+    else:  # not swapped: the live model untouched, the shadow left building for a later run
+        assert (v.active, v.building) == (0, 1)
+        assert [e.change for e in out.diff.examples] == [change]
+
+
+async def test_forget_drops_the_cached_pointers_at_once(kit: Kit) -> None:
+    """After a swap or a drop the process that made it reads the new pointer at once, not after
+    the cache TTL (here an hour; the clock does not move)."""
+    assert kit.rm_versions is not None
+    rm = VersionedReadModels(kit.readmodels, kit.rm_versions, kit.clock, 3600.0)
+    await rm.pinned(P, 0).upsert_if_newer(P, T, "old", 1, {"key": "old"})
+    await rm.pinned(P, 1).upsert_if_newer(P, T, "new", 1, {"key": "new"})
+    assert await keys(rm) == ["old"]  # the pointers are cached now (default: generation 0)
+    assert await kit.rm_versions.compare_and_set(P, T, ReadModelVersions(),
+                                                 ReadModelVersions(active=1))
+    assert await keys(rm) == ["old"]  # within the TTL: the cached pointer
+    rm.forget(P, T)
+    assert await keys(rm) == ["new"]
+    assert (await rm.pointer(P, T)).active == 1
+
+
+async def test_after_a_swap_the_rebuilding_process_reads_the_new_generation_at_once(kit: Kit) -> None:
+    rm = VersionedReadModels(kit.readmodels, kit.rm_versions, kit.clock, 3600.0)  # type: ignore[arg-type]
+    await board(kit, 2)
+    await rm.upsert_if_newer(P, T, "stray", 1, {"key": "stray"})
+
+    async def no_wait(_seconds: float) -> None:  # the TTL waits pass, the clock stands still
+        await anyio.lowlevel.checkpoint()
+
+    out = await rebuild(kit, rm, sleep=no_wait)
+    assert out.swapped and out.generation == 1
+    assert sorted(await keys(rm)) == ["c1", "c2"]  # the new generation, not the cached 0

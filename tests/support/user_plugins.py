@@ -127,3 +127,23 @@ class NoName:
 
 
 not_a_class = TitleLog(None)  # type: ignore[arg-type]
+
+
+class RaisesAtSeq3:
+    """A user projection with a bug: the event at seq 3 makes it raise (what `rebuild --shadow`
+    must end with one line, the pointer consistent)."""
+
+    name: ClassVar[str] = "raises-at-3"
+
+    def __init__(self, store: ReadModelStore) -> None:
+        self.store = store
+
+    async def apply(self, tenant_id: str, event: EventSnapshot) -> str:
+        if event.seq == 3:
+            raise ValueError(f"cannot project {event.card_id!r}: this projection has a bug")
+        await self.store.upsert_if_newer(self.name, tenant_id, event.card_id, event.seq,
+                                         {"type": event.type})
+        return "ok"
+
+    async def reset(self, tenant_id: str) -> None:
+        await self.store.reset(self.name, tenant_id)

@@ -21,28 +21,38 @@ bulk upsert.
   of a projection that is not enabled ("projection not enabled"). Orphans are reported only.
 - **repair**: the missing rows are rebuilt with ``Tail.build_rows`` and written with the tail's
   ``$setOnInsert`` bulk upsert keyed by row key: running it twice, or racing the tail, writes each
-  row once.
+  row once. A write the store does not finish in time is split and retried (``_write``), so a
+  long log is repaired in one run, however slow the store.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 
+import anyio
 import msgspec
 from opentelemetry import trace
 
 from board_outbox.engine.reading import GapTracker, read_batch
 from board_outbox.engine.tail import Tail
 from board_outbox.model.bounds import Pos, PosInt
-from board_outbox.model.domain import DONE_TTL_SECONDS, PROJECTION, EventSnapshot, SubscriptionIndex
-from board_outbox.model.errors import MalformedDocument
+from board_outbox.model.domain import (
+    DONE_TTL_SECONDS,
+    PROJECTION,
+    EffectRow,
+    EventSnapshot,
+    SubscriptionIndex,
+)
+from board_outbox.model.errors import MalformedDocument, StoreUnavailable
 from board_outbox.model.validation import is_seq
 
 log = logging.getLogger("board_outbox.audit")
 
 SPAN_REPAIR = "board_outbox.audit.repair"
 MISSING_KEYS_KEPT = 10_000  # per tenant, by the background audit (the gauge counts at most this)
+REPAIR_TRIES = 3  # a single row's repair write, before the store's error ends the repair
+REPAIR_RETRY_SECONDS = 0.5
 
 
 class AuditSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -124,8 +134,10 @@ class Auditor:
     """Audits through the tail's ports and rules (its projections, its row construction)."""
 
     def __init__(self, tail: Tail, *, done_ttl_seconds: float = float(DONE_TTL_SECONDS),
-                 batch_size: int = 500, tracer_provider: trace.TracerProvider | None = None) -> None:
+                 batch_size: int = 500, tracer_provider: trace.TracerProvider | None = None,
+                 progress: Callable[[AuditReport], None] | None = None) -> None:
         self.tail = tail
+        self.progress = progress  # called after each chunk with the report so far
         self.done_ttl_seconds = done_ttl_seconds
         self.batch_size = batch_size
         self._tracer = trace.get_tracer("board_outbox.audit", tracer_provider=tracer_provider)
@@ -148,6 +160,8 @@ class Auditor:
             await self._chunk(rep, tenant_id, chunk.lo, chunk.hi, chunk.passed, subs, chunk.now,
                               repair)
             rep.upto = chunk.hi
+            if self.progress is not None:
+                self.progress(rep)
         rep.complete = rep.upto >= cursor
         return rep
 
@@ -201,10 +215,29 @@ class Auditor:
                 SPAN_REPAIR, attributes={"board_outbox.tenant_id": tenant_id}) as span:
             rows = [r for r in t.build_rows(tenant_id, snaps, SubscriptionIndex([]), now, span)
                     if r.row_key in keys]
-            result = await t.outbox.upsert_rows(rows)
-        log.warning("audit repaired %d missing rows (%d were back already)", result.inserted,
-                    result.existing, extra={"tenant_id": tenant_id})
-        return result.inserted
+            inserted, existing = await self._write(rows, REPAIR_TRIES)
+        log.warning("audit repaired %d missing rows (%d were back already)", inserted,
+                    existing, extra={"tenant_id": tenant_id})
+        return inserted
+
+    async def _write(self, rows: list[EffectRow], tries: int) -> tuple[int, int]:
+        """The repair's bulk upsert, (inserted, existing). A write the store does not finish in
+        time (``StoreUnavailable``: a long log's chunk past the operation timeout) is split in
+        halves, down to single rows, each retried ``REPAIR_TRIES`` times, so a slow store slows
+        a repair down instead of ending it. Safe to repeat: the upsert only inserts a row key
+        not stored yet (a timed-out write that landed counts its rows as existing)."""
+        try:
+            result = await self.tail.outbox.upsert_rows(rows)
+            return result.inserted, result.existing
+        except StoreUnavailable:
+            if len(rows) > 1:
+                half = len(rows) // 2
+                a, b = await self._write(rows[:half], tries), await self._write(rows[half:], tries)
+                return a[0] + b[0], a[1] + b[1]
+            if tries <= 1:
+                raise
+        await anyio.sleep(REPAIR_RETRY_SECONDS)
+        return await self._write(rows, tries - 1)
 
 
 class BackgroundAudit:

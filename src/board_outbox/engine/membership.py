@@ -52,12 +52,14 @@ def trusted(members: Iterable[Member], now: float, settings: MembershipSettings)
     """The leases a replica may believe: a lease is written one ``lease_seconds`` ahead of its
     heartbeat, so one that ends further ahead than ``heartbeat_timeout_seconds`` was not
     written by a heartbeat (a hand edit, a clock far ahead): trusting it would hand tenants to
-    a member that may be long gone, forever. Each one is reported once and left out."""
+    a member that may be long gone, forever. Each one is reported once and left out; a lease
+    that is good again leaves the bad-document listing."""
     out = []
     for m in members:
         problem = member_problem(m.member_id, m.expires_at, now, settings.heartbeat_timeout_seconds)
         if problem is None:
             out.append(m)
+            BAD_DOCUMENTS.resolved(MEMBERS, m.member_id)  # fixed by hand: no longer listed
         else:
             BAD_DOCUMENTS.report(MEMBERS, m.member_id, problem)
     return out

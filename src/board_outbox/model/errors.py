@@ -164,3 +164,9 @@ class ChangeStreamLost(BoardOutboxError):
 class RebuildConflict(BoardOutboxError):
     """A shadow rebuild's generation pointer changed under it (another rebuild, a drop): the
     live read model is untouched; run the rebuild again."""
+
+
+class ProjectionFailed(BoardOutboxError):
+    """A projection raised while a rebuild replayed the log (a bug in its code): the rebuild
+    stops, one line names the projection, the seqs and the error; a shadow rebuild drops its
+    shadow (the live read model is untouched)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
@@ -79,13 +81,14 @@ def start_execute_span(tracer: trace.Tracer, row: EffectRow, *, attempt: int) ->
     return tracer.start_span(SPAN_EXECUTE, context=parent, links=links, attributes=attrs)
 
 
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+
+
 def trace_id_of(traceparent: str) -> str | None:
-    """The 32-hex trace id of a W3C ``traceparent`` (None: not one), e.g. for an exemplar."""
+    """The trace id of a W3C ``traceparent`` (None: not one), e.g. for an exemplar: exactly 32
+    lowercase hex digits, not all zeros. A stored trace context is data: ``int(x, 16)`` would
+    also take ``0x`` prefixes, ``_``, upper case and surrounding whitespace or newlines."""
     parts = traceparent.split("-")
-    if len(parts) != 4 or len(parts[1]) != 32 or parts[1] == "0" * 32:
-        return None
-    try:
-        int(parts[1], 16)
-    except ValueError:
+    if len(parts) != 4 or _TRACE_ID.fullmatch(parts[1]) is None or parts[1] == "0" * 32:
         return None
     return parts[1]

@@ -10,7 +10,13 @@ from typing import Any
 
 import anyio
 
-from board_outbox.model.errors import BoardOutboxError, ConfigError, StoreUnavailable, UsageError
+from board_outbox.model.errors import (
+    BoardOutboxError,
+    ConfigError,
+    ProjectionFailed,
+    StoreUnavailable,
+    UsageError,
+)
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
 from board_outbox.surface.cli.commands.audit import cmd_audit
 from board_outbox.surface.cli.commands.console import cmd_console
@@ -68,7 +74,7 @@ def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _run_unwrapped(COMMANDS[args.command], args, factory or default_factory)
-    except (ConfigError, UsageError) as exc:
+    except (ConfigError, UsageError, ProjectionFailed) as exc:
         print(f"board-outbox: {'config error: ' if isinstance(exc, ConfigError) else ''}{exc}",
               file=sys.stderr)
         return 2

@@ -4,11 +4,34 @@ events the cursor passed, and orphaned rows. Exit 1 when rows are missing (and n
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from board_outbox.surface.cli.commands import StoresFactory
 from board_outbox.surface.cli.output import UsageError
+
+if TYPE_CHECKING:
+    from board_outbox.engine.audit import AuditReport
+
+
+class Progress:
+    """How far the audit has got, on stderr (stdout is the report): the first chunk, then at
+    most one line every ``every`` seconds, and the last one."""
+
+    def __init__(self, every: float = 2.0) -> None:
+        self.every = every
+        self.last = -float("inf")
+
+    def __call__(self, rep: AuditReport) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every and rep.upto < rep.cursor:
+            return
+        self.last = now
+        print(f"audit {rep.tenant_id}: seq {rep.upto} of {rep.cursor}: {rep.events} events, "
+              f"{len(rep.missing)} missing, {rep.repaired} repaired", file=sys.stderr, flush=True)
 
 
 async def cmd_audit(args: argparse.Namespace, factory: StoresFactory) -> int:
@@ -27,7 +50,7 @@ async def cmd_audit(args: argparse.Namespace, factory: StoresFactory) -> int:
         registry = build_registry(stores, cfg.projections, cfg.handlers)
         tail = tail_for(stores, registry, cfg.tail, SystemClock())
         auditor = Auditor(tail, done_ttl_seconds=cfg.audit.done_ttl_seconds,
-                          batch_size=args.batch_size)
+                          batch_size=args.batch_size, progress=Progress())
         rep = await auditor.audit(args.tenant, after=args.since - 1, repair=args.repair)
     unrepaired = 0 if args.repair else len(rep.missing)
     if args.json:

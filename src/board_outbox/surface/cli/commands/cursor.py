@@ -4,7 +4,8 @@ from a backup, hand-edited), which the running replicas hold instead of draining
 
 Resetting to N re-reads the tenant's events after N: events whose rows already exist cost
 nothing (rows are keyed by event and inserted only once), so a reset a little too low is
-safe; one beyond the counter is refused (it would skip events)."""
+safe; one beyond the counter is refused (it would skip events), and so is a tenant the store
+does not know at all (no cursor, counter, subscription or live row: a typo)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from board_outbox.surface.cli.output import UsageError
 async def cmd_cursor(args: argparse.Namespace, factory: StoresFactory) -> int:
     from board_outbox.model.validation import tenant_problem
     from board_outbox.service.config import load_config
+    from board_outbox.service.health import all_tenants
 
     problem = tenant_problem(args.tenant)
     if problem is not None:
@@ -41,6 +43,11 @@ async def cmd_cursor(args: argparse.Namespace, factory: StoresFactory) -> int:
             print(f"tenant {args.tenant}: cursor {current_text}, counter {counter}{note}")
             return 0
         to = args.to
+        if current is None and current_text == "none" and args.tenant not in await all_tenants(stores):
+            # no cursor, counter, subscription or live row: a typo, not a tenant to start
+            raise UsageError(f"cursor reset: unknown tenant {args.tenant!r}: no counter, no "
+                             "events, no subscriptions, no cursor (`board-outbox status` lists "
+                             "the tenants)")
         if to > counter:
             raise UsageError(f"cursor reset: --to {to} is beyond tenant {args.tenant!r}'s counter "
                              f"({counter}): events {counter + 1}..{to} would be skipped")

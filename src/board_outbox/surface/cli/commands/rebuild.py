@@ -90,7 +90,7 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
     from board_outbox.engine.generations import VersionedReadModels, versioned
     from board_outbox.model.clock import SystemClock
     from board_outbox.service.runtime import build_registry
-    from board_outbox.surface.admin import drop_shadow, shadow_rebuild
+    from board_outbox.surface.shadow import drop_shadow, shadow_rebuild
 
     rm = versioned(stores, SystemClock(), cfg.store.generation_cache_seconds).readmodels
     if not isinstance(rm, VersionedReadModels):
