@@ -88,6 +88,7 @@ async def scenario(stores_for: Callable[[str], Stores], cfg: Callable[[str], Con
         tg.start_soon(b.run)
         await settled([a, b])
         await eventually(lambda: _done(world, len(TENANTS)))
+        await settled([a, b])  # again: a heartbeat that timed out meanwhile (a loaded machine)
         mine = {s: [t for t in TENANTS if owner(s.ownership.members, t) == s.ownership.member_id]
                 for s in (a, b)}
         assert mine[a] and mine[b] and set(mine[a]).isdisjoint(mine[b])
