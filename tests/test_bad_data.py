@@ -281,6 +281,36 @@ async def _garbage_slot(rig: Rig, t: str) -> None:
     await rig.emit(t)
 
 
+async def _infinite_slot(rig: Rig, t: str) -> None:
+    """Issue 30: a slot held until Infinity (a number to the store, so its filter never freed
+    it): taken over, one line naming it."""
+    await _limited_sub(rig, t, max_in_flight=1)
+    assert rig.kit.put_raw_limit is not None
+    await rig.kit.put_raw_limit(slot_id(bot_key(t, "b"), 0),
+                                {"key": bot_key(t, "b"), "holder": "x", "until": float("inf")})
+    await rig.emit(t)
+
+
+async def _ghost_slot(rig: Rig, t: str) -> None:
+    """Issue 30: a slot held for a month (further ahead than any lease): taken over."""
+    await _limited_sub(rig, t, max_in_flight=1)
+    assert rig.kit.put_raw_limit is not None
+    await rig.kit.put_raw_limit(slot_id(bot_key(t, "b"), 0),
+                                {"key": bot_key(t, "b"), "holder": "x",
+                                 "until": rig.kit.clock.now() + 30 * 86400})
+    await rig.emit(t)
+
+
+async def _negative_counter(rig: Rig, t: str) -> None:
+    """Issue 30: a rate counter at ``n: -1000`` would open its window to a thousand launches;
+    that window stays shut, the next ones count again (the row waits, no attempt spent)."""
+    await _limited_sub(rig, t, max_per_second=5)
+    assert rig.kit.put_raw_limit is not None
+    cid, _n, _end = rate_slot(bot_key(t, "b"), 5, rig.kit.clock.now() + 20.0)
+    await rig.kit.put_raw_limit(cid, {"n": -1000})
+    await rig.emit(t)
+
+
 async def _garbage_counter(rig: Rig, t: str) -> None:
     """F2: the rate counter of the window now, with a count that is not a count: that window
     stays shut (the row waits, no attempt spent), the next ones count again."""
@@ -396,7 +426,13 @@ CASES: list[Case] = [
              lambda t: _sub(t, max_per_second="fast")),
     sub_case("sub-max-per-second-too-slow", "max_per_second: 1e-05 per second is below",
              lambda t: _sub(t, max_per_second=1e-5)),
-    Case("limit-slot-garbage", _garbage_slot, "flows", later_flows=True),
+    Case("limit-slot-garbage", _garbage_slot, "log", "is not a finite number: taken over",
+         later_flows=True),
+    Case("limit-slot-infinite", _infinite_slot, "log", "is not a finite number: taken over",
+         later_flows=True),
+    Case("limit-slot-ghost-for-a-month", _ghost_slot, "log", "s ahead: taken over",
+         later_flows=True),
+    Case("limit-counter-negative", _negative_counter, "flows", later_flows=True),
     Case("limit-counter-garbage", _garbage_counter, "flows", later_flows=True),
     Case("sub-kind-nobody-handles", _unhandled_kind, "dead",
          "no effect handler registered for kind 'page'", row_key="{t}/1/sub/{t}-page",
@@ -439,7 +475,8 @@ CASES: list[Case] = [
 LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-healthy",
         "sub-id-differs-from-sub-id", "row-reclaim-attempts-string", "row-state-weird",
         "cursor-seq-string", "tenant-id-with-slash", "limit-slot-garbage",
-        "limit-counter-garbage"}
+        "limit-counter-garbage", "limit-slot-infinite", "limit-slot-ghost-for-a-month",
+        "limit-counter-negative"}
 
 
 def _params() -> list[Any]:

@@ -127,7 +127,7 @@ async def test_a_launch_over_its_bot_limit_waits_without_spending_an_attempt(kit
                        consume_labels=("go",))
     await _one_row(kit, sub)
     lim = _limits(kit)
-    assert await lim.acquire(bot_key(T, "b"), 1, "someone", until=kit.clock.now() + 1e6, now=kit.clock.now())
+    assert await lim.acquire(bot_key(T, "b"), 1, "someone", until=kit.clock.now() + 3600, now=kit.clock.now())
     worker = kit.worker()
     worker.metrics = metrics = Metrics()
     res = await worker.tick_any([T])
@@ -154,7 +154,7 @@ async def test_a_launch_over_its_bot_limit_waits_without_spending_an_attempt(kit
     assert await _waiting(kit) == 0
     assert len(kit.launcher.launches) == 1
     # the slot was held only around the launch: it is free again
-    assert await lim.acquire(bot_key(T, "b"), 1, "after", until=kit.clock.now() + 1e6, now=kit.clock.now())
+    assert await lim.acquire(bot_key(T, "b"), 1, "after", until=kit.clock.now() + 3600, now=kit.clock.now())
 
 
 async def test_a_rate_limit_defers_to_the_next_window(kit: Kit) -> None:
@@ -179,7 +179,7 @@ async def test_tenant_limits_from_the_settings_apply_to_every_bot(kit: Kit) -> N
     await _one_row(kit, Subscription(sub_id="s2", tenant_id=T, bot="b2"))  # 2 rows (s1, s2)
     registry = build_registry(kit.stores, [], limits=LimitSettings(tenant_in_flight=1))
     lim = _limits(kit)
-    assert await lim.acquire(tenant_key(T), 1, "someone", until=kit.clock.now() + 1e6, now=kit.clock.now())
+    assert await lim.acquire(tenant_key(T), 1, "someone", until=kit.clock.now() + 3600, now=kit.clock.now())
     worker = kit.worker(registry)
     res = await worker.tick_any([T])
     assert res.deferred == 3 and kit.launcher.launches == []
@@ -188,7 +188,7 @@ async def test_tenant_limits_from_the_settings_apply_to_every_bot(kit: Kit) -> N
     assert (await worker.tick_any([T])).done == 3
     assert {r.bot for r in kit.launcher.launches} == {"b1", "b2"}
     # one at a time, each giving the tenant's one slot back
-    assert await lim.acquire(tenant_key(T), 1, "again", until=kit.clock.now() + 1e6, now=kit.clock.now())
+    assert await lim.acquire(tenant_key(T), 1, "again", until=kit.clock.now() + 3600, now=kit.clock.now())
 
 
 async def test_a_subscription_limit_replaces_the_configured_bot_limit(kit: Kit) -> None:
@@ -200,7 +200,7 @@ async def test_a_subscription_limit_replaces_the_configured_bot_limit(kit: Kit) 
     registry = build_registry(kit.stores, [], limits=LimitSettings(bot_in_flight=1))
     lim, now = _limits(kit), kit.clock.now()
     for tenant in ("plain", "free", "two"):
-        assert await lim.acquire(bot_key(tenant, "b"), 1, "someone", until=now + 1e6, now=now)
+        assert await lim.acquire(bot_key(tenant, "b"), 1, "someone", until=now + 3600, now=now)
     worker = kit.worker(registry)
     for tenant in ("plain", "free", "two"):
         await worker.tick_any([tenant])
@@ -216,7 +216,7 @@ async def test_a_launch_that_fails_gives_its_slot_back(kit: Kit) -> None:
     res = await kit.worker().tick_any([T])
     assert res.retried == 1  # a real failure still counts its attempt
     now = kit.clock.now()
-    assert await _limits(kit).acquire(bot_key(T, "b"), 1, "x", until=now + 1e6, now=now)
+    assert await _limits(kit).acquire(bot_key(T, "b"), 1, "x", until=now + 3600, now=now)
 
 
 async def test_a_release_the_store_refuses_frees_the_slot_at_its_lease(kit: Kit) -> None:
@@ -225,9 +225,9 @@ async def test_a_release_the_store_refuses_frees_the_slot_at_its_lease(kit: Kit)
     kit.faults.fail_at("limits.release")
     assert (await kit.worker().tick_any([T])).done == 1  # the launch is not undone
     lim, now = _limits(kit), kit.clock.now()
-    assert not await lim.acquire(bot_key(T, "b"), 1, "x", until=now + 1e6, now=now)
+    assert not await lim.acquire(bot_key(T, "b"), 1, "x", until=now + 3600, now=now)
     slot = LimitSettings().slot_seconds
-    assert await lim.acquire(bot_key(T, "b"), 1, "x", until=now + 1e6, now=now + slot)
+    assert await lim.acquire(bot_key(T, "b"), 1, "x", until=now + 3600, now=now + slot)
 
 
 async def _waiting(kit: Kit) -> int:
@@ -254,7 +254,7 @@ async def test_a_bots_limits_are_per_tenant(kit: Kit) -> None:
     registry = build_registry(kit.stores, [], limits=LimitSettings(bot_in_flight=1,
                                                                    bot_per_second=1.0))
     lim, now = _limits(kit), kit.clock.now()
-    assert await lim.acquire(bot_key("ta", "b"), 1, "someone", until=now + 1e6, now=now)
+    assert await lim.acquire(bot_key("ta", "b"), 1, "someone", until=now + 3600, now=now)
     worker = kit.worker(registry)
     res = await worker.tick_any()
     assert (res.done, res.deferred) == (1, 1)
@@ -284,4 +284,33 @@ async def test_a_hard_stop_inside_a_launch_still_gives_its_slots_back(kit: Kit) 
     assert entered and scope.cancelled_caught
     now = kit.clock.now()
     for key in (bot_key(T, "b"), tenant_key(T)):
-        assert await _limits(kit).acquire(key, 1, "next", until=now + 1e6, now=now), key
+        assert await _limits(kit).acquire(key, 1, "next", until=now + 3600, now=now), key
+
+
+@pytest.mark.parametrize("until", [math.nan, math.inf, "ghost", 30 * 86400.0])
+async def test_a_planted_slot_that_no_launch_can_have_written_is_taken_over(
+    kit: Kit, until: object, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 30: a held slot ending NaN, Infinity, not a number, or a month ahead (further than
+    any lease) would block its bot for good (the store's filter never matched NaN or Infinity:
+    every take was a duplicate key). It is taken over, with one warning naming it on Mongo."""
+    from board_outbox.model.limits import slot_id
+
+    lim, t0 = _limits(kit), _t0(kit)
+    assert kit.put_raw_limit is not None
+    planted = t0 + until if isinstance(until, float) and until == 30 * 86400.0 else until
+    await kit.put_raw_limit(slot_id(K, 0), {"key": K, "holder": "ghost", "until": planted})
+    assert await lim.acquire(K, 1, "a", until=t0 + 100, now=t0)
+    assert not await lim.acquire(K, 1, "b", until=t0 + 100, now=t0)  # now a's, for real
+
+
+async def test_a_negative_rate_counter_keeps_its_window_shut(kit: Kit) -> None:
+    """Issue 30: a counter planted at ``n: -1000`` would open its window to a thousand launches;
+    it is not a count, so that window stays shut, and the next window counts again."""
+    lim, t0 = _limits(kit), _t0(kit)
+    assert kit.put_raw_limit is not None
+    cid, _allowed, end = rate_slot(K, 1.0, t0)
+    await kit.put_raw_limit(cid, {"n": -1000})
+    assert [await lim.take(K, 1.0, t0) for _ in range(3)] == [False, False, False]
+    assert await lim.take(K, 1.0, end)  # the next window
+    assert not await lim.take(K, 1.0, end)  # at 1/s: one per window

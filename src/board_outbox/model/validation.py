@@ -280,12 +280,50 @@ def finite(value: object) -> float | None:
 
 def slot_is_free(doc: Mapping[str, Any], holder: str, now: float) -> bool:
     """F2: may ``holder`` take this in-flight slot document? Yes when it is unheld, held by
-    ``holder`` already, expired (``until <= now``: its holder died), or malformed (an ``until``
-    that is not a finite number is taken over, never held forever)."""
+    ``holder`` already, expired (``until <= now``: its holder died), or malformed (``slot_problem``:
+    taken over, never held forever)."""
     if doc.get("holder") is None or doc.get("holder") == holder:
         return True
     until = finite(doc.get("until"))
-    return until is None or until <= now
+    return until is None or until <= now or slot_problem(doc, now) is not None
+
+
+def slot_problem(doc: Mapping[str, Any], now: float) -> str | None:
+    """Why a held slot document cannot have been written by a launch: an ``until`` that is not
+    a finite number (NaN, Infinity, a string), or that ends further ahead than any lease can
+    (``LEASE_HORIZON_SECONDS``: a ghost planted for a month)."""
+    raw = doc.get("until")
+    until = finite(raw)
+    if until is None:
+        return f"until {cap(repr(raw), 100)} is not a finite number"
+    if until > now + LEASE_HORIZON_SECONDS:
+        return f"until {until!r} is more than {LEASE_HORIZON_SECONDS:.0f}s ahead"
+    return None
+
+
+LIMITS_COLLECTION = "board_outbox_limits"
+
+
+def report_slot(doc: Mapping[str, Any], slot: str, now: float) -> bool:
+    """Is this a held slot that no launch can have written (``slot_problem``)? Reported once
+    as a bad document of the limits collection (a warning naming the slot; counted; listed by
+    ``status --json``); it is taken over."""
+    if doc.get("holder") is None:
+        return False
+    problem = slot_problem(doc, now)
+    if problem is None:
+        return False
+    BAD_DOCUMENTS.report(LIMITS_COLLECTION, slot, f"{problem}: taken over", level=logging.WARNING)
+    return True
+
+
+def counter_problem(doc: Mapping[str, Any]) -> str | None:
+    """Why a rate counter document is not a count: ``n`` not a non-negative integer (a
+    ``-1000`` would open its window to a thousand launches)."""
+    n = doc.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        return f"n {cap(repr(n), 100)} is not a count"
+    return None
 
 
 def number_problem(name: str, value: object) -> str | None:

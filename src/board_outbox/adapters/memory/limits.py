@@ -8,7 +8,7 @@ from typing import Any
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.limits import rate_slot, slot_id
-from board_outbox.model.validation import slot_is_free
+from board_outbox.model.validation import counter_problem, report_slot, slot_is_free
 
 
 class MemoryLimitStore:
@@ -26,6 +26,8 @@ class MemoryLimitStore:
         for k in range(limit):
             sid = slot_id(key, k)
             doc = self._docs.get(sid)
+            if doc is not None:
+                report_slot(doc, sid, now)
             if doc is None or slot_is_free(doc, holder, now):
                 self._docs[sid] = {"key": key, "holder": holder, "until": until}
                 return True
@@ -42,7 +44,7 @@ class MemoryLimitStore:
         cid, allowed, _end = rate_slot(key, per_second, now)
         doc = self._docs.setdefault(cid, {"n": 0})
         n = doc.get("n")
-        if not isinstance(n, int) or isinstance(n, bool) or n >= allowed:
+        if counter_problem(doc) is not None or not isinstance(n, int) or n >= allowed:
             return False  # full (or a counter that is not a count: its window stays shut)
         doc["n"] = n + 1
         return True

@@ -23,9 +23,14 @@ from pymongo.errors import DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model.limits import EXPIRY_MARGIN_SECONDS, rate_slot, slot_id
-from board_outbox.model.validation import slot_is_free
+from board_outbox.model.validation import (
+    LEASE_HORIZON_SECONDS,
+    LIMITS_COLLECTION,
+    report_slot,
+    slot_is_free,
+)
 
-LIMITS = "board_outbox_limits"
+LIMITS = LIMITS_COLLECTION
 
 
 def _expire_at(t: float) -> datetime:
@@ -33,8 +38,11 @@ def _expire_at(t: float) -> datetime:
 
 
 def _free(holder: str, now: float) -> dict[str, Any]:
+    # NaN and Infinity are numbers to the store: a slot holding one, or ending further ahead
+    # than any lease, is taken over like a malformed one (``validation.slot_problem``)
     return {"$or": [{"holder": None}, {"holder": holder}, {"until": {"$lte": now}},
-                    {"until": {"$not": {"$type": "number"}}}]}
+                    {"until": {"$not": {"$type": "number"}}}, {"until": float("nan")},
+                    {"until": {"$gt": now + LEASE_HORIZON_SECONDS}}]}
 
 
 class MongoLimitStore:
@@ -44,15 +52,19 @@ class MongoLimitStore:
     @translated
     async def acquire(self, key: str, limit: int, holder: str, until: float, now: float) -> bool:
         ids = [slot_id(key, k) for k in range(limit)]
-        held = {d["_id"] for d in await self.coll.find(
-            {"_id": {"$in": ids}}, {"holder": 1, "until": 1}).to_list(None)
-            if not slot_is_free(d, holder, now)}
+        docs = await self.coll.find({"_id": {"$in": ids}}, {"holder": 1, "until": 1}).to_list(None)
+        # a held slot no launch can have written (``slot_problem``) is taken over from the
+        # holder it was read with: a compare-and-set on that holder, whatever its until holds
+        malformed = {d["_id"]: d.get("holder") for d in docs if report_slot(d, str(d["_id"]), now)}
+        held = {d["_id"] for d in docs if not slot_is_free(d, holder, now)}
         for sid in ids:
             if sid in held:
                 continue
+            flt = ({"_id": sid, "holder": malformed[sid]} if sid in malformed
+                   else {"_id": sid, **_free(holder, now)})
             try:
                 await self.coll.update_one(
-                    {"_id": sid, **_free(holder, now)},
+                    flt,
                     {"$set": {"key": key, "holder": holder, "until": until,
                               "expire_at": _expire_at(until)}},
                     upsert=True)
@@ -71,10 +83,13 @@ class MongoLimitStore:
         for _ in range(2):
             try:
                 await self.coll.find_one_and_update(
-                    {"_id": cid, "n": {"$lt": allowed}},
+                    # a counter below 0 is not a count: its window stays shut (no match, and
+                    # the upsert meets the duplicate key), never open to ``allowed - n``
+                    {"_id": cid, "n": {"$gte": 0, "$lt": allowed}},
                     {"$inc": {"n": 1}, "$setOnInsert": {"expire_at": _expire_at(end)}},
                     upsert=True, return_document=ReturnDocument.AFTER)
             except DuplicateKeyError:
                 continue  # full, or a racing first launch inserted it: look once more
             return True
         return False
+
