@@ -268,7 +268,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "            if False:\n                await self._release(held, holder)",
            "engine/limits"),
     Mutant("limits-mongo-rate-uncapped", "limits",
-           '{"_id": cid, "n": {"$lt": allowed}}', '{"_id": cid}', "mongo/limits"),
+           '{"_id": cid, "n": {"$gte": 0, "$lt": allowed}}', '{"_id": cid}', "mongo/limits"),
     # --- issue 29 (T1): completion in bulk, the born-claimed hand-off, backpressure, bounded
     # hot queries
     Mutant("completion-cancelled-flush-drops-marks", "completion",
@@ -306,6 +306,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("tail-window-not-more-behind", "queries",
            "return res.full and (res.read >= limit or res.cursor_after - res.cursor_before >= limit)",
            "return res.full and res.read >= limit", "tail"),
+    Mutant("limits-ghost-slot-held", "limits",
+           "return until is None or until <= now or slot_problem(doc, now) is not None",
+           "return until is None or until <= now", "validation"),
+    Mutant("limits-negative-counter-counts", "limits",
+           '{"_id": cid, "n": {"$gte": 0, "$lt": allowed}}', '{"_id": cid, "n": {"$lt": allowed}}',
+           "mongo/limits"),
     # issue 30/32: the console's sessions and origin checks, the operator port's guards, the
     # console's page cost
     Mutant("console-same-site-accepted", "console",
