@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -302,3 +303,35 @@ async def one_bot_backlog(stores: Stores, tenant: str, bot: str, rows: int, at: 
         seq = await stores.events.allocate_seq(tenant)
         await stores.events.insert({"tenant_id": tenant, "seq": seq,
                                     "type": "card.created", "card_id": f"c{i}", "at": at})
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU so far (utime + stime from /proc); 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def server_requests(client: Any, counter: CommandCount) -> int:
+    """The server's request counter, minus this script's own requests so far (this read
+    included): ``client`` sends its commands through ``counter``."""
+    n = int(client.admin.command("serverStatus")["network"]["numRequests"])
+    return n - counter.n
+
+
+def stop(procs: Sequence[subprocess.Popen[Any]], timeout: float) -> None:
+    """SIGTERM every process still running, then wait for each; kill the ones that outlast
+    ``timeout``."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()

@@ -147,7 +147,8 @@ async def memory_run(burst: int, seconds: float, quiet_rate: float) -> dict[str,
 def wire_run(burst: int, seconds: float, quiet_rate: float) -> dict[str, Any]:
     from board_outbox.service.wireserver import WireServer
 
-    from .replicas import Bench, spawn, stop, wait_members
+    from .common import stop
+    from .replicas import Bench, spawn, wait_members
 
     server = WireServer().start()
     db = f"bench_fair_{int(time.time())}"
@@ -239,7 +240,7 @@ def wire_run(burst: int, seconds: float, quiet_rate: float) -> dict[str, Any]:
                                                  for k in quiet if k in done],
                                          "extra": split(quiet)}
             finally:
-                stop(procs)
+                stop(procs, 20)
     finally:
         b.client.drop_database(db)
         b.client.close()

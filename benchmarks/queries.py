@@ -34,8 +34,7 @@ from board_outbox.model.domain import EffectRow
 from board_outbox.ports import ClaimTerms
 from board_outbox.service.wireserver import WireServer
 
-from .common import RESULTS, pyplot, write_result
-from .throughput import cpu_seconds
+from .common import RESULTS, cpu_seconds, pyplot, write_result
 
 TENANTS = 10
 BATCH = 20

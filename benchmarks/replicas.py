@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,18 +35,17 @@ from pymongo import MongoClient
 
 from board_outbox.service.wireserver import WireServer
 
-from .common import RESULTS, CommandCount, percentiles, write_result
+from .common import (
+    RESULTS,
+    CommandCount,
+    cpu_seconds,
+    percentiles,
+    server_requests,
+    stop,
+    write_result,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Bench:
@@ -60,8 +58,7 @@ class Bench:
 
     def requests(self) -> int:
         """The server's request counter, minus our own requests so far (this read included)."""
-        n = int(self.client.admin.command("serverStatus")["network"]["numRequests"])
-        return n - self.counter.n
+        return server_requests(self.client, self.counter)
 
     def opcounters(self) -> dict[str, int]:
         """The server's opcounters by type, minus ours (our requests are commands and finds)."""
@@ -184,17 +181,6 @@ def wait_members(b: Bench, n: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"{n} replicas did not join within {timeout:.0f}s")
 
 
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def idle_rate(b: Bench, seconds: float) -> tuple[float, float]:
     """(requests/s, of which change-stream getMores/s) with nothing to do."""
     time.sleep(3.0)  # start-up polls and the first heartbeats settle
@@ -246,7 +232,7 @@ def one_run(server: WireServer, n: int, *, events: int, rate: float, tenants: in
         doubles = len(b.client[db]["trigger_effects"].distinct("row_key")) != \
             b.db["trigger_effects"].count_documents({})
     finally:
-        stop(procs)
+        stop(procs, 20)
         b.client.drop_database(db)
         b.client.close()
     return {
@@ -282,7 +268,7 @@ def idle_many(server: WireServer, tenants: int, seconds: float, tmp: Path) -> di
         time.sleep(2)
         cpu = (cpu_seconds(procs[0].pid) - cpu0) / 2
     finally:
-        stop(procs)
+        stop(procs, 20)
         b.client.drop_database(db)
         b.client.close()
     return {"tenants": tenants, "replicas": 1, "idle_requests_per_s": round(rate, 1),

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,24 +39,24 @@ from pymongo import MongoClient
 from board_outbox.adapters.mongo.outbox import IN_STATE
 from board_outbox.service.wireserver import WireServer
 
-from .common import RESULTS, CommandCount, bot_runner, pyplot, write_result
+from .common import (
+    RESULTS,
+    CommandCount,
+    bot_runner,
+    cpu_seconds,
+    pyplot,
+    server_requests,
+    stop,
+    write_result,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-TICKS = os.sysconf("SC_CLK_TCK")
 TENANTS = 10
 CARDS = 20
 # what a replica's log says when it aborted a batch on a store timeout, gave up a done mark, or
 # found a tenant stalled (issue 29: none of them may happen under mere overload)
 SYMPTOMS = {"aborted": "batch aborted, cursor untouched", "unrecorded": "done but not recorded",
             "stalled": "stalled"}
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 class Store:
@@ -68,8 +67,7 @@ class Store:
         self.client: MongoClient[dict[str, Any]] = MongoClient(uri, event_listeners=[self.counter])
 
     def requests(self) -> int:
-        n = int(self.client.admin.command("serverStatus")["network"]["numRequests"])
-        return n - self.counter.n
+        return server_requests(self.client, self.counter)
 
     def seed(self, db_name: str, events: int) -> None:
         db = self.client[db_name]
@@ -147,17 +145,6 @@ def spawn_floor(uri: str, db: str, runner: str, rows: int, statements: Path | No
     return proc
 
 
-def stop(procs: list[subprocess.Popen[Any]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-
-
 def statements(paths: list[Path], start: float, end: float, events: int) -> dict[str, Any]:
     """Statements per event and their round-trip ms per event, by command, collection and filter
     shape (a getMore by collection: a change stream's wake is one), from the logs of
@@ -221,7 +208,7 @@ def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, replic
         docs = store.client[db]["trigger_effects"]
         duplicates = docs.count_documents({}) - len(docs.distinct("row_key"))
     finally:
-        stop(procs)
+        stop(procs, 30)
     text = "\n".join(p.read_text(errors="replace") for p in logs if p.exists())
     done_events = min(events, done // 2) if done < rows else events
     seconds = end - start
