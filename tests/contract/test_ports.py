@@ -313,3 +313,25 @@ async def test_get_many_fetches_a_batch_in_one_call(kit: Kit) -> None:
     assert isinstance(got["bad"], MalformedCard)
     assert await kit.cards.get_many(T, []) == {}
     assert kit.faults.hits["cards.get_many"] == 2
+
+
+async def test_counts_by_state_asked_by_state_agree_with_the_whole_count(kit: Kit) -> None:
+    """The gauges' path (``states=``: one count per state over its index; the done rows of every
+    tenant estimated from the collection's size) gives the figures the whole count gives."""
+    await kit.outbox.upsert_rows([_row(i) for i in range(1, 7)] + [_row(9, tenant="t2")])
+    now = kit.clock.now()
+    c1, c2, c3, _still_claimed = await claim(kit.outbox, T, now, 30.0, 4)
+    assert await kit.outbox.apply_claimed(c1.ref, c1.claim_id, tr.done(now=now, outcome="ok"))
+    assert await kit.outbox.apply_claimed(c2.ref, c2.claim_id, tr.done(now=now, outcome="ok"))
+    err = ErrorEntry(attempt=1, at=now, error="boom")
+    assert await kit.outbox.apply_claimed(
+        c3.ref, c3.claim_id, tr.park(now=now, error=err, count_attempt=True))
+    whole = await kit.outbox.count_by_state()
+    assert whole == {"done": 2, "failed": 1, "claimed": 1, "pending": 3}
+    every = ["pending", "claimed", "failed", "done"]
+    assert await kit.outbox.count_by_state(states=every) == whole
+    assert await kit.outbox.count_by_state(states=["done", "failed"]) == {"done": 2, "failed": 1}
+    assert await kit.outbox.count_by_state(states=["pending"]) == {"pending": 3}
+    assert await kit.outbox.count_by_state(T, states=every) == {
+        "done": 2, "failed": 1, "claimed": 1, "pending": 2}
+    assert await kit.outbox.count_by_state("t2", states=["done", "pending"]) == {"pending": 1}
