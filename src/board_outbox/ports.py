@@ -67,6 +67,7 @@ __all__ = [
     "SessionStore",
     "StatusStore",
     "Stores",
+    "SubscriptionChanges",
     "SubscriptionStore",
     "TenantLag",
     "UpsertIfNewer",
@@ -336,6 +337,15 @@ class Launcher(Protocol):
 
 
 
+class SubscriptionChanges(Protocol):
+    def watch(self) -> AsyncGenerator[str, None]:
+        """Follows ``trigger_subscriptions``: yields ``"open"`` once the stream is established
+        (every change committed after that is delivered), then ``"change"`` for every insert,
+        update, replace or delete. Ends by raising (``StoreUnavailable``,
+        ``ChangeStreamLost``); the caller reopens (issue 31: the subscription cache)."""
+        ...
+
+
 class ChangeFeed(Protocol):
     def watch(
         self, resume_token: Any | None, *, exclude: Collection[str] = ()
@@ -437,6 +447,8 @@ class Stores:
     status: StatusStore | None = None
     limits: LimitStore | None = None
     sessions: SessionStore | None = None
+    # follows the subscriptions, so the service may cache them (None: every read goes through)
+    sub_changes: SubscriptionChanges | None = None
 
 
 

@@ -22,6 +22,7 @@ import msgspec
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
+from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.reading import GapTracker, read_batch
 from board_outbox.model.bounds import Pos, PosInt
@@ -104,6 +105,7 @@ class DrainResult(msgspec.Struct, kw_only=True):
     skipped_poison: int = 0
     stepped_gaps: int = 0
     unhandled: int = 0  # rows of a kind no handler is registered for (written; they dead-letter)
+    streamed: int = 0  # events taken from the change stream's documents instead of a read
     # the rows this batch inserted born claimed for this replica's worker (``Handoff``)
     claims: tuple[Claim, ...] = ()
     # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter | cursor_ahead |
@@ -186,6 +188,8 @@ class Tail:
         self.handoff: Handoff | None = None
         self._rows_per_event: dict[str, float] = {}  # per tenant, from its last batch
         self.pressure: Pressure | None = None  # backpressure: scales the batches (T1)
+        # the events the change stream delivered: a batch they cover is not read again
+        self.streamed: StreamEvents | None = None
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -346,9 +350,17 @@ class Tail:
             per_event = self._rows_per_event.get(tenant_id, 1.0 + len(self.projections))
             res.limit = max(1, min(res.limit, int(room / max(per_event, 1.0))))
         started = time.monotonic()
+        # the events the change stream delivered, when they are the next ones (issue 31);
+        # else a read from the store, which may earn the stream's buffer its trust
+        buffer, streamed, gen = self.streamed, None, None
+        if buffer is not None:
+            streamed = buffer.take(tenant_id, cursor, res.limit)
+            if streamed is None:
+                gen = buffer.begin_read(tenant_id)
+        res.streamed = len(streamed or ())
         reading = await read_batch(
             events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
-            limit=res.limit, gaps=self._gaps, now=now,
+            limit=res.limit, gaps=self._gaps, now=now, records=streamed,
             on_malformed=lambda seq, exc, head: self._skip_poison(tenant_id, seq, exc, head=head, res=res),
         )
         res.read = reading.read
@@ -361,6 +373,8 @@ class Tail:
         if not reading.read:
             self._poison.clear(tenant_id)
             self._known.pop(tenant_id, None)  # nothing new: re-read the cursor next time
+            if gen is not None and buffer is not None:
+                buffer.end_read(tenant_id, gen)  # caught up as of this read
             return
         snapshots = reading.snapshots
         advance_to = reading.passed[-1][0] if reading.passed else cursor
@@ -395,6 +409,8 @@ class Tail:
         if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
             res.cursor_after = self._known[tenant_id] = advance_to
             self._gaps.forget_below(tenant_id, advance_to)
+            if gen is not None and buffer is not None and not res.stopped and not self.more_behind(res):
+                buffer.end_read(tenant_id, gen)  # it passed all it read, and all there was
             if tenant_id in self._in_pass:
                 self._backlog[tenant_id] = (advance_to, index)
         else:

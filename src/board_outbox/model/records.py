@@ -68,11 +68,14 @@ class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Change(msgspec.Struct, frozen=True):
-    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "")."""
+    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "").
+    ``doc``: the inserted event's fields as the stream carried them (the event log's read
+    fields), None when the feed does not carry them."""
 
     tenant_id: str
     seq: int
     token: Any = None
+    doc: Mapping[str, Any] | None = None
 
 
 class UpsertIfNewer(msgspec.Struct, frozen=True, kw_only=True):

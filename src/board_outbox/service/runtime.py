@@ -5,6 +5,8 @@ the leased claims are the only coordination."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import gc
 import logging
 from collections.abc import Callable, Mapping
@@ -22,8 +24,10 @@ from board_outbox.engine.handlers.contract import Projection
 from board_outbox.engine.limits import LaunchGate, LimitSettings
 from board_outbox.engine.membership import Ownership, new_member_id
 from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.subcache import SubscriptionCache
 from board_outbox.engine.tail import DrainResult, Tail
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
@@ -112,6 +116,11 @@ class Service:
         self.clock = clock or SystemClock()
         # projection rows write the building generation too while a shadow rebuild runs (B3)
         self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
+        # the subscriptions, served from memory while their change stream is open (issue 31)
+        self.subscriptions: SubscriptionCache | None = None
+        if stores.sub_changes is not None and config.tail.change_streams:
+            self.subscriptions = SubscriptionCache(stores.subs)
+            self.stores = stores = dataclasses.replace(stores, subs=self.subscriptions)
         self.registry = registry or build_registry(stores, config.projections, config.handlers,
                                                    config.limits)
         self.tail = Tail(
@@ -145,6 +154,9 @@ class Service:
         # backpressure (T1): one factor for the tail, the worker and the loops' pauses
         self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
         self.tail.pressure = self.worker.pressure = self.pressure
+        # the change stream's event documents: a batch they cover is not read again (issue 31)
+        if stores.feed is not None:
+            self.tail.streamed = StreamEvents()
         self._gauge_refreshes = 0
         # S1: which tenants this replica drains; its worker prefers their rows
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
@@ -251,6 +263,10 @@ class Service:
                 self.stream_down_since = self.clock.now()
                 tg.start_soon(self._alive, "waker", self._waker_loop)
             tg.start_soon(self._alive, "metrics", self._metrics_loop)
+            if self.subscriptions is not None and self.stores.sub_changes is not None:
+                tg.start_soon(self._alive, "subscriptions", functools.partial(
+                    self.subscriptions.follow, self.stores.sub_changes,
+                    stopping=lambda: self.stopping))
             if self.ownership.active:
                 tg.start_soon(self._alive, "membership", self._membership_loop)
             if self.config.audit.enabled:
@@ -493,10 +509,15 @@ class Service:
         if change.tenant_id:
             self.stats.stream_events += 1
             self.metrics.stream_event()
+            streamed = self.tail.streamed
             if self.ownership.owns(change.tenant_id):
+                if streamed is not None and change.doc is not None:
+                    streamed.offer(change.tenant_id, change.seq, change.doc)
                 self.stats.stream_wakes += 1
                 self.metrics.wake("stream")
                 self.wake_tenant(change.tenant_id)
+            elif streamed is not None:
+                streamed.forget(change.tenant_id)  # not ours now: its deliveries stop here
 
     async def _waker_loop(self) -> None:
         """Wake tenants from the change stream. The resume token is saved at most every
@@ -521,8 +542,15 @@ class Service:
                 try:
                     token = await resume.load()
                     exclude = self.stream_exclude
+                    opened = False
                     async with contextlib.aclosing(feed.watch(token, exclude=exclude)) as changes:
                         async for change in changes:
+                            if not opened:
+                                opened = True
+                                if self.tail.streamed is not None:
+                                    # deliveries may be lost between two streams: nothing the
+                                    # buffer holds is trusted until a read after this point
+                                    self.tail.streamed.clear()
                             if not self.stream_open:
                                 self._stream_state(True)
                             self.stream_excluding = exclude
