@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from board_outbox.engine.audit import AuditSettings
+from board_outbox.engine.drain import TailSettings
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings
-from board_outbox.engine.tail import TailSettings
 from board_outbox.engine.worker import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError

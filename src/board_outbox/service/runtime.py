@@ -18,6 +18,7 @@ import anyio.lowlevel
 from opentelemetry import trace
 
 from board_outbox.engine.audit import Auditor, BackgroundAudit
+from board_outbox.engine.drain import DrainResult
 from board_outbox.engine.generations import versioned
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.handlers.contract import Projection
@@ -28,7 +29,7 @@ from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import HandlerRegistry
 from board_outbox.engine.subcache import SubscriptionCache
-from board_outbox.engine.tail import DrainResult, Tail
+from board_outbox.engine.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
