@@ -997,7 +997,8 @@ async def test_a_refused_resume_token_is_dropped_and_the_stream_reopens_on_the_w
     from board_outbox.adapters.memory import MemoryLauncher
     from board_outbox.adapters.mongo import mongo_stores
     from board_outbox.service.config import load_config
-    from board_outbox.service.runtime import MAX_TOKEN_REFUSALS, Service
+    from board_outbox.service.runtime import Service
+    from board_outbox.service.waker import MAX_TOKEN_REFUSALS
     from board_outbox.surface.http.checks import readiness
 
     token: object = {"other-collection": None, "garbage-data": {"_data": "garbage"},
