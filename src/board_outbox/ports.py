@@ -32,6 +32,7 @@ from board_outbox.model.records import (
     UpsertIfNewer,
     UpsertResult,
 )
+from board_outbox.model.series import SeriesPoint
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
@@ -64,6 +65,8 @@ __all__ = [
     "RowFilter",
     "RowIdentity",
     "RowSummary",
+    "SeriesPoint",
+    "SeriesStore",
     "SessionStore",
     "StatusStore",
     "Stores",
@@ -447,6 +450,7 @@ class Stores:
     status: StatusStore | None = None
     limits: LimitStore | None = None
     sessions: SessionStore | None = None
+    series: SeriesStore | None = None  # the console's charts (issue 33)
     # follows the subscriptions, so the service may cache them (None: every read goes through)
     sub_changes: SubscriptionChanges | None = None
 
@@ -488,6 +492,26 @@ class SessionStore(Protocol):
 
     async def close(self, session_id: str) -> None:
         """End the session (none: nothing happens)."""
+        ...
+
+
+class SeriesStore(Protocol):
+    """``trigger_series``: the small rolling series the console charts (issue 33): one document
+    per (minute, replica), written at most once a minute by each replica, kept for a few hours
+    (``expire_at``: a TTL index)."""
+
+    async def flush(self, point: SeriesPoint, expire_at: float) -> None:
+        """One upsert of ``point`` keyed (minute, replica), kept until ``expire_at`` (epoch
+        seconds). Idempotent: the stored counts become the larger of theirs and the point's,
+        the stored base the smaller; the lag figures are the point's."""
+        ...
+
+    async def read(self, since: int, until: int, tenants: Collection[str] | None = None,
+                   limit: int = ...) -> list[SeriesPoint]:
+        """The points with ``since <= minute < until``, oldest first, in one query over the
+        ``minute`` index: the newest ``limit`` when more are stored. Each point's lag lists only
+        the ``tenants`` given (None: every tenant it lists; empty: none). A document that does not
+        parse is left out and reported (``BAD_DOCUMENTS``)."""
         ...
 
 

@@ -26,6 +26,7 @@ from board_outbox.ports import (
     LimitStore,
     ReadModelStore,
     ReadModelVersionStore,
+    SeriesStore,
     SessionStore,
     StatusStore,
     Stores,
@@ -81,6 +82,10 @@ class Kit:
     # the console's sessions, and a way to plant a session document someone else wrote
     sessions: SessionStore | None = None
     put_raw_session: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # the console's series (issue 33), and a way to plant or read one of its documents
+    series: SeriesStore | None = None
+    put_raw_series: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    raw_series: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -93,6 +98,8 @@ class Kit:
         self.launcher.faults = f
         if self.limits is not None:
             self.limits = FaultProxy(self.limits, "limits", f)  # type: ignore[assignment]
+        if self.series is not None:
+            self.series = FaultProxy(self.series, "series", f)  # type: ignore[assignment]
 
     @property
     def stores(self) -> Stores:
@@ -188,13 +195,20 @@ def memory_kit() -> Kit:
     async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
         b.sessions.put_raw(doc_id, doc)
 
+    async def plant_series(doc_id: str, doc: dict[str, Any]) -> None:
+        b.series.put_raw(doc_id, doc)
+
+    async def get_series(doc_id: str) -> dict[str, Any] | None:
+        return b.series.raw(doc_id)
+
     return Kit(
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
         put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
-        sessions=b.sessions, put_raw_session=raw_session,
+        sessions=b.sessions, put_raw_session=raw_session, series=b.series,
+        put_raw_series=plant_series, raw_series=get_series,
     )
 
 
@@ -213,6 +227,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
     )
     from board_outbox.adapters.mongo.generations import MongoGenerationStore
     from board_outbox.adapters.mongo.limits import LIMITS, MongoLimitStore
+    from board_outbox.adapters.mongo.series import SERIES, MongoSeriesStore
     from board_outbox.adapters.mongo.sessions import SESSIONS, MongoSessionStore
     from board_outbox.adapters.mongo.status import MongoStatusStore
 
@@ -238,6 +253,13 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
         await db[SESSIONS].replace_one({"_id": doc_id}, dict(doc), upsert=True)
 
+    async def plant_series(doc_id: str, doc: dict[str, Any]) -> None:
+        await db[SERIES].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
+    async def get_series(doc_id: str) -> dict[str, Any] | None:
+        got: dict[str, Any] | None = await db[SERIES].find_one({"_id": doc_id})
+        return got
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
@@ -245,5 +267,6 @@ def mongo_kit(db: Any, name: str) -> Kit:
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
         status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
-        put_raw_session=raw_session,
+        put_raw_session=raw_session, series=MongoSeriesStore(db), put_raw_series=plant_series,
+        raw_series=get_series,
     )

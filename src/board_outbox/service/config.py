@@ -16,6 +16,7 @@ from board_outbox.engine.audit import AuditSettings
 from board_outbox.engine.drain import TailSettings
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings
+from board_outbox.engine.series import SeriesSettings
 from board_outbox.engine.worker import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
@@ -88,6 +89,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ui: UiConfig = UiConfig()
     audit: AuditSettings = AuditSettings()
     limits: LimitSettings = LimitSettings()
+    series: SeriesSettings = SeriesSettings()  # the console's charts (issue 33)
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)

@@ -25,6 +25,7 @@ from board_outbox.engine.outcomes import TickResult
 from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.series import SeriesRecorder
 from board_outbox.engine.subcache import SubscriptionCache
 from board_outbox.engine.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
@@ -32,6 +33,7 @@ from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING, EffectRow
 from board_outbox.model.errors import ConfigError, StoreUnavailable
+from board_outbox.model.series import SeriesCounts
 from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
@@ -50,6 +52,7 @@ from board_outbox.service.waker import StreamWaker
 log = logging.getLogger("board_outbox.service")
 
 DONE_COUNT_EVERY = 6  # the done-rows gauge is refreshed every 6th metrics refresh
+SERIES_CHECK_SECONDS = 1.0  # the series loop looks this often whether a minute has ended
 
 
 # the counters live in service/stats.py (the waker counts too)
@@ -137,6 +140,12 @@ class Service(StreamWaker):
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=member_id or new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
+        # issue 33: the console's charts, one series document a minute (engine/series.py)
+        self.series: SeriesRecorder | None = None
+        if stores.series is not None and config.series.enabled:
+            self.series = SeriesRecorder(stores.series, self.clock, self.ownership.member_id,
+                                         config.series, counts=self.series_counts,
+                                         lag=self.owned_lag)
         # S5: the tenants the change stream should leave out (owned by the other members); the
         # waker reopens its stream when this differs from what the open stream was given
         self.stream_exclude: frozenset[str] = frozenset()
@@ -246,11 +255,16 @@ class Service(StreamWaker):
                 tg.start_soon(self._alive, "membership", self._membership_loop)
             if self.config.audit.enabled:
                 tg.start_soon(self._alive, "audit", self._audit_loop)
+            if self.series is not None:
+                tg.start_soon(self._alive, "series", self._series_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
                 await self._worker_exited.wait()
             tg.cancel_scope.cancel()
+        if self.series is not None:  # what this minute counted so far, written once
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self.series.flush_final()
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             await self.ownership.leave()  # our tenants move now, not after our lease
         log.info("service stopped")
@@ -442,6 +456,27 @@ class Service(StreamWaker):
             except Exception as exc:
                 log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.audit.interval_seconds)
+
+    def series_counts(self) -> SeriesCounts:
+        """What this replica materialized, marked done and dead-lettered since it started."""
+        return SeriesCounts(materialized=self.stats.materialized, done=self.stats.worker.done,
+                            dead=self.stats.worker.failed)
+
+    def owned_lag(self) -> dict[str, int]:
+        """Events behind per tenant this replica owns, as its last metrics refresh read them (it
+        reads every counter and cursor anyway: the series costs no read of its own)."""
+        return {t: n for t, n in self.metrics.lag.items() if n > 0 and self.ownership.owns(t)}
+
+    async def _series_loop(self) -> None:
+        """Issue 33: one series document once each minute has ended (``flush_due``); a failed
+        flush is logged and its counts go with the next minute's."""
+        assert self.series is not None
+        while not self.stopping:
+            try:
+                await self.series.flush_due()
+            except Exception as exc:
+                log.warning("series pass failed: %s: %s", type(exc).__name__, exc)
+            await anyio.sleep(SERIES_CHECK_SECONDS)
 
     async def _metrics_loop(self) -> None:
         while not self.stopping:

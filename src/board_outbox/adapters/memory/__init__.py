@@ -19,6 +19,7 @@ from board_outbox.adapters.memory.membership import MemoryMembershipStore
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.adapters.memory.readmodels import MemoryReadModelStore
+from board_outbox.adapters.memory.series import MemorySeriesStore
 from board_outbox.adapters.memory.sessions import MemorySessionStore
 from board_outbox.adapters.memory.status import MemoryStatusStore
 from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
@@ -37,6 +38,7 @@ __all__ = [
     "MemoryMembershipStore",
     "MemoryReadModelStore",
     "MemoryResumeTokenStore",
+    "MemorySeriesStore",
     "MemorySubscriptionStore",
     "open_stores",
 ]
@@ -62,6 +64,7 @@ class MemoryBackend:
         self.rm_versions = MemoryGenerationStore()
         self.limits = MemoryLimitStore()
         self.sessions = MemorySessionStore()
+        self.series = MemorySeriesStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
@@ -71,7 +74,7 @@ class MemoryBackend:
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
             status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
-            sessions=self.sessions, sub_changes=self.subs,
+            sessions=self.sessions, sub_changes=self.subs, series=self.series,
         )
 
 

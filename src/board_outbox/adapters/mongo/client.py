@@ -20,6 +20,7 @@ from board_outbox.adapters.mongo.membership import MongoMembershipStore
 from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
 from board_outbox.adapters.mongo.schema import ensure_schema as ensure
+from board_outbox.adapters.mongo.series import MongoSeriesStore
 from board_outbox.adapters.mongo.sessions import MongoSessionStore
 from board_outbox.adapters.mongo.status import MongoStatusStore
 from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionChanges, MongoSubscriptionStore
@@ -95,6 +96,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         status=MongoStatusStore(db),
         limits=MongoLimitStore(db),
         sessions=MongoSessionStore(db),
+        series=MongoSeriesStore(db),
         sub_changes=MongoSubscriptionChanges(db) if change_feed else None,
     )
 

@@ -13,6 +13,7 @@ from board_outbox.adapters.mongo.limits import LIMITS
 from board_outbox.adapters.mongo.membership import MEMBERS
 from board_outbox.adapters.mongo.outbox import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
+from board_outbox.adapters.mongo.series import SERIES
 from board_outbox.adapters.mongo.sessions import SESSIONS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
 from board_outbox.model.domain import CLAIMED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
@@ -58,6 +59,10 @@ INDEXES: dict[str, list[IndexModel]] = {
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     # the console's sessions end on their own (a logout deletes them sooner)
     SESSIONS: [IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
+    # the console's charts (issue 33): the window is read by minute; each document carries its
+    # own end (a writer's series.keep_hours past its minute)
+    SERIES: [IndexModel([("minute", ASCENDING)], name="minute"),
+             IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
     READ_MODELS: [IndexModel([("model", ASCENDING), ("tenant_id", ASCENDING), ("key", ASCENDING)],
                              name="model_tenant_key")],
 }
