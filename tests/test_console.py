@@ -329,3 +329,59 @@ async def test_a_selection_of_dead_letters_is_confirmed_then_replayed_together()
         for key in (first, second):
             row = await backend.outbox.get(key)
             assert row is not None and [a.by for a in row.audit] == ["console:ana"]
+
+
+async def test_the_charts_page_draws_the_series_and_the_overview_its_sparklines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33, item 6: ``/ui/charts`` draws the series every replica writes (SVG in the page,
+    no script), the tenants most behind by name (a hostile one as text), and the overview's row
+    of a tenant behind carries its last hour as a sparkline; a series store that fails costs
+    the sparklines, not the overview."""
+    import xml.etree.ElementTree as ET
+
+    from board_outbox.model.errors import StoreUnavailable
+    from board_outbox.model.series import MINUTE, SeriesCounts, SeriesPoint, minute_of
+
+    hostile = "<img src=x onerror=alert(1)>"
+    async with console() as (backend, client, _key):
+        empty = await client.get("/ui/charts")
+        assert empty.status_code == 200 and 'id="no-series"' in empty.text
+        last = minute_of(time.time()) - MINUTE
+        for i, minute in enumerate(range(last - 4 * MINUTE, last + MINUTE, MINUTE)):
+            lag = ((hostile, 50 - i), (T, 10 * (i + 1)))
+            await backend.series.flush(SeriesPoint(
+                minute=minute, replica="r-planted",
+                counts=SeriesCounts(materialized=7 * (i + 1), done=6 * (i + 1), dead=i),
+                base=SeriesCounts(materialized=7 * i, done=6 * i, dead=max(0, i - 1)),
+                lag_total=sum(n for _t, n in lag), behind=2, lag=lag, listed=2), minute + 3600)
+        page = await client.get("/ui/charts", params={"hours": "1"})
+        assert page.status_code == 200 and 'id="no-series"' not in page.text
+        assert "<script" not in page.text and hostile not in page.text
+        assert 'id="total-materialized">35<' in page.text  # 5 minutes of 7
+        assert 'id="nav-charts"' in page.text
+        figures = dict(re.findall(r'<figure id="([\w-]+)" class="chart">(.*?)</figure>',
+                                  page.text, re.S))
+        assert set(figures) == {"chart-throughput", "chart-dead", "chart-lag", "chart-tenant-lag"}
+        svg = ET.fromstring(figures["chart-tenant-lag"])
+        ns = "{http://www.w3.org/2000/svg}"
+        labels = [p.get("data-label") for p in svg.iter(f"{ns}path")]
+        assert labels == [T, hostile]  # most behind now first (50, 46); the hostile id as text
+        throughput = ET.fromstring(figures["chart-throughput"])
+        assert "events materialized: newest 7, peak 7" in (throughput.findtext(f"{ns}desc") or "")
+
+        home = await client.get("/ui/")
+        row = re.search(rf'<tr data-tenant="{T}".*?</tr>', home.text, re.S)
+        assert row is not None and '<svg xmlns="http://www.w3.org/2000/svg" class="spark"' in \
+            row.group(0) and "newest 50, peak 50" in row.group(0)
+
+        async def down(*_a: object, **_k: object) -> object:
+            raise StoreUnavailable("injected: trigger_series unreachable")
+
+        from board_outbox.surface.console import trends
+
+        monkeypatch.setattr(backend.series, "read", down)
+        monkeypatch.setattr(trends, "SPARK_CACHE_SECONDS", 0.0)  # read again, not the last one
+        home = await client.get("/ui/")
+        assert home.status_code == 200 and f'data-tenant="{T}"' in home.text
+        assert "<svg" not in home.text  # no sparkline, the rest of the page as ever
+        assert (await client.get("/ui/charts")).status_code == 503  # that page says so

@@ -76,6 +76,25 @@ class BotRunner:
         self.server.server_close()
 
 
+def _plant_series(db: Any, minutes: int = 30) -> None:
+    """What another replica wrote to the rolling series over the last ``minutes`` minutes: its
+    counts (cumulative, each document past the previous one's) and acme's lag, rising."""
+    from datetime import UTC, datetime
+
+    last = int(time.time()) // 60 * 60 - 60
+    for i in range(minutes):
+        minute = last - (minutes - 1 - i) * 60
+        cum = {"materialized": 12 * (i + 1) + i * i, "done": 11 * (i + 1) + i * i,
+               "dead": i // 7}
+        base = {"materialized": 12 * i + (i - 1) ** 2 if i else 0,
+                "done": 11 * i + (i - 1) ** 2 if i else 0, "dead": (i - 1) // 7 if i else 0}
+        lag = [{"t": "acme", "n": 2 * i}, {"t": "globex", "n": i // 2}]
+        db["trigger_series"].insert_one({
+            "_id": f"{minute}/replica-b", "minute": minute, "replica": "replica-b",
+            "counts": cum, "base": base, "lag_total": sum(e["n"] for e in lag), "behind": 2,
+            "listed": 2, "lag": lag, "expire_at": datetime.fromtimestamp(minute + 3600, UTC)})
+
+
 def _emit(db: Any, tenant: str) -> int:
     seq = int(db["board_event_counters"].find_one_and_update(
         {"_id": tenant}, {"$inc": {"seq": 1}}, upsert=True, return_document=True)["seq"])
@@ -155,6 +174,7 @@ def test_the_console_in_a_browser_over_a_running_service(
                                                 "rule": {"event_types": ["card.created"]}})
         db["board_cards"].insert_one({"_id": f"{t}/c", "tenant_id": t, "card_id": "c",
                                       "title": "Fix login", "column": "inbox"})
+    _plant_series(db)
     runner = BotRunner()
     runner.accept = True
     port = free_port()
@@ -202,6 +222,8 @@ def test_the_console_in_a_browser_over_a_running_service(
         assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-tenant="globex"]')
         assert "caught up with no dead-letter" in browser.find_element(By.TAG_NAME, "main").text
         assert "replica-a" in browser.find_element(By.ID, "replicas").text
+        # acme's lag over the last hour, drawn in its row (issue 33)
+        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-tenant="acme"] svg.spark path')
         shot("overview")
         failpoints.admin.command("configureFailPoint", "failCommand", mode="off")
 
@@ -272,11 +294,26 @@ def test_the_console_in_a_browser_over_a_running_service(
         assert "replay" in audit and "console:ana" in audit
         doc = db["trigger_effects"].find_one({"row_key": key})
         assert [(a["action"], a["by"]) for a in doc["audit"]] == [("replay", "console:ana")]
+
+        # -- the charts: drawn on the server, in the page (issue 33) ------------------------
+        browser.find_element(By.ID, "nav-charts").click()
+        text_of(By.TAG_NAME, "h1", "Charts")
+        for chart in ("chart-throughput", "chart-dead", "chart-lag", "chart-tenant-lag"):
+            svg = browser.find_element(By.CSS_SELECTOR, f"#{chart} svg")
+            assert svg.size["width"] > 300 and svg.size["height"] > 100
+            assert svg.find_elements(By.CSS_SELECTOR, "path.line")
+        lines = browser.find_elements(By.CSS_SELECTOR, "#chart-tenant-lag path.line")
+        assert [p.get_attribute("data-label") for p in lines][:1] == ["acme"]
+        drawn = browser.find_element(By.CSS_SELECTOR, "#chart-throughput path.line")
+        assert drawn.get_attribute("d").count("L") >= 20  # a line across the minutes
+        shot("charts")
         assert proc.poll() is None
     finally:
         proc.terminate()
         try:
             rc = proc.wait(timeout=30)
+            # on the way out the service wrote its own series once (its minute so far)
+            own = list(db["trigger_series"].find({"replica": {"$regex": "^replica-a:"}}))
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -284,6 +321,7 @@ def test_the_console_in_a_browser_over_a_running_service(
             client.drop_database(name)
             client.close()
     assert rc == 0, log_path.read_text()[-3000:]
+    assert own and max(d["counts"]["done"] for d in own) >= 14, own
 
 
 def _get(url: str) -> int | None:

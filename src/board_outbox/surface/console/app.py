@@ -42,6 +42,7 @@ from board_outbox.surface.console.security import (
     session_secret,
     token_matches,
 )
+from board_outbox.surface.console.trends import Trends, chart_routes
 from board_outbox.surface.format import age
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def _templates() -> Jinja2Templates:
 def build_console(stores: Stores, config: Config, service: Service | None = None) -> Starlette:
     """The console app (its routes are relative: mount it at ``/ui``)."""
     data = ConsoleData(stores, config, service)
+    trends = Trends(stores, config)  # the charts (issue 33): /charts and the sparklines
     templates = _templates()
     admin_token, jaeger = config.ui.admin_token, config.ui.jaeger_url.rstrip("/")
     mode = (f"replica {service.ownership.member_id}" if service is not None
@@ -101,8 +103,9 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
     async def overview(request: Request) -> Response:
         raw = request.query_params.get("page", "1")
         number = int(raw) if raw.isdigit() and 0 < len(raw) < 7 else 1
-        return await page(request, "overview.html", ov=await data.overview(max(1, number)),
-                          refresh=REFRESH_SECONDS)
+        ov = await data.overview(max(1, number))
+        return await page(request, "overview.html", ov=ov, refresh=REFRESH_SECONDS,
+                          spark=await trends.sparklines([t.tenant_id for t in ov.tenants]))
 
     async def find_tenant(request: Request) -> Response:
         """The overview's "open a tenant" form: straight to that tenant's page."""
@@ -249,6 +252,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             Route("/replay", replay, methods=["POST"]),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
+            *chart_routes(trends, page),
         ],
         middleware=[Middleware(SessionMiddleware, secret_key=session_secret(admin_token),
                                session_cookie=SESSION_COOKIE, max_age=SESSION_SECONDS,
