@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 import pytest
+from bson import Decimal128
 from bson.binary import Binary
 
 from board_outbox.adapters.memory import MemoryBackend
@@ -934,6 +935,107 @@ async def test_a_bad_pointer_leaves_every_other_tenants_projection_rows_done(
         assert states == {"done": 6}  # 3 launches, 3 projection rows: none parked
 
 
+# --- the rolling series of the console's charts (issue 33, item 6) ---------------------------
+
+SERIES_CASES = {
+    "minute-not-a-minute": ({"minute": -59}, "is not the start of a minute"),
+    "minute-float": ({"minute": 0.0}, "is not the start of a minute"),
+    "replica-empty": ({"replica": ""}, "is not a non-empty string"),
+    "counts-string": ({"counts": "lots"}, "counts 'lots' is not a document"),
+    "counts-negative": ({"counts": {"done": -5}}, "counts.done -5 is not a count"),
+    "counts-decimal": ({"counts": {"materialized": Decimal128("1.5")}}, "is not a count"),
+    "base-bool": ({"base": {"dead": True}}, "base.dead True is not a count"),
+    "lag-object-tenant": ({"lag": [{"t": {"$gt": ""}, "n": 1}]}, "is not {t: tenant, n: count}"),
+    "lag-huge-number": ({"lag": [{"t": "x", "n": 1e308}]}, "is not {t: tenant, n: count}"),
+    "lag-10001-entries": ({"lag": [{"t": "x", "n": 1}] * 10_001}, "more than 10000"),
+    "lag-total-string": ({"lag_total": "many"}, "lag_total 'many' is not a count"),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", sorted(SERIES_CASES))
+async def test_a_bad_series_document_costs_only_itself_on_the_charts(
+        side: str, case: str, caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
+    """A planted or hand-edited ``trigger_series`` document: left out of the charts and the
+    sparklines, one line, listed by ``status --json``; the good documents of the same minutes
+    still draw (and a page loaded twice logs nothing more)."""
+    from board_outbox.engine.series import SeriesRecorder, SeriesSettings
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
+    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.console.trends import Trends
+
+    patch, match = SERIES_CASES[case]
+    clock = ManualClock(float(minute_of(ManualClock().now())) + 1)
+    async with open_side(side, request) as s:
+        rec = SeriesRecorder(s.stores.series, clock, "good", SeriesSettings(),
+                             counts=lambda: SeriesCounts(materialized=4, done=3, dead=1),
+                             lag=lambda: {"healthy": 6})
+        m0 = rec.minute
+        # counts of its own or not, the totals below are the good document's alone
+        planted = {"minute": m0, "replica": "bad", "counts": {}, **patch}
+        if isinstance(planted["minute"], (int, float)) and planted["minute"] != m0:
+            planted["minute"] = m0 + planted["minute"]
+        key = _uniq(f"series-{case}")
+        if s.backend is not None:
+            s.backend.series.put_raw(key, planted)
+        else:
+            await s.db["trigger_series"].insert_one({"_id": key, **planted})
+        clock.advance(MINUTE)
+        assert await rec.flush_due()
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        trends = Trends(s.stores, load_config(env={}), clock=lambda: clock.now() + 1)
+        for _ in range(2):
+            page = await trends.page(1)
+            assert page.totals == {"materialized": 4, "done": 3, "dead": 1}
+            assert page.tenants == ["healthy"] and len(page.charts) == 4
+            sparks = await trends.sparklines(["healthy"])
+            assert "<svg" in sparks["healthy"]
+        lines = _lines(caplog)
+        assert len(lines) == 1 and "trigger_series" in lines[0] and match in lines[0], lines
+        assert any(d.collection == "trigger_series" and d.key == key and match in d.problem
+                   for d in BAD_DOCUMENTS.current())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_a_bad_document_under_the_replicas_own_key_costs_one_minutes_point(
+        side: str, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest) -> None:
+    """The worst place for one: the very (minute, replica) a flush writes, with counts that are
+    not a document (the store refuses the $max). That flush fails with one line; its counts go
+    with the next minute's, nothing lost, and the loop goes on."""
+    from board_outbox.engine.series import SeriesRecorder, SeriesSettings, read_window
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.series import MINUTE, SeriesCounts, minute_of, series_id
+
+    clock = ManualClock(float(minute_of(ManualClock().now())) + 1)
+    counts = [SeriesCounts(materialized=5, done=5)]
+    async with open_side(side, request) as s:
+        replica = _uniq("r")
+        rec = SeriesRecorder(s.stores.series, clock, replica, SeriesSettings(),
+                             counts=lambda: counts[0], lag=dict)
+        m0 = rec.minute
+        doc = {"minute": m0, "replica": replica, "counts": "lots"}
+        if s.backend is not None:
+            s.backend.series.put_raw(series_id(m0, replica), doc)
+        else:
+            await s.db["trigger_series"].insert_one({"_id": series_id(m0, replica), **doc})
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        clock.advance(MINUTE)
+        assert not await rec.flush_due()  # refused by the store: one line
+        counts[0] = SeriesCounts(materialized=8, done=7)
+        clock.advance(MINUTE)
+        assert await rec.flush_due()
+        window = await read_window(s.stores.series, clock.now(), 2)
+        assert sum(window.counts("materialized")) == 8 and sum(window.counts("done")) == 7
+        lines = _lines(caplog)
+        assert len(lines) == 2, lines  # the refused flush, and the document left out on reading
+        assert "series flush of minute" in lines[0] and "trigger_series" in lines[1]
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("side", ["memory", "mongomock"])
 @pytest.mark.parametrize("kind", ["string", "list", "no-data"])
@@ -1519,6 +1621,14 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 #                                             handler registered"); the tail says so once
 # row seq 2.5 / no row_key / done_at "today" / event.at "then" (audit, status latency; A1, A5)
 #                                          -> (new) left out one document at a time; others count
+# trigger_series minute 61 / 0.0, replica "", counts "lots" / done -5 / Decimal, base dead true,
+#   lag tenant {$gt: ""} / n 1e308 / 10,001 entries, lag_total "many" (issue 33, the charts)
+#                                          -> (new) left out of the charts and the sparklines, one
+#                                             line, listed by status --json; the good documents of
+#                                             the same minutes still draw
+# trigger_series counts "lots" under the very (minute, replica) a flush writes
+#                                          -> (new) that flush refused ($max on a non-document),
+#                                             one line; its counts go with the next minute's
 #
 # --- note table (issue 20): input -> before -> after -----------------------------------------
 #
