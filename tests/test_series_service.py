@@ -70,7 +70,7 @@ async def test_counts_are_flushed_once_a_minute_never_per_event(
     assert store.writes == 4  # and one on the way out
     window = await read_window(store, clock.now() + MINUTE, 4)
     assert [window.figures[start + i * MINUTE].counts.done for i in range(3)] == [5, 5, 5]
-    assert sum(window.counts("materialized")) == service.stats.materialized == 15
+    assert sum(window.counts("materialized")) == service.stats.events_passed == 15
     assert sum(window.counts("done")) == 15
 
 
@@ -122,6 +122,25 @@ async def test_the_lag_flushed_is_the_owned_tenants_from_the_metrics_refresh() -
     [point] = await backend.series.read(0, 2**40, None)
     assert dict(point.lag) == {t: n for t, n in service.metrics.lag.items() if t in mine and n}
     assert point.counts == SeriesCounts() and point.replica == "replica-1"
+
+
+async def test_a_batch_another_replica_passed_first_is_not_counted_as_materialized(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas racing on a tenant both write its rows (they collapse) but only one moves
+    its cursor: the loser's batch (``cas_lost``) is not counted again in the series."""
+    from board_outbox.engine.drain import DrainResult
+
+    backend = MemoryBackend()
+    service = await _service(backend, ManualClock())
+
+    async def drained(tenants: list[str], rounds: int = 1) -> list[DrainResult]:
+        return [DrainResult(tenant_id="t1", materialized=5, stopped="cas_lost"),
+                DrainResult(tenant_id="t2", materialized=3, cursor_after=3)]
+
+    monkeypatch.setattr(service.tail, "drain_all", drained)
+    service.wake_tenant("t1")
+    assert await service.drain_pass(full=False)
+    assert service.stats.materialized == 8 and service.series_counts().materialized == 3
 
 
 async def test_series_off_writes_nothing() -> None:

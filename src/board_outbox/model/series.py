@@ -14,7 +14,7 @@ Pure: no store access; a stored document is parsed here, one at a time (R1).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -143,11 +143,26 @@ def series_problem(doc: Mapping[str, Any]) -> SeriesPoint | str:
                        listed=checked["listed"])
 
 
-def series_points(docs: Iterable[Mapping[str, Any]]) -> list[SeriesPoint]:
-    """Stored series documents parsed one at a time: one that does not parse is left out and
-    reported once (``BAD_DOCUMENTS``); the others stand."""
+def only_lag_of(doc: Mapping[str, Any], tenants: Collection[str] | None) -> Mapping[str, Any]:
+    """``doc`` with its lag entries of ``tenants`` only (None: as stored; a lag that is not a
+    list is left for the parse to refuse). A read keeps what it was asked for before parsing:
+    the other tenants' entries cost neither the parse nor a refusal here."""
+    lag = doc.get("lag")
+    if tenants is None or not isinstance(lag, list):
+        return doc
+    wanted = tenants if isinstance(tenants, (set, frozenset)) else set(tenants)
+    return {**doc, "lag": [e for e in lag if isinstance(e, Mapping)
+                           and isinstance(e.get("t"), str) and e["t"] in wanted]}
+
+
+def series_points(docs: Iterable[Mapping[str, Any]],
+                  tenants: Collection[str] | None = None) -> list[SeriesPoint]:
+    """Stored series documents parsed one at a time, each point's lag listing ``tenants`` only
+    (None: every tenant): one that does not parse is left out and reported once
+    (``BAD_DOCUMENTS``); the others stand."""
     out: list[SeriesPoint] = []
-    for doc in docs:
+    for stored in docs:
+        doc = only_lag_of(stored, tenants)
         got = series_problem(doc)
         key = doc.get("_id", "?")
         if isinstance(got, str):

@@ -333,6 +333,8 @@ class Service(StreamWaker):
         for r in results:
             self.metrics.projection_materialized(r.tenant_id, self.tail.projections, r.cursor_after)
             self.stats.materialized += r.materialized
+            if r.stopped != "cas_lost":
+                self.stats.events_passed += r.materialized
             self.stats.rows_inserted += r.rows_inserted
             self.stats.skipped_deleted += r.skipped_deleted
             self.stats.skipped_poison += r.skipped_poison
@@ -458,8 +460,9 @@ class Service(StreamWaker):
             await anyio.sleep(self.config.audit.interval_seconds)
 
     def series_counts(self) -> SeriesCounts:
-        """What this replica materialized, marked done and dead-lettered since it started."""
-        return SeriesCounts(materialized=self.stats.materialized, done=self.stats.worker.done,
+        """What this replica materialized (events it moved its tenants' cursors past), marked
+        done and dead-lettered since it started."""
+        return SeriesCounts(materialized=self.stats.events_passed, done=self.stats.worker.done,
                             dead=self.stats.worker.failed)
 
     def owned_lag(self) -> dict[str, int]:

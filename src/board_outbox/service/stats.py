@@ -14,6 +14,9 @@ class Stats:
 
     drains: int = 0
     materialized: int = 0
+    # events whose cursor this replica moved past (its CAS won): the series' "materialized" --
+    # ``materialized`` also counts a batch a racing replica passed first (its rows collapsed)
+    events_passed: int = 0
     rows_inserted: int = 0
     skipped_deleted: int = 0
     skipped_poison: int = 0

@@ -55,9 +55,5 @@ class MemorySeriesStore:
         docs = [d for d in self._docs.values()
                 if isinstance(d.get("minute"), (int, float)) and since <= d["minute"] < until]
         docs = sorted(docs, key=lambda d: d["minute"], reverse=True)[:limit]
-        if tenants is not None:
-            wanted = set(tenants)
-            docs = [{**d, "lag": [e for e in d["lag"] if isinstance(e, dict) and isinstance(e.get("t"), str)
-                            and e["t"] in wanted]}
-                    if isinstance(d.get("lag"), list) else d for d in docs]
-        return sorted(series_points(docs), key=lambda p: (p.minute, p.replica))
+        return sorted(series_points(docs, None if tenants is None else set(tenants)),
+                      key=lambda p: (p.minute, p.replica))
