@@ -23,8 +23,8 @@ from board_outbox.surface.console.charts import (
 )
 
 SVG = "{http://www.w3.org/2000/svg}"
-M0 = 1_800_000_000 - 1_800_000_000 % MINUTE
-MINUTES = [M0 + i * MINUTE for i in range(12)]
+START = 1_800_000_000 - 1_800_000_000 % MINUTE
+MINUTES = [START + i * MINUTE for i in range(12)]
 HOSTILE = ["</title><script>alert(1)</script>", "a&b \"quoted\" 'single'", "]]><!--",
            "ctl\x00\x01\x1b\ud800", "x" * 300, "$where.{{ 7*7 }}"]
 
@@ -70,7 +70,7 @@ def test_the_chart_parses_and_its_points_are_the_data() -> None:
     xs = [x for x, _y in _segments(paths["done"])[0]]
     assert xs == sorted(xs) and len(set(xs)) == len(MINUTES)  # one point a minute, in order
     ticks = [t.text for t in root.iter(f"{SVG}text") if t.get("class") == "x-tick"]
-    assert ticks[0] == "08:00" and len(ticks) <= 6  # M0 is 08:00 UTC; not crowded
+    assert ticks[0] == "08:00" and len(ticks) <= 6  # START is 08:00 UTC; not crowded
 
 
 def test_a_minute_without_a_figure_is_a_gap_not_a_zero() -> None:
@@ -159,12 +159,12 @@ def _p(minute: int, replica: str, counts: tuple[int, int, int], base: tuple[int,
 
 def test_merge_takes_each_document_past_its_base_and_past_the_previous_one() -> None:
     points = [
-        _p(M0, "r", (10, 10, 0), (0, 0, 0)),
+        _p(START, "r", (10, 10, 0), (0, 0, 0)),
         # the next flush was told the previous failed although it landed: its base is older
-        _p(M0 + MINUTE, "r", (15, 14, 1), (0, 0, 0)),
+        _p(START + MINUTE, "r", (15, 14, 1), (0, 0, 0)),
         # a restart under the same replica id: counts below the previous document's
-        _p(M0 + 2 * MINUTE, "r", (3, 2, 0), (0, 0, 0)),
-        _p(M0 + 3 * MINUTE, "r", (5, 5, 0), (3, 2, 0)),
+        _p(START + 2 * MINUTE, "r", (3, 2, 0), (0, 0, 0)),
+        _p(START + 3 * MINUTE, "r", (5, 5, 0), (3, 2, 0)),
     ]
     got = merge(reversed(points))  # any order
     assert [(f.counts.materialized, f.counts.done, f.counts.dead) for f in got.values()] == [
@@ -172,8 +172,8 @@ def test_merge_takes_each_document_past_its_base_and_past_the_previous_one() -> 
 
 
 def test_merge_sums_replicas_and_keeps_each_tenants_largest_lag() -> None:
-    got = merge([_p(M0, "a", (5, 4, 1), (0, 0, 0), (("t1", 9), ("t2", 1))),
-                 _p(M0, "b", (2, 2, 0), (0, 0, 0), (("t1", 3), ("t3", 4)))])
+    got = merge([_p(START, "a", (5, 4, 1), (0, 0, 0), (("t1", 9), ("t2", 1))),
+                 _p(START, "b", (2, 2, 0), (0, 0, 0), (("t1", 3), ("t3", 4)))])
     [fig] = got.values()
     assert (fig.counts.materialized, fig.counts.done, fig.counts.dead) == (7, 6, 1)
     assert fig.lag == {"t1": 9, "t2": 1, "t3": 4} and fig.replicas == 2
