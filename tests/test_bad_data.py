@@ -1001,7 +1001,8 @@ async def test_a_bad_series_document_costs_only_itself_on_the_charts(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("side", SIDES)
+# mongomock applies a $max through a string as a silent no-op; the server (and the twin) refuse it
+@pytest.mark.parametrize("side", [s for s in SIDES if s != "mongomock"])
 async def test_a_bad_document_under_the_replicas_own_key_costs_one_minutes_point(
         side: str, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest) -> None:
     """The worst place for one: the very (minute, replica) a flush writes, with counts that are
