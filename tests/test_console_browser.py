@@ -76,12 +76,15 @@ class BotRunner:
         self.server.server_close()
 
 
-def _plant_series(db: Any, minutes: int = 30) -> None:
-    """What another replica wrote to the rolling series over the last ``minutes`` minutes: its
-    counts (cumulative, each document past the previous one's) and acme's lag, rising."""
+def _plant_series(db: Any, minutes: int = 30, ahead: int = 3) -> None:
+    """What another replica wrote to the rolling series over the last ``minutes`` minutes, and
+    (as if written already) the next ``ahead``, so a minute ending during the test finds acme
+    still the most behind: its counts (cumulative, each document past the previous one's) and
+    acme's lag, rising."""
     from datetime import UTC, datetime
 
-    last = int(time.time()) // 60 * 60 - 60
+    last = int(time.time()) // 60 * 60 - 60 + ahead * 60
+    minutes += ahead
     for i in range(minutes):
         minute = last - (minutes - 1 - i) * 60
         cum = {"materialized": 12 * (i + 1) + i * i, "done": 11 * (i + 1) + i * i,
