@@ -21,6 +21,7 @@ from board_outbox.model.records import (
     ConsoleSession,
     DoneLatency,
     EventRecord,
+    FailedPage,
     LaunchRequest,
     Member,
     PushRecent,
@@ -48,6 +49,7 @@ __all__ = [
     "EffectOutbox",
     "EventLog",
     "EventRecord",
+    "FailedPage",
     "LabelStore",
     "LaunchRequest",
     "Launcher",
@@ -206,9 +208,22 @@ class EffectOutbox(Protocol):
         known of the others then (the caller applies them one by one)."""
         ...
 
-    async def apply_failed(self, row_key: str, t: Transition) -> bool:
-        """Apply a transition to a dead-letter (``{row_key, state: failed}``, e.g. ``replay``);
-        False: no such failed row."""
+    async def apply_failed(self, row_key: str, t: Transition, *,
+                           updated_at: float | None = None) -> bool:
+        """Apply a transition to a dead-letter (``{row_key, state: failed}``, e.g. ``replay``),
+        and only while its ``updated_at`` is still the one given (a bulk replay's fence: a row
+        replayed by someone else, or parked again, since it was read is left as it is); False:
+        no such failed row. Raises ``StoreError`` when the document refuses it."""
+        ...
+
+    async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """One page of the dead-letters matching ``flt`` (its ``limit`` documents at most; its
+        ``states`` are ignored: failed rows only), oldest parked first, in ``(updated_at,
+        row_key)`` order, after the position ``after`` a previous page returned. Mongo: one
+        query over the failed rows' partial index, whose key gives that order: no sort stage
+        and no skip, whatever the number of dead-letters. A document whose ``updated_at`` is not
+        a number or whose ``row_key`` is not a string is not a dead-letter any walk can name (as
+        ``find``); one that does not decode is named in ``unreadable``."""
         ...
 
     async def park_broken(
