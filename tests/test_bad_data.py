@@ -1474,6 +1474,61 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
     assert lat["t1"].rows == 1 and lat["t1"].p50 == 2.0
 
 
+
+BAD_DEAD_LETTERS: list[dict[str, Any]] = [  # each a failed t1 launch row of s1 but for one field
+    {"attempts": "3"}, {"errors": "boom"}, {"audit": 5}, {"event": "e"}, {"sub_id": ["s1"]},
+    {"errors": [{"error": 5}]}, {"tenant_id": 7}, {"kind": 9}, {"updated_at": "yesterday"},
+    {"row_key": 12}, {"state": "failed ", "updated_at": 0.5},
+    {"updated_at": 2**62 + 1},  # decodes, as 2^62: the fence (updated_at as read) never holds
+]
+
+
+@pytest.mark.anyio
+async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -> None:
+    """Issue 33 item 5: failed rows with wrong-typed fields that a filter matches cost only
+    themselves -- those that do not decode are counted and named by the plan and never written,
+    those the store cannot name (a row key or parked time of another type) are not walked, and
+    one whose stored parked time no float holds is skipped by the fence -- while every good
+    row beside them is planned and replayed, on every backend."""
+    from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
+    from board_outbox.model.dead_letters import BulkFilter
+    from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
+
+    sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
+    await kit.subs.put(sub)
+    at = kit.clock.now() - 600
+
+    def row(i: int) -> dict[str, Any]:
+        ev = EventSnapshot(seq=i, type="card.created", card_id="c", at=at)
+        r = new_launch_row("t1", ev, sub, at)
+        r.state, r.attempts, r.updated_at = "failed", 3, at + i  # type: ignore[assignment]
+        r.errors = [ErrorEntry(attempt=3, at=at, error="LaunchFailed: 503")]
+        return to_doc(r)
+
+    for i in (1, 2, 3):
+        await kit.insert_raw_row(row(i))
+    for i, bad in enumerate(BAD_DEAD_LETTERS, start=10):
+        await kit.insert_raw_row({**row(i), **bad} if "row_key" in bad
+                                 else {**row(i), **bad, "row_key": f"t1/{i}/sub/s1"})
+    keys = [f"t1/{i}/sub/s1" for i in range(10, 10 + len(BAD_DEAD_LETTERS))]
+    before = {k: await kit.raw_row(k) for k in keys}
+    plan = await plan_bulk_replay(kit.outbox, kit.subs, BulkFilter(tenant="t1", kind="launch"),
+                                  clock=kit.clock, page=2)
+    undecodable = ["t1/10/sub/s1", "t1/11/sub/s1", "t1/12/sub/s1", "t1/13/sub/s1",
+                   "t1/14/sub/s1", "t1/15/sub/s1"]
+    assert plan.matched == 4 and plan.unreadable == len(undecodable)
+    assert sorted(plan.unreadable_keys) == undecodable
+    prog = await apply_bulk_replay(kit.outbox, kit.subs, plan, bulk_id="x", by="ops",
+                                   clock=kit.clock, rate=1e6)
+    assert (prog.state, prog.replayed, prog.skipped, prog.refused) == ("done", 3, 1, 0)
+    for i in (1, 2, 3):
+        good = await kit.raw_row(f"t1/{i}/sub/s1")
+        assert good is not None and good["state"] == "pending" and len(good["audit"]) == 1
+    for k in keys:  # every bad row exactly as it was
+        after = await kit.raw_row(k)
+        assert (after is None) == (before[k] is None) and (after is None or after == before[k]), k
+
+
 # --- note table (issue 14): input -> behaviour before -> behaviour after ---------------------
 #
 # row claimed, lease past, attempts:"3"   -> reclaim $inc StoreError ends the process, crash-loops
@@ -1518,6 +1573,11 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 #                                             handler registered"); the tail says so once
 # row seq 2.5 / no row_key / done_at "today" / event.at "then" (audit, status latency; A1, A5)
 #                                          -> (new) left out one document at a time; others count
+# failed row attempts:"3" / errors:"boom" / audit:5 / event:"e" / sub_id:["s1"] / tenant_id:7
+#   matched by a bulk replay's filter      -> (new) counted and named by the plan as not decoding,
+#                                             never written; the good rows replayed
+# failed row updated_at:"yesterday" / row_key:12 -> (new) not walked (as dead-letters list)
+# failed row updated_at 2^62+1 (no float holds it) -> (new) planned, skipped by the fence
 #
 # --- note table (issue 20): input -> before -> after -----------------------------------------
 #
