@@ -31,6 +31,7 @@ from board_outbox.model.records import RowFilter
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
 from board_outbox.surface.admin import parse_when, replay_rows
+from board_outbox.surface.console.bulk import bulk_routes
 from board_outbox.surface.console.data import ConsoleData, trace_id
 from board_outbox.surface.console.security import (
     SESSION_COOKIE,
@@ -247,6 +248,8 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             Route("/rows/{row_key:path}", row, methods=["GET"]),
             Route("/replay/confirm", confirm, methods=["POST"]),
             Route("/replay", replay, methods=["POST"]),
+            *bulk_routes(stores=data.stores, page=page, refused=refused, sessions=sessions,
+                         admin_token=admin_token),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
         ],
