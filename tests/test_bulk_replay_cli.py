@@ -223,6 +223,7 @@ def test_sigterm_on_the_wire_leaves_every_row_replayed_or_untouched(
     from pymongo import MongoClient
 
     from board_outbox.adapters.mongo.schema import INDEXES
+    from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
     from board_outbox.model.domain import new_row_doc
 
     db_name = f"bulk_{uuid.uuid4().hex[:8]}"
@@ -231,15 +232,16 @@ def test_sigterm_on_the_wire_leaves_every_row_replayed_or_untouched(
         coll = client[db_name]["trigger_effects"]
         coll.create_indexes(INDEXES["trigger_effects"])
         coll.insert_many([new_row_doc(r) for r in _rows(80)])
-        client[db_name]["subscriptions"].insert_one({"_id": "s1", "sub_id": "s1", "tenant_id": "t1",
-                                                     "bot": "b"})
+        client[db_name][SUBSCRIPTIONS].insert_one({"_id": "s1", "sub_id": "s1", "tenant_id": "t1",
+                                                   "bot": "b"})
         before = {d["row_key"]: d for d in coll.find({}, {"_id": 0})}
         cfg = tmp_path / "cfg.toml"
         cfg.write_text(f'[store]\nbackend = "mongo"\nuri = "{live_uri}"\ndatabase = "{db_name}"\n')
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
         proc = subprocess.Popen(
             [sys.executable, "-m", "board_outbox", "dead-letters", "replay", "--config", str(cfg),
-             "--filter", "tenant=t1", "--filter", "error-class=LaunchFailed", "--yes",
+             "--filter", "tenant=t1", "--filter", "error-class=LaunchFailed", "--filter", "bot=b",
+             "--yes",
              "--rate", "20", "--by", "wire"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         deadline = time.monotonic() + 30

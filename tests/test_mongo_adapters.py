@@ -273,10 +273,14 @@ async def test_every_hot_statement_naming_a_state_constrains_that_states_index_k
         await outbox.live_tenants()
         await status.row_summary(("pending", "claimed", "failed"))
         await outbox.find(RowFilter(states=["failed"], limit=10))
+        # a bulk replay's walk over the dead-letters, first page and a later one
+        await outbox.failed_page(RowFilter(tenant_id="t1", states=("failed",), limit=5))
+        await outbox.failed_page(RowFilter(states=("failed",), updated_before=9.0, limit=5),
+                                 after=(1.0, "t1/1/sub/s"))
     finally:
         await client.drop_database(db.name)
         await client.close()
-    assert len(sent.filters) >= 8
+    assert len(sent.filters) >= 10
 
     def clauses(flt: dict[str, object]) -> list[dict[str, object]]:
         ors = flt.get("$or")
@@ -290,4 +294,4 @@ async def test_every_hot_statement_naming_a_state_constrains_that_states_index_k
                 continue
             checked += 1
             assert keys[state] & set(clause), (name, clause, keys[state])
-    assert checked >= 8
+    assert checked >= 10

@@ -373,7 +373,9 @@ class MongoEffectOutbox:
             at, key = after  # at or past ``updated_after``: the last page's rows were
             q["updated_at"] = {**q["updated_at"], "$gte": at}
             q["$or"] = [{"updated_at": {"$gt": at}}, {"updated_at": at, "row_key": {"$gt": key}}]
-        docs = await self.coll.find(q).sort(FAILED_ORDER).limit(flt.limit).to_list(None)
+        # the whole page in the first reply (a find's first batch is 101 documents otherwise)
+        docs = await (self.coll.find(q).sort(FAILED_ORDER).limit(flt.limit)
+                      .batch_size(flt.limit).to_list(None))
         rows: list[EffectRow] = []
         unreadable: list[str] = []
         for doc in docs:
