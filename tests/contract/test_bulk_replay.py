@@ -129,6 +129,19 @@ async def test_each_filter_takes_its_rows(kit: Kit, flt: dict[str, Any], matched
     assert replayed == matched
 
 
+async def test_a_read_cap_bounds_the_plan_and_the_apply_takes_only_what_it_counted(kit: Kit) -> None:
+    """A filter the store cannot answer (the bot) reads every dead-letter the rest lets through;
+    a console page caps it: the plan covers the rows read, and its apply no more."""
+    await _plant(kit)
+    plan = await plan_bulk_replay(kit.outbox, kit.subs, BulkFilter(bot="b1"), clock=kit.clock,
+                                  page=3, max_read=6)
+    assert (plan.matched, plan.read, plan.truncated, plan.read_capped) == (4, 6, True, True)
+    prog = await _apply(kit, plan)
+    assert (prog.replayed, prog.state) == (4, "done")
+    assert {r.row_key for r in await kit.rows() if r.state == "pending" and r.audit} == {
+        f"t1/{i}/sub/s1" for i in range(1, 5)}
+
+
 async def test_parked_since_and_before_bound_the_plan(kit: Kit) -> None:
     base = await _plant(kit)
     plan = await _plan(kit, since=base + 10, before=base + 22)

@@ -111,10 +111,16 @@ async def _pages(outbox: EffectOutbox, flt: BulkFilter, page: int,
 
 
 async def plan_bulk_replay(outbox: EffectOutbox, subs: SubscriptionStore, flt: BulkFilter, *,
-                           clock: Clock, page: int = PLAN_PAGE) -> BulkPlan:
-    """The dry run: what ``flt`` takes, counted by tenant, kind and subscription. Reads only."""
+                           clock: Clock, page: int = PLAN_PAGE,
+                           max_read: int | None = None) -> BulkPlan:
+    """The dry run: what ``flt`` takes, counted by tenant, kind and subscription. Reads only.
+    ``max_read``: stop after reading that many documents (a console page's bound, for a filter
+    the store cannot answer: a bot, an error), the plan then covering the rows read."""
     plan = BulkPlan(filter=flt, planned_at=clock.now())
     async for got in _pages(outbox, flt, page):
+        if max_read is not None and plan.read >= max_read:
+            plan.truncated = plan.read_capped = True
+            return plan
         plan.read += got.read
         plan.unreadable += len(got.unreadable)
         room = NAMED_UNREADABLE - len(plan.unreadable_keys)

@@ -106,7 +106,8 @@ class BulkPlan(msgspec.Struct, kw_only=True):
     by_subscription: dict[str, int] = msgspec.field(default_factory=dict)
     oldest: float | None = None  # parked time of the oldest matching row
     newest: float | None = None  # ... and of the newest the plan takes
-    truncated: bool = False  # the limit was reached: more rows may match
+    truncated: bool = False  # the limit (or the read cap) was reached: more rows may match
+    read_capped: bool = False  # ... the read cap: the plan covers the documents read
     read: int = 0  # documents the walk read
     unreadable: int = 0  # documents matching the stored fields that do not decode: left alone
     unreadable_keys: list[str] = msgspec.field(default_factory=list)  # the first few
