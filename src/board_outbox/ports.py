@@ -22,6 +22,7 @@ from board_outbox.model.records import (
     DoneLatency,
     EventRecord,
     LaunchRequest,
+    LimitHolder,
     Member,
     PushRecent,
     ReadModelVersions,
@@ -51,6 +52,7 @@ __all__ = [
     "LabelStore",
     "LaunchRequest",
     "Launcher",
+    "LimitHolder",
     "LimitStore",
     "Mark",
     "Member",
@@ -267,6 +269,13 @@ class EffectOutbox(Protocol):
         every tenant, in one query; rows that do not say (no event time) are left out."""
         ...
 
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        """How many of the tenant's pending rows fall due before ``not_before``, or at it for an
+        earlier seq (the rows of one batch share their due time), counted up to ``limit``: about
+        the rows a claim takes ahead of that one (``explain``; Mongo: one count over
+        ``pending_tenant_not_before``, stopped at ``limit``)."""
+        ...
+
 
 class SubscriptionStore(Protocol):
     async def get(self, sub_id: str) -> Subscription:
@@ -470,6 +479,19 @@ class LimitStore(Protocol):
     async def take(self, key: str, per_second: float, now: float) -> bool:
         """Count one launch of ``key`` at ``now`` against ``per_second`` (``model/limits``
         windows). False: the window is full, nothing counted."""
+        ...
+
+    # --- read-only: what ``explain`` shows of a limit (issue 33)
+
+    async def holders(self, key: str, now: float) -> list[LimitHolder]:
+        """The in-flight slots of ``key`` held at ``now`` (``until`` after it), by holder, in one
+        read (Mongo: the ``key_holder`` index). A slot document no launch can have written
+        (``validation.slot_problem``) is left out and reported: it is free to take over."""
+        ...
+
+    async def counted(self, key: str, per_second: float, now: float) -> int | None:
+        """The launches of ``key`` counted in the ``per_second`` window holding ``now`` (0: none
+        yet), one read by id. None: the counter is not a count (its window stays shut)."""
         ...
 
 

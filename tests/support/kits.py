@@ -24,6 +24,7 @@ from board_outbox.ports import (
     EventLog,
     LabelStore,
     LimitStore,
+    MembershipStore,
     ReadModelStore,
     ReadModelVersionStore,
     SessionStore,
@@ -81,6 +82,8 @@ class Kit:
     # the console's sessions, and a way to plant a session document someone else wrote
     sessions: SessionStore | None = None
     put_raw_session: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # the membership leases (not in ``stores``: a Service built on the kit stays alone)
+    members: MembershipStore | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -194,7 +197,7 @@ def memory_kit() -> Kit:
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
         put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
-        sessions=b.sessions, put_raw_session=raw_session,
+        sessions=b.sessions, put_raw_session=raw_session, members=b.members,
     )
 
 
@@ -208,6 +211,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
         MongoCursorStore,
         MongoEffectOutbox,
         MongoEventLog,
+        MongoMembershipStore,
         MongoReadModelStore,
         MongoSubscriptionStore,
     )
@@ -245,5 +249,5 @@ def mongo_kit(db: Any, name: str) -> Kit:
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
         status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
-        put_raw_session=raw_session,
+        put_raw_session=raw_session, members=MongoMembershipStore(db),
     )

@@ -98,6 +98,21 @@ class InvalidId(BoardOutboxError, ValueError):
     """An identifier (tenant, subscription, projection) has characters a row key cannot carry."""
 
 
+class InvalidRowKey(BoardOutboxError, ValueError):
+    """A text that cannot be a row key (``model.domain.parse_row_key``): say so, look nothing up."""
+
+
+class RowNotFound(BoardOutboxError):
+    """No effect row has this key (``engine.explain``): a typo, or a done row past its TTL."""
+
+    def __init__(self, row_key: str) -> None:
+        super().__init__(f"no row {row_key!r}")
+        self.row_key = row_key
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.row_key,))
+
+
 class EffectError(BoardOutboxError):
     """An effect failed; the row is retried with backoff."""
 

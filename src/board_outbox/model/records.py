@@ -179,3 +179,17 @@ class DoneLatency(msgspec.Struct, frozen=True, kw_only=True):
     tenant_id: str
     kind: str
     seconds: float
+
+
+class LimitHolder(msgspec.Struct, frozen=True, kw_only=True):
+    """One held in-flight slot of a limit key (``LimitStore.holders``, F2): ``holder`` as the
+    launch gate names it (``<row key>:<claim id>``) and the end of its lease."""
+
+    holder: str
+    until: float
+
+    @property
+    def row_key(self) -> str | None:
+        """The row holding the slot (None: a holder the launch gate did not name)."""
+        key, sep, _claim = self.holder.rpartition(":")
+        return key if sep and key else None

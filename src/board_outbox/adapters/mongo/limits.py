@@ -22,10 +22,14 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.bounds import MAX_SLOTS
 from board_outbox.model.limits import EXPIRY_MARGIN_SECONDS, rate_slot, slot_id
+from board_outbox.model.records import LimitHolder
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     LIMITS_COLLECTION,
+    counter_problem,
+    finite,
     report_slot,
     slot_is_free,
 )
@@ -93,3 +97,26 @@ class MongoLimitStore:
             return True
         return False
 
+
+    @translated
+    async def holders(self, key: str, now: float) -> list[LimitHolder]:
+        # over ``key_holder``; a key has at most MAX_SLOTS slots (a limit is at most that)
+        docs = await (self.coll.find({"key": key, "holder": {"$ne": None}},
+                                     {"holder": 1, "until": 1})
+                      .limit(MAX_SLOTS).to_list(None))
+        out = []
+        for d in docs:  # each parsed alone: a bad one is left out, reported once
+            if report_slot(d, str(d["_id"]), now):
+                continue
+            holder, until = d.get("holder"), finite(d.get("until"))
+            if isinstance(holder, str) and until is not None and until > now:
+                out.append(LimitHolder(holder=holder, until=until))
+        return sorted(out, key=lambda h: h.holder)
+
+    @translated
+    async def counted(self, key: str, per_second: float, now: float) -> int | None:
+        doc = await self.coll.find_one({"_id": rate_slot(key, per_second, now)[0]}, {"n": 1})
+        if doc is None:
+            return 0
+        n = doc.get("n")
+        return n if counter_problem(doc) is None and isinstance(n, int) else None

@@ -481,3 +481,13 @@ class MongoEffectOutbox:
             {"_id": 0, "tenant_id": 1, "kind": 1, "done_at": 1, "event.at": 1},
         ).sort("done_at", DESCENDING).limit(limit).to_list(None)
         return [lat for d in docs if (lat := done_latency(d)) is not None]
+
+    @translated
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        """One count over the partial ``pending_tenant_not_before`` index (both branches bound
+        its key), stopped at ``limit``."""
+        return int(await self.coll.count_documents(
+            {"state": PENDING, "tenant_id": tenant_id,
+             "$or": [{"not_before": {"$lt": not_before}},
+                     {"not_before": not_before, "seq": {"$lt": seq}}]},
+            limit=limit))
