@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from board_outbox.model.errors import InvalidRowKey, RowNotFound, UsageError
-from board_outbox.model.explanation import Explanation, Limit
+from board_outbox.model.explanation import DeadLettered, Explanation, Limit
 from board_outbox.surface.cli.commands import StoresFactory
 
 
@@ -70,6 +70,8 @@ def lines(x: Explanation) -> list[str]:
                 out.append(f"  {'':<14}   held by {holder.holder} until {_when(holder.until)}")
             if len(h.holders) > 20:
                 out.append(f"  {'':<14}   ... and {len(h.holders) - 20} more")
+        elif isinstance(h, DeadLettered):
+            out.append(f"  {'':<14}   replay: {h.replay}")
     if x.timeline:
         out.append("timeline (UTC):")
         for m in x.timeline:
