@@ -1323,6 +1323,136 @@ async def test_status_costs_the_same_queries_for_10_or_1000_tenants(
         assert cost[0] == cost[1] <= 8, cost
 
 
+# --- issue 33: explain, over hostile rows, keys and the documents it reads -------------------
+#
+# ``explain ROW_KEY`` reads one row and, to name what holds it, the limit slots and counters, the
+# membership leases and the event: each document is parsed on its own, and a bad one costs only
+# what it would have said -- never the explanation, never a traceback.
+
+
+async def _raw_row(s: Side, doc: dict[str, Any]) -> None:
+    if s.backend is not None:
+        s.backend.outbox.insert_raw(doc)
+    else:
+        await s.db["trigger_effects"].insert_one(dict(doc))
+
+
+async def _raw_slot(s: Side, doc_id: str, doc: dict[str, Any]) -> None:
+    if s.backend is not None:
+        s.backend.limits.put_raw(doc_id, doc)
+    else:
+        await s.db["board_outbox_limits"].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
+
+async def _raw_event(s: Side, doc: dict[str, Any]) -> None:
+    if s.backend is not None:
+        s.backend.events.insert_now(doc)
+    else:
+        await s.db["board_events"].insert_one(dict(doc))
+
+
+def _pending(tenant: str, seq: int, now: float, **fields: Any) -> dict[str, Any]:
+    return {"tenant_id": tenant, "row_key": f"{tenant}/{seq}/sub/s", "seq": seq,
+            "kind": "launch", "sub_id": "s", "state": "pending", "not_before": now,
+            "created_at": now, "updated_at": now, **fields}
+
+
+BAD_ROWS: dict[str, dict[str, Any]] = {
+    "attempts-string": {"attempts": "many"},
+    "errors-string": {"state": "failed", "errors": "boom"},
+    "not-before-string": {"not_before": "soon"},
+    "state-weird": {"state": "weird"},
+    "event-string": {"event": "e"},
+    "lease-until-list": {"state": "claimed", "lease_until": [1]},
+    "waiting-number": {"waiting": 5},
+    "audit-entry-without-at": {"audit": [{"action": "replay"}]},
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
+        side: str, case: str, request: pytest.FixtureRequest) -> None:
+    from board_outbox.engine.explain import explain
+    from board_outbox.model.explanation import Malformed
+
+    t = _uniq("ex")
+    async with open_side(side, request) as s:
+        now = 1_000_000.0
+        await _raw_row(s, _pending(t, 1, now, **BAD_ROWS[case]))
+        await _raw_row(s, _pending(t, 2, now))
+        x = await explain(s.stores, f"{t}/1/sub/s", now + 1)
+        [h] = x.holds
+        assert isinstance(h, Malformed) and x.row is None and "malformed effect row" in h.problem
+        good = await explain(s.stores, f"{t}/2/sub/s", now + 1)
+        assert good.row is not None and good.holds[-1].name == "turn"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_explain_of_a_key_no_row_has_or_that_is_no_key(
+        side: str, request: pytest.FixtureRequest) -> None:
+    from board_outbox.engine.explain import explain
+    from board_outbox.model.errors import InvalidRowKey, RowNotFound
+
+    async with open_side(side, request) as s:
+        with pytest.raises(RowNotFound, match="no row 'nobody/1/sub/s'"):
+            await explain(s.stores, "nobody/1/sub/s", 1.0)
+        for text in ("", "nobody", "a/1/sub/{'$ne': 1}", "a/1/sub/s\x00", "a/-1/sub/s",
+                     "a/1/proj/" + "p" * 201, "/1/sub/s", "a//sub/s"):
+            with pytest.raises(InvalidRowKey, match="is not a row key"):
+                await explain(s.stores, text, 1.0)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_explain_reads_past_bad_slots_counters_leases_and_events(
+        side: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture) -> None:
+    """The documents explain reads to name a hold, each parsed alone: a slot whose holder is not
+    a string, whose until is not a time or is a month ahead (a ghost, taken over by the next
+    acquire) holds nothing; a counter that is not a count reads as full (its window stays shut,
+    as ``take`` treats it); a lease that is not a time names no owner; an event whose at is not a
+    time leaves its moment undated. The good documents beside them still count."""
+    from board_outbox.engine.explain import ExplainSettings, explain
+    from board_outbox.engine.limits import LimitSettings
+    from board_outbox.model.explanation import Limit, Ownership
+
+    t = _uniq("ex")
+    now = 1_000_000.0
+    key = bot_key(t, "b")
+    async with open_side(side, request) as s:
+        await s.stores.subs.put(Subscription(sub_id="s", tenant_id=t, bot="b", max_in_flight=5,
+                                             max_per_second=1.0))
+        await _raw_event(s, {"tenant_id": t, "seq": 1, "type": "card.created", "card_id": "c",
+                             "at": "yesterday"})
+        await _raw_row(s, _pending(t, 1, now, waiting=f"bot limit (in_flight) of {key}"))
+        for k, doc in enumerate([{"holder": f"{t}/9/sub/s:c9", "until": now + 60},
+                                 {"holder": 5, "until": now + 60},
+                                 {"holder": "x:soon", "until": "soon"},
+                                 {"holder": "ghost:c", "until": now + 40 * 86400},
+                                 {"holder": "gone:c", "until": now - 1}]):
+            await _raw_slot(s, slot_id(key, k), {"key": key, **doc})
+        await _raw_slot(s, rate_slot(key, 1.0, now + 1)[0], {"n": -5})
+        await s.member("ok-member", now + 5)
+        await s.member(_uniq("bad-member"), "soon")
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        x = await explain(s.stores, f"{t}/1/sub/s", now + 1, ExplainSettings(limits=LimitSettings()))
+        flight, rate = x.holds[0], x.holds[1]
+        assert isinstance(flight, Limit) and isinstance(rate, Limit)
+        assert [h.holder for h in flight.holders] == [f"{t}/9/sub/s:c9"]
+        assert (flight.used, flight.full) == (1, False)
+        assert (rate.kind, rate.used, rate.full) == ("per_second", None, True)
+        own = next(h for h in x.holds if isinstance(h, Ownership))
+        assert (own.owner, own.replicas) == ("ok-member", 1)
+        assert x.timeline[0].what == "event" and x.timeline[0].at is None
+        assert any("is not a time" in n for n in x.notes)
+        # the unparseable waiting text: a note, not a crash
+        await _raw_row(s, _pending(t, 2, now, waiting="over some limit"))
+        y = await explain(s.stores, f"{t}/2/sub/s", now + 1)
+        assert any("names no limit" in n for n in y.notes)
+
+
 # --- config and CLI ----------------------------------------------------------------------------
 
 
@@ -1560,3 +1690,22 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 #                                          watchdog, one warning naming the step, a metric
 # BOARD_OUTBOX_SERVICE__REPLICA_NAME=123, BOARD_OUTBOX_STORE__DATABASE=2024 -> rejected
 #                                          ("expected str, got int") -> accepted as strings
+#
+# --- note table (issue 33, explain): input -> before -> after --------------------------------
+#
+# explain of a key no row has ("acme/9/sub/s")   -> (new) RowNotFound; the CLI one line, exit 2
+# explain of a text that is no key ("", "a/x/sub/s", "a/1/sub/s\n", a 300-character name, a NUL,
+#   "a/1/sub/{'$ne': 1}")                        -> (new) InvalidRowKey before any read; the CLI
+#                                                   one line, exit 2, the store never opened
+# explain of a row with attempts "many", errors "boom", state "weird", not_before "soon",
+#   event "e", lease_until [1], waiting 5, an audit entry without at
+#                                                -> (new) a "malformed" hold naming the field;
+#                                                   the rows beside it explain as ever; the
+#                                                   console's row page shows it (200)
+# a limit slot with holder 5 / until "soon" / until a month ahead / until past
+#                                                -> (new) not a holder (the bad ones reported
+#                                                   once, as acquire reports them)
+# a rate counter n -5                            -> (new) the window reads full, used unknown
+# a membership lease expires_at "soon"           -> (new) no owner from it; the good lease owns
+# the event's at "yesterday"                     -> (new) its moment undated, with a note
+# a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
