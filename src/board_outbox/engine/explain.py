@@ -25,7 +25,7 @@ from board_outbox.model.explanation import (
 from board_outbox.model.validation import cap, finite
 from board_outbox.ports import EventLog, Stores
 
-__all__ = ["ExplainSettings", "explain"]
+__all__ = ["ExplainSettings", "explain", "explain_row"]
 
 NOT_RECORDED = ("the row keeps no per-attempt claim or start times: an attempt that ended "
                 "without success is one `errors` entry (when it ended, why); the claim in "
@@ -53,12 +53,20 @@ async def explain(stores: Stores, row_key: str, now: float,
             timeline=[], notes=["nothing else is read from a document that does not decode"])
     if row is None:
         raise RowNotFound(row_key)
+    return await explain_row(stores, row, now, settings)
+
+
+async def explain_row(stores: Stores, row: EffectRow, now: float,
+                      settings: ExplainSettings | None = None) -> Explanation:
+    """``explain`` of a row already read (the console's row page shows the row beside it)."""
+    settings = settings or ExplainSettings()
+    row_key = row.row_key
     case = Case(row=row, now=now, stores=stores, settings=settings)
     holds: list[Hold] = []
     for check in CHECKS:
         holds += await check(case)
     timeline = await _timeline(row, stores.events, case.notes)
-    if row.state in (PENDING, CLAIMED) or row.errors:
+    if row.state == CLAIMED or row.errors:
         case.notes.append(NOT_RECORDED)
     if row.state == CLAIMED:
         case.notes.append("which replica holds the claim is not recorded on the row")
@@ -94,7 +102,7 @@ async def _event(row: EffectRow, events: EventLog, notes: list[str]) -> Moment:
 async def _timeline(row: EffectRow, events: EventLog, notes: list[str]) -> list[Moment]:
     out = [await _event(row, events, notes),
            Moment(at=row.materialized_at or row.created_at or None, what="materialized",
-                  detail=f"{row.kind} row written by the tail")]
+                  detail=f"{row.kind} row written")]
     for e in row.errors:
         out.append(Moment(at=e.at, what=_ERROR_KINDS.get(e.kind, e.kind), attempt=e.attempt,
                           detail=e.error))
@@ -105,10 +113,8 @@ async def _timeline(row: EffectRow, events: EventLog, notes: list[str]) -> list[
         # a deferral is the last write of a row that waits on a limit (a claim clears waiting)
         out.append(Moment(at=row.updated_at or None, what="deferred", detail=row.waiting))
     elif row.state == CLAIMED:
-        lease = f", lease until {row.lease_until:.3f}" if row.lease_until is not None else ""
         out.append(Moment(at=None, what="claimed", attempt=row.attempts + 1,
-                          detail=f"claim {row.claim_id}{lease} (when it was claimed is not "
-                                 "recorded)"))
+                          detail=f"claim {row.claim_id} (when is not recorded)"))
     elif row.state == FAILED:
         out.append(Moment(at=row.updated_at or None, what="dead_lettered",
                           detail=row.errors[-1].error if row.errors else ""))

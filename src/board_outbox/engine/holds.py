@@ -122,8 +122,9 @@ async def lease(c: Case) -> list[Hold]:
     attempt = r.attempts + 1
     budget = c.settings.worker.max_attempts
     if r.lease_until is not None and r.lease_until > c.now:
-        return [Lease(summary=(f"running: attempt {attempt} of {budget} under claim "
-                               f"{r.claim_id}, lease until {_in(r.lease_until - c.now)}"),
+        return [Lease(summary=(f"claimed: attempt {attempt} of {budget} under claim "
+                               f"{r.claim_id}, in a worker's hands (running, or queued in its "
+                               f"batch or hand-off); lease ends {_in(r.lease_until - c.now)}"),
                       claim_id=r.claim_id, attempt=attempt, until=r.lease_until)]
     every = c.settings.worker.reclaim_every_seconds
     if r.lease_until is None:
