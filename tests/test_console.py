@@ -109,7 +109,11 @@ async def test_pages_render_the_store_and_are_read_only_by_default() -> None:
         row = await client.get(f"/ui/rows/{key}")
         assert row.status_code == 200 and f'href="http://jaeger:16686/trace/{TRACE}"' in row.text
         assert 'id="replay-row"' not in row.text
+        # what holds it: the dead-letter's last error and the replay (issue 33, item 4)
+        assert 'data-hold="failed"' in row.text and "bot runner answered 503 &lt;#3&gt;" in row.text
+        assert 'data-moment="attempt_failed"' in row.text
         assert (await client.get("/ui/rows/acme/9/sub/none")).status_code == 404
+        assert (await client.get("/ui/rows/acme/nine/sub/s")).status_code == 404
         assert (await client.get("/ui/tenants/nobody")).status_code == 404
         # a forged POST on a console without a token: refused, nothing changes
         forged = await client.post("/ui/replay", data={"csrf": csrf_of(dls.text), "key": key},
@@ -204,7 +208,8 @@ async def test_a_store_that_fails_costs_the_page_not_the_console() -> None:
 
 async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
     """A hostile row document (attempts a string, errors not a list): its own page says it
-    cannot be read; the dead-letter list and the tenant page still show every other row."""
+    cannot be read, and what becomes of it (issue 33: explained as ``malformed``); the
+    dead-letter list and the tenant page still show every other row."""
     async with console() as (backend, client, key):
         backend.outbox.insert_raw({"tenant_id": T, "row_key": f"{T}/99/sub/s", "seq": 99,
                                    "kind": "launch", "sub_id": "s", "state": "failed",
@@ -213,7 +218,8 @@ async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
         assert listing.status_code == 200 and f'data-row="{key}"' in listing.text
         assert (await client.get(f"/ui/tenants/{T}")).status_code == 200
         bad = await client.get(f"/ui/rows/{T}/99/sub/s")
-        assert bad.status_code == 503 and "malformed effect row" in bad.text
+        assert bad.status_code == 200 and "malformed effect row" in bad.text
+        assert 'data-hold="malformed"' in bad.text
         assert (await client.get("/ui/")).status_code == 200
 
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import jinja2
-import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
@@ -32,6 +31,7 @@ from board_outbox.ports import Stores
 from board_outbox.service.config import Config
 from board_outbox.surface.admin import parse_when, replay_rows
 from board_outbox.surface.console.data import ConsoleData, trace_id
+from board_outbox.surface.console.rows import row_page
 from board_outbox.surface.console.security import (
     SESSION_COOKIE,
     SESSION_SECONDS,
@@ -137,13 +137,11 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         return await page(request, "dead_letters.html", rows=rows, form=form, error=None)
 
     async def row(request: Request) -> Response:
-        key = request.path_params["row_key"]
-        r = await data.row(key)
-        if r is None:
-            return await page(request, "message.html", 404, title="No such row",
-                        message=f"No effect row has the key {key!r}.")
-        doc = msgspec.json.format(msgspec.json.encode(r), indent=2).decode()
-        return await page(request, "row.html", row=r, doc=doc)
+        """The row and why it waits (``rows.row_page``: ``explain``'s answer)."""
+        got = await row_page(data.stores, config, request.path_params["row_key"], time.time())
+        if isinstance(got, str):
+            return await page(request, "message.html", 404, title="No such row", message=got)
+        return await page(request, "row.html", row=got.row, x=got.x, doc=got.doc)
 
     async def action_form(request: Request) -> tuple[list[str], str] | Response:
         """The posted row keys after the safety checks, or the refusal."""
