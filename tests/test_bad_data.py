@@ -1709,3 +1709,16 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 # a membership lease expires_at "soon"           -> (new) no owner from it; the good lease owns
 # the event's at "yesterday"                     -> (new) its moment undated, with a note
 # a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
+
+
+@pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a b", "a/b", ""])
+def test_an_id_with_a_newline_or_a_separator_is_refused(value: str) -> None:
+    """``^...$`` with ``match`` let ``"abc\\n"`` through (``$`` matches before a final newline):
+    an id is the whole text or nothing, wherever it is checked (row keys, tenants, kinds)."""
+    from board_outbox.model.domain import check_id
+    from board_outbox.model.errors import InvalidId
+    from board_outbox.model.validation import tenant_problem
+
+    with pytest.raises(InvalidId):
+        check_id("tenant_id", value)
+    assert tenant_problem(value) is not None

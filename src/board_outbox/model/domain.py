@@ -45,7 +45,7 @@ def check_kind(kind: object) -> str:
 
 def check_id(what: str, value: str) -> str:
     """Tenant, subscription and projection ids must be safe to embed in a row key."""
-    if not isinstance(value, str) or not _ID.match(value):
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise InvalidId(
             f"invalid {what} {value!r}: use 1-200 characters from A-Z a-z 0-9 _ . : @ -"
         )
