@@ -472,6 +472,12 @@ class LimitStore(Protocol):
         also when ``holder`` holds one already. False: all ``limit`` are held."""
         ...
 
+    async def renew(self, key: str, holder: str, until: float) -> bool:
+        """Push the end of the slot ``holder`` holds of ``key`` to ``until`` (its launch runs
+        on). Fenced on the holder: False, nothing written, when ``holder`` holds no slot of
+        ``key`` (released, or taken over by another holder after its end)."""
+        ...
+
     async def release(self, key: str, holder: str) -> None:
         """Free the slot ``holder`` holds of ``key`` (none held: nothing happens)."""
         ...
@@ -492,6 +498,13 @@ class LimitStore(Protocol):
     async def counted(self, key: str, per_second: float, now: float) -> int | None:
         """The launches of ``key`` counted in the ``per_second`` window holding ``now`` (0: none
         yet), one read by id. None: the counter is not a count (its window stays shut)."""
+        ...
+
+    async def upkeep(self) -> list[str]:
+        """Re-create the store's indexes when they are gone (its collection dropped while the
+        service runs: without the TTL index, slots and counters would pile up); the names
+        created. One index listing when they are there: a periodic pass calls it, never a
+        launch."""
         ...
 
 

@@ -77,6 +77,10 @@ class Kit:
     # F2: the limit store, and a way to plant a slot or counter document someone else wrote
     limits: LimitStore | None = None
     put_raw_limit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # a store with indexes (Mongo): drop the limits collection behind the service's back, and
+    # the names of its indexes
+    drop_limits: Callable[[], Awaitable[None]] | None = None
+    limit_indexes: Callable[[], Awaitable[set[str]]] | None = None
     # the backend's StatusStore (not in ``stores``: tests of the per-tenant path stay on it)
     status_store: StatusStore | None = None
     # the console's sessions, and a way to plant a session document someone else wrote
@@ -242,6 +246,12 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
         await db[SESSIONS].replace_one({"_id": doc_id}, dict(doc), upsert=True)
 
+    async def drop_limits() -> None:
+        await db[LIMITS].drop()
+
+    async def limit_indexes() -> set[str]:
+        return set(await db[LIMITS].index_information())
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
@@ -250,4 +260,5 @@ def mongo_kit(db: Any, name: str) -> Kit:
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
         status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
         put_raw_session=raw_session, members=MongoMembershipStore(db),
+        drop_limits=drop_limits, limit_indexes=limit_indexes,
     )

@@ -34,6 +34,13 @@ class MemoryLimitStore:
                 return True
         return False
 
+    async def renew(self, key: str, holder: str, until: float) -> bool:
+        await checkpoint()
+        held = [d for d in self._docs.values() if d.get("key") == key and d.get("holder") == holder]
+        for doc in held:
+            doc["until"] = until
+        return bool(held)
+
     async def release(self, key: str, holder: str) -> None:
         await checkpoint()
         for doc in self._docs.values():
@@ -68,3 +75,7 @@ class MemoryLimitStore:
             return 0
         n = doc.get("n")
         return n if counter_problem(doc) is None and isinstance(n, int) else None
+
+    async def upkeep(self) -> list[str]:
+        await checkpoint()
+        return []  # a dict has no indexes to lose

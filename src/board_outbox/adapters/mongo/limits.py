@@ -9,8 +9,13 @@ replica, each call atomic on one document (no transaction).
   while ``n`` is below the window's allowance; the upsert's DuplicateKeyError means the window is
   full (one retry: two first launches of a window may race on the insert).
 
-Every document carries ``expire_at`` (a date) for the TTL index (``schema.py``): the collection
-holds the slots in use and the last minutes' counters, never more.
+A slot lives as long as its launch: ``renew`` pushes its ``until`` on, fenced on the holder (a
+slot taken over is never renewed), and ``release`` frees it when the launch ends.
+
+Every document carries ``expire_at`` (a date) for the TTL index (``LIMIT_INDEXES``, created by
+``schema.py`` at start): the collection holds the slots in use and the last minutes' counters,
+never more. ``upkeep`` re-creates the indexes when the collection was dropped under a running
+service (a periodic pass, one index listing when nothing is missing).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pymongo import ReturnDocument
+from pymongo import ASCENDING, IndexModel, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
@@ -35,6 +40,9 @@ from board_outbox.model.validation import (
 )
 
 LIMITS = LIMITS_COLLECTION
+# a key's slots are renewed and released by key and holder; slots and counters expire (TTL)
+LIMIT_INDEXES = [IndexModel([("key", ASCENDING), ("holder", ASCENDING)], name="key_holder"),
+                 IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)]
 
 
 def _expire_at(t: float) -> datetime:
@@ -76,6 +84,13 @@ class MongoLimitStore:
                 continue  # taken since the read
             return True
         return False
+
+    @translated
+    async def renew(self, key: str, holder: str, until: float) -> bool:
+        res = await self.coll.update_one(
+            {"key": key, "holder": holder},
+            {"$set": {"until": until, "expire_at": _expire_at(until)}})
+        return bool(res.matched_count)
 
     @translated
     async def release(self, key: str, holder: str) -> None:
@@ -120,3 +135,12 @@ class MongoLimitStore:
             return 0
         n = doc.get("n")
         return n if counter_problem(doc) is None and isinstance(n, int) else None
+
+    @translated
+    async def upkeep(self) -> list[str]:
+        present = set(await self.coll.index_information())
+        missing = [m for m in LIMIT_INDEXES if m.document["name"] not in present]
+        if missing:
+            # all of them: an index there already is left as it is (same name, same options)
+            await self.coll.create_indexes(LIMIT_INDEXES)
+        return [m.document["name"] for m in missing]
