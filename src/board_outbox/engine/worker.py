@@ -22,7 +22,7 @@ from board_outbox.engine import telemetry
 from board_outbox.engine.batch import BatchUnit, plan
 from board_outbox.engine.completer import Completer
 from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue
-from board_outbox.engine.leases import Lease, Leases, current
+from board_outbox.engine.leases import Lease, Leases, Rider, current
 from board_outbox.engine.outcomes import Outcome, TickResult
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
@@ -450,7 +450,7 @@ class EffectWorker:
         lease = self._leases.start(claim, self.clock.now())  # its attempt starts now
         outcome: Outcome | None = None
         try:
-            outcome = await self._execute(current(lease), prefetched)
+            outcome = await self._execute(current(lease), prefetched, lease.riders)
             return outcome
         finally:
             if outcome != "staged":  # a staged row stays in flight until its flush
@@ -495,7 +495,8 @@ class EffectWorker:
         """One beat over these leases (``Leases.extend_many``: one fenced write per claim)."""
         await self._leases.extend_many(leases)
 
-    async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
+    async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None,
+                       riders: list[Rider] | None = None) -> Outcome:
         """Run the row's handler and choose what became of it; the completer records it."""
         now = self.clock.now()
         done = self.completer
@@ -524,7 +525,7 @@ class EffectWorker:
                     )
                 handler = self.registry.handler(row.kind)
                 ctx: ExecutionContext[Any] = ExecutionContext(
-                    claim, self.outbox, self.clock, (prefetched or {}).get(row.kind))
+                    claim, self.outbox, self.clock, (prefetched or {}).get(row.kind), riders)
                 what = f"handler {row.kind!r} on row {row.row_key}"
                 with self.watch.step(what), deadline(self.settings.max_execution_seconds, what):
                     outcome = await handler.execute(row, ctx)

@@ -139,6 +139,13 @@ class LaunchFailed(EffectError):
     """The launcher could not start the bot (retried)."""
 
 
+class SlotLost(EffectError):
+    """A launch was cut because its in-flight slot ended under it (F2): not renewed before its
+    end (the store unreachable, the lease heartbeat stopped) or taken over by another holder.
+    Run on outside its slot, it could run beside another launch over the limit; the attempt
+    counts and the row retries with backoff, like a launch cut at its deadline."""
+
+
 class OverLimit(BoardOutboxError):
     """A launch would go over a concurrency or rate limit (F2). Not a failure: the row waits
     ``wait_seconds`` and is claimed again, its attempts unchanged, no error recorded."""
