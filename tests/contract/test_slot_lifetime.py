@@ -241,3 +241,27 @@ async def test_a_beat_that_fails_leaves_the_launch_its_slot_until_the_next(kit: 
         launcher.done.set()
     [row] = await kit.rows(T)
     assert row.state == "done" and not launcher.cut
+
+
+async def test_the_services_limits_pass_recreates_the_indexes_and_rides_out_a_failure(
+        kit: Kit, caplog: pytest.LogCaptureFixture) -> None:
+    """The service's periodic check (``limits_pass``, every ``limits.index_check_seconds``): a
+    check the store refuses is one warning and no harm; the next re-creates what was dropped."""
+    import logging
+
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+
+    caplog.set_level(logging.WARNING, logger="board_outbox")
+    service = Service(kit.stores, load_config(env={}, projections=[]), clock=kit.clock)
+    if kit.drop_limits is not None:
+        await kit.drop_limits()
+    kit.faults.fail_at("limits.upkeep", times=2)
+    assert await service.limits_pass() == [] and await service.limits_pass() == []
+    refused = [r for r in caplog.records if "could not check the limits' indexes" in r.getMessage()]
+    assert len(refused) == 1  # once, not at every pass
+    created = await service.limits_pass()
+    assert sorted(created) == ([] if kit.drop_limits is None else ["expire_ttl", "key_holder"])
+    if kit.limit_indexes is not None:
+        assert {"expire_ttl", "key_holder"} <= await kit.limit_indexes()
+    assert await service.limits_pass() == []
