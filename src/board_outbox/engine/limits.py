@@ -23,12 +23,13 @@ The store holds the counts, so a limit is global across replicas.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
 import msgspec
 
+from board_outbox.engine.leases import Rider
 from board_outbox.model.bounds import InFlight, PerSecond, Pos
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import EffectRow, Subscription
@@ -68,8 +69,6 @@ class LimitSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
 # a release the store does not answer within this long is left to the slot's end
 RELEASE_SECONDS = 10.0
-
-Rider = Callable[[], Awaitable[None]]
 
 
 class _Slots:
