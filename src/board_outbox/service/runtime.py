@@ -45,7 +45,7 @@ from board_outbox.service.health import (
 from board_outbox.service.plugins import build_handlers, register_projections
 from board_outbox.service.resume import ResumePoint
 from board_outbox.service.stats import Stats
-from board_outbox.service.waker import StreamWaker
+from board_outbox.service.waker import StreamWaker, failure_key
 
 log = logging.getLogger("board_outbox.service")
 
@@ -461,8 +461,8 @@ class Service(StreamWaker):
         try:
             created = await self.stores.limits.upkeep()
         except Exception as exc:
-            self._once(("limits-upkeep", _problem(exc)), logging.WARNING,
-                       "could not check the limits' indexes: %s", _problem(exc))
+            self._once(("limits-upkeep", failure_key(exc)), logging.WARNING,
+                       "could not check the limits' indexes: %s", failure_key(exc))
             return []
         if created:
             log.warning("the limits' indexes were gone (their collection dropped?): re-created "
