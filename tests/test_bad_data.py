@@ -35,7 +35,14 @@ from bson.binary import Binary
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.tail import Tail
 from board_outbox.engine.worker import EffectWorker
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.domain import (
+    Card,
+    EventSnapshot,
+    MatchRule,
+    Subscription,
+    TraceContext,
+    new_launch_row,
+)
 from board_outbox.model.limits import bot_key, rate_slot, slot_id
 from board_outbox.ports import RowFilter
 from board_outbox.surface.admin import dead_letter_filter
@@ -360,6 +367,26 @@ async def _unhandled_kind(rig: Rig, t: str) -> None:
     await rig.kit.emit(t, "card.moved", "ok")
 
 
+# issue 30: trace ids another writer planted in a row's trace context (``int(x, 16)`` takes all
+# of them; a W3C trace id is 32 lowercase hex digits, not all zeros)
+PLANTED_TRACE_IDS = ["0x" + "c" * 30, "c" * 31 + "\n", "\n" + "c" * 31, "C" * 32, "0" * 32]
+
+
+def _traced_row(t: str, seq: int, trace_id: str, now: float) -> Any:
+    ev = EventSnapshot(seq=seq, type="card.created", card_id="ok", at=now)
+    return new_launch_row(t, ev, Subscription(sub_id=f"{t}-sub", tenant_id=t, bot="bot"),
+                          now=now, trace=TraceContext(traceparent=f"00-{trace_id}-b7ad6b7169203331-01"))
+
+
+async def _planted_trace_ids(rig: Rig, t: str) -> None:
+    """Pending launch rows whose trace ids were planted: they run as any row, with no line;
+    neither the console nor an exemplar shows such an id
+    (``test_planted_trace_ids_are_shown_nowhere``)."""
+    await rig.tenant(t)
+    await rig.kit.outbox.upsert_rows([_traced_row(t, seq, bad, rig.kit.clock.now())
+                                      for seq, bad in enumerate(PLANTED_TRACE_IDS, start=90)])
+
+
 async def _huge_consume(rig: Rig, t: str) -> None:
     await rig.tenant(t)
     labels = tuple(f"l{i}" for i in range(10_000))
@@ -461,6 +488,7 @@ CASES: list[Case] = [
     row_case("row-event-string", "malformed row", event="x"),
     row_case("row-trace-string", "malformed row", trace="00-abc"),
     row_case("row-consume-marked-string", "malformed row", consume_marked="yes"),
+    Case("row-trace-ids-planted", _planted_trace_ids, "flows", later_flows=True),
     # --- cursors and tenants --------------------------------------------------------------
     cursor_case("cursor-seq-string", "abc"),
     cursor_case("cursor-seq-float", 2.5),
@@ -556,6 +584,42 @@ async def _run_case(case: Case, rig: Rig, caplog: pytest.LogCaptureFixture) -> N
         assert await rig.kit.outbox.purge(RowFilter(tenant_id=row.tenant_id, limit=10)) == 1
     if case.later_flows:
         assert rig.launched(t) == launched_before + 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["memory", "mongomock"])
+async def test_planted_trace_ids_are_shown_nowhere(backend: str) -> None:
+    """Issue 30: rows with planted trace ids run (each launched), and no page of the console
+    and no exemplar on /metrics carries their ids -- only the one valid id of a row beside them."""
+    import re
+
+    import httpx
+
+    from board_outbox.engine.telemetry.metrics import Metrics
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.console import build_console
+    from board_outbox.surface.http.metrics import exposition
+
+    rig = _memory_rig() if backend == "memory" else await _mongomock_rig()
+    t, good = "traced", "4bf92f3577b34da6a3ce929d0e0e4736"
+    await _planted_trace_ids(rig, t)
+    await rig.kit.outbox.upsert_rows([_traced_row(t, 99, good, rig.kit.clock.now())])
+    rig.tail, rig.worker = rig.kit.tail(seed="earliest"), rig.kit.worker()
+    await rig.passes("healthy")
+    assert rig.launched(t) == len(PLANTED_TRACE_IDS) + 1
+    rows = await rig.kit.outbox.find(RowFilter(tenant_id=t, limit=100))
+    assert len(rows) == len(PLANTED_TRACE_IDS) + 1 and all(r.state == "done" for r in rows)
+    metrics = Metrics()
+    metrics.rows_done(rows, rig.kit.clock.now())
+    _ctype, body = exposition(metrics.prom.registry, "application/openmetrics-text; version=1.0.0")
+    assert set(re.findall(r'# \{trace_id="([^"]*)"\}', body.decode())) == {good}
+    app = build_console(rig.kit.stores, load_config(env={}, ui={"jaeger_url": "http://j"}))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as client:
+        for r in rows:
+            page = (await client.get(f"/rows/{r.row_key}")).text
+            shown = re.findall(r'id="trace" href="http://j/trace/([^"]*)"', page)
+            assert shown == ([good] if r.seq == 99 else []), (r.seq, shown)
 
 
 # --- the two StoreErrors of the issue's item 1, with the store's own refusal -----------------
@@ -1649,6 +1713,9 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 #                                             handler registered"); the tail says so once
 # row seq 2.5 / no row_key / done_at "today" / event.at "then" (audit, status latency; A1, A5)
 #                                          -> (new) left out one document at a time; others count
+# row trace id "0x"+30 c / with a newline / upper case / all zeros (issue 30) -> served as an
+#                                          exemplar and linked by the console -> the row runs;
+#                                          no exemplar, the console shows "none recorded"
 #
 # --- note table (issue 20): input -> before -> after -----------------------------------------
 #

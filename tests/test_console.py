@@ -223,6 +223,33 @@ async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
         assert (await client.get("/ui/")).status_code == 200
 
 
+async def test_a_planted_trace_id_is_never_shown_or_linked() -> None:
+    """Issue 30: a row's trace context is data another writer may have planted; the row page
+    shows and links into the tracing UI only a W3C trace id (the exemplars' check), and a
+    planted one (``0x…``, a newline, upper case, all zeros) as none recorded."""
+    from tests.test_trace_ids import PLANTED
+
+    backend = MemoryBackend()
+    cfg = load_config(env={}, ui={"jaeger_url": "http://jaeger:16686"})
+    app = build_console(backend.stores(), cfg)
+    now = time.time()
+    keys = {}
+    for seq, trace in enumerate([TRACE, *PLANTED], start=1):
+        row = new_launch_row(T, EventSnapshot(seq=seq, type="card.created", card_id="c", at=now),
+                             Subscription(sub_id="s", tenant_id=T, bot="b"), now=now)
+        row.trace = TraceContext(traceparent=f"00-{trace}-b7ad6b7169203331-01")
+        await backend.outbox.upsert_rows([row])
+        keys[trace] = row.row_key
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as client:
+        good = (await client.get(f"/rows/{keys.pop(TRACE)}")).text
+        assert f'id="trace" href="http://jaeger:16686/trace/{TRACE}"' in good
+        for trace, key in keys.items():
+            page = await client.get(f"/rows/{key}")
+            assert page.status_code == 200, trace
+            assert 'id="trace"' not in page.text and "none recorded" in page.text, repr(trace)
+
+
 def test_console_command_serves_the_pages_alone_and_a_port_in_use_is_exit_2(tmp_path: Path) -> None:
     import os
     import signal

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from board_outbox.engine.membership import owner
+from board_outbox.engine.telemetry.spans import trace_id_of
 from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow
 from board_outbox.model.errors import StoreError
 from board_outbox.model.records import AttentionPage, ReadModelVersions, RowFilter, TenantLag
@@ -94,11 +95,10 @@ class TenantPage:
 
 
 def trace_id(row: EffectRow) -> str | None:
-    """The W3C trace id of the row's trace context (``00-<trace id>-<span id>-<flags>``)."""
-    if row.trace is None:
-        return None
-    parts = row.trace.traceparent.split("-")
-    return parts[1] if len(parts) >= 4 and len(parts[1]) == 32 else None
+    """The W3C trace id of the row's trace context (``00-<trace id>-<span id>-<flags>``), by the
+    check the metrics' exemplars use: 32 lowercase hex digits, not all zeros; a planted
+    ``0x…``, upper case or a newline gives none (the page links it into the tracing UI)."""
+    return trace_id_of(row.trace.traceparent) if row.trace is not None else None
 
 
 class ConsoleData:
