@@ -369,7 +369,8 @@ async def _unhandled_kind(rig: Rig, t: str) -> None:
 
 # issue 30: trace ids another writer planted in a row's trace context (``int(x, 16)`` takes all
 # of them; a W3C trace id is 32 lowercase hex digits, not all zeros)
-PLANTED_TRACE_IDS = ["0x" + "c" * 30, "c" * 31 + "\n", "\n" + "c" * 31, "C" * 32, "0" * 32]
+PLANTED_TRACE_IDS = ["0x" + "c" * 30, "c" * 31 + "\n", "\n" + "c" * 31, "C" * 32, "0" * 32,
+                     " " + "c" * 31, "cccc_ccccccccccccccccccccccccccc", "c" * 33]
 
 
 def _traced_row(t: str, seq: int, trace_id: str, now: float) -> Any:

@@ -227,14 +227,14 @@ async def test_a_planted_trace_id_is_never_shown_or_linked() -> None:
     """Issue 30: a row's trace context is data another writer may have planted; the row page
     shows and links into the tracing UI only a W3C trace id (the exemplars' check), and a
     planted one (``0x…``, a newline, upper case, all zeros) as none recorded."""
-    from tests.test_trace_ids import PLANTED
+    from tests.test_bad_data import PLANTED_TRACE_IDS
 
     backend = MemoryBackend()
     cfg = load_config(env={}, ui={"jaeger_url": "http://jaeger:16686"})
     app = build_console(backend.stores(), cfg)
     now = time.time()
     keys = {}
-    for seq, trace in enumerate([TRACE, *PLANTED], start=1):
+    for seq, trace in enumerate([TRACE, *PLANTED_TRACE_IDS], start=1):
         row = new_launch_row(T, EventSnapshot(seq=seq, type="card.created", card_id="c", at=now),
                              Subscription(sub_id="s", tenant_id=T, bot="b"), now=now)
         row.trace = TraceContext(traceparent=f"00-{trace}-b7ad6b7169203331-01")
