@@ -155,3 +155,29 @@ async def test_beside_a_replica_its_status_is_sorted_once_per_refresh(
     await console.overview()
     await console.overview()
     assert sorts == [300, 300]
+
+
+async def test_beside_a_replica_the_store_view_is_read_only_until_its_status_is_there() -> None:
+    """A replica's console loaded before the replica's first metrics refresh reads the view in
+    the store; once the replica's status is there, the pages come from it and that view is
+    never read again, however old it gets."""
+    from board_outbox.service.runtime import Service
+
+    _b, stores, calls = await _board(30)
+    cfg = load_config(env={}, service={"metrics_interval_seconds": AGE})
+    service = Service(stores, cfg)
+    service.status_enabled = True
+    app = build_console(stores, cfg, service)
+    data: ConsoleData = app.state.console
+    clock = ManualClock(1000.0)
+    assert data.alone is not None
+    data.alone.clock = clock.now
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as client:
+        assert (await client.get("/")).status_code == 200  # no status yet: the store's view
+        assert calls["status.attention"] == 1
+        await service.refresh_status()
+        clock.advance(WAIT_AFTER * AGE)
+        for _ in range(3):
+            assert _rows((await client.get("/")).text)[0] == "t00000"
+        assert calls["status.attention"] == 1

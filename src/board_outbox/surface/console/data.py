@@ -252,8 +252,10 @@ class ConsoleData:
                         replicas=replicas, stream=stream, latency=self.latency(), figures_at=at)
 
     def refresh_due(self) -> bool:
-        """Alone: the shared view is past its age (the page's response then refreshes it)."""
-        return self.alone is not None and self.shared and self.alone.due()
+        """Alone: the shared view is past its age (the page's response then refreshes it).
+        Beside a replica whose status is there, never: the pages are cut from that."""
+        return (self.alone is not None and self.shared and self.alone.due()
+                and self.replica_view() is None)
 
     async def refresh_view(self) -> None:
         if self.alone is not None:
