@@ -181,3 +181,53 @@ async def test_beside_a_replica_the_store_view_is_read_only_until_its_status_is_
         for _ in range(3):
             assert _rows((await client.get("/")).text)[0] == "t00000"
         assert calls["status.attention"] == 1
+
+
+@pytest.mark.live_mongo
+async def test_alone_on_the_wire_page_loads_send_one_aggregate_per_view(live_uri: str) -> None:
+    """On the wire server, counted in the commands the console's client sends: five loads of
+    the overview and its second page within one interval send one aggregate over the
+    counters; each load's own commands name its page's tenants only."""
+    import uuid
+
+    from pymongo import AsyncMongoClient, monitoring
+
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo import ensure_schema, mongo_stores
+
+    class Sent(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            self.names.append(f"{event.command_name} {event.command.get(event.command_name)}")
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    sent = Sent()
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(live_uri, event_listeners=[sent])
+    name = f"board_outbox_test_{uuid.uuid4().hex[:10]}"
+    try:
+        db = client[name]
+        await ensure_schema(db)
+        await db["board_event_counters"].insert_many(
+            [{"_id": f"t{i:03d}", "seq": 3} for i in range(150)])
+        await db["trigger_cursors"].insert_many(
+            [{"_id": f"t{i:03d}", "seq": 1 if i < 120 else 3} for i in range(150)])
+        app = build_console(mongo_stores(db, MemoryLauncher()),
+                            load_config(env={}, service={"metrics_interval_seconds": 60}))
+        sent.names.clear()
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as http:
+            pages = [(await http.get(path)).text
+                     for path in ("/", "/?page=2", "/", "/?page=2", "/")]
+        assert sent.names.count("aggregate board_event_counters") == 1, sent.names
+        assert len(_rows(pages[0])) == PAGE_SIZE and len(_rows(pages[1])) == 20
+        assert 'id="behind-count">120<' in pages[-1]
+    finally:
+        await client.drop_database(name)
+        await client.close()
