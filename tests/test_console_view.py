@@ -187,7 +187,7 @@ async def test_beside_a_replica_the_store_view_is_read_only_until_its_status_is_
 async def test_alone_on_the_wire_page_loads_send_one_aggregate_per_view(live_uri: str) -> None:
     """On the wire server, counted in the commands the console's client sends: five loads of
     the overview and its second page within one interval send one aggregate over the
-    counters; each load's own commands name its page's tenants only."""
+    counters, and the pages and totals are cut right from it."""
     import uuid
 
     from pymongo import AsyncMongoClient, monitoring
