@@ -23,6 +23,7 @@ from board_outbox.model.records import (
     EventRecord,
     FailedPage,
     LaunchRequest,
+    LimitHolder,
     Member,
     PushRecent,
     ReadModelVersions,
@@ -53,6 +54,7 @@ __all__ = [
     "LabelStore",
     "LaunchRequest",
     "Launcher",
+    "LimitHolder",
     "LimitStore",
     "Mark",
     "Member",
@@ -69,6 +71,7 @@ __all__ = [
     "SessionStore",
     "StatusStore",
     "Stores",
+    "SubscriptionChanges",
     "SubscriptionStore",
     "TenantLag",
     "UpsertIfNewer",
@@ -281,6 +284,13 @@ class EffectOutbox(Protocol):
         every tenant, in one query; rows that do not say (no event time) are left out."""
         ...
 
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        """How many of the tenant's pending rows fall due before ``not_before``, or at it for an
+        earlier seq (the rows of one batch share their due time), counted up to ``limit``: about
+        the rows a claim takes ahead of that one (``explain``; Mongo: one count over
+        ``pending_tenant_not_before``, stopped at ``limit``)."""
+        ...
+
 
 class SubscriptionStore(Protocol):
     async def get(self, sub_id: str) -> Subscription:
@@ -349,6 +359,15 @@ class Launcher(Protocol):
         ...
 
 
+
+
+class SubscriptionChanges(Protocol):
+    def watch(self) -> AsyncGenerator[str, None]:
+        """Follows ``trigger_subscriptions``: yields ``"open"`` once the stream is established
+        (every change committed after that is delivered), then ``"change"`` for every insert,
+        update, replace or delete. Ends by raising (``StoreUnavailable``,
+        ``ChangeStreamLost``); the caller reopens (issue 31: the subscription cache)."""
+        ...
 
 
 class ChangeFeed(Protocol):
@@ -452,6 +471,8 @@ class Stores:
     status: StatusStore | None = None
     limits: LimitStore | None = None
     sessions: SessionStore | None = None
+    # follows the subscriptions, so the service may cache them (None: every read goes through)
+    sub_changes: SubscriptionChanges | None = None
 
 
 
@@ -466,6 +487,12 @@ class LimitStore(Protocol):
         also when ``holder`` holds one already. False: all ``limit`` are held."""
         ...
 
+    async def renew(self, key: str, holder: str, until: float) -> bool:
+        """Push the end of the slot ``holder`` holds of ``key`` to ``until`` (its launch runs
+        on). Fenced on the holder: False, nothing written, when ``holder`` holds no slot of
+        ``key`` (released, or taken over by another holder after its end)."""
+        ...
+
     async def release(self, key: str, holder: str) -> None:
         """Free the slot ``holder`` holds of ``key`` (none held: nothing happens)."""
         ...
@@ -473,6 +500,26 @@ class LimitStore(Protocol):
     async def take(self, key: str, per_second: float, now: float) -> bool:
         """Count one launch of ``key`` at ``now`` against ``per_second`` (``model/limits``
         windows). False: the window is full, nothing counted."""
+        ...
+
+    # --- read-only: what ``explain`` shows of a limit (issue 33)
+
+    async def holders(self, key: str, now: float) -> list[LimitHolder]:
+        """The in-flight slots of ``key`` held at ``now`` (``until`` after it), by holder, in one
+        read (Mongo: the ``key_holder`` index). A slot document no launch can have written
+        (``validation.slot_problem``) is left out and reported: it is free to take over."""
+        ...
+
+    async def counted(self, key: str, per_second: float, now: float) -> int | None:
+        """The launches of ``key`` counted in the ``per_second`` window holding ``now`` (0: none
+        yet), one read by id. None: the counter is not a count (its window stays shut)."""
+        ...
+
+    async def upkeep(self) -> list[str]:
+        """Re-create the store's indexes when they are gone (its collection dropped while the
+        service runs: without the TTL index, slots and counters would pile up); the names
+        created. One index listing when they are there: a periodic pass calls it, never a
+        launch."""
         ...
 
 

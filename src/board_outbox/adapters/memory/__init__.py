@@ -71,7 +71,7 @@ class MemoryBackend:
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
             status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
-            sessions=self.sessions,
+            sessions=self.sessions, sub_changes=self.subs,
         )
 
 

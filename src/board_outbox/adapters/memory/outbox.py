@@ -22,6 +22,7 @@ from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     OnceLog,
     done_latency,
+    finite,
     park_fields,
     row_summary,
     stuck_reason,
@@ -385,3 +386,15 @@ class MemoryEffectOutbox:
                 and isinstance(d.get("done_at"), datetime) and d["done_at"].timestamp() >= since]
         done.sort(key=lambda d: d["done_at"], reverse=True)
         return [lat for d in done[:limit] if (lat := done_latency(d)) is not None]
+
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        await checkpoint()
+        n = 0
+        for d in self._docs.values():
+            nb, s = finite(d.get("not_before")), d.get("seq")
+            if (d.get("state") == PENDING and d.get("tenant_id") == tenant_id and nb is not None
+                    and (nb < not_before or (nb == not_before and _number(s) and s < seq))):
+                n += 1
+                if n >= limit:
+                    break
+        return n

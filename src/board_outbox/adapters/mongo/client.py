@@ -22,7 +22,7 @@ from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
 from board_outbox.adapters.mongo.schema import ensure_schema as ensure
 from board_outbox.adapters.mongo.sessions import MongoSessionStore
 from board_outbox.adapters.mongo.status import MongoStatusStore
-from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
+from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionChanges, MongoSubscriptionStore
 from board_outbox.adapters.mongo.tokens import MongoResumeTokenStore
 from board_outbox.model.errors import ConfigError
 from board_outbox.ports import Launcher, Stores
@@ -95,6 +95,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         status=MongoStatusStore(db),
         limits=MongoLimitStore(db),
         sessions=MongoSessionStore(db),
+        sub_changes=MongoSubscriptionChanges(db) if change_feed else None,
     )
 
 

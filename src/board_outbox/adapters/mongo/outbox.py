@@ -63,6 +63,7 @@ from board_outbox.ports import (
 EFFECTS = "trigger_effects"
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
 DUPLICATE_KEY = 11000
+SCAN_CHUNK = 2000  # rows the stuck-row sweep's rolling unknown-state scan reads per sweep
 
 # The rows of one state, as a filter its partial index serves (``schema.INDEXES``): the state,
 # which implies the index's partial filter, plus a range over the index's key that holds every
@@ -131,6 +132,7 @@ def update_of(t: T.Transition) -> dict[str, Any]:
 class MongoEffectOutbox:
     def __init__(self, db: Any) -> None:
         self.coll = db[EFFECTS]
+        self._scan_after: Any = None  # where the rolling unknown-state scan goes on
 
     @translated
     async def upsert_rows(
@@ -339,16 +341,39 @@ class MongoEffectOutbox:
     async def stuck_rows(
         self, now: float, limit: int, horizon: float = LEASE_HORIZON_SECONDS
     ) -> list[tuple[Any, dict[str, Any]]]:
+        """Every clause on a live state is served by that state's partial index (bounded by
+        the live rows, never the done history). A state outside the enum has no index that can
+        find it: a rolling scan of the ``_id`` index, ``SCAN_CHUNK`` rows per sweep, looks for
+        those (a lap over a million rows takes ``1e6 / SCAN_CHUNK`` sweeps)."""
         not_number = {"$not": {"$type": "number"}}
+        not_string = {"$not": {"$type": "string"}}
         q = {"$or": [
-            {"state": {"$nin": sorted(ROW_STATES)}},
-            {"state": {"$in": list(LIVE_STATES)}, "tenant_id": {"$not": {"$type": "string"}}},
             {"state": PENDING, "not_before": not_number},
+            {**IN_STATE[PENDING], "tenant_id": not_string},
             {"state": CLAIMED, "lease_until": not_number},
             {"state": CLAIMED, "lease_until": {"$gt": now + horizon}},
+            {**IN_STATE[CLAIMED], "tenant_id": not_string},
         ]}
-        docs = await self.coll.find(q).limit(limit).to_list(None)
+        docs: list[dict[str, Any]] = await self.coll.find(q).limit(limit).to_list(None)
+        if len(docs) < limit:
+            docs += await self._unknown_states(limit - len(docs))
         return [(d["_id"], d) for d in docs]
+
+    async def _unknown_states(self, limit: int) -> list[dict[str, Any]]:
+        """The next ``SCAN_CHUNK`` rows by ``_id`` (the ObjectIds the service mints; at the end
+        of a lap, the few rows whose ``_id`` is something else), and of those the ones whose
+        state is outside the enum, read whole."""
+        after = self._scan_after
+        q = {"_id": {"$gt": after} if after is not None else {"$type": "objectId"}}
+        page = await self.coll.find(q, {"state": 1}).sort("_id", 1).limit(SCAN_CHUNK).to_list(None)
+        self._scan_after = page[-1]["_id"] if len(page) == SCAN_CHUNK else None
+        if self._scan_after is None:  # a lap ends
+            page += await self.coll.find({"_id": {"$not": {"$type": "objectId"}}},
+                                         {"state": 1}).limit(SCAN_CHUNK).to_list(None)
+        odd = [d["_id"] for d in page if d.get("state") not in ROW_STATES][:limit]
+        if not odd:
+            return []
+        return await self.coll.find({"_id": {"$in": odd}}).to_list(None)  # type: ignore[no-any-return]
 
     @translated
     async def apply_failed(self, row_key: str, t: T.Transition, *,
@@ -494,3 +519,13 @@ class MongoEffectOutbox:
             {"_id": 0, "tenant_id": 1, "kind": 1, "done_at": 1, "event.at": 1},
         ).sort("done_at", DESCENDING).limit(limit).to_list(None)
         return [lat for d in docs if (lat := done_latency(d)) is not None]
+
+    @translated
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        """One count over the partial ``pending_tenant_not_before`` index (both branches bound
+        its key), stopped at ``limit``."""
+        return int(await self.coll.count_documents(
+            {"state": PENDING, "tenant_id": tenant_id,
+             "$or": [{"not_before": {"$lt": not_before}},
+                     {"not_before": not_before, "seq": {"$lt": seq}}]},
+            limit=limit))

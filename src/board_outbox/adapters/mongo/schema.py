@@ -9,7 +9,7 @@ from pymongo.errors import OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import EVENTS
-from board_outbox.adapters.mongo.limits import LIMITS
+from board_outbox.adapters.mongo.limits import LIMIT_INDEXES, LIMITS
 from board_outbox.adapters.mongo.membership import MEMBERS
 from board_outbox.adapters.mongo.outbox import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
@@ -54,9 +54,8 @@ INDEXES: dict[str, list[IndexModel]] = {
                    unique=True),
     ],
     MEMBERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
-    # F2: a key's slots are released by key and holder; slots and counters expire (TTL)
-    LIMITS: [IndexModel([("key", ASCENDING), ("holder", ASCENDING)], name="key_holder"),
-             IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
+    # F2: a key's slots are renewed and released by key and holder; slots and counters expire
+    LIMITS: LIMIT_INDEXES,
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     # the console's sessions end on their own (a logout deletes them sooner)
     SESSIONS: [IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],

@@ -195,6 +195,19 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "stalled_for_seconds}]} (stalled is only known to a running service: see /readyz).\n"
         "An unknown --tenant is an error (exit 2).",
     ),
+    "explain": (
+        "why one row waits: its timeline and what holds it now",
+        "The row's timeline (its event's insert, materialization, each failed attempt, operator\n"
+        "actions, the deferral or claim in progress, the end), from what the row and the event\n"
+        "store record -- the row keeps no per-attempt claim or start times, and says so -- and\n"
+        "what holds it now, by name: done; failed (the last error, the replay command); a live\n"
+        "lease; an expired lease (stealable); a launch limit (its key and the holders of its\n"
+        "slots now); a backoff (until when); the replica that owns its tenant; its turn among\n"
+        "the tenant's due rows. ROW_KEY as `dead-letters list` prints it: TENANT/SEQ/sub/SUB_ID\n"
+        "or TENANT/SEQ/proj/PROJECTION. Not a row key, or no such row: one line, exit 2.\n"
+        "--json prints one stable document ({\"schema\": 1, \"row_key\", \"at\", \"row\",\n"
+        "\"holds\": [{\"hold\": NAME, \"summary\", ...}], \"timeline\", \"notes\"}).",
+    ),
     "console": (
         "the operator's web console alone, against the configured store",
         "Serve the web console (overview of tenants and replicas, tenant pages, dead-letters\n"
@@ -360,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")
+    ex = _command(sub, "explain", common)
+    ex.add_argument("row_key", metavar="ROW_KEY", help="e.g. acme/42/sub/triage")
+    ex.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     con = _command(sub, "console", common)
     con.add_argument("--host", default=None, help="listen on this address (default: [ui] host, "
                                                   "127.0.0.1)")
