@@ -109,7 +109,11 @@ async def test_pages_render_the_store_and_are_read_only_by_default() -> None:
         row = await client.get(f"/ui/rows/{key}")
         assert row.status_code == 200 and f'href="http://jaeger:16686/trace/{TRACE}"' in row.text
         assert 'id="replay-row"' not in row.text
+        # what holds it: the dead-letter's last error and the replay (issue 33, item 4)
+        assert 'data-hold="failed"' in row.text and "bot runner answered 503 &lt;#3&gt;" in row.text
+        assert 'data-moment="attempt_failed"' in row.text
         assert (await client.get("/ui/rows/acme/9/sub/none")).status_code == 404
+        assert (await client.get("/ui/rows/acme/nine/sub/s")).status_code == 404
         assert (await client.get("/ui/tenants/nobody")).status_code == 404
         # a forged POST on a console without a token: refused, nothing changes
         forged = await client.post("/ui/replay", data={"csrf": csrf_of(dls.text), "key": key},
@@ -204,7 +208,8 @@ async def test_a_store_that_fails_costs_the_page_not_the_console() -> None:
 
 async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
     """A hostile row document (attempts a string, errors not a list): its own page says it
-    cannot be read; the dead-letter list and the tenant page still show every other row."""
+    cannot be read, and what becomes of it (issue 33: explained as ``malformed``); the
+    dead-letter list and the tenant page still show every other row."""
     async with console() as (backend, client, key):
         backend.outbox.insert_raw({"tenant_id": T, "row_key": f"{T}/99/sub/s", "seq": 99,
                                    "kind": "launch", "sub_id": "s", "state": "failed",
@@ -213,8 +218,36 @@ async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
         assert listing.status_code == 200 and f'data-row="{key}"' in listing.text
         assert (await client.get(f"/ui/tenants/{T}")).status_code == 200
         bad = await client.get(f"/ui/rows/{T}/99/sub/s")
-        assert bad.status_code == 503 and "malformed effect row" in bad.text
+        assert bad.status_code == 200 and "malformed effect row" in bad.text
+        assert 'data-hold="malformed"' in bad.text
         assert (await client.get("/ui/")).status_code == 200
+
+
+async def test_a_planted_trace_id_is_never_shown_or_linked() -> None:
+    """Issue 30: a row's trace context is data another writer may have planted; the row page
+    shows and links into the tracing UI only a W3C trace id (the exemplars' check), and a
+    planted one (``0x…``, a newline, upper case, all zeros) as none recorded."""
+    from tests.test_bad_data import PLANTED_TRACE_IDS
+
+    backend = MemoryBackend()
+    cfg = load_config(env={}, ui={"jaeger_url": "http://jaeger:16686"})
+    app = build_console(backend.stores(), cfg)
+    now = time.time()
+    keys = {}
+    for seq, trace in enumerate([TRACE, *PLANTED_TRACE_IDS], start=1):
+        row = new_launch_row(T, EventSnapshot(seq=seq, type="card.created", card_id="c", at=now),
+                             Subscription(sub_id="s", tenant_id=T, bot="b"), now=now)
+        row.trace = TraceContext(traceparent=f"00-{trace}-b7ad6b7169203331-01")
+        await backend.outbox.upsert_rows([row])
+        keys[trace] = row.row_key
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as client:
+        good = (await client.get(f"/rows/{keys.pop(TRACE)}")).text
+        assert f'id="trace" href="http://jaeger:16686/trace/{TRACE}"' in good
+        for trace, key in keys.items():
+            page = await client.get(f"/rows/{key}")
+            assert page.status_code == 200, trace
+            assert 'id="trace"' not in page.text and "none recorded" in page.text, repr(trace)
 
 
 def test_console_command_serves_the_pages_alone_and_a_port_in_use_is_exit_2(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 on the wire server. A stalled tenant appears on the overview (every row write refused by a
 ``failCommand`` failpoint, so the tail cannot move); a dead-letter (the bot runner refuses the
 launch) is opened, replayed with the admin token after the confirmation, and seen done; a
-read-only session has no replay button and its forged POST is refused.
+read-only session has no replay button and its forged POST is refused. The row page explains
+the dead-letter's wait, and once replayed, that it is done (issue 33).
 
 ``CONSOLE_SCREENSHOTS=DIR`` saves the main pages there as PNG (how docs/console/*.png
 are made: ``CONSOLE_SCREENSHOTS=docs/console ./dev.sh test -n 0
@@ -278,6 +279,11 @@ def test_the_console_in_a_browser_over_a_running_service(
         if trace:  # the row carries a trace context when telemetry is on
             assert trace[0].get_attribute("href").startswith(JAEGER + "/trace/")
         assert "bot runner refused: 400" in browser.find_element(By.ID, "errors").text
+        # the row explains its wait (issue 33, item 4): dead-lettered, the last error, the replay
+        holds = browser.find_element(By.ID, "holds").text
+        assert "failed" in holds and "bot runner refused: 400" in holds
+        assert f"dead-letters replay {key}" in holds
+        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-moment="attempt_parked"]')
         shot("row")
         browser.find_element(By.ID, "replay-row").click()
         confirm = text_of(By.ID, "confirm", "go back to pending")
@@ -293,6 +299,8 @@ def test_the_console_in_a_browser_over_a_running_service(
             return browser.find_element(By.ID, "row-state").text == "done"
 
         wait_until(row_done, 30, "the replayed row done")
+        assert browser.find_element(By.CSS_SELECTOR, 'li[data-hold="done"]')
+        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-moment="replay"]')
         audit = browser.find_element(By.ID, "audit").text
         assert "replay" in audit and "console:ana" in audit
         doc = db["trigger_effects"].find_one({"row_key": key})

@@ -24,6 +24,7 @@ from board_outbox.ports import (
     EventLog,
     LabelStore,
     LimitStore,
+    MembershipStore,
     ReadModelStore,
     ReadModelVersionStore,
     SeriesStore,
@@ -77,6 +78,10 @@ class Kit:
     # F2: the limit store, and a way to plant a slot or counter document someone else wrote
     limits: LimitStore | None = None
     put_raw_limit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # a store with indexes (Mongo): drop the limits collection behind the service's back, and
+    # the names of its indexes
+    drop_limits: Callable[[], Awaitable[None]] | None = None
+    limit_indexes: Callable[[], Awaitable[set[str]]] | None = None
     # the backend's StatusStore (not in ``stores``: tests of the per-tenant path stay on it)
     status_store: StatusStore | None = None
     # the console's sessions, and a way to plant a session document someone else wrote
@@ -86,6 +91,8 @@ class Kit:
     series: SeriesStore | None = None
     put_raw_series: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
     raw_series: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None
+    # the membership leases (not in ``stores``: a Service built on the kit stays alone)
+    members: MembershipStore | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -207,7 +214,7 @@ def memory_kit() -> Kit:
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
         put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
-        sessions=b.sessions, put_raw_session=raw_session, series=b.series,
+        sessions=b.sessions, put_raw_session=raw_session, members=b.members, series=b.series,
         put_raw_series=plant_series, raw_series=get_series,
     )
 
@@ -222,6 +229,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
         MongoCursorStore,
         MongoEffectOutbox,
         MongoEventLog,
+        MongoMembershipStore,
         MongoReadModelStore,
         MongoSubscriptionStore,
     )
@@ -260,6 +268,12 @@ def mongo_kit(db: Any, name: str) -> Kit:
         got: dict[str, Any] | None = await db[SERIES].find_one({"_id": doc_id})
         return got
 
+    async def drop_limits() -> None:
+        await db[LIMITS].drop()
+
+    async def limit_indexes() -> set[str]:
+        return set(await db[LIMITS].index_information())
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
@@ -267,6 +281,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
         status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
-        put_raw_session=raw_session, series=MongoSeriesStore(db), put_raw_series=plant_series,
-        raw_series=get_series,
+        put_raw_session=raw_session, members=MongoMembershipStore(db),
+        drop_limits=drop_limits, limit_indexes=limit_indexes, series=MongoSeriesStore(db),
+        put_raw_series=plant_series, raw_series=get_series,
     )

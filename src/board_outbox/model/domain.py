@@ -14,7 +14,7 @@ from typing import Any, Final, Literal, TypeVar
 import msgspec
 
 from board_outbox.model.bounds import InFlight, PerSecond
-from board_outbox.model.errors import InvalidId, MalformedDocument
+from board_outbox.model.errors import InvalidId, InvalidRowKey, MalformedDocument
 
 LAUNCH: Final = "launch"
 PROJECTION: Final = "projection"
@@ -45,7 +45,7 @@ def check_kind(kind: object) -> str:
 
 def check_id(what: str, value: str) -> str:
     """Tenant, subscription and projection ids must be safe to embed in a row key."""
-    if not isinstance(value, str) or not _ID.match(value):
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise InvalidId(
             f"invalid {what} {value!r}: use 1-200 characters from A-Z a-z 0-9 _ . : @ -"
         )
@@ -198,6 +198,45 @@ def launch_row_key(tenant_id: str, seq: int, sub_id: str) -> str:
 def projection_row_key(tenant_id: str, seq: int, projection: str) -> str:
     # "proj" in the third place: no (event, subscription) pair can produce this key.
     return f"{tenant_id}/{seq}/proj/{projection}"
+
+
+class RowKey(msgspec.Struct, frozen=True, kw_only=True):
+    """A row key read back into its parts (``parse_row_key``): ``part`` is ``sub`` (a
+    subscription's row, any kind) or ``proj`` (a projection's row); ``name`` the sub_id or the
+    projection."""
+
+    tenant_id: str
+    seq: int
+    part: Literal["sub", "proj"]
+    name: str
+
+
+MAX_SEQ: Final = 2**63 - 1
+
+
+def parse_row_key(text: str) -> RowKey:
+    """The parts of a row key as ``launch_row_key`` and ``projection_row_key`` write it
+    (``TENANT/SEQ/sub/SUB_ID`` or ``TENANT/SEQ/proj/PROJECTION``). Raises ``InvalidRowKey`` with
+    one line saying what is wrong (the operator's typo never reaches a store)."""
+    shown = repr(text) if len(text) <= 120 else repr(text[:100]) + f"... ({len(text)} characters)"
+    form = "TENANT/SEQ/sub/SUB_ID or TENANT/SEQ/proj/PROJECTION"
+    parts = text.split("/")
+    if len(parts) != 4:
+        raise InvalidRowKey(f"{shown} is not a row key: expected {form}")
+    tenant, seq, part, name = parts
+    if part not in ("sub", "proj"):
+        raise InvalidRowKey(f"{shown} is not a row key: the third part is {part[:20]!r}, "
+                            f"not 'sub' or 'proj' ({form})")
+    if not (seq.isascii() and seq.isdigit()) or not 1 <= int(seq) <= MAX_SEQ:
+        raise InvalidRowKey(f"{shown} is not a row key: seq {seq[:30]!r} is not a whole "
+                            "number from 1 to 2^63-1")
+    for what, value in (("tenant", tenant), ("subscription" if part == "sub" else "projection",
+                                             name)):
+        if not _ID.fullmatch(value):  # fullmatch: "$" alone lets a trailing newline by
+            raise InvalidRowKey(f"{shown} is not a row key: the {what} part {value[:30]!r} is "
+                                "not 1-200 characters from A-Z a-z 0-9 _ . : @ -")
+    return RowKey(tenant_id=tenant, seq=int(seq), part="sub" if part == "sub" else "proj",
+                  name=name)
 
 
 def new_launch_row(

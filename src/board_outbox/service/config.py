@@ -188,17 +188,23 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+# an in-flight slot outlasts this many beats of the lease heartbeat that renews it
+SLOT_BEATS = 3
+
+
 def _validate_limits(cfg: Config) -> None:
     lim = cfg.limits
     for name in ("bot_per_second", "tenant_per_second"):
         problem = rate_problem(getattr(lim, name))
         if problem is not None:
             raise ConfigError(f"limits.{name}: {problem}")
-    if cfg.launcher.kind == "http" and lim.slot_seconds < cfg.launcher.timeout_seconds:
+    beat = cfg.worker.lease_seconds * cfg.worker.heartbeat_fraction
+    if lim.slot_seconds < SLOT_BEATS * beat:
         raise ConfigError(
-            f"limits.slot_seconds ({lim.slot_seconds:g}) must be >= launcher.timeout_seconds "
-            f"({cfg.launcher.timeout_seconds:g}): a slot's lease must outlast the launch it "
-            "holds, or another launch starts beside it")
+            f"limits.slot_seconds ({lim.slot_seconds:g}) must be >= {SLOT_BEATS} heartbeat "
+            f"intervals (worker.lease_seconds x worker.heartbeat_fraction = {beat:g}s): each "
+            "beat renews a running launch's in-flight slots, and a slot must outlast a failed "
+            "beat, or its launch is cut at its end")
 
 
 _SECTION_TYPES: dict[str, type] = {

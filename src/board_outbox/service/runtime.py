@@ -47,7 +47,7 @@ from board_outbox.service.health import (
 from board_outbox.service.plugins import build_handlers, register_projections
 from board_outbox.service.resume import ResumePoint
 from board_outbox.service.stats import Stats
-from board_outbox.service.waker import StreamWaker
+from board_outbox.service.waker import StreamWaker, failure_key
 
 log = logging.getLogger("board_outbox.service")
 
@@ -257,6 +257,8 @@ class Service(StreamWaker):
                 tg.start_soon(self._alive, "audit", self._audit_loop)
             if self.series is not None:
                 tg.start_soon(self._alive, "series", self._series_loop)
+            if self.stores.limits is not None:
+                tg.start_soon(self._alive, "limits", self._limits_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
@@ -480,6 +482,30 @@ class Service(StreamWaker):
             except Exception as exc:
                 log.warning("series pass failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(SERIES_CHECK_SECONDS)
+
+    async def _limits_loop(self) -> None:
+        """F2: every ``limits.index_check_seconds``, the limits store's indexes are re-created
+        if they are gone (``LimitStore.upkeep``: the collection dropped while we run), off every
+        launch's path."""
+        every = self.config.limits.index_check_seconds
+        while not self.stopping:
+            await anyio.sleep(every)
+            await self.limits_pass()
+
+    async def limits_pass(self) -> list[str]:
+        """One check of the limits store's indexes; the names re-created (logged once each
+        time). A failed check is logged and retried on the next pass."""
+        assert self.stores.limits is not None
+        try:
+            created = await self.stores.limits.upkeep()
+        except Exception as exc:
+            self._once(("limits-upkeep", failure_key(exc)), logging.WARNING,
+                       "could not check the limits' indexes: %s", failure_key(exc))
+            return []
+        if created:
+            log.warning("the limits' indexes were gone (their collection dropped?): re-created "
+                        "%s", ", ".join(created))
+        return created
 
     async def _metrics_loop(self) -> None:
         while not self.stopping:

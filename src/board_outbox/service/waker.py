@@ -30,7 +30,7 @@ log = logging.getLogger("board_outbox.service")
 MAX_TOKEN_REFUSALS = 3  # failed opens from one stored resume token before it is dropped
 
 
-def _problem(exc: BaseException) -> str:
+def failure_key(exc: BaseException) -> str:
     """What names a failure once: its type and message, without the server's per-reply
     details (cluster time...), so that a repeat of the same refusal is logged once."""
     return f"{type(exc).__name__}: {str(exc).split(', full error', 1)[0][:300]}"
@@ -185,7 +185,7 @@ class StreamWaker:
                     delay = min(delay * 2, 5.0)
                 except Exception as exc:
                     self._stream_state(False, f"{type(exc).__name__}: {exc}")
-                    self._once(("stream", _problem(exc)), logging.ERROR,
+                    self._once(("stream", failure_key(exc)), logging.ERROR,
                                "change stream failed (%s: %s): polling carries on, reopening",
                                type(exc).__name__, exc)
                     self.stats.stream_reopens += 1
@@ -197,7 +197,7 @@ class StreamWaker:
                             # W3/R1: a stored token the server refuses (garbage, another
                             # collection's) would keep the stream closed forever: drop it, reopen
                             # at "now"; the full polls above and on reopen cover the gap
-                            self._once(("token-dropped", _problem(exc)), logging.ERROR,
+                            self._once(("token-dropped", failure_key(exc)), logging.ERROR,
                                        "resume token refused %d times (%s): dropping it, the "
                                        "stream reopens from now and a full poll covers the gap",
                                        refusals, exc)

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bson import ObjectId
-from pymongo import DESCENDING, ReturnDocument, UpdateMany, UpdateOne
+from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
@@ -54,6 +54,7 @@ from board_outbox.ports import (
     Claim,
     ClaimTerms,
     DoneLatency,
+    FailedPage,
     RowFilter,
     RowIdentity,
     UpsertResult,
@@ -78,6 +79,10 @@ IN_STATE: dict[str, dict[str, Any]] = {
 }
 
 
+# the dead-letters' walk order: the key of the failed rows' partial index (``schema``)
+FAILED_ORDER = [("updated_at", ASCENDING), ("row_key", ASCENDING)]
+
+
 def row_query(flt: RowFilter) -> dict[str, Any]:
     q: dict[str, Any] = {}
     if flt.tenant_id is not None:
@@ -91,6 +96,8 @@ def row_query(flt: RowFilter) -> dict[str, Any]:
     if flt.kind is not None:
         # a row without ``kind`` is a launch (the zero value)
         q["kind"] = {"$in": ["launch", None]} if flt.kind == "launch" else flt.kind
+    if flt.sub_ids:
+        q["sub_id"] = flt.sub_ids[0] if len(flt.sub_ids) == 1 else {"$in": list(flt.sub_ids)}
     upd: dict[str, float] = {}
     if flt.updated_after is not None:
         upd["$gte"] = flt.updated_after
@@ -369,9 +376,40 @@ class MongoEffectOutbox:
         return await self.coll.find({"_id": {"$in": odd}}).to_list(None)  # type: ignore[no-any-return]
 
     @translated
-    async def apply_failed(self, row_key: str, t: T.Transition) -> bool:
-        res = await self.coll.update_one({"row_key": row_key, "state": FAILED}, update_of(t))
+    async def apply_failed(self, row_key: str, t: T.Transition, *,
+                           updated_at: float | None = None) -> bool:
+        q: dict[str, Any] = {"row_key": row_key, "state": FAILED}
+        if updated_at is not None:
+            q["updated_at"] = updated_at
+        res = await self.coll.update_one(q, update_of(t))
         return bool(res.modified_count == 1)
+
+    @translated
+    async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """One query over ``failed_updated_at_row_key`` (failed rows by ``(updated_at,
+        row_key)``): its bounds start at the position after the last page, its key is the sort,
+        so a page costs its own rows whatever came before (no skip, no sort stage). The
+        position is the last document's stored values, sent back as they were read."""
+        q = row_query(RowFilter(tenant_id=flt.tenant_id, states=(FAILED,), kind=flt.kind,
+                                sub_ids=flt.sub_ids, updated_after=flt.updated_after,
+                                updated_before=flt.updated_before))
+        q["row_key"] = {"$type": "string"}
+        if after is not None:
+            at, key = after  # at or past ``updated_after``: the last page's rows were
+            q["updated_at"] = {**q["updated_at"], "$gte": at}
+            q["$or"] = [{"updated_at": {"$gt": at}}, {"updated_at": at, "row_key": {"$gt": key}}]
+        # the whole page in the first reply (a find's first batch is 101 documents otherwise)
+        docs = await (self.coll.find(q).sort(FAILED_ORDER).limit(flt.limit)
+                      .batch_size(flt.limit).to_list(None))
+        rows: list[EffectRow] = []
+        unreadable: list[str] = []
+        for doc in docs:
+            try:
+                rows.append(_decode(doc))
+            except MalformedDocument:
+                unreadable.append(doc["row_key"])
+        last = (docs[-1]["updated_at"], docs[-1]["row_key"]) if docs else after
+        return FailedPage(rows=rows, unreadable=unreadable, read=len(docs), after=last)
 
     @translated
     async def get(self, row_key: str) -> EffectRow | None:
@@ -481,3 +519,13 @@ class MongoEffectOutbox:
             {"_id": 0, "tenant_id": 1, "kind": 1, "done_at": 1, "event.at": 1},
         ).sort("done_at", DESCENDING).limit(limit).to_list(None)
         return [lat for d in docs if (lat := done_latency(d)) is not None]
+
+    @translated
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        """One count over the partial ``pending_tenant_not_before`` index (both branches bound
+        its key), stopped at ``limit``."""
+        return int(await self.coll.count_documents(
+            {"state": PENDING, "tenant_id": tenant_id,
+             "$or": [{"not_before": {"$lt": not_before}},
+                     {"not_before": not_before, "seq": {"$lt": seq}}]},
+            limit=limit))

@@ -9,7 +9,7 @@ from pymongo.errors import OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import EVENTS
-from board_outbox.adapters.mongo.limits import LIMITS
+from board_outbox.adapters.mongo.limits import LIMIT_INDEXES, LIMITS
 from board_outbox.adapters.mongo.membership import MEMBERS
 from board_outbox.adapters.mongo.outbox import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
@@ -40,9 +40,11 @@ INDEXES: dict[str, list[IndexModel]] = {
         # the expired-lease sweep
         IndexModel([("lease_until", ASCENDING)], name="claimed_lease_until",
                    partialFilterExpression={"state": CLAIMED}),
-        # the dead-letters, newest first (B1)
-        IndexModel([("updated_at", ASCENDING)], name="failed_updated_at",
-                   partialFilterExpression={"state": FAILED}),
+        # the dead-letters, newest first (B1), and a bulk replay's walk over them, oldest first
+        # (``failed_page``): keyed by (updated_at, row_key), a total order whose position a
+        # page resumes from with index bounds, however many rows were parked at one instant
+        IndexModel([("updated_at", ASCENDING), ("row_key", ASCENDING)],
+                   name="failed_updated_at_row_key", partialFilterExpression={"state": FAILED}),
         # done rows expire after 7 days; failed rows (the dead-letter) never do (M11b)
         IndexModel([("done_at", ASCENDING)], name="done_ttl",
                    expireAfterSeconds=DONE_TTL_SECONDS,
@@ -53,9 +55,8 @@ INDEXES: dict[str, list[IndexModel]] = {
                    unique=True),
     ],
     MEMBERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
-    # F2: a key's slots are released by key and holder; slots and counters expire (TTL)
-    LIMITS: [IndexModel([("key", ASCENDING), ("holder", ASCENDING)], name="key_holder"),
-             IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
+    # F2: a key's slots are renewed and released by key and holder; slots and counters expire
+    LIMITS: LIMIT_INDEXES,
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     # the console's sessions end on their own (a logout deletes them sooner)
     SESSIONS: [IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
@@ -71,8 +72,10 @@ INDEXES: dict[str, list[IndexModel]] = {
 # Indexes earlier versions created, dropped by ``ensure_schema``: full indexes over ``state``
 # that every row's every state change had to update, replaced by the partial indexes above (the
 # queries that used them are served by those; an older replica still running finds them too).
+# ``failed_updated_at`` (updated_at alone) is the prefix of ``failed_updated_at_row_key``.
 OBSOLETE: dict[str, tuple[str, ...]] = {
-    EFFECTS: ("tenant_state_not_before", "state_updated", "state_not_before", "state_lease_until"),
+    EFFECTS: ("tenant_state_not_before", "state_updated", "state_not_before", "state_lease_until",
+              "failed_updated_at"),
 }
 
 
