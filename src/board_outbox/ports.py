@@ -294,6 +294,38 @@ class EffectOutbox(Protocol):
         ``pending_tenant_not_before``, stopped at ``limit``)."""
         ...
 
+    # --- coalescing (issue 33) ------------------------------------------------------------------
+
+    async def newest_in_burst(self, tenant_id: str, sub_id: str, card_id: str,
+                              after_seq: int) -> RowIdentity | None:
+        """The newest coalescing row (one born with ``burst_at``) of (tenant, subscription,
+        card) with ``seq > after_seq`` that is pending, claimed or done (None: none). Mongo: one
+        query over the partial ``burst_sub_card_seq`` index, newest first, one document."""
+        ...
+
+    async def covered_in_burst(self, tenant_id: str, sub_id: str, card_id: str,
+                              after_seq: int) -> RowIdentity | None:
+        """The oldest coalescing row of (tenant, subscription, card) with ``seq > after_seq``
+        that covers an older row's edit: done (it ran, with a newer snapshot), or pending or
+        claimed with its burst closed (``burst_closed``: it launches whatever is newer). None:
+        none. Mongo: one query over ``burst_sub_card_seq``, oldest first, one document."""
+        ...
+
+    async def carry_burst(self, row_key: str, *, burst_at: float, due_by: float, now: float,
+                          close: bool = False) -> bool:
+        """Hand a superseded row's burst to the pending row ``row_key`` that supersedes it:
+        its ``burst_at`` lowered to ``burst_at`` and its ``not_before`` to ``due_by`` (``$min``
+        both), and its burst closed when ``close``; fenced on the row still being pending.
+        False: it is not (claimed, done...)."""
+        ...
+
+    async def restart_burst(self, tenant_id: str, sub_id: str, card_id: str, after_seq: int,
+                            *, at: float) -> int:
+        """A row of (tenant, subscription, card) launches at its burst's deadline: the newer
+        pending or claimed coalescing rows begin the next burst at ``at`` (``burst_at`` raised to it,
+        ``$max``); how many. Mongo: one ``update_many`` over ``burst_sub_card_seq``."""
+        ...
+
 
 class SubscriptionStore(Protocol):
     async def get(self, sub_id: str) -> Subscription:

@@ -411,6 +411,43 @@ class Completer:
             self.metrics.row_limited(over.scope, over.kind)
         return "deferred"
 
+    # --- coalescing (issue 33) -----------------------------------------------------------------
+
+    async def coalesce(self, claim: Claim, row: EffectRow, into: str) -> Outcome:
+        """Superseded by the newer row ``into``: terminal ``coalesced``, attempts unchanged,
+        fenced on the claim (a stolen lease: nothing written, the new holder decides again)."""
+        try:
+            marked = await self.outbox.apply_claimed(
+                claim.ref, claim.claim_id, T.coalesce(now=self.clock.now(), into=into))
+        except StoreUnavailable as exc:  # stays claimed; it is decided again after its lease
+            log.warning("could not mark the row coalesced (%s)", exc, extra=_ctx(row))
+            return "unrecorded"
+        except StoreError as exc:  # R1
+            return await self.park_broken(claim.ref, claim.claim_id,
+                                          f"coalesced into {into}; then the mark failed: {exc}",
+                                          _ctx(row))
+        if not marked:
+            return "lease_lost"
+        if self.metrics is not None:
+            self.metrics.row_coalesced()
+        return "coalesced"
+
+    async def hold(self, claim: Claim, row: EffectRow, reason: str, wait: float) -> Outcome:
+        """Not decidable yet (the burst's newest row is running): pending again after ``wait``,
+        attempts unchanged, no error; ``waiting`` says why (the defer transition)."""
+        now = self.clock.now()
+        try:
+            marked = await self.outbox.apply_claimed(
+                claim.ref, claim.claim_id,
+                T.defer(now=now, not_before=now + wait, reason=cap(reason, 300)))
+        except StoreUnavailable as exc:
+            log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
+            return "unrecorded"
+        except StoreError as exc:  # R1
+            return await self.park_broken(claim.ref, claim.claim_id,
+                                          f"{reason}; then defer failed: {exc}", _ctx(row))
+        return "deferred" if marked else "lease_lost"
+
     # --- release --------------------------------------------------------------------------------
 
     async def release(self, claims: Sequence[Claim]) -> int:

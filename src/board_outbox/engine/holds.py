@@ -20,10 +20,21 @@ import msgspec
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings, owner, trusted
 from board_outbox.engine.worker import WorkerSettings
-from board_outbox.model.domain import CLAIMED, DONE, FAILED, LAUNCH, PENDING, EffectRow, Subscription
+from board_outbox.model.domain import (
+    CLAIMED,
+    COALESCED,
+    DONE,
+    FAILED,
+    LAUNCH,
+    PENDING,
+    EffectRow,
+    Subscription,
+)
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
 from board_outbox.model.explanation import (
     Backoff,
+    Coalesced,
+    Coalescing,
     DeadLettered,
     Done,
     ExpiredLease,
@@ -228,6 +239,8 @@ async def backoff(c: Case) -> list[Hold]:
     if r.state != PENDING or r.not_before <= c.now or r.waiting:
         return []
     if not r.errors and not r.attempts:
+        if r.burst_at is not None:
+            return []  # its quiet window: ``coalescing`` says so
         return [NotDue(summary=f"not due until {_in(r.not_before - c.now)} (no error recorded: "
                                "not a retry)", until=r.not_before)]
     err = _last_error(r)
@@ -237,8 +250,26 @@ async def backoff(c: Case) -> list[Hold]:
                     until=r.not_before, after_attempt=r.attempts, error=err)]
 
 
-# coalescing (issue 33 item 2) goes here: a row held in its card's quiet window, or superseded
-# by a newer row of the same (subscription, card)
+async def coalesced(c: Case) -> list[Hold]:
+    """Issue 33: superseded by a newer row of its (subscription, card)."""
+    r = c.row
+    if r.state != COALESCED:
+        return []
+    at = r.done_at.timestamp() if r.done_at is not None else None
+    return [Coalesced(summary=(f"coalesced into {r.coalesced_into}: that newer row of the same "
+                               "(subscription, card) ran instead"), into=r.coalesced_into, at=at)]
+
+
+async def coalescing(c: Case) -> list[Hold]:
+    """Issue 33: a coalescing row in its card's quiet window (not yet due, never failed)."""
+    r = c.row
+    if (r.state != PENDING or r.burst_at is None or r.not_before <= c.now or r.errors
+            or r.attempts or r.waiting):
+        return []
+    return [Coalescing(summary=(f"coalescing: its card's quiet window ends {_in(r.not_before - c.now)}"
+                                f"; it launches then unless a newer row of its (subscription, card) "
+                                f"supersedes it (its burst began {_in(r.burst_at - c.now)})"),
+                       until=r.not_before, burst_at=r.burst_at)]
 
 
 async def ownership(c: Case) -> list[Hold]:
@@ -284,12 +315,13 @@ async def turn(c: Case) -> list[Hold]:
 
 CHECKS: tuple[HoldCheck, ...] = (
     done,
+    coalesced,
     dead_lettered,
     lease,
     # pause: here (before the limits: a paused row tries none)
     limits,
     backoff,
-    # coalescing: here (a quiet window holds a row that is otherwise due)
+    coalescing,
     ownership,
     turn,
 )

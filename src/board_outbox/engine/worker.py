@@ -35,12 +35,14 @@ from board_outbox.model.clock import Clock, RandomSource, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import (
     BrokenRow,
+    CoalesceHold,
     EffectTimeout,
     LeaseLost,
     OverLimit,
     PermanentEffectError,
     StoreError,
     StoreUnavailable,
+    Superseded,
 )
 from board_outbox.model.validation import OnceLog, cap, stuck_reason
 from board_outbox.ports import Claim, ClaimTerms, EffectOutbox
@@ -547,6 +549,12 @@ class EffectWorker:
                 span.add_event(telemetry.EVENT_DEFERRED, {telemetry.ATTR_REASON: exc.reason,
                                                           telemetry.ATTR_WAIT: exc.wait_seconds})
                 return await done.defer(claim, row, exc)
+            except Superseded as exc:  # issue 33: a newer row of its (subscription, card) runs
+                span.set_attribute(telemetry.ATTR_OUTCOME, "coalesced")
+                return await done.coalesce(claim, row, exc.into)
+            except CoalesceHold as exc:  # issue 33: its burst's newest row is running now
+                span.set_attribute(telemetry.ATTR_OUTCOME, "deferred")
+                return await done.hold(claim, row, exc.reason, exc.wait_seconds)
             except LeaseLost as exc:
                 span.set_attribute(telemetry.ATTR_OUTCOME, "lease_lost")
                 log.warning("lease lost, writing nothing: %s", exc, extra=_ctx(row))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
@@ -19,11 +19,14 @@ from board_outbox.model.errors import InvalidId, InvalidRowKey, MalformedDocumen
 LAUNCH: Final = "launch"
 PROJECTION: Final = "projection"
 
-RowState = Literal["pending", "claimed", "done", "failed"]
+RowState = Literal["pending", "claimed", "done", "failed", "coalesced"]
 PENDING: Final = "pending"
 CLAIMED: Final = "claimed"
 DONE: Final = "done"
 FAILED: Final = "failed"
+# issue 33: a launch superseded by a newer row of its (subscription, card) inside the
+# subscription's coalescing window; terminal, ``coalesced_into`` names that row; expires like done
+COALESCED: Final = "coalesced"
 LIVE_STATES: Final = (PENDING, CLAIMED)
 # done rows expire this long after ``done_at`` (the TTL index, M11b); dead-letters never do
 DONE_TTL_SECONDS: Final = 7 * 24 * 3600
@@ -101,6 +104,26 @@ class MatchRule(msgspec.Struct, frozen=True, kw_only=True):
     labels_all: tuple[str, ...] = ()
 
 
+MAX_COALESCE_SECONDS: Final = 86400.0
+# a coalescing window's seconds: finite (NaN and infinity fail the bounds), above 0, at most a day
+WindowSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_COALESCE_SECONDS)]
+
+
+class Coalesce(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A subscription's coalescing window (issue 33): a launch row waits ``quiet_seconds`` after
+    it was materialized; a newer row of the same (subscription, card) by then supersedes it, so
+    a burst of edits launches once, with the newest snapshot -- and no later than
+    ``max_wait_seconds`` after the burst's first row (``0 < quiet <= max_wait <= 1 day``)."""
+
+    quiet_seconds: WindowSeconds
+    max_wait_seconds: WindowSeconds
+
+    def __post_init__(self) -> None:
+        if self.quiet_seconds > self.max_wait_seconds:
+            raise ValueError(f"coalesce quiet_seconds {self.quiet_seconds} is above "
+                             f"max_wait_seconds {self.max_wait_seconds}")
+
+
 class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     """What a tenant wants done when an event matches ``rule``: one row of effect ``kind`` per
     matching event (``launch``, the default, launches ``bot``; any other kind is run by the
@@ -119,6 +142,8 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     kind: str = LAUNCH
     max_in_flight: InFlight | None = None
     max_per_second: PerSecond | None = None
+    # --- coalescing (issue 33, item 2): None (the default) launches once per matching event
+    coalesce: Coalesce | None = None
 
 
 def matches(sub: Subscription, ev: EventSnapshot) -> bool:
@@ -189,6 +214,15 @@ class EffectRow(msgspec.Struct, kw_only=True):
     done_at: datetime | None = None
     # F2: why the row waits (a limit it was over when last claimed); cleared by the next claim
     waiting: str | None = None
+    # --- coalescing (issue 33): set only on the rows of a coalescing subscription.
+    # ``burst_at``: when the burst this row belongs to began (born ``created_at``; an older row
+    # superseded by this one lowers it to its own); ``coalesced_into``: the row that superseded
+    # this one (state ``coalesced``)
+    # ``burst_closed``: its burst's deadline passed while it was the burst's newest row: it
+    # launches when it runs, whatever is newer
+    burst_at: float | None = None
+    coalesced_into: str | None = None
+    burst_closed: bool = False
 
 
 def launch_row_key(tenant_id: str, seq: int, sub_id: str) -> str:
@@ -259,11 +293,17 @@ def new_subscription_row(
     event snapshot, keyed by (event, subscription) whatever the kind -- so a subscription whose
     kind is edited never owes a second row for an event it already matched. No bot: the handler
     reads the subscription when the row runs (a launch re-verifies it there, M10b)."""
-    return EffectRow(
+    row = EffectRow(
         tenant_id=tenant_id, row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id), seq=ev.seq,
         kind=sub.kind, sub_id=sub.sub_id, event=ev, trace=trace,
         not_before=now, created_at=now, updated_at=now, materialized_at=now,
     )
+    if sub.coalesce is not None and sub.kind == LAUNCH:
+        # issue 33: due after the quiet time; ``burst_at`` marks it a coalescing row (the
+        # partial index the supersede check reads holds only these)
+        row.not_before = now + sub.coalesce.quiet_seconds
+        row.burst_at = now
+    return row
 
 
 def new_projection_row(
@@ -282,7 +322,10 @@ def new_projection_row(
 # ($inc, $push, $set), and no query matches on their absence. ``state``, ``not_before``, ``kind``
 # and the timestamps stay: queries and indexes use them.
 _ROW_ZERO_FIELDS: Final = ("sub_id", "projection", "attempts", "claim_id", "lease_until",
-                           "consume_marked", "errors", "audit", "outcome", "trace", "done_at")
+                           "consume_marked", "errors", "audit", "outcome", "trace", "done_at",
+                           "coalesced_into", "burst_closed")
+# left out only while None (0.0 is a time an injected clock may start at)
+_ROW_NONE_FIELDS: Final = ("burst_at",)
 _SNAPSHOT_ZERO_FIELDS: Final = ("deleted", "actor")
 
 
@@ -296,6 +339,9 @@ def new_row_doc(row: EffectRow, shared: dict[int, Any] | None = None) -> dict[st
     doc = msgspec.structs.asdict(row)
     for name in _ROW_ZERO_FIELDS:
         if not doc[name]:
+            del doc[name]
+    for name in _ROW_NONE_FIELDS:
+        if doc[name] is None:
             del doc[name]
     for name in ("event", "trace"):
         value = doc.get(name)

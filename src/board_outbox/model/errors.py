@@ -165,6 +165,32 @@ class OverLimit(BoardOutboxError):
         return (type(self), (self.scope, self.kind, self.key, self.wait_seconds))
 
 
+class Superseded(BoardOutboxError):
+    """Issue 33: a coalescing launch row has a newer row of its (subscription, card) that runs
+    instead (``into``): the worker moves it to ``coalesced`` (terminal, attempts unchanged)."""
+
+    def __init__(self, into: str) -> None:
+        super().__init__(f"superseded by {into}")
+        self.into = into
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.into,))
+
+
+class CoalesceHold(BoardOutboxError):
+    """Issue 33: a coalescing launch row cannot tell yet whether it is superseded (the newest
+    row of its (subscription, card) is running right now): pending again after
+    ``wait_seconds``, attempts unchanged, no error (the defer transition)."""
+
+    def __init__(self, reason: str, wait_seconds: float) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait_seconds = wait_seconds
+
+    def __reduce__(self) -> tuple[type, tuple[str, float]]:
+        return (type(self), (self.reason, self.wait_seconds))
+
+
 class LeaseLost(BoardOutboxError):
     """A fenced write found another claim_id: this worker's lease was stolen. Stop, write nothing."""
 

@@ -102,6 +102,21 @@ class NotDue(_Hold, frozen=True, kw_only=True, tag="not_due"):
     until: float
 
 
+class Coalesced(_Hold, frozen=True, kw_only=True, tag="coalesced"):
+    """Superseded by a newer row of its (subscription, card) (issue 33): that row ran instead."""
+
+    into: str | None
+    at: float | None
+
+
+class Coalescing(_Hold, frozen=True, kw_only=True, tag="coalescing"):
+    """In its card's quiet window (issue 33): due at ``until``, when it launches unless a newer
+    row of its (subscription, card) supersedes it; its burst began at ``burst_at``."""
+
+    until: float
+    burst_at: float
+
+
 class Ownership(_Hold, frozen=True, kw_only=True, tag="ownership"):
     """Which live replica owns the row's tenant (S1): it claims the row first; another takes it
     once ``steal_at`` has passed. ``owner`` None: no replica is alive."""
@@ -121,7 +136,7 @@ class Turn(_Hold, frozen=True, kw_only=True, tag="turn"):
 
 
 Hold = Done | DeadLettered | Malformed | Lease | ExpiredLease | Limit | Backoff | NotDue | \
-    Ownership | Turn
+    Ownership | Turn | Coalesced | Coalescing
 
 
 class RowFacts(msgspec.Struct, frozen=True, kw_only=True):

@@ -22,6 +22,8 @@ release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``
        |   claimed, lease expired --reclaim--> claimed (attempts +1, lease_expired error)
        \\------------------------------- failed --replay--> pending (attempts 0, audit)
     claimed --extend_lease--> claimed (lease_until later: the worker's heartbeat, O4)
+    claimed --coalesce--> coalesced (issue 33: a newer row of its (subscription, card) runs
+                          instead; attempts unchanged, ``coalesced_into`` names it; expires)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import msgspec
 
 from board_outbox.model.domain import (
     CLAIMED,
+    COALESCED,
     DONE,
     FAILED,
     PENDING,
@@ -101,6 +104,16 @@ def done(*, now: float, outcome: str) -> Transition:
     return Transition(name="done", set={
         "state": DONE, "outcome": outcome, "updated_at": now, "lease_until": None,
         "done_at": datetime.fromtimestamp(now, UTC),  # the TTL index's clock (M11b)
+    })
+
+
+def coalesce(*, now: float, into: str) -> Transition:
+    """Issue 33: a coalescing launch superseded by the newer row ``into`` of its (subscription,
+    card): terminal, attempts unchanged, no error; ``done_at`` is the clock of its TTL index
+    (it expires like a done row)."""
+    return Transition(name="coalesce", set={
+        "state": COALESCED, "outcome": f"coalesced into {into}", "coalesced_into": into,
+        "updated_at": now, "lease_until": None, "done_at": datetime.fromtimestamp(now, UTC),
     })
 
 

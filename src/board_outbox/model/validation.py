@@ -17,6 +17,7 @@ import msgspec
 
 from board_outbox.model.domain import (
     CLAIMED,
+    COALESCED,
     DONE,
     FAILED,
     LAUNCH,
@@ -36,7 +37,7 @@ MAX_SEQ = 2**63 - 1  # the counter is a BSON long
 MAX_LABELS = 100  # consume_labels / labels_all entries a subscription may carry
 MAX_CARD_TITLE = 64 * 1024  # characters: rows embed the title, and a row must stay far below 16 MB
 MAX_CARD_LABELS = 1000
-ROW_STATES = frozenset({PENDING, CLAIMED, DONE, FAILED})
+ROW_STATES = frozenset({PENDING, CLAIMED, DONE, FAILED, COALESCED})
 LEASE_HORIZON_SECONDS = 86400.0  # a lease ending later than this from now is not a lease
 
 
@@ -80,6 +81,8 @@ def subscription_problem(sub: Subscription) -> str | None:
             return f"{name} has {len(labels)} entries (at most {MAX_LABELS})"
     if sub.max_per_second is not None and (problem := rate_problem(sub.max_per_second)):
         return f"max_per_second: {problem}"
+    if sub.coalesce is not None and sub.kind != LAUNCH:
+        return f"coalesce applies to launch subscriptions only (this one is of kind {sub.kind!r})"
     return None
 
 
@@ -93,7 +96,7 @@ def stuck_reason(doc: Mapping[str, Any], now: float,
     state = doc.get("state")
     if state not in ROW_STATES:
         return f"state {cap(repr(state), 200)} is not one of {sorted(ROW_STATES)}"
-    if state in (DONE, FAILED):
+    if state in (DONE, FAILED, COALESCED):  # settled: the sweep never parks one
         return None
     if not isinstance(doc.get("tenant_id"), str):
         return f"tenant_id {cap(repr(doc.get('tenant_id')), 200)} is not a string"
@@ -113,7 +116,8 @@ _DEFAULTS: dict[str, Any] = {
     "projection": None, "event": None, "attempts": 0, "not_before": 0.0, "claim_id": None,
     "lease_until": None, "consume_marked": False, "errors": [], "audit": [], "outcome": None,
     "trace": None, "created_at": 0.0, "updated_at": 0.0, "materialized_at": 0.0,
-    "done_at": None,
+    "done_at": None, "burst_at": None, "coalesced_into": None,
+    "burst_closed": False,
 }
 
 

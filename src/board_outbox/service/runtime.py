@@ -31,7 +31,7 @@ from board_outbox.engine.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
-from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING, EffectRow
+from board_outbox.model.domain import CLAIMED, COALESCED, DONE, FAILED, PENDING, EffectRow
 from board_outbox.model.errors import ConfigError, StoreUnavailable
 from board_outbox.model.series import SeriesCounts
 from board_outbox.model.validation import OnceLog
@@ -413,10 +413,10 @@ class Service(StreamWaker):
         # partial index); done rows -- a week of history -- every DONE_COUNT_EVERY refreshes
         states = [PENDING, CLAIMED, FAILED]
         if self._gauge_refreshes % DONE_COUNT_EVERY == 0:
-            states.append(DONE)
+            states += [DONE, COALESCED]  # the coalesced rows are a week of history too
         self._gauge_refreshes += 1
         counts = await self.stores.outbox.count_by_state(states=states)
-        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE,)},
+        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED)},
                              **{s: counts.get(s, 0) for s in states}}
         if self.status_enabled:
             await self.refresh_status()

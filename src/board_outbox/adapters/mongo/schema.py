@@ -16,7 +16,7 @@ from board_outbox.adapters.mongo.readmodels import READ_MODELS
 from board_outbox.adapters.mongo.series import SERIES
 from board_outbox.adapters.mongo.sessions import SESSIONS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
-from board_outbox.model.domain import CLAIMED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
+from board_outbox.model.domain import CLAIMED, COALESCED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
 from board_outbox.model.errors import StoreError
 
 __all__ = ["DONE_TTL_SECONDS", "INDEXES", "OBSOLETE", "ensure_schema"]
@@ -49,6 +49,17 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("done_at", ASCENDING)], name="done_ttl",
                    expireAfterSeconds=DONE_TTL_SECONDS,
                    partialFilterExpression={"state": DONE}),
+        # coalesced rows (issue 33) expire like done rows, on the same clock; this index also
+        # serves their count (``IN_STATE``)
+        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",
+                   expireAfterSeconds=DONE_TTL_SECONDS,
+                   partialFilterExpression={"state": COALESCED}),
+        # the coalescing check (issue 33): a launch row's newer rows of its (subscription, card);
+        # only the rows of coalescing subscriptions carry ``burst_at``, so no other row pays
+        IndexModel([("tenant_id", ASCENDING), ("sub_id", ASCENDING),
+                    ("event.card_id", ASCENDING), ("seq", ASCENDING)],
+                   name="burst_sub_card_seq",
+                   partialFilterExpression={"burst_at": {"$exists": True}}),
     ],
     EVENTS: [
         IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq_unique",

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 
+from board_outbox.engine.handlers.coalesce import coalesce_check
 from board_outbox.engine.handlers.contract import ExecutionContext
 from board_outbox.engine.limits import LaunchGate
 from board_outbox.model.domain import EffectRow, Subscription, matches
@@ -65,6 +66,11 @@ class LaunchHandler:
             # Re-verify against the CURRENT rule (M10b). A consume_marked row already spent its
             # labels for this launch: it launches whatever the rule says now.
             return "dropped: no longer matches"
+        if sub.coalesce is not None and row.burst_at is not None and not row.consume_marked:
+            # issue 33, before limits and labels: a row superseded by a newer row of its
+            # (subscription, card) ends coalesced (a consume_marked row spent its labels for
+            # this launch: it is never coalesced away)
+            await coalesce_check(row, sub.coalesce, ctx.outbox, ctx.clock.now())
         # F2: within the limits before anything is spent (OverLimit: the worker defers the row)
         async with self._within_limits(row, sub, ctx):
             if sub.consume_labels and not row.consume_marked:

@@ -9,6 +9,9 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.wakes`` (counter, source=stream|poll): what woke the tail;
 - ``board_outbox.limited`` (counter, scope=bot|tenant, kind=in_flight|per_second): launches
   deferred because they were over a limit (F2);
+- ``board_outbox.rows.coalesced`` (counter): launch rows superseded by a newer row of their
+  (subscription, card) (issue 33; Prometheus ``board_outbox_rows_coalesced_total``), counted
+  where the ``coalesce`` transition is applied;
 - ``board_outbox.stream.events`` (counter): inserts this replica's change stream delivered,
   counted before any filtering in the process (S5: summed over replicas, about one per event);
 - ``board_outbox.projection.lag`` (gauge, per tenant and projection): materialized seq (the
@@ -70,6 +73,9 @@ class Metrics:
         self.limited = m.create_counter(
             "board_outbox.limited", unit="{row}",
             description="launches deferred over a concurrency or rate limit")
+        self.coalesced = m.create_counter(
+            "board_outbox.rows.coalesced", unit="{row}",
+            description="launch rows superseded by a newer row of their (subscription, card)")
         self.stream_events = m.create_counter(
             "board_outbox.stream.events", unit="{event}",
             description="inserts the change stream delivered, before any filtering")
@@ -173,6 +179,11 @@ class Metrics:
         """A launch was deferred over a limit (F2)."""
         self.limited.add(1, {"scope": scope, "kind": kind})
         self.prom.limited.labels(scope, kind).inc()
+
+    def row_coalesced(self) -> None:
+        """A launch row moved to ``coalesced`` (issue 33)."""
+        self.coalesced.add(1)
+        self.prom.coalesced.inc()
 
     def stream_event(self) -> None:
         self.stream_events.add(1)

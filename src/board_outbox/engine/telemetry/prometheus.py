@@ -32,6 +32,10 @@ class PrometheusMirror:
         self.limited = Counter(
             "board_outbox_limited", "launches this replica deferred over a concurrency or rate "
             "limit (F2)", ["scope", "kind"], registry=self.registry)
+        self.coalesced = Counter(
+            "board_outbox_rows_coalesced", "launch rows this replica moved to coalesced: "
+            "superseded by a newer row of their (subscription, card) (issue 33)",
+            registry=self.registry)
         self.stream_events = Counter(
             "board_outbox_stream_events", "inserts the change stream delivered, before any "
             "filtering in the process", registry=self.registry)
