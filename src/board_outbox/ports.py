@@ -166,7 +166,8 @@ class EffectOutbox(Protocol):
         duplicate key means the row exists: racing replicas collapse on it, and the stored row
         is left as it is). With ``claim`` the rows it inserts are born claimed under it (the
         ``claim`` transition applied before the write: the tail's hand-off to its own worker)
-        and come back as ``UpsertResult.claims``; without, they are born pending."""
+        and come back as ``UpsertResult.claims``; without, they are born pending. A row not due
+        yet (``domain.born_due``: a coalescing row in its quiet time) is always born pending."""
         ...
 
     async def claim_any(

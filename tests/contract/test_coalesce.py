@@ -15,6 +15,7 @@ from board_outbox.engine.holds import ExplainSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.domain import (
+    CLAIMED,
     COALESCED,
     DONE,
     PENDING,
@@ -28,6 +29,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import Superseded
 from board_outbox.model.explanation import Coalesced, Coalescing
+from board_outbox.model.records import ClaimTerms
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio
@@ -231,3 +233,17 @@ async def test_past_its_deadline_a_burst_chooses_its_newest_row_once(kit: Kit) -
     await coalesce_check(chosen, window, kit.outbox, now + 0.5)  # returns: it launches
     [newer] = [r for r in await kit.rows(T) if r.seq == 4]
     assert not newer.burst_closed and newer.burst_at == now + 0.5  # the next burst begins
+
+
+async def test_a_coalescing_row_is_never_born_claimed(kit: Kit) -> None:
+    """The tail hands the rows it writes to its worker born claimed; a coalescing row waits its
+    quiet time instead (born pending), a plain row beside it is still handed over."""
+    sub = _sub()
+    plain = Subscription(sub_id="s2", tenant_id=T, bot="b")
+    t0 = kit.clock.now()
+    ev = EventSnapshot(seq=1, type="card.updated", card_id="c1")
+    rows = [new_subscription_row(T, ev, sub, t0), new_subscription_row(T, ev, plain, t0)]
+    res = await kit.outbox.upsert_rows(rows, claim=ClaimTerms(claim_id="k", lease_until=t0 + 30))
+    assert [c.row.row_key for c in res.claims if c.row is not None] == [rows[1].row_key]
+    states = {r.sub_id: r.state for r in await kit.rows(T)}
+    assert states == {"s1": PENDING, "s2": CLAIMED}

@@ -317,6 +317,12 @@ def new_projection_row(
     )
 
 
+def born_due(row: EffectRow) -> bool:
+    """Whether a new row is due as it is written: only those may be born claimed (handed to the
+    worker by the tail). A coalescing row (issue 33) waits its quiet time first."""
+    return row.not_before <= row.created_at
+
+
 # A new row's fields that are left out of its stored document while at their zero value: every
 # reader decodes a missing one as that value (``from_doc``), the update operators create them
 # ($inc, $push, $set), and no query matches on their absence. ``state``, ``not_before``, ``kind``

@@ -16,7 +16,17 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import CLAIMED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
+from board_outbox.model.domain import (
+    CLAIMED,
+    DONE,
+    FAILED,
+    LIVE_STATES,
+    PENDING,
+    EffectRow,
+    born_due,
+    from_doc,
+    to_doc,
+)
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
@@ -145,7 +155,7 @@ class MemoryEffectOutbox:
                 continue
             ref = next(self._ids)
             doc = to_doc(row)
-            if t is not None and claim is not None:
+            if t is not None and claim is not None and born_due(row):  # coalescing rows wait
                 doc.update(t.set, updated_at=row.updated_at)
                 claims.append(T.claim_of_row(ref, row, t, claim_id=claim.claim_id,
                                              lease_until=claim.lease_until))

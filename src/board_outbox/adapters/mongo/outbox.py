@@ -37,6 +37,7 @@ from board_outbox.model.domain import (
     LIVE_STATES,
     PENDING,
     EffectRow,
+    born_due,
     from_doc,
     new_row_doc,
     to_doc,
@@ -150,9 +151,11 @@ class MongoEffectOutbox:
         t = None if claim is None else T.claim(claim_id=claim.claim_id, now=rows[0].created_at,
                                                lease_until=claim.lease_until)
         docs = []
+        claimed: list[bool] = []
         for r in rows:
             doc = new_row_doc(r, shared)
-            if t is not None:
+            claimed.append(t is not None and born_due(r))  # a coalescing row waits its quiet time
+            if claimed[-1] and t is not None:
                 doc.update(t.set, updated_at=r.updated_at)
             doc["_id"] = ObjectId()
             docs.append(doc)
@@ -172,7 +175,7 @@ class MongoEffectOutbox:
         if t is not None and claim is not None:
             claims = tuple(T.claim_of_row(docs[i]["_id"], r, t, claim_id=claim.claim_id,
                                           lease_until=claim.lease_until)
-                           for i, r in enumerate(rows) if i not in refused)
+                           for i, r in enumerate(rows) if i not in refused and claimed[i])
         return UpsertResult(inserted, len(refused), claims)
 
     @translated
