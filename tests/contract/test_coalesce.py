@@ -118,6 +118,12 @@ async def test_rows_born_in_one_batch_launch_once(kit: Kit) -> None:
     seqs = [await _edit(kit, "c1", f"v{i}") for i in range(8)]
     kit.clock.advance(6.0)
     worker = kit.worker()
+    res = await worker.tick_any([T])
+    assert (res.claimed, res.done, res.deferred, res.retried) == (8, 1, 7, 0)
+    held = [r for r in await kit.rows(T) if r.state == PENDING]
+    assert len(held) == 7  # waiting a moment for the newest, which was running: nothing spent
+    assert all(r.attempts == 0 and r.errors == [] and r.waiting is None
+               and r.not_before <= kit.clock.now() + 1.0 for r in held)
     await _run(kit, worker, 5.0)
     assert [x.seq for x in kit.launcher.launches] == [seqs[-1]]
     rows = await kit.rows(T)

@@ -434,12 +434,11 @@ class Completer:
 
     async def hold(self, claim: Claim, row: EffectRow, reason: str, wait: float) -> Outcome:
         """Not decidable yet (the burst's newest row is running): pending again after ``wait``,
-        attempts unchanged, no error; ``waiting`` says why (the defer transition)."""
+        attempts unchanged, no error (``coalesce_hold``)."""
         now = self.clock.now()
         try:
             marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id,
-                T.defer(now=now, not_before=now + wait, reason=cap(reason, 300)))
+                claim.ref, claim.claim_id, T.coalesce_hold(now=now, not_before=now + wait))
         except StoreUnavailable as exc:
             log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
             return "unrecorded"

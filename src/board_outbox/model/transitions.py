@@ -24,6 +24,8 @@ release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``
     claimed --extend_lease--> claimed (lease_until later: the worker's heartbeat, O4)
     claimed --coalesce--> coalesced (issue 33: a newer row of its (subscription, card) runs
                           instead; attempts unchanged, ``coalesced_into`` names it; expires)
+    claimed --coalesce_hold--> pending (issue 33: the newest row of its card is running; the
+                          decision waits a moment; attempts unchanged, no error)
 """
 
 from __future__ import annotations
@@ -115,6 +117,15 @@ def coalesce(*, now: float, into: str) -> Transition:
         "state": COALESCED, "outcome": f"coalesced into {into}", "coalesced_into": into,
         "updated_at": now, "lease_until": None, "done_at": datetime.fromtimestamp(now, UTC),
     })
+
+
+def coalesce_hold(*, now: float, not_before: float) -> Transition:
+    """Issue 33: a coalescing row whose burst's newest row is running now: pending again after
+    ``not_before``, attempts unchanged, no error, and no ``waiting`` (it waits on no limit:
+    ``status`` counts only those; ``explain`` names its window)."""
+    return Transition(name="coalesce_hold", set={"state": PENDING, "not_before": not_before,
+                                                 "claim_id": None, "lease_until": None,
+                                                 "updated_at": now, "waiting": None})
 
 
 def retry(*, now: float, error: ErrorEntry, not_before: float) -> Transition:
