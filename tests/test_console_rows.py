@@ -92,3 +92,26 @@ async def test_a_malformed_row_page_explains_it_and_a_text_that_is_no_key_is_404
     assert "malformed effect row" in bad.text and EVIL not in bad.text
     assert nokey.status_code == 404 and "is not a row key" in nokey.text
     assert missing.status_code == 404 and "No effect row has the key" in missing.text
+
+
+async def test_a_coalesced_row_page_links_the_row_that_ran_and_the_tenant_counts_it() -> None:
+    """Issue 33, item 2: a coalesced row's page names the hold ``coalesced`` and links the newer
+    row of its (subscription, card) that covers it; the tenant page counts it by state."""
+    from datetime import UTC, datetime
+
+    b = MemoryBackend()
+    await b.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+    now = time.time()
+    into = f"{T}/2/sub/s"
+    key = await _row(b, 1, state="coalesced", coalesced_into=into, burst_at=now - 5,
+                     outcome=f"coalesced into {into}", done_at=datetime.fromtimestamp(now, UTC))
+    await _row(b, 2, state="done", outcome="launched l-1", burst_at=now - 5,
+               done_at=datetime.fromtimestamp(now, UTC))
+    async with console(b) as client:
+        page = await client.get(f"/rows/{key}")
+        tenant = await client.get(f"/tenants/{T}")
+    assert page.status_code == 200
+    html = page.text
+    assert 'data-hold="coalesced"' in html
+    assert f'id="coalesced-into" href="/rows/{into}"' in html  # the row that ran, one click away
+    assert tenant.status_code == 200 and "<th class=\"num\">coalesced</th>" in tenant.text
