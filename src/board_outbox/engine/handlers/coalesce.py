@@ -1,29 +1,28 @@
 """Coalescing per (subscription, card) (issue 33, item 2): whether a launch row runs or is
 superseded by a newer row of its burst.
 
-The rule, for a claimed launch row R of a coalescing subscription (born due ``quiet_seconds``
-after it was materialized; ``burst_at``: when its burst began, born ``created_at``), with N the
-newest row of the same (tenant, subscription, card) newer than R that is pending, claimed or done
-(one query over a partial index that holds only coalescing rows):
+A coalescing subscription's rows are born due ``quiet_seconds`` after their materialization,
+with ``burst_at`` (when their burst began) = ``created_at``; the burst a row is in began at
+``min(burst_at, created_at)``. The rule, for a claimed row R (each store read is one indexed
+query over the partial index that holds only coalescing rows, one document back):
 
-- no N: R launches (no matching edit of the card since R's, for the quiet time at least);
-- N done: R is superseded by N (N ran after R's edit, with a newer snapshot);
-- N claimed (running now): R waits a moment (the defer transition, attempts unchanged, no error)
-  and asks again -- N's fate decides R's;
-- N pending, R's burst younger than ``max_wait_seconds`` (``now < burst_at + max_wait``): N takes
-  the burst over (``carry_burst``: its ``burst_at`` lowered to R's, its due time to the burst's
-  deadline at the latest; fenced on N still pending, else R waits a moment), and R is superseded;
-- N pending, the burst's deadline passed: R launches, and the newer pending or claimed rows
-  begin the next burst (``restart_burst`` raises their ``burst_at`` to now: the burst a row is in
-  is ``min(burst_at, created_at)``, so each begins at its own edit again and the edits R did not
-  cover wait at most max wait from their own), so a continuous stream launches about once per
-  max wait. (A row claimed before that restart re-reads its own ``burst_at`` before it launches
-  at a deadline: within one worker, whose lane runs a tenant's rows one at a time, a burst
-  launches once; two replicas deciding two rows of one card at the same instant can both
-  launch -- the cost of deciding without a lock.)
+1. R's burst is closed (``burst_closed``: the deadline chose it): R launches, whatever is newer;
+   the newer rows begin the next burst (``restart_burst``: their ``burst_at`` raised to now, so
+   each counts from its own edit again).
+2. A newer row covers R (``covered_in_burst``): done -- it ran after R's edit, with a newer
+   snapshot -- or with its burst closed: R is superseded by it (claimed: R waits a moment).
+3. No newer row pending, claimed or done (``newest_in_burst``): R launches.
+4. The newest row N is running: R waits a moment (``CoalesceHold``) -- N's fate decides R's.
+5. N is pending: N takes R's burst over (``carry_burst``, fenced on N still pending, else R
+   waits a moment: N's ``burst_at`` lowered to R's burst start, its due time to the burst's
+   deadline ``+ max_wait_seconds`` at the latest), and R is superseded by N. Past the deadline
+   N is also due at once and its burst closed (rule 1), so a stream faster than the claims
+   cannot push the launch out.
 
 Superseded: ``Superseded(N)``; the worker applies the ``coalesce`` transition (fenced on R's
-claim like every mark). Waiting: ``CoalesceHold``."""
+claim like every mark). Waiting: ``CoalesceHold`` (the ``coalesce_hold`` transition). Across
+replicas these are writes fenced on a row's state, not a lock: two replicas deciding two rows of
+one card at the same instant can both launch (docs/design.md, "Coalescing per card")."""
 
 from __future__ import annotations
 
