@@ -24,6 +24,7 @@ from board_outbox.ports import (
     EventLog,
     LabelStore,
     LimitStore,
+    PauseStore,
     ReadModelStore,
     ReadModelVersionStore,
     SessionStore,
@@ -81,6 +82,9 @@ class Kit:
     # the console's sessions, and a way to plant a session document someone else wrote
     sessions: SessionStore | None = None
     put_raw_session: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # issue 33: the pause store, and a way to plant a pause document someone else wrote
+    pauses: PauseStore | None = None
+    put_raw_pause: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -93,6 +97,8 @@ class Kit:
         self.launcher.faults = f
         if self.limits is not None:
             self.limits = FaultProxy(self.limits, "limits", f)  # type: ignore[assignment]
+        if self.pauses is not None:
+            self.pauses = FaultProxy(self.pauses, "pauses", f)  # type: ignore[assignment]
 
     @property
     def stores(self) -> Stores:
@@ -100,6 +106,7 @@ class Kit:
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.cards, labels=self.labels, launcher=self.launcher,
             readmodels=self.readmodels, rm_versions=self.rm_versions, limits=self.limits,
+            pauses=self.pauses,
         )
 
     # --- building the pipeline ------------------------------------------------------------
@@ -188,13 +195,17 @@ def memory_kit() -> Kit:
     async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
         b.sessions.put_raw(doc_id, doc)
 
+    async def raw_pause(doc_id: str, doc: dict[str, Any]) -> None:
+        b.pauses.put_raw(doc_id, doc)
+
     return Kit(
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
         put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
-        sessions=b.sessions, put_raw_session=raw_session,
+        sessions=b.sessions, put_raw_session=raw_session, pauses=b.pauses,
+        put_raw_pause=raw_pause,
     )
 
 
@@ -213,6 +224,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
     )
     from board_outbox.adapters.mongo.generations import MongoGenerationStore
     from board_outbox.adapters.mongo.limits import LIMITS, MongoLimitStore
+    from board_outbox.adapters.mongo.pauses import PAUSES, MongoPauseStore
     from board_outbox.adapters.mongo.sessions import SESSIONS, MongoSessionStore
     from board_outbox.adapters.mongo.status import MongoStatusStore
 
@@ -238,6 +250,9 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
         await db[SESSIONS].replace_one({"_id": doc_id}, dict(doc), upsert=True)
 
+    async def raw_pause(doc_id: Any, doc: dict[str, Any]) -> None:
+        await db[PAUSES].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
@@ -245,5 +260,5 @@ def mongo_kit(db: Any, name: str) -> Kit:
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
         status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
-        put_raw_session=raw_session,
+        put_raw_session=raw_session, pauses=MongoPauseStore(db), put_raw_pause=raw_pause,
     )

@@ -24,6 +24,7 @@ from board_outbox.engine.completer import Completer
 from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue
 from board_outbox.engine.leases import Lease, Leases, current
 from board_outbox.engine.outcomes import Outcome, TickResult
+from board_outbox.engine.pause import PauseGate
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
@@ -144,6 +145,8 @@ class EffectWorker:
         # called when rows arrive (the service wakes its worker loop)
         self.on_receive: Callable[[], None] = lambda: None
         self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
+        # issue 33: a row whose tenant or subscription is paused is held, not run (pause.py)
+        self.pause: PauseGate | None = None
 
     @property
     def outbox(self) -> EffectOutbox:
@@ -522,6 +525,8 @@ class EffectWorker:
                     raise PermanentEffectError(
                         f"row tenant {row.tenant_id!r} claimed for tenant {claim.tenant_id!r}"
                     )
+                if self.pause is not None:
+                    self.pause.check(row)  # Paused: held below, as a limit defers
                 handler = self.registry.handler(row.kind)
                 ctx: ExecutionContext[Any] = ExecutionContext(
                     claim, self.outbox, self.clock, (prefetched or {}).get(row.kind))

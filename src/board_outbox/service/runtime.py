@@ -22,6 +22,7 @@ from board_outbox.engine.handlers.contract import Projection
 from board_outbox.engine.limits import LaunchGate, LimitSettings
 from board_outbox.engine.membership import Ownership, new_member_id
 from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.pause import PauseGate
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import HandlerRegistry
 from board_outbox.engine.tail import DrainResult, Tail
@@ -72,17 +73,18 @@ class Stats:
 
 def build_registry(
     stores: Stores, projections: list[str], handlers: Mapping[str, str] | None = None,
-    limits: LimitSettings | None = None,
+    limits: LimitSettings | None = None, pause: PauseGate | None = None,
 ) -> HandlerRegistry:
     """The built-in handlers, the named projections and the user effect kinds (``[handlers]``
     and the ``board_outbox.handlers`` entry points; see ``plugins``). Launches keep to
-    ``limits`` and to their subscriptions' own limits (F2) on a backend with a limit store."""
+    ``limits`` and to their subscriptions' own limits (F2) on a backend with a limit store, and
+    are held while their bot is paused in ``pause`` (issue 33)."""
     registry = HandlerRegistry()
     if limits is not None and limits.configured and stores.limits is None:
         raise ConfigError("limits: this backend keeps no limit store")
     gate = None if stores.limits is None else LaunchGate(stores.limits, limits or LimitSettings())
     registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels,
-                                              stores.launcher, gate))
+                                              stores.launcher, gate, pause))
     register_projections(registry, stores.readmodels, projections)
     for kind, handler in build_handlers(handlers or {}, stores).items():
         registry.register(kind, handler)
@@ -112,8 +114,12 @@ class Service:
         self.clock = clock or SystemClock()
         # projection rows write the building generation too while a shadow rebuild runs (B3)
         self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
+        # issue 33: the pauses, read once per membership heartbeat (the pause loop); the worker
+        # holds a paused tenant's or subscription's rows, the launch handler a paused bot's
+        self.pauses = None if stores.pauses is None else PauseGate(
+            stores.pauses, stores.outbox, self.clock, every=config.membership.interval_seconds)
         self.registry = registry or build_registry(stores, config.projections, config.handlers,
-                                                   config.limits)
+                                                   config.limits, self.pauses)
         self.tail = Tail(
             events=stores.events,
             cursors=stores.cursors,
@@ -138,6 +144,7 @@ class Service:
         self.stats = Stats()
         self.metrics = Metrics()
         self.worker.metrics = self.metrics
+        self.worker.pause = self.pauses
         # the tail's rows go to this replica's worker born claimed, as far as it has room (T1)
         self.tail.handoff = self.worker
         self.worker.on_receive = lambda: self._worker_wake.set()
@@ -232,6 +239,8 @@ class Service:
         # stream already leaves out those another member owns (S5), rather than waking every
         # replica for each until the first poll has seen it
         self.tail.seen = frozenset(await self.tail.tenants())
+        if self.pauses is not None:  # no row runs before the pauses are known (issue 33)
+            await self.pauses.refresh(strict=True)
 
     async def run(self) -> None:
         await self.preflight()
@@ -255,6 +264,8 @@ class Service:
                 tg.start_soon(self._alive, "membership", self._membership_loop)
             if self.config.audit.enabled:
                 tg.start_soon(self._alive, "audit", self._audit_loop)
+            if self.pauses is not None:
+                tg.start_soon(self._alive, "pauses", self._pause_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
@@ -458,6 +469,23 @@ class Service:
                 self.request_full_poll()
         except Exception as exc:
             log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+
+    async def _pause_loop(self) -> None:
+        """Issue 33: the pause set, read once per membership heartbeat (``pause_pass``)."""
+        every = self.config.membership.interval_seconds
+        while not self.stopping:
+            await anyio.sleep(every)
+            await self.pause_pass()
+
+    async def pause_pass(self) -> None:
+        """One read of the pauses (``PauseGate.refresh``: it also releases the rows of the pauses
+        lifted since); a failure keeps the last set and is logged."""
+        if self.pauses is None:
+            return
+        try:
+            await self.pauses.refresh()
+        except Exception as exc:
+            log.warning("pause refresh failed: %s: %s", type(exc).__name__, exc)
 
     async def _audit_loop(self) -> None:
         """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` events of

@@ -17,6 +17,7 @@ from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import CLAIMED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
+from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     OnceLog,
@@ -336,6 +337,18 @@ class MemoryEffectOutbox:
             doc = self._docs.pop(ref)
             self._by_key.pop(doc.get("row_key"), None)  # type: ignore[arg-type]
         return len(victims)
+
+    async def release_held(self, now: float, keep: Collection[str]) -> int:
+        await checkpoint()
+        moved = 0
+        for doc in self._docs.values():
+            nb, why = doc.get("not_before"), doc.get("waiting")
+            # as the server compares: a non-number never matches the numeric bound
+            if doc.get("state") == PENDING and _number(nb) and nb >= HELD_OFFSET and \
+                    isinstance(why, str) and why not in keep:
+                doc.update(not_before=nb - HELD_OFFSET, waiting=None, updated_at=now)
+                moved += 1
+        return moved
 
     # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
 

@@ -41,6 +41,7 @@ from board_outbox.model.domain import (
     to_doc,
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
+from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     ROW_STATES,
@@ -428,6 +429,16 @@ class MongoEffectOutbox:
             return 0
         res = await self.coll.delete_many({"_id": {"$in": ids}, "state": FAILED})
         return int(res.deleted_count)
+
+    @translated
+    async def release_held(self, now: float, keep: Collection[str]) -> int:
+        """One ``update_many`` over the ``pending_not_before`` index from ``HELD_OFFSET`` up:
+        only held rows lie there, whatever the backlog of due ones."""
+        res = await self.coll.update_many(
+            {"state": PENDING, "not_before": {"$gte": HELD_OFFSET},
+             "waiting": {"$type": "string", "$nin": sorted(keep)}},
+            {"$inc": {"not_before": -HELD_OFFSET}, "$set": {"waiting": None, "updated_at": now}})
+        return int(res.modified_count)
 
     # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
 

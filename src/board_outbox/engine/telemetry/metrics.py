@@ -9,6 +9,8 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.wakes`` (counter, source=stream|poll): what woke the tail;
 - ``board_outbox.limited`` (counter, scope=bot|tenant, kind=in_flight|per_second): launches
   deferred because they were over a limit (F2);
+- ``board_outbox.paused_rows`` (counter, scope=tenant|subscription|bot): rows held because
+  their tenant, subscription or bot was paused (issue 33);
 - ``board_outbox.stream.events`` (counter): inserts this replica's change stream delivered,
   counted before any filtering in the process (S5: summed over replicas, about one per event);
 - ``board_outbox.projection.lag`` (gauge, per tenant and projection): materialized seq (the
@@ -70,6 +72,9 @@ class Metrics:
         self.limited = m.create_counter(
             "board_outbox.limited", unit="{row}",
             description="launches deferred over a concurrency or rate limit")
+        self.paused_rows = m.create_counter(
+            "board_outbox.paused_rows", unit="{row}",
+            description="rows held because their tenant, subscription or bot was paused")
         self.stream_events = m.create_counter(
             "board_outbox.stream.events", unit="{event}",
             description="inserts the change stream delivered, before any filtering")
@@ -173,6 +178,11 @@ class Metrics:
         """A launch was deferred over a limit (F2)."""
         self.limited.add(1, {"scope": scope, "kind": kind})
         self.prom.limited.labels(scope, kind).inc()
+
+    def row_paused(self, scope: str) -> None:
+        """A row was held by a pause of its ``scope`` (issue 33)."""
+        self.paused_rows.add(1, {"scope": scope})
+        self.prom.paused_rows.labels(scope).inc()
 
     def stream_event(self) -> None:
         self.stream_events.add(1)

@@ -32,6 +32,9 @@ class PrometheusMirror:
         self.limited = Counter(
             "board_outbox_limited", "launches this replica deferred over a concurrency or rate "
             "limit (F2)", ["scope", "kind"], registry=self.registry)
+        self.paused_rows = Counter(
+            "board_outbox_paused_rows", "rows this replica held because their tenant, "
+            "subscription or bot was paused (issue 33)", ["scope"], registry=self.registry)
         self.stream_events = Counter(
             "board_outbox_stream_events", "inserts the change stream delivered, before any "
             "filtering in the process", registry=self.registry)
