@@ -471,10 +471,14 @@ class Service:
             log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
 
     async def _pause_loop(self) -> None:
-        """Issue 33: the pause set, read once per membership heartbeat (``pause_pass``)."""
+        """Issue 33: the pause set, read once per membership heartbeat (``pause_pass``), on a
+        fixed cadence (a read starts every heartbeat, however long the last one took), so a
+        pause is read by every replica within one heartbeat of being written."""
         every = self.config.membership.interval_seconds
+        due = anyio.current_time()
         while not self.stopping:
-            await anyio.sleep(every)
+            due = max(due + every, anyio.current_time())
+            await anyio.sleep(due - anyio.current_time())
             await self.pause_pass()
 
     async def pause_pass(self) -> None:
@@ -483,7 +487,7 @@ class Service:
         if self.pauses is None:
             return
         try:
-            await self.pauses.refresh()
+            await self.pauses.refresh(force=True)  # the loop keeps the cadence
         except Exception as exc:
             log.warning("pause refresh failed: %s: %s", type(exc).__name__, exc)
 
