@@ -32,6 +32,7 @@ from board_outbox.ports import Stores
 from board_outbox.service.config import Config
 from board_outbox.surface.admin import parse_when, replay_rows
 from board_outbox.surface.console.data import ConsoleData, trace_id
+from board_outbox.surface.console.pauses import pause_routes, pause_view
 from board_outbox.surface.console.security import (
     SESSION_COOKIE,
     SESSION_SECONDS,
@@ -102,7 +103,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         raw = request.query_params.get("page", "1")
         number = int(raw) if raw.isdigit() and 0 < len(raw) < 7 else 1
         return await page(request, "overview.html", ov=await data.overview(max(1, number)),
-                          refresh=REFRESH_SECONDS)
+                          refresh=REFRESH_SECONDS, pv=await pause_view(stores))
 
     async def find_tenant(request: Request) -> Response:
         """The overview's "open a tenant" form: straight to that tenant's page."""
@@ -117,7 +118,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         if tp is None:
             return await page(request, "message.html", 404, title="No such tenant",
                         message=f"The store knows no tenant {tenant_id!r}.")
-        return await page(request, "tenant.html", tp=tp)
+        return await page(request, "tenant.html", tp=tp, pv=await pause_view(stores, tenant_id))
 
     async def dead_letters(request: Request) -> Response:
         q = request.query_params
@@ -249,6 +250,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             Route("/replay", replay, methods=["POST"]),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
+            *pause_routes(stores, sessions, admin_token, page, refused),  # issue 33
         ],
         middleware=[Middleware(SessionMiddleware, secret_key=session_secret(admin_token),
                                session_cookie=SESSION_COOKIE, max_age=SESSION_SECONDS,
