@@ -1,4 +1,4 @@
-"""Pauses (issue 33): the gate a row passes before it runs, and the pause set behind it.
+"""Pauses (F3, issue 33): the gate a row passes before it runs, and the pause set behind it.
 
 Every replica reads the pause documents (``PauseStore.all``: one small read) at most once per
 heartbeat (``refresh``, the service's pause loop) and checks every claimed row against what it

@@ -486,10 +486,13 @@ class Service:
         lifted since); a failure keeps the last set and is logged."""
         if self.pauses is None:
             return
+        released = self.pauses.released
         try:
             await self.pauses.refresh(force=True)  # the loop keeps the cadence
         except Exception as exc:
             log.warning("pause refresh failed: %s: %s", type(exc).__name__, exc)
+        if self.pauses.released > released:
+            self._worker_wake.set()  # the released rows are due now: no idle pause first
 
     async def _audit_loop(self) -> None:
         """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` events of

@@ -62,7 +62,7 @@ async def cmd_pause(args: argparse.Namespace, factory: StoresFactory) -> int:
     every = cfg.membership.interval_seconds
     if new:
         print(f"paused {scope} {key} (by {by}{': ' + args.reason if args.reason else ''}): every "
-              f"replica holds its rows within one heartbeat ({every:g} s); resume with "
+              f"replica holds its rows within one heartbeat ({every:.3g} s); resume with "
               f"`board-outbox resume --{scope} {key}`")
     else:
         print(f"{scope} {key} was paused already; its reason is now: "
@@ -87,7 +87,7 @@ async def cmd_resume(args: argparse.Namespace, factory: StoresFactory) -> int:
               "pauses)", file=sys.stderr)
         return 1
     print(f"resumed {scope} {key} (by {by}): every replica runs its held rows within one "
-          f"heartbeat ({cfg.membership.interval_seconds:g} s), in their order")
+          f"heartbeat ({cfg.membership.interval_seconds:.3g} s), in their order")
     return 0
 
 
