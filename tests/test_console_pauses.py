@@ -88,7 +88,7 @@ async def test_an_admin_pauses_and_resumes_a_tenant_audited_and_honoured() -> No
 
 
 async def test_the_running_replica_honours_a_console_pause_within_its_heartbeat() -> None:
-    async with console(admin_token=TOKEN) as (_backend, client, _key):
+    async with console(admin_token=TOKEN) as (backend, client, _key):
         await login(client)
         page = await client.get("/ui/pauses")
         r = await client.post("/ui/pauses/pause", headers=origin(client), data={
@@ -100,6 +100,14 @@ async def test_the_running_replica_honours_a_console_pause_within_its_heartbeat(
             while 'board_outbox_pauses{scope="subscription"} 1.0' not in (
                     await client.get("/metrics")).text:
                 await anyio.sleep(0.1)
+        backend.outbox.insert_raw({  # a row a replica held for it: counted per tenant
+            "tenant_id": T, "row_key": f"{T}/50/sub/s", "seq": 50, "kind": "launch",
+            "sub_id": "s", "state": "pending", "not_before": HELD_OFFSET + 1.0,
+            "waiting": "paused: subscription s"})
+        with anyio.fail_after(5):
+            while f'board_outbox_rows_held_by_pause{{tenant_id="{T}"}} 1.0' not in (
+                    await client.get("/metrics")).text:
+                await anyio.sleep(0.05)
 
 
 @pytest.mark.parametrize("form, message", [
@@ -150,3 +158,4 @@ async def test_a_bad_pause_document_is_listed_not_fatal() -> None:
         assert page.status_code == 200 and "Malformed pause document" in page.text
         assert "Nothing is paused." in page.text
         BAD_DOCUMENTS.resolved("board_outbox_pauses", "tenant:acme")
+

@@ -478,7 +478,7 @@ class Service:
         due = anyio.current_time()
         while not self.stopping:
             due = max(due + every, anyio.current_time())
-            await anyio.sleep(due - anyio.current_time())
+            await anyio.sleep(max(0.0, due - anyio.current_time()))
             await self.pause_pass()
 
     async def pause_pass(self) -> None:
