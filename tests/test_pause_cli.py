@@ -132,3 +132,19 @@ def test_paused_lists_a_bad_pause_document_and_pause_writes_it_whole_again(
     assert _cli(b, "paused", "--json") == 0
     doc = json.loads(capsys.readouterr().out)
     assert [p["key"] for p in doc["pauses"]] == ["acme"] and doc["bad_documents"] == []
+
+
+def test_status_names_the_pauses_on_and_lists_a_bad_pause_document(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    b = _backend()
+    assert _cli(b, "pause", "--tenant", "acme", "--reason", "[red]INC-42[/red]", "--by", "ana") == 0
+    b.pauses.put_raw("bot:x", {"scope": "bot", "key": "x", "active": True, "at": "then"})
+    capsys.readouterr()
+    assert _cli(b, "status") == 0
+    out = capsys.readouterr().out
+    assert "paused: tenant acme since" in out and "by ana: [red]INC-42[/red]" in out
+    assert "malformed board_outbox_pauses document bot:x" in out
+    assert _cli(b, "status", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["key"] for d in doc["bad_documents"] if d["collection"] == "board_outbox_pauses"] \
+        == ["bot:x"]
