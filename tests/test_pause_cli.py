@@ -124,14 +124,15 @@ def test_paused_lists_a_bad_pause_document_and_pause_writes_it_whole_again(
     assert _cli(b, "paused", "--json") == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["pauses"] == []
-    assert [d["key"] for d in doc["bad_documents"]] == ["tenant:acme"]
+    assert "tenant:acme" in [d["key"] for d in doc["bad_documents"]]  # (the process's list)
     assert _cli(b, "paused") == 0
     assert "malformed pause document tenant:acme: active 'yes'" in capsys.readouterr().err
     assert _cli(b, "pause", "--tenant", "acme", "--by", "ana") == 0
     assert capsys.readouterr().out.startswith("paused tenant acme")  # it was not paused
     assert _cli(b, "paused", "--json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [p["key"] for p in doc["pauses"]] == ["acme"] and doc["bad_documents"] == []
+    assert [p["key"] for p in doc["pauses"]] == ["acme"]
+    assert "tenant:acme" not in [d["key"] for d in doc["bad_documents"]]
 
 
 def test_status_names_the_pauses_on_and_lists_a_bad_pause_document(
@@ -146,5 +147,5 @@ def test_status_names_the_pauses_on_and_lists_a_bad_pause_document(
     assert "malformed board_outbox_pauses document bot:x" in out
     assert _cli(b, "status", "--json") == 0
     doc = json.loads(capsys.readouterr().out)
-    assert [d["key"] for d in doc["bad_documents"] if d["collection"] == "board_outbox_pauses"] \
-        == ["bot:x"]
+    assert "bot:x" in [d["key"] for d in doc["bad_documents"]
+                       if d["collection"] == "board_outbox_pauses"]

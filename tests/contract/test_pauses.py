@@ -130,7 +130,8 @@ BAD_PAUSES: list[tuple[str, dict[str, Any]]] = [
     ("tenant:t6", {"scope": "tenant", "key": "t6", "active": True, "at": 1.0, "reason": 42}),
     ("tenant:t5", {"scope": "tenant", "key": "t5", "active": True, "at": 1.0, "audit": "x"}),
     ("tenant:t4", {"scope": "tenant", "key": "t4", "active": True, "at": 1.0,
-                   "audit": [{"at": "then", "action": 1}]}),
+                   "audit": [{"at": 1.0, "action": "pause", "by": "old"},
+                             {"at": "then", "action": 1}]}),
     ("tenant:other", {"scope": "tenant", "key": "t3", "active": True, "at": 1.0}),  # wrong _id
     ("bot:", {"scope": "bot", "key": "", "active": True, "at": 1.0}),
     ("subscription:s9", {"scope": "subscription", "key": ["s9"], "active": True, "at": 1.0}),
@@ -158,10 +159,13 @@ async def test_a_bad_pause_document_costs_only_itself(kit: Kit,
     # pausing a key whose document is bad writes it whole again: it parses, and is on
     assert await store.pause("tenant", "t5", reason="fixed", by="ana", at=now + 1)
     assert await store.pause("tenant", "t9", reason="fixed", by="ana", at=now + 1)
+    assert await store.pause("tenant", "t4", reason="fixed", by="ana", at=now + 1)
     on = {(p.key, p.active) for p in await store.all()}
-    assert {("t5", True), ("t9", True), (T1, True)} <= on
-    assert not {"tenant:t5", "tenant:t9"} & {d.key for d in BAD_DOCUMENTS.current()
-                                             if d.collection == PAUSES_COLLECTION}
+    assert {("t4", True), ("t5", True), ("t9", True), (T1, True)} <= on
+    assert not {"tenant:t4", "tenant:t5", "tenant:t9"} & {
+        d.key for d in BAD_DOCUMENTS.current() if d.collection == PAUSES_COLLECTION}
+    [t4] = [p for p in await store.all() if p.key == "t4"]
+    assert [(a.by, a.detail) for a in t4.audit] == [("old", ""), ("ana", "fixed")]  # good kept
     # a bad document is never "paused": resume leaves it alone
     assert not await store.resume("tenant", "t8", by="ana", at=now + 2)
 

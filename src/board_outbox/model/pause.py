@@ -26,7 +26,7 @@ from board_outbox.model.errors import InvalidId
 from board_outbox.model.validation import BAD_DOCUMENTS, cap, finite, tenant_problem
 
 __all__ = ["AUDIT_KEEP", "HELD_OFFSET", "MAX_REASON", "PAUSES_COLLECTION", "SCOPES", "Pause",
-           "PauseScope", "decode_pause", "held_not_before", "is_held", "key_problem",
+           "PauseScope", "decode_pause", "good_audit", "held_not_before", "is_held", "key_problem",
            "parse_pause", "pause_id", "reason_of", "text_problem", "was_on"]
 
 PAUSES_COLLECTION: Final = "board_outbox_pauses"
@@ -142,6 +142,22 @@ def decode_pause(doc_id: object, doc: Mapping[str, Any]) -> Pause | str:
         return cap(exc, 300)
 
 
+def good_audit(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The entries of a stored document's ``audit`` that are audit entries (the newest
+    ``AUDIT_KEEP - 1``: room for one more): what a document written whole again keeps."""
+    audit = doc.get("audit") if doc is not None else None
+    if not isinstance(audit, list):
+        return []
+    kept = []
+    for entry in audit[-(AUDIT_KEEP - 1):]:
+        try:
+            msgspec.convert(entry, AuditEntry)
+        except (msgspec.ValidationError, TypeError):
+            continue
+        kept.append(entry)
+    return kept
+
+
 def was_on(doc_id: object, doc: Mapping[str, Any] | None) -> bool:
     """Was this stored document (None: none) a pause that is on? A bad one never was."""
     if doc is None:
@@ -166,5 +182,5 @@ def _problem(doc_id: object, doc: Mapping[str, Any]) -> str | None:
         return f"at {cap(repr(doc.get('at')), 60)} is not a finite number"
     audit = doc.get("audit", [])
     if not isinstance(audit, list) or len(audit) > 10 * AUDIT_KEEP:
-        return "audit is not a list of at most a few entries"
+        return f"audit is not a list of at most {10 * AUDIT_KEEP} entries"
     return None

@@ -8,7 +8,15 @@ from typing import Any
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.domain import AuditEntry, to_doc
-from board_outbox.model.pause import AUDIT_KEEP, Pause, parse_pause, pause_id, was_on
+from board_outbox.model.pause import (
+    AUDIT_KEEP,
+    Pause,
+    decode_pause,
+    good_audit,
+    parse_pause,
+    pause_id,
+    was_on,
+)
 
 
 class MemoryPauseStore:
@@ -26,12 +34,12 @@ class MemoryPauseStore:
         pid = pause_id(scope, key)
         old = self._docs.get(pid)
         entry = to_doc(AuditEntry(at=at, action="pause", by=by, detail=reason))
-        audit = old.get("audit") if old is not None else []
-        if not isinstance(audit, list):  # as the server refuses the $push: written whole again
-            audit = []
-        self._docs[pid] = {**(old or {}), "scope": scope, "key": key, "active": True,
-                           "reason": reason, "by": by, "at": at,
-                           "audit": [*audit, entry][-AUDIT_KEEP:]}
+        fields = {"scope": scope, "key": key, "active": True, "reason": reason, "by": by,
+                  "at": at}
+        if old is not None and isinstance(decode_pause(pid, old), Pause):
+            self._docs[pid] = {**old, **fields, "audit": [*old.get("audit", []), entry][-AUDIT_KEEP:]}
+        else:  # new, or a document that does not parse: written whole again
+            self._docs[pid] = {**fields, "audit": [*good_audit(old), entry]}
         return not was_on(pid, old)
 
     async def resume(self, scope: str, key: str, *, by: str, at: float) -> bool:

@@ -19,6 +19,8 @@ from board_outbox.model.pause import (
     AUDIT_KEEP,
     PAUSES_COLLECTION,
     Pause,
+    decode_pause,
+    good_audit,
     parse_pause,
     pause_id,
     was_on,
@@ -40,6 +42,13 @@ class MongoPauseStore:
         pid = pause_id(scope, key)
         fields = {"scope": scope, "key": key, "active": True, "reason": reason, "by": by, "at": at}
         entry = to_doc(AuditEntry(at=at, action="pause", by=by, detail=reason))
+        stored = await self.coll.find_one({"_id": pid})
+        if stored is not None and isinstance(decode_pause(pid, stored), str):
+            # a document that does not parse is written whole again (its good audit kept)
+            before = await self.coll.find_one_and_replace(
+                {"_id": pid}, {**fields, "audit": [*good_audit(stored), entry]}, upsert=True,
+                return_document=ReturnDocument.BEFORE)
+            return not was_on(pid, before)
         for _ in range(2):  # two first pauses of one key may race on the insert
             try:
                 before = await self.coll.find_one_and_update(
@@ -50,7 +59,7 @@ class MongoPauseStore:
             except OperationFailure as exc:
                 if is_transient(exc):
                     raise
-                # the stored audit is not an array: the document is written whole again
+                # made bad since the read (the audit no longer an array): written whole again
                 before = await self.coll.find_one_and_replace(
                     {"_id": pid}, {**fields, "audit": [entry]}, upsert=True,
                     return_document=ReturnDocument.BEFORE)
