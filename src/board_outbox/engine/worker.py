@@ -21,7 +21,7 @@ from opentelemetry import trace
 from board_outbox.engine import telemetry
 from board_outbox.engine.batch import BatchUnit, plan
 from board_outbox.engine.completer import Completer
-from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue
+from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
 from board_outbox.engine.lanes import Lanes, run_lanes
 from board_outbox.engine.leases import Lease, Leases, Rider, current
 from board_outbox.engine.outcomes import Outcome, TickResult
@@ -305,7 +305,7 @@ class EffectWorker:
             self.pressure.observe(time.monotonic() - asked)
         self.adapt(limit, len(claims))
         t0 = self.clock.now()
-        res = await self.run_claims(claims)
+        res = await self.run_claims(by_priority(claims))  # each tenant's highest priority first
         ran = res.claimed - res.skipped_expired - res.released
         if claims and ran <= 0 and res.skipped_expired:
             # every row's lease ran out before it started (a slow store): claim fewer

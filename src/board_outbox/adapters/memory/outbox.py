@@ -159,9 +159,10 @@ class MemoryEffectOutbox:
         prefer: Collection[str] | None = None, steal_before: float | None = None,
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Due rows oldest first, taken round-robin by tenant (F1, ``fairness.pick``): the twin
-        sees every due row, so its round-robin is exact (each tenant's ``limit`` oldest due rows
-        are all a claim of ``limit`` can take from it)."""
+        """Due rows oldest first, taken round-robin by tenant, each tenant's highest priority
+        first (F1, ``fairness.pick``): the twin sees every due row, so its pick is exact (each
+        tenant's ``limit`` first rows by (priority desc, due time) are all a claim of ``limit``
+        can take from it)."""
         await checkpoint()
         candidates: list[list[tuple[float, int, dict[str, Any]]]] = []
         for tenant, refs in self._live.items():
@@ -177,7 +178,9 @@ class MemoryEffectOutbox:
                         stealable or fairness.stealable(doc, steal_before)):
                     due.append((nb, ref, doc))
             if due:
-                candidates.append(heapq.nsmallest(limit, due, key=lambda d: (d[0], d[1])))
+                first = heapq.nsmallest(limit, due, key=lambda d: (
+                    -fairness.priority_of(d[2]), d[0], d[1]))
+                candidates.append(sorted(first, key=lambda d: (d[0], d[1])))  # oldest first
         candidates.sort(key=lambda rows: (rows[0][0], rows[0][1]))  # tenants by their oldest row
         ref_of = {id(doc): ref for rows in candidates for _, ref, doc in rows}
         picked = fairness.pick((doc for rows in candidates for _, _, doc in rows), limit,

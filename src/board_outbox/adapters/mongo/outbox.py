@@ -79,6 +79,10 @@ IN_STATE: dict[str, dict[str, Any]] = {
 }
 
 
+# the pick's third query under a backlog: the key of the partial index on the pending rows of a
+# priority above 0 (``schema``): highest priority first, then oldest due first
+PRIORITY_ORDER = [("priority", DESCENDING), ("not_before", ASCENDING)]
+
 # the dead-letters' walk order: the key of the failed rows' partial index (``schema``)
 FAILED_ORDER = [("updated_at", ASCENDING), ("row_key", ASCENDING)]
 
@@ -187,8 +191,20 @@ class MongoEffectOutbox:
         that fills its window means a backlog, which may hide other tenants' rows behind one
         tenant's: then a second query, bounded the same, reads the oldest due rows of the
         tenants the first did not return (over the ``pending_tenant_not_before`` index, whose
-        bounds skip the backlogged tenants' keys). Two round trips under a backlog, one
-        otherwise, whatever the number of tenants."""
+        bounds skip the backlogged tenants' keys), and a third the due rows of a priority above
+        0, highest first, then oldest first (over the ``pending_priority_not_before`` index,
+        which holds only those: a seek on an empty index while no subscription sets a
+        priority), so a high-priority row newer than the window still goes first within its
+        tenant's share.
+        Three round trips under a backlog, one otherwise, whatever the number of tenants: a
+        pick that does not fill its window has read every due row, priorities and all.
+
+        Each tenant's rows reach ``fairness.pick`` oldest due first: the window is the oldest
+        due rows of all; a tenant's rows from the second or third query are newer than its
+        rows in the window (or it has none there), and the third query's are put in due order.
+        A negative priority sinks a row beneath the rows of its tenant this pick sees: under a
+        backlog, a row at -1 in the window goes before a newer row at 0 of its tenant outside
+        it (the window moves on by age, so that row's turn comes by age as ever)."""
         started = time.monotonic()
         due: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}}
         if tenants is not None:
@@ -203,6 +219,12 @@ class MongoEffectOutbox:
             have = {d["_id"] for d in picked}
             picked += [d for d in await self.coll.find(hidden).limit(window).to_list(None)
                        if d["_id"] not in have]
+            urgent = {**due, "priority": {"$gt": 0}}
+            have = {d["_id"] for d in picked}
+            # the index's own order: no sort stage where the planner uses it
+            top = await self.coll.find(urgent).sort(PRIORITY_ORDER).limit(window).to_list(None)
+            picked += sorted((d for d in top if d["_id"] not in have),
+                             key=lambda d: d["not_before"])  # each tenant's oldest due first
         picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before)
         ids = [d["_id"] for d in picked]
         if not ids:
