@@ -359,6 +359,25 @@ def bad_kind_case(id: str, match: str, kind: object) -> Case:
     return Case(id, plant, "log", match, later_flows=True)
 
 
+def bad_priority_case(id: str, priority: object) -> Case:
+    """A subscription whose priority is not a whole number from -10 to 10 (issue 33): only it
+    is ignored, with one line; the tenant's other subscription still launches. On the Mongo
+    adapters the raw document (its decode refuses it); on the twin the struct as stored."""
+    async def plant(rig: Rig, t: str) -> None:
+        await rig.tenant(t)
+        if rig.db is not None:
+            await rig.sub_doc(_sub(t, priority=priority))
+        else:
+            assert rig.backend is not None
+            s = Subscription(sub_id=f"{t}-bad", tenant_id=t, bot="b",
+                             rule=MatchRule(event_types=("card.created",)),
+                             priority=priority)  # type: ignore[arg-type]
+            rig.backend.subs._subs[s.sub_id] = s
+            rig.backend.subs._by_tenant.setdefault(t, {})[s.sub_id] = s
+        await rig.emit(t)
+    return Case(id, plant, "log", "ignoring malformed subscription", later_flows=True)
+
+
 async def _unhandled_kind(rig: Rig, t: str) -> None:
     """A subscription of a kind no handler is registered for, matching card.moved: its row is
     written and dead-letters with the reason; the tail says so once."""
@@ -455,6 +474,12 @@ CASES: list[Case] = [
              lambda t: _sub(t, max_per_second="fast")),
     sub_case("sub-max-per-second-too-slow", "max_per_second: 1e-05 per second is below",
              lambda t: _sub(t, max_per_second=1e-5)),
+    # issue 33: a subscription's priority
+    bad_priority_case("sub-priority-string", "high"),
+    bad_priority_case("sub-priority-huge", 10**9),
+    bad_priority_case("sub-priority-float", -1e9),
+    bad_priority_case("sub-priority-nan", float("nan")),
+    bad_priority_case("sub-priority-bool", True),
     Case("limit-slot-garbage", _garbage_slot, "log", "is not a finite number: taken over",
          later_flows=True),
     Case("limit-slot-infinite", _infinite_slot, "log", "is not a finite number: taken over",
@@ -490,6 +515,10 @@ CASES: list[Case] = [
     row_case("row-event-string", "malformed row", event="x"),
     row_case("row-trace-string", "malformed row", trace="00-abc"),
     row_case("row-consume-marked-string", "malformed row", consume_marked="yes"),
+    # issue 33: claimed in its turn as a row at priority 0, then parked (it does not decode)
+    row_case("row-priority-string", "malformed row", priority="high"),
+    row_case("row-priority-huge", "malformed row", priority=10**9),
+    row_case("row-priority-bool", "malformed row", priority=True),
     Case("row-trace-ids-planted", _planted_trace_ids, "flows", later_flows=True),
     # --- cursors and tenants --------------------------------------------------------------
     cursor_case("cursor-seq-string", "abc"),
@@ -506,7 +535,8 @@ LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-health
         "sub-id-differs-from-sub-id", "row-reclaim-attempts-string", "row-state-weird",
         "cursor-seq-string", "tenant-id-with-slash", "limit-slot-garbage",
         "limit-counter-garbage", "limit-slot-infinite", "limit-slot-ghost-for-a-month",
-        "limit-counter-negative"}
+        "limit-counter-negative", "sub-priority-huge", "sub-priority-nan",
+        "row-priority-string", "row-priority-huge"}
 
 
 def _params() -> list[Any]:
@@ -1948,6 +1978,15 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
 # a membership lease expires_at "soon"           -> (new) no owner from it; the good lease owns
 # the event's at "yesterday"                     -> (new) its moment undated, with a note
 # a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
+#
+# --- note table (issue 33, priorities): input -> before -> after ------------------------------
+#
+# subscription priority "high" / 10**9 / -1e9 / NaN / true
+#                                                -> (new) the subscription is malformed: ignored,
+#                                                   one line; the tenant's other subscriptions flow
+# row priority "high" / 10**9 / true             -> (new) ordered as 0 by the pick (claimed in its
+#                                                   turn), then parked as a malformed row when
+#                                                   claimed: it costs only itself
 
 
 @pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a b", "a/b", ""])
