@@ -147,3 +147,17 @@ async def test_a_tick_runs_its_handed_and_picked_rows_highest_priority_first(kit
     assert res.claimed == 8
     bots = [r.bot for r in kit.launcher.launches]
     assert bots == ["bot-high"] * 4 + ["bot-low"] * 4
+
+
+def test_the_order_within_a_tenant_and_a_stored_priority_read_as_0_when_it_is_none() -> None:
+    """``prioritized`` keeps every tenant's turns where they were and reorders only within a
+    tenant (stable); ``priority_of`` reads a missing or bad stored value as 0."""
+    from board_outbox.model.fairness import prioritized, priority_of
+
+    items = [("a", 0, 1), ("b", 0, 1), ("a", 5, 2), ("b", -1, 2), ("a", 0, 3), ("b", 2, 3)]
+    assert prioritized(items, lambda r: r[0], lambda r: r[1]) == [
+        ("a", 5, 2), ("b", 2, 3), ("a", 0, 1), ("b", 0, 1), ("a", 0, 3), ("b", -1, 2)]
+    for bad in ("high", 10**9, -11, 1.5, float("nan"), True, None):
+        assert priority_of({"priority": bad}) == 0
+    assert priority_of({}) == 0 and priority_of({"priority": -10}) == -10
+    assert priority_of({"priority": 10}) == 10
