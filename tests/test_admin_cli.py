@@ -87,7 +87,7 @@ def test_replay_keeps_history_and_audits(capsys: pytest.CaptureFixture[str]) -> 
     assert run_cli(backend, "dead-letters", "replay", "--all", "--tenant", T) == 0
     assert "2 of 2 rows" in capsys.readouterr().out
     assert run_cli(backend, "dead-letters", "replay") == 2
-    assert "give ROW_KEY(s) or --all" in capsys.readouterr().err
+    assert "give ROW_KEY(s), --all or --filter" in capsys.readouterr().err
 
 
 def test_purge_asks_unless_yes(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,13 +30,21 @@ from typing import Any
 
 import anyio
 import pytest
+from bson import Decimal128
 from bson.binary import Binary
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.pause import PauseGate
 from board_outbox.engine.tail import Tail
 from board_outbox.engine.worker import EffectWorker
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.domain import (
+    Card,
+    EventSnapshot,
+    MatchRule,
+    Subscription,
+    TraceContext,
+    new_launch_row,
+)
 from board_outbox.model.limits import bot_key, rate_slot, slot_id
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.ports import RowFilter
@@ -388,6 +396,25 @@ def bad_kind_case(id: str, match: str, kind: object) -> Case:
     return Case(id, plant, "log", match, later_flows=True)
 
 
+def bad_priority_case(id: str, priority: object) -> Case:
+    """A subscription whose priority is not a whole number from -10 to 10 (issue 33): only it
+    is ignored, with one line; the tenant's other subscription still launches. On the Mongo
+    adapters the raw document (its decode refuses it); on the twin the struct as stored."""
+    async def plant(rig: Rig, t: str) -> None:
+        await rig.tenant(t)
+        if rig.db is not None:
+            await rig.sub_doc(_sub(t, priority=priority))
+        else:
+            assert rig.backend is not None
+            s = Subscription(sub_id=f"{t}-bad", tenant_id=t, bot="b",
+                             rule=MatchRule(event_types=("card.created",)),
+                             priority=priority)  # type: ignore[arg-type]
+            rig.backend.subs._subs[s.sub_id] = s
+            rig.backend.subs._by_tenant.setdefault(t, {})[s.sub_id] = s
+        await rig.emit(t)
+    return Case(id, plant, "log", "ignoring malformed subscription", later_flows=True)
+
+
 async def _unhandled_kind(rig: Rig, t: str) -> None:
     """A subscription of a kind no handler is registered for, matching card.moved: its row is
     written and dead-letters with the reason; the tail says so once."""
@@ -395,6 +422,27 @@ async def _unhandled_kind(rig: Rig, t: str) -> None:
     await rig.kit.subs.put(Subscription(sub_id=f"{t}-page", tenant_id=t, bot="oncall", kind="page",
                                         rule=MatchRule(event_types=("card.moved",))))
     await rig.kit.emit(t, "card.moved", "ok")
+
+
+# issue 30: trace ids another writer planted in a row's trace context (``int(x, 16)`` takes all
+# of them; a W3C trace id is 32 lowercase hex digits, not all zeros)
+PLANTED_TRACE_IDS = ["0x" + "c" * 30, "c" * 31 + "\n", "\n" + "c" * 31, "C" * 32, "0" * 32,
+                     " " + "c" * 31, "cccc_ccccccccccccccccccccccccccc", "c" * 33]
+
+
+def _traced_row(t: str, seq: int, trace_id: str, now: float) -> Any:
+    ev = EventSnapshot(seq=seq, type="card.created", card_id="ok", at=now)
+    return new_launch_row(t, ev, Subscription(sub_id=f"{t}-sub", tenant_id=t, bot="bot"),
+                          now=now, trace=TraceContext(traceparent=f"00-{trace_id}-b7ad6b7169203331-01"))
+
+
+async def _planted_trace_ids(rig: Rig, t: str) -> None:
+    """Pending launch rows whose trace ids were planted: they run as any row, with no line;
+    neither the console nor an exemplar shows such an id
+    (``test_planted_trace_ids_are_shown_nowhere``)."""
+    await rig.tenant(t)
+    await rig.kit.outbox.upsert_rows([_traced_row(t, seq, bad, rig.kit.clock.now())
+                                      for seq, bad in enumerate(PLANTED_TRACE_IDS, start=90)])
 
 
 async def _huge_consume(rig: Rig, t: str) -> None:
@@ -463,6 +511,12 @@ CASES: list[Case] = [
              lambda t: _sub(t, max_per_second="fast")),
     sub_case("sub-max-per-second-too-slow", "max_per_second: 1e-05 per second is below",
              lambda t: _sub(t, max_per_second=1e-5)),
+    # issue 33: a subscription's priority
+    bad_priority_case("sub-priority-string", "high"),
+    bad_priority_case("sub-priority-huge", 10**9),
+    bad_priority_case("sub-priority-float", -1e9),
+    bad_priority_case("sub-priority-nan", float("nan")),
+    bad_priority_case("sub-priority-bool", True),
     Case("limit-slot-garbage", _garbage_slot, "log", "is not a finite number: taken over",
          later_flows=True),
     Case("limit-slot-infinite", _infinite_slot, "log", "is not a finite number: taken over",
@@ -513,6 +567,11 @@ CASES: list[Case] = [
     pause_case("pause-id-names-the-healthy-tenant", "does not name",
                lambda t, h: (f"tenant:{t}", _pause(h)[1])),
     Case("row-held-by-no-pause", _held_by_no_pause, "flows"),
+    # issue 33: claimed in its turn as a row at priority 0, then parked (it does not decode)
+    row_case("row-priority-string", "malformed row", priority="high"),
+    row_case("row-priority-huge", "malformed row", priority=10**9),
+    row_case("row-priority-bool", "malformed row", priority=True),
+    Case("row-trace-ids-planted", _planted_trace_ids, "flows", later_flows=True),
     # --- cursors and tenants --------------------------------------------------------------
     cursor_case("cursor-seq-string", "abc"),
     cursor_case("cursor-seq-float", 2.5),
@@ -529,7 +588,8 @@ LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-health
         "cursor-seq-string", "tenant-id-with-slash", "limit-slot-garbage",
         "limit-counter-garbage", "limit-slot-infinite", "limit-slot-ghost-for-a-month",
         "limit-counter-negative", "pause-active-string", "pause-id-names-the-healthy-tenant",
-        "row-held-by-no-pause"}
+        "row-held-by-no-pause", "sub-priority-huge", "sub-priority-nan",
+        "row-priority-string", "row-priority-huge"}
 
 
 def _params() -> list[Any]:
@@ -612,6 +672,42 @@ async def _run_case(case: Case, rig: Rig, caplog: pytest.LogCaptureFixture) -> N
         assert await rig.kit.outbox.purge(RowFilter(tenant_id=row.tenant_id, limit=10)) == 1
     if case.later_flows:
         assert rig.launched(t) == launched_before + 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["memory", "mongomock"])
+async def test_planted_trace_ids_are_shown_nowhere(backend: str) -> None:
+    """Issue 30: rows with planted trace ids run (each launched), and no page of the console
+    and no exemplar on /metrics carries their ids -- only the one valid id of a row beside them."""
+    import re
+
+    import httpx
+
+    from board_outbox.engine.telemetry.metrics import Metrics
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.console import build_console
+    from board_outbox.surface.http.metrics import exposition
+
+    rig = _memory_rig() if backend == "memory" else await _mongomock_rig()
+    t, good = "traced", "4bf92f3577b34da6a3ce929d0e0e4736"
+    await _planted_trace_ids(rig, t)
+    await rig.kit.outbox.upsert_rows([_traced_row(t, 99, good, rig.kit.clock.now())])
+    rig.tail, rig.worker = rig.kit.tail(seed="earliest"), rig.kit.worker()
+    await rig.passes("healthy")
+    assert rig.launched(t) == len(PLANTED_TRACE_IDS) + 1
+    rows = await rig.kit.outbox.find(RowFilter(tenant_id=t, limit=100))
+    assert len(rows) == len(PLANTED_TRACE_IDS) + 1 and all(r.state == "done" for r in rows)
+    metrics = Metrics()
+    metrics.rows_done(rows, rig.kit.clock.now())
+    _ctype, body = exposition(metrics.prom.registry, "application/openmetrics-text; version=1.0.0")
+    assert set(re.findall(r'# \{trace_id="([^"]*)"\}', body.decode())) == {good}
+    app = build_console(rig.kit.stores, load_config(env={}, ui={"jaeger_url": "http://j"}))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as client:
+        for r in rows:
+            page = (await client.get(f"/rows/{r.row_key}")).text
+            shown = re.findall(r'id="trace" href="http://j/trace/([^"]*)"', page)
+            assert shown == ([good] if r.seq == 99 else []), (r.seq, shown)
 
 
 # --- the two StoreErrors of the issue's item 1, with the store's own refusal -----------------
@@ -990,6 +1086,108 @@ async def test_a_bad_pointer_leaves_every_other_tenants_projection_rows_done(
         assert states == {"done": 6}  # 3 launches, 3 projection rows: none parked
 
 
+# --- the rolling series of the console's charts (issue 33, item 6) ---------------------------
+
+SERIES_CASES = {
+    "minute-not-a-minute": ({"minute": -59}, "is not the start of a minute"),
+    "minute-float": ({"minute": 0.0}, "is not the start of a minute"),
+    "replica-empty": ({"replica": ""}, "is not a non-empty string"),
+    "counts-string": ({"counts": "lots"}, "counts 'lots' is not a document"),
+    "counts-negative": ({"counts": {"done": -5}}, "counts.done -5 is not a count"),
+    "counts-decimal": ({"counts": {"materialized": Decimal128("1.5")}}, "is not a count"),
+    "base-bool": ({"base": {"dead": True}}, "base.dead True is not a count"),
+    "lag-object-tenant": ({"lag": [{"t": {"$gt": ""}, "n": 1}]}, "is not {t: tenant, n: count}"),
+    "lag-huge-number": ({"lag": [{"t": "x", "n": 1e308}]}, "is not {t: tenant, n: count}"),
+    "lag-10001-entries": ({"lag": [{"t": "x", "n": 1}] * 10_001}, "more than 10000"),
+    "lag-total-string": ({"lag_total": "many"}, "lag_total 'many' is not a count"),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", sorted(SERIES_CASES))
+async def test_a_bad_series_document_costs_only_itself_on_the_charts(
+        side: str, case: str, caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
+    """A planted or hand-edited ``trigger_series`` document: left out of the charts and the
+    sparklines, one line, listed by ``status --json``; the good documents of the same minutes
+    still draw (and a page loaded twice logs nothing more)."""
+    from board_outbox.engine.series import SeriesRecorder, SeriesSettings
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
+    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.console.trends import Trends
+
+    patch, match = SERIES_CASES[case]
+    clock = ManualClock(float(minute_of(ManualClock().now())) + 1)
+    async with open_side(side, request) as s:
+        rec = SeriesRecorder(s.stores.series, clock, "good", SeriesSettings(),
+                             counts=lambda: SeriesCounts(materialized=4, done=3, dead=1),
+                             lag=lambda: {"healthy": 6})
+        m0 = rec.minute
+        # counts of its own or not, the totals below are the good document's alone
+        planted = {"minute": m0, "replica": "bad", "counts": {}, **patch}
+        if isinstance(planted["minute"], (int, float)) and planted["minute"] != m0:
+            planted["minute"] = m0 + planted["minute"]
+        key = _uniq(f"series-{case}")
+        if s.backend is not None:
+            s.backend.series.put_raw(key, planted)
+        else:
+            await s.db["trigger_series"].insert_one({"_id": key, **planted})
+        clock.advance(MINUTE)
+        assert await rec.flush_due()
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        trends = Trends(s.stores, load_config(env={}), clock=lambda: clock.now() + 1)
+        for _ in range(2):
+            page = await trends.page(1)
+            assert page.totals == {"materialized": 4, "done": 3, "dead": 1}
+            assert page.tenants == ["healthy"] and len(page.charts) == 4
+            sparks = await trends.sparklines(["healthy"])
+            assert "<svg" in sparks["healthy"]
+        lines = _lines(caplog)
+        assert len(lines) == 1 and "trigger_series" in lines[0] and match in lines[0], lines
+        assert any(d.collection == "trigger_series" and d.key == key and match in d.problem
+                   for d in BAD_DOCUMENTS.current())
+
+
+@pytest.mark.anyio
+# mongomock applies a $max through a string as a silent no-op; the server (and the twin) refuse it
+@pytest.mark.parametrize("side", [s for s in SIDES if s != "mongomock"])
+async def test_a_bad_document_under_the_replicas_own_key_costs_one_minutes_point(
+        side: str, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest) -> None:
+    """The worst place for one: the very (minute, replica) a flush writes, with counts that are
+    not a document (the store refuses the $max). That flush fails with one line; its counts go
+    with the next minute's, nothing lost, and the loop goes on."""
+    from board_outbox.engine.series import SeriesRecorder, SeriesSettings, read_window
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.series import MINUTE, SeriesCounts, minute_of, series_id
+
+    clock = ManualClock(float(minute_of(ManualClock().now())) + 1)
+    counts = [SeriesCounts(materialized=5, done=5)]
+    async with open_side(side, request) as s:
+        replica = _uniq("r")
+        rec = SeriesRecorder(s.stores.series, clock, replica, SeriesSettings(),
+                             counts=lambda: counts[0], lag=dict)
+        m0 = rec.minute
+        doc = {"minute": m0, "replica": replica, "counts": "lots"}
+        if s.backend is not None:
+            s.backend.series.put_raw(series_id(m0, replica), doc)
+        else:
+            await s.db["trigger_series"].insert_one({"_id": series_id(m0, replica), **doc})
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        clock.advance(MINUTE)
+        assert not await rec.flush_due()  # refused by the store: one line
+        counts[0] = SeriesCounts(materialized=8, done=7)
+        clock.advance(MINUTE)
+        assert await rec.flush_due()
+        window = await read_window(s.stores.series, clock.now(), 2)
+        assert sum(window.counts("materialized")) == 8 and sum(window.counts("done")) == 7
+        lines = _lines(caplog)
+        assert len(lines) == 2, lines  # the refused flush, and the document left out on reading
+        assert "series flush of minute" in lines[0] and "trigger_series" in lines[1]
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("side", ["memory", "mongomock"])
 @pytest.mark.parametrize("kind", ["string", "list", "no-data"])
@@ -1053,7 +1251,8 @@ async def test_a_refused_resume_token_is_dropped_and_the_stream_reopens_on_the_w
     from board_outbox.adapters.memory import MemoryLauncher
     from board_outbox.adapters.mongo import mongo_stores
     from board_outbox.service.config import load_config
-    from board_outbox.service.runtime import MAX_TOKEN_REFUSALS, Service
+    from board_outbox.service.runtime import Service
+    from board_outbox.service.waker import MAX_TOKEN_REFUSALS
     from board_outbox.surface.http.checks import readiness
 
     token: object = {"other-collection": None, "garbage-data": {"_data": "garbage"},
@@ -1378,6 +1577,136 @@ async def test_status_costs_the_same_queries_for_10_or_1000_tenants(
         assert cost[0] == cost[1] <= 8, cost
 
 
+# --- issue 33: explain, over hostile rows, keys and the documents it reads -------------------
+#
+# ``explain ROW_KEY`` reads one row and, to name what holds it, the limit slots and counters, the
+# membership leases and the event: each document is parsed on its own, and a bad one costs only
+# what it would have said -- never the explanation, never a traceback.
+
+
+async def _raw_row(s: Side, doc: dict[str, Any]) -> None:
+    if s.backend is not None:
+        s.backend.outbox.insert_raw(doc)
+    else:
+        await s.db["trigger_effects"].insert_one(dict(doc))
+
+
+async def _raw_slot(s: Side, doc_id: str, doc: dict[str, Any]) -> None:
+    if s.backend is not None:
+        s.backend.limits.put_raw(doc_id, doc)
+    else:
+        await s.db["board_outbox_limits"].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
+
+async def _raw_event(s: Side, doc: dict[str, Any]) -> None:
+    if s.backend is not None:
+        s.backend.events.insert_now(doc)
+    else:
+        await s.db["board_events"].insert_one(dict(doc))
+
+
+def _pending(tenant: str, seq: int, now: float, **fields: Any) -> dict[str, Any]:
+    return {"tenant_id": tenant, "row_key": f"{tenant}/{seq}/sub/s", "seq": seq,
+            "kind": "launch", "sub_id": "s", "state": "pending", "not_before": now,
+            "created_at": now, "updated_at": now, **fields}
+
+
+BAD_ROWS: dict[str, dict[str, Any]] = {
+    "attempts-string": {"attempts": "many"},
+    "errors-string": {"state": "failed", "errors": "boom"},
+    "not-before-string": {"not_before": "soon"},
+    "state-weird": {"state": "weird"},
+    "event-string": {"event": "e"},
+    "lease-until-list": {"state": "claimed", "lease_until": [1]},
+    "waiting-number": {"waiting": 5},
+    "audit-entry-without-at": {"audit": [{"action": "replay"}]},
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
+        side: str, case: str, request: pytest.FixtureRequest) -> None:
+    from board_outbox.engine.explain import explain
+    from board_outbox.model.explanation import Malformed
+
+    t = _uniq("ex")
+    async with open_side(side, request) as s:
+        now = 1_000_000.0
+        await _raw_row(s, _pending(t, 1, now, **BAD_ROWS[case]))
+        await _raw_row(s, _pending(t, 2, now))
+        x = await explain(s.stores, f"{t}/1/sub/s", now + 1)
+        [h] = x.holds
+        assert isinstance(h, Malformed) and x.row is None and "malformed effect row" in h.problem
+        good = await explain(s.stores, f"{t}/2/sub/s", now + 1)
+        assert good.row is not None and good.holds[-1].name == "turn"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_explain_of_a_key_no_row_has_or_that_is_no_key(
+        side: str, request: pytest.FixtureRequest) -> None:
+    from board_outbox.engine.explain import explain
+    from board_outbox.model.errors import InvalidRowKey, RowNotFound
+
+    async with open_side(side, request) as s:
+        with pytest.raises(RowNotFound, match="no row 'nobody/1/sub/s'"):
+            await explain(s.stores, "nobody/1/sub/s", 1.0)
+        for text in ("", "nobody", "a/1/sub/{'$ne': 1}", "a/1/sub/s\x00", "a/-1/sub/s",
+                     "a/1/proj/" + "p" * 201, "/1/sub/s", "a//sub/s"):
+            with pytest.raises(InvalidRowKey, match="is not a row key"):
+                await explain(s.stores, text, 1.0)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_explain_reads_past_bad_slots_counters_leases_and_events(
+        side: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture) -> None:
+    """The documents explain reads to name a hold, each parsed alone: a slot whose holder is not
+    a string, whose until is not a time or is a month ahead (a ghost, taken over by the next
+    acquire) holds nothing; a counter that is not a count reads as full (its window stays shut,
+    as ``take`` treats it); a lease that is not a time names no owner; an event whose at is not a
+    time leaves its moment undated. The good documents beside them still count."""
+    from board_outbox.engine.explain import ExplainSettings, explain
+    from board_outbox.engine.limits import LimitSettings
+    from board_outbox.model.explanation import Limit, Ownership
+
+    t = _uniq("ex")
+    now = 1_000_000.0
+    key = bot_key(t, "b")
+    async with open_side(side, request) as s:
+        await s.stores.subs.put(Subscription(sub_id="s", tenant_id=t, bot="b", max_in_flight=5,
+                                             max_per_second=1.0))
+        await _raw_event(s, {"tenant_id": t, "seq": 1, "type": "card.created", "card_id": "c",
+                             "at": "yesterday"})
+        await _raw_row(s, _pending(t, 1, now, waiting=f"bot limit (in_flight) of {key}"))
+        for k, doc in enumerate([{"holder": f"{t}/9/sub/s:c9", "until": now + 60},
+                                 {"holder": 5, "until": now + 60},
+                                 {"holder": "x:soon", "until": "soon"},
+                                 {"holder": "ghost:c", "until": now + 40 * 86400},
+                                 {"holder": "gone:c", "until": now - 1}]):
+            await _raw_slot(s, slot_id(key, k), {"key": key, **doc})
+        await _raw_slot(s, rate_slot(key, 1.0, now + 1)[0], {"n": -5})
+        await s.member("ok-member", now + 5)
+        await s.member(_uniq("bad-member"), "soon")
+        caplog.set_level(logging.WARNING, logger="board_outbox")
+        x = await explain(s.stores, f"{t}/1/sub/s", now + 1, ExplainSettings(limits=LimitSettings()))
+        flight, rate = x.holds[0], x.holds[1]
+        assert isinstance(flight, Limit) and isinstance(rate, Limit)
+        assert [h.holder for h in flight.holders] == [f"{t}/9/sub/s:c9"]
+        assert (flight.used, flight.full) == (1, False)
+        assert (rate.kind, rate.used, rate.full) == ("per_second", None, True)
+        own = next(h for h in x.holds if isinstance(h, Ownership))
+        assert (own.owner, own.replicas) == ("ok-member", 1)
+        assert x.timeline[0].what == "event" and x.timeline[0].at is None
+        assert any("is not a time" in n for n in x.notes)
+        # the unparseable waiting text: a note, not a crash
+        await _raw_row(s, _pending(t, 2, now, waiting="over some limit"))
+        y = await explain(s.stores, f"{t}/2/sub/s", now + 1)
+        assert any("names no limit" in n for n in y.notes)
+
+
 # --- config and CLI ----------------------------------------------------------------------------
 
 
@@ -1530,6 +1859,61 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
     assert lat["t1"].rows == 1 and lat["t1"].p50 == 2.0
 
 
+
+BAD_DEAD_LETTERS: list[dict[str, Any]] = [  # each a failed t1 launch row of s1 but for one field
+    {"attempts": "3"}, {"errors": "boom"}, {"audit": 5}, {"event": "e"}, {"sub_id": ["s1"]},
+    {"errors": [{"error": 5}]}, {"tenant_id": 7}, {"kind": 9}, {"updated_at": "yesterday"},
+    {"row_key": 12}, {"state": "failed ", "updated_at": 0.5},
+    {"updated_at": 2**62 + 1},  # decodes, as 2^62: the fence (updated_at as read) never holds
+]
+
+
+@pytest.mark.anyio
+async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -> None:
+    """Issue 33 item 5: failed rows with wrong-typed fields that a filter matches cost only
+    themselves -- those that do not decode are counted and named by the plan and never written,
+    those the store cannot name (a row key or parked time of another type) are not walked, and
+    one whose stored parked time no float holds is skipped by the fence -- while every good
+    row beside them is planned and replayed, on every backend."""
+    from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
+    from board_outbox.model.dead_letters import BulkFilter
+    from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
+
+    sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
+    await kit.subs.put(sub)
+    at = kit.clock.now() - 600
+
+    def row(i: int) -> dict[str, Any]:
+        ev = EventSnapshot(seq=i, type="card.created", card_id="c", at=at)
+        r = new_launch_row("t1", ev, sub, at)
+        r.state, r.attempts, r.updated_at = "failed", 3, at + i  # type: ignore[assignment]
+        r.errors = [ErrorEntry(attempt=3, at=at, error="LaunchFailed: 503")]
+        return to_doc(r)
+
+    for i in (1, 2, 3):
+        await kit.insert_raw_row(row(i))
+    for i, bad in enumerate(BAD_DEAD_LETTERS, start=10):
+        await kit.insert_raw_row({**row(i), **bad} if "row_key" in bad
+                                 else {**row(i), **bad, "row_key": f"t1/{i}/sub/s1"})
+    keys = [f"t1/{i}/sub/s1" for i in range(10, 10 + len(BAD_DEAD_LETTERS))]
+    before = {k: await kit.raw_row(k) for k in keys}
+    plan = await plan_bulk_replay(kit.outbox, kit.subs, BulkFilter(tenant="t1", kind="launch"),
+                                  clock=kit.clock, page=2)
+    undecodable = ["t1/10/sub/s1", "t1/11/sub/s1", "t1/12/sub/s1", "t1/13/sub/s1",
+                   "t1/14/sub/s1", "t1/15/sub/s1"]
+    assert plan.matched == 4 and plan.unreadable == len(undecodable)
+    assert sorted(plan.unreadable_keys) == undecodable
+    prog = await apply_bulk_replay(kit.outbox, kit.subs, plan, bulk_id="x", by="ops",
+                                   clock=kit.clock, rate=1e6)
+    assert (prog.state, prog.replayed, prog.skipped, prog.refused) == ("done", 3, 1, 0)
+    for i in (1, 2, 3):
+        good = await kit.raw_row(f"t1/{i}/sub/s1")
+        assert good is not None and good["state"] == "pending" and len(good["audit"]) == 1
+    for k in keys:  # every bad row exactly as it was
+        after = await kit.raw_row(k)
+        assert (after is None) == (before[k] is None) and (after is None or after == before[k]), k
+
+
 # --- note table (issue 14): input -> behaviour before -> behaviour after ---------------------
 #
 # row claimed, lease past, attempts:"3"   -> reclaim $inc StoreError ends the process, crash-loops
@@ -1581,6 +1965,22 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 #                                             `pause` writes it whole again
 # a row held for a pause that no longer exists (its replica died before releasing it)
 #                                          -> (new) released by the first pause read's sweep; runs
+# row trace id "0x"+30 c / with a newline / upper case / all zeros (issue 30) -> served as an
+#                                          exemplar and linked by the console -> the row runs;
+#                                          no exemplar, the console shows "none recorded"
+# failed row attempts:"3" / errors:"boom" / audit:5 / event:"e" / sub_id:["s1"] / tenant_id:7
+#   matched by a bulk replay's filter      -> (new) counted and named by the plan as not decoding,
+#                                             never written; the good rows replayed
+# failed row updated_at:"yesterday" / row_key:12 -> (new) not walked (as dead-letters list)
+# failed row updated_at 2^62+1 (no float holds it) -> (new) planned, skipped by the fence
+# trigger_series minute 61 s past / 0.0, replica "", counts "lots" / done -5 / Decimal, base dead true,
+#   lag tenant {$gt: ""} / n 1e308 / 10,001 entries, lag_total "many" (issue 33, the charts)
+#                                          -> (new) left out of the charts and the sparklines, one
+#                                             line, listed by status --json; the good documents of
+#                                             the same minutes still draw
+# trigger_series counts "lots" under the very (minute, replica) a flush writes
+#                                          -> (new) that flush refused ($max on a non-document),
+#                                             one line; its counts go with the next minute's
 #
 # --- note table (issue 20): input -> before -> after -----------------------------------------
 #
@@ -1622,3 +2022,44 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
 #                                          watchdog, one warning naming the step, a metric
 # BOARD_OUTBOX_SERVICE__REPLICA_NAME=123, BOARD_OUTBOX_STORE__DATABASE=2024 -> rejected
 #                                          ("expected str, got int") -> accepted as strings
+#
+# --- note table (issue 33, explain): input -> before -> after --------------------------------
+#
+# explain of a key no row has ("acme/9/sub/s")   -> (new) RowNotFound; the CLI one line, exit 2
+# explain of a text that is no key ("", "a/x/sub/s", "a/1/sub/s\n", a 300-character name, a NUL,
+#   "a/1/sub/{'$ne': 1}")                        -> (new) InvalidRowKey before any read; the CLI
+#                                                   one line, exit 2, the store never opened
+# explain of a row with attempts "many", errors "boom", state "weird", not_before "soon",
+#   event "e", lease_until [1], waiting 5, an audit entry without at
+#                                                -> (new) a "malformed" hold naming the field;
+#                                                   the rows beside it explain as ever; the
+#                                                   console's row page shows it (200)
+# a limit slot with holder 5 / until "soon" / until a month ahead / until past
+#                                                -> (new) not a holder (the bad ones reported
+#                                                   once, as acquire reports them)
+# a rate counter n -5                            -> (new) the window reads full, used unknown
+# a membership lease expires_at "soon"           -> (new) no owner from it; the good lease owns
+# the event's at "yesterday"                     -> (new) its moment undated, with a note
+# a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
+#
+# --- note table (issue 33, priorities): input -> before -> after ------------------------------
+#
+# subscription priority "high" / 10**9 / -1e9 / NaN / true
+#                                                -> (new) the subscription is malformed: ignored,
+#                                                   one line; the tenant's other subscriptions flow
+# row priority "high" / 10**9 / true             -> (new) ordered as 0 by the pick (claimed in its
+#                                                   turn), then parked as a malformed row when
+#                                                   claimed: it costs only itself
+
+
+@pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a b", "a/b", ""])
+def test_an_id_with_a_newline_or_a_separator_is_refused(value: str) -> None:
+    """``^...$`` with ``match`` let ``"abc\\n"`` through (``$`` matches before a final newline):
+    an id is the whole text or nothing, wherever it is checked (row keys, tenants, kinds)."""
+    from board_outbox.model.domain import check_id
+    from board_outbox.model.errors import InvalidId
+    from board_outbox.model.validation import tenant_problem
+
+    with pytest.raises(InvalidId):
+        check_id("tenant_id", value)
+    assert tenant_problem(value) is not None

@@ -54,9 +54,9 @@ def test_toml_file_and_env_override(tmp_path: Path) -> None:
         ("[limits]\nwait_seconds = 0\n", {}, "limits.wait_seconds"),
         ("[limits]\nburst = 3\n", {}, "limits.burst: unknown setting"),
         ("", {"BOARD_OUTBOX_LIMITS__TENANT_IN_FLIGHT": "lots"}, "limits.tenant_in_flight"),
-        ('[launcher]\nkind = "http"\nurl = "http://r"\ntimeout_seconds = 30\n'
-         "[limits]\nslot_seconds = 10\n", {},
-         "limits.slot_seconds (10) must be >= launcher.timeout_seconds (30)"),
+        # each beat of the lease heartbeat (30 x 0.34 = 10.2 s) renews a running launch's slots
+        ("[limits]\nslot_seconds = 30\n", {},
+         "limits.slot_seconds (30) must be >= 3 heartbeat intervals"),
     ],
 )
 def test_bad_settings_name_the_setting(
@@ -68,6 +68,22 @@ def test_bad_settings_name_the_setting(
         load_config(f, env=env)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_slot_must_outlast_three_heartbeats_not_the_launcher_timeout() -> None:
+    """Issue 30: each beat of the lease heartbeat renews a running launch's slots, so a slot
+    shorter than the launcher's timeout is fine (a launch may run any length), and a slot
+    shorter than three beats is not (one failed beat would end it)."""
+    cfg = load_config(env={}, launcher={"kind": "http", "url": "http://r", "timeout_seconds": 30},
+                      worker={"lease_seconds": 6, "heartbeat_fraction": 0.5},
+                      limits={"slot_seconds": 9})
+    assert cfg.limits.slot_seconds == 9
+    with pytest.raises(ConfigError, match=r"limits.slot_seconds \(8.9\) must be >= 3 heartbeat"):
+        load_config(env={}, worker={"lease_seconds": 6, "heartbeat_fraction": 0.5},
+                    limits={"slot_seconds": 8.9})
+    # the heartbeat off: no beat renews a slot (a launch is cut at its end), nothing to check
+    assert load_config(env={}, worker={"heartbeat_fraction": 0},
+                       limits={"slot_seconds": 1}).limits.slot_seconds == 1
 
 
 def test_limits_decode_from_toml_and_env(tmp_path: Path) -> None:

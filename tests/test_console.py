@@ -109,7 +109,11 @@ async def test_pages_render_the_store_and_are_read_only_by_default() -> None:
         row = await client.get(f"/ui/rows/{key}")
         assert row.status_code == 200 and f'href="http://jaeger:16686/trace/{TRACE}"' in row.text
         assert 'id="replay-row"' not in row.text
+        # what holds it: the dead-letter's last error and the replay (issue 33, item 4)
+        assert 'data-hold="failed"' in row.text and "bot runner answered 503 &lt;#3&gt;" in row.text
+        assert 'data-moment="attempt_failed"' in row.text
         assert (await client.get("/ui/rows/acme/9/sub/none")).status_code == 404
+        assert (await client.get("/ui/rows/acme/nine/sub/s")).status_code == 404
         assert (await client.get("/ui/tenants/nobody")).status_code == 404
         # a forged POST on a console without a token: refused, nothing changes
         forged = await client.post("/ui/replay", data={"csrf": csrf_of(dls.text), "key": key},
@@ -204,7 +208,8 @@ async def test_a_store_that_fails_costs_the_page_not_the_console() -> None:
 
 async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
     """A hostile row document (attempts a string, errors not a list): its own page says it
-    cannot be read; the dead-letter list and the tenant page still show every other row."""
+    cannot be read, and what becomes of it (issue 33: explained as ``malformed``); the
+    dead-letter list and the tenant page still show every other row."""
     async with console() as (backend, client, key):
         backend.outbox.insert_raw({"tenant_id": T, "row_key": f"{T}/99/sub/s", "seq": 99,
                                    "kind": "launch", "sub_id": "s", "state": "failed",
@@ -213,8 +218,36 @@ async def test_a_malformed_row_costs_only_itself_in_the_console() -> None:
         assert listing.status_code == 200 and f'data-row="{key}"' in listing.text
         assert (await client.get(f"/ui/tenants/{T}")).status_code == 200
         bad = await client.get(f"/ui/rows/{T}/99/sub/s")
-        assert bad.status_code == 503 and "malformed effect row" in bad.text
+        assert bad.status_code == 200 and "malformed effect row" in bad.text
+        assert 'data-hold="malformed"' in bad.text
         assert (await client.get("/ui/")).status_code == 200
+
+
+async def test_a_planted_trace_id_is_never_shown_or_linked() -> None:
+    """Issue 30: a row's trace context is data another writer may have planted; the row page
+    shows and links into the tracing UI only a W3C trace id (the exemplars' check), and a
+    planted one (``0x…``, a newline, upper case, all zeros) as none recorded."""
+    from tests.test_bad_data import PLANTED_TRACE_IDS
+
+    backend = MemoryBackend()
+    cfg = load_config(env={}, ui={"jaeger_url": "http://jaeger:16686"})
+    app = build_console(backend.stores(), cfg)
+    now = time.time()
+    keys = {}
+    for seq, trace in enumerate([TRACE, *PLANTED_TRACE_IDS], start=1):
+        row = new_launch_row(T, EventSnapshot(seq=seq, type="card.created", card_id="c", at=now),
+                             Subscription(sub_id="s", tenant_id=T, bot="b"), now=now)
+        row.trace = TraceContext(traceparent=f"00-{trace}-b7ad6b7169203331-01")
+        await backend.outbox.upsert_rows([row])
+        keys[trace] = row.row_key
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://127.0.0.1") as client:
+        good = (await client.get(f"/rows/{keys.pop(TRACE)}")).text
+        assert f'id="trace" href="http://jaeger:16686/trace/{TRACE}"' in good
+        for trace, key in keys.items():
+            page = await client.get(f"/rows/{key}")
+            assert page.status_code == 200, trace
+            assert 'id="trace"' not in page.text and "none recorded" in page.text, repr(trace)
 
 
 def test_console_command_serves_the_pages_alone_and_a_port_in_use_is_exit_2(tmp_path: Path) -> None:
@@ -329,3 +362,61 @@ async def test_a_selection_of_dead_letters_is_confirmed_then_replayed_together()
         for key in (first, second):
             row = await backend.outbox.get(key)
             assert row is not None and [a.by for a in row.audit] == ["console:ana"]
+
+
+async def test_the_charts_page_draws_the_series_and_the_overview_its_sparklines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33, item 6: ``/ui/charts`` draws the series every replica writes (SVG in the page,
+    no script), the tenants most behind by name (a hostile one as text), and the overview's row
+    of a tenant behind carries its last hour as a sparkline; a series store that fails costs
+    the sparklines, not the overview."""
+    import xml.etree.ElementTree as ET
+
+    from board_outbox.model.errors import StoreUnavailable
+    from board_outbox.model.series import MINUTE, SeriesCounts, SeriesPoint, minute_of
+
+    hostile = "<img src=x onerror=alert(1)>"
+    async with console() as (backend, client, _key):
+        empty = await client.get("/ui/charts")
+        assert empty.status_code == 200 and 'id="no-series"' in empty.text
+        if time.time() % MINUTE > MINUTE - 5:  # no minute may end between planting and reading
+            await anyio.sleep(MINUTE - time.time() % MINUTE + 0.1)
+        last = minute_of(time.time()) - MINUTE
+        for i, minute in enumerate(range(last - 4 * MINUTE, last + MINUTE, MINUTE)):
+            lag = ((hostile, 50 - i), (T, 10 * (i + 1)))
+            await backend.series.flush(SeriesPoint(
+                minute=minute, replica="r-planted",
+                counts=SeriesCounts(materialized=7 * (i + 1), done=6 * (i + 1), dead=i),
+                base=SeriesCounts(materialized=7 * i, done=6 * i, dead=max(0, i - 1)),
+                lag_total=sum(n for _t, n in lag), behind=2, lag=lag, listed=2), minute + 3600)
+        page = await client.get("/ui/charts", params={"hours": "1"})
+        assert page.status_code == 200 and 'id="no-series"' not in page.text
+        assert "<script" not in page.text and hostile not in page.text
+        assert 'id="total-materialized">35<' in page.text  # 5 minutes of 7
+        assert 'id="nav-charts"' in page.text
+        figures = dict(re.findall(r'<figure id="([\w-]+)" class="chart">(.*?)</figure>',
+                                  page.text, re.S))
+        assert set(figures) == {"chart-throughput", "chart-dead", "chart-lag", "chart-tenant-lag"}
+        svg = ET.fromstring(figures["chart-tenant-lag"])
+        ns = "{http://www.w3.org/2000/svg}"
+        labels = [p.get("data-label") for p in svg.iter(f"{ns}path")]
+        assert labels == [T, hostile]  # most behind now first (50, 46); the hostile id as text
+        throughput = ET.fromstring(figures["chart-throughput"])
+        assert "events materialized: newest 7, peak 7" in (throughput.findtext(f"{ns}desc") or "")
+
+        home = await client.get("/ui/")
+        row = re.search(rf'<tr data-tenant="{T}".*?</tr>', home.text, re.S)
+        assert row is not None and '<svg xmlns="http://www.w3.org/2000/svg" class="spark"' in \
+            row.group(0) and "newest 50, peak 50" in row.group(0)
+
+        async def down(*_a: object, **_k: object) -> object:
+            raise StoreUnavailable("injected: trigger_series unreachable")
+
+        from board_outbox.surface.console import trends
+
+        monkeypatch.setattr(backend.series, "read", down)
+        monkeypatch.setattr(trends, "SPARK_CACHE_SECONDS", 0.0)  # read again, not the last one
+        home = await client.get("/ui/")
+        assert home.status_code == 200 and f'data-tenant="{T}"' in home.text
+        assert "<svg" not in home.text  # no sparkline, the rest of the page as ever
+        assert (await client.get("/ui/charts")).status_code == 503  # that page says so

@@ -3,7 +3,8 @@
 on the wire server. A stalled tenant appears on the overview (every row write refused by a
 ``failCommand`` failpoint, so the tail cannot move); a dead-letter (the bot runner refuses the
 launch) is opened, replayed with the admin token after the confirmation, and seen done; a
-read-only session has no replay button and its forged POST is refused.
+read-only session has no replay button and its forged POST is refused. The row page explains
+the dead-letter's wait, and once replayed, that it is done (issue 33).
 
 ``CONSOLE_SCREENSHOTS=DIR`` saves the main pages there as PNG (how docs/console/*.png
 are made: ``CONSOLE_SCREENSHOTS=docs/console ./dev.sh test -n 0
@@ -74,6 +75,28 @@ class BotRunner:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def _plant_series(db: Any, minutes: int = 30, ahead: int = 3) -> None:
+    """What another replica wrote to the rolling series over the last ``minutes`` minutes, and
+    (as if written already) the next ``ahead``, so a minute ending during the test finds acme
+    still the most behind: its counts (cumulative, each document past the previous one's) and
+    acme's lag, rising."""
+    from datetime import UTC, datetime
+
+    last = int(time.time()) // 60 * 60 - 60 + ahead * 60
+    minutes += ahead
+    for i in range(minutes):
+        minute = last - (minutes - 1 - i) * 60
+        cum = {"materialized": 12 * (i + 1) + i * i, "done": 11 * (i + 1) + i * i,
+               "dead": i // 7}
+        base = {"materialized": 12 * i + (i - 1) ** 2 if i else 0,
+                "done": 11 * i + (i - 1) ** 2 if i else 0, "dead": (i - 1) // 7 if i else 0}
+        lag = [{"t": "acme", "n": 2 * i}, {"t": "globex", "n": i // 2}]
+        db["trigger_series"].insert_one({
+            "_id": f"{minute}/replica-b", "minute": minute, "replica": "replica-b",
+            "counts": cum, "base": base, "lag_total": sum(e["n"] for e in lag), "behind": 2,
+            "listed": 2, "lag": lag, "expire_at": datetime.fromtimestamp(minute + 3600, UTC)})
 
 
 def _emit(db: Any, tenant: str) -> int:
@@ -155,6 +178,7 @@ def test_the_console_in_a_browser_over_a_running_service(
                                                 "rule": {"event_types": ["card.created"]}})
         db["board_cards"].insert_one({"_id": f"{t}/c", "tenant_id": t, "card_id": "c",
                                       "title": "Fix login", "column": "inbox"})
+    _plant_series(db)
     runner = BotRunner()
     runner.accept = True
     port = free_port()
@@ -202,6 +226,8 @@ def test_the_console_in_a_browser_over_a_running_service(
         assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-tenant="globex"]')
         assert "caught up with no dead-letter" in browser.find_element(By.TAG_NAME, "main").text
         assert "replica-a" in browser.find_element(By.ID, "replicas").text
+        # acme's lag over the last hour, drawn in its row (issue 33)
+        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-tenant="acme"] svg.spark path')
         shot("overview")
         failpoints.admin.command("configureFailPoint", "failCommand", mode="off")
 
@@ -253,6 +279,11 @@ def test_the_console_in_a_browser_over_a_running_service(
         if trace:  # the row carries a trace context when telemetry is on
             assert trace[0].get_attribute("href").startswith(JAEGER + "/trace/")
         assert "bot runner refused: 400" in browser.find_element(By.ID, "errors").text
+        # the row explains its wait (issue 33, item 4): dead-lettered, the last error, the replay
+        holds = browser.find_element(By.ID, "holds").text
+        assert "failed" in holds and "bot runner refused: 400" in holds
+        assert f"dead-letters replay {key}" in holds
+        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-moment="attempt_parked"]')
         shot("row")
         browser.find_element(By.ID, "replay-row").click()
         confirm = text_of(By.ID, "confirm", "go back to pending")
@@ -268,6 +299,8 @@ def test_the_console_in_a_browser_over_a_running_service(
             return browser.find_element(By.ID, "row-state").text == "done"
 
         wait_until(row_done, 30, "the replayed row done")
+        assert browser.find_element(By.CSS_SELECTOR, 'li[data-hold="done"]')
+        assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-moment="replay"]')
         audit = browser.find_element(By.ID, "audit").text
         assert "replay" in audit and "console:ana" in audit
         doc = db["trigger_effects"].find_one({"row_key": key})
@@ -301,11 +334,26 @@ def test_the_console_in_a_browser_over_a_running_service(
         pause_doc = db["board_outbox_pauses"].find_one({"_id": "tenant:globex"})
         assert [(a["action"], a["by"]) for a in pause_doc["audit"]] == [
             ("pause", "console:ana"), ("resume", "console:ana")]
+
+        # -- the charts: drawn on the server, in the page (issue 33) ------------------------
+        browser.find_element(By.ID, "nav-charts").click()
+        text_of(By.TAG_NAME, "h1", "Charts")
+        for chart in ("chart-throughput", "chart-dead", "chart-lag", "chart-tenant-lag"):
+            svg = browser.find_element(By.CSS_SELECTOR, f"#{chart} svg")
+            assert svg.size["width"] > 300 and svg.size["height"] > 100
+            assert svg.find_elements(By.CSS_SELECTOR, "path.line")
+        lines = browser.find_elements(By.CSS_SELECTOR, "#chart-tenant-lag path.line")
+        assert [p.get_attribute("data-label") for p in lines][:1] == ["acme"]
+        drawn = browser.find_element(By.CSS_SELECTOR, "#chart-throughput path.line")
+        assert drawn.get_attribute("d").count("L") >= 20  # a line across the minutes
+        shot("charts")
         assert proc.poll() is None
     finally:
         proc.terminate()
         try:
             rc = proc.wait(timeout=30)
+            # on the way out the service wrote its own series once (its minute so far)
+            own = list(db["trigger_series"].find({"replica": {"$regex": "^replica-a:"}}))
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -313,6 +361,7 @@ def test_the_console_in_a_browser_over_a_running_service(
             client.drop_database(name)
             client.close()
     assert rc == 0, log_path.read_text()[-3000:]
+    assert own and max(d["counts"]["done"] for d in own) >= 14, own
 
 
 def _get(url: str) -> int | None:

@@ -84,11 +84,12 @@ async def test_ensure_schema_is_idempotent_and_has_the_ttl_and_unique_indexes() 
     info = await db["trigger_effects"].index_information()
     assert info["row_key_unique"]["unique"] is True
     # the hot queries' indexes are partial: each holds only the rows in its state (issue 29)
-    for name, key, state in (("pending_not_before", "not_before", "pending"),
-                             ("claimed_lease_until", "lease_until", "claimed"),
-                             ("failed_updated_at", "updated_at", "failed")):
-        assert list(info[name]["key"]) == [(key, 1)]
+    for name, key, state in (("pending_not_before", ["not_before"], "pending"),
+                             ("claimed_lease_until", ["lease_until"], "claimed"),
+                             ("failed_updated_at_row_key", ["updated_at", "row_key"], "failed")):
+        assert list(info[name]["key"]) == [(k, 1) for k in key]
         assert info[name]["partialFilterExpression"] == {"state": state}
+    assert "failed_updated_at" not in info  # its prefix serves what it served
     assert list(info["tenant_seq"]["key"]) == [("tenant_id", 1), ("seq", 1)]
     ttl = info["done_ttl"]
     assert ttl["expireAfterSeconds"] == DONE_TTL_SECONDS == 7 * 24 * 3600
@@ -198,12 +199,16 @@ def test_each_states_filter_implies_its_partial_index_and_bounds_its_key() -> No
     from board_outbox.adapters.mongo.outbox import IN_STATE
     from board_outbox.adapters.mongo.schema import INDEXES
 
-    partial = {m.document["partialFilterExpression"]["state"]: list(m.document["key"])[-1]
-               for m in INDEXES["trigger_effects"] if "partialFilterExpression" in m.document}
+    partial: dict[str, set[str]] = {}  # state -> the leading keys of its partial indexes
+    for m in INDEXES["trigger_effects"]:
+        if "partialFilterExpression" in m.document:
+            partial.setdefault(m.document["partialFilterExpression"]["state"], set()).add(
+                next(iter(m.document["key"])))
     assert set(IN_STATE) == set(partial) == {"pending", "claimed", "failed", "done"}
     for state, flt in IN_STATE.items():
         assert flt["state"] == state
-        bound = flt[partial[state]]
+        (field,) = partial[state] & set(flt)  # one of its indexes leads with the bounded key
+        bound = flt[field]
         assert isinstance(bound, dict) and set(bound) == {"$gte"}, (state, flt)
         low = bound["$gte"]
         assert low == float("-inf") or low == datetime(1970, 1, 1, tzinfo=UTC), (state, low)
@@ -268,21 +273,125 @@ async def test_every_hot_statement_naming_a_state_constrains_that_states_index_k
         await outbox.live_tenants()
         await status.row_summary(("pending", "claimed", "failed"))
         await outbox.find(RowFilter(states=["failed"], limit=10))
+        await outbox.stuck_rows(100.0, 100)  # the sweep, every minute on every replica
+        # a bulk replay's walk over the dead-letters, first page and a later one
+        await outbox.failed_page(RowFilter(tenant_id="t1", states=("failed",), limit=5))
+        await outbox.failed_page(RowFilter(states=("failed",), updated_before=9.0, limit=5),
+                                 after=(1.0, "t1/1/sub/s"))
     finally:
         await client.drop_database(db.name)
         await client.close()
-    assert len(sent.filters) >= 8
+    assert len(sent.filters) >= 10
 
     def clauses(flt: dict[str, object]) -> list[dict[str, object]]:
+        """``{A, $or: [B, C]}`` is ``{A, B}`` or ``{A, C}``: each branch with the fields beside it."""
         ors = flt.get("$or")
-        return [dict(c) for c in ors] if isinstance(ors, list) else [flt]
+        if not isinstance(ors, list):
+            return [flt]
+        beside = {k: v for k, v in flt.items() if k != "$or"}
+        return [{**beside, **dict(c)} for c in ors]
 
     checked = 0
+    # the fields of the indexes on every row: a clause without one state must bound one of them
+    # (an empty count is the collection's metadata count)
+    whole = {"_id", "row_key", "tenant_id"}
     for name, flt in sent.filters:
+        if name == "count" and not flt:
+            continue
         for clause in clauses(flt):
             state = clause.get("state")
             if not isinstance(state, str) or state not in keys:
+                assert whole & set(clause), (name, clause)  # e.g. a bare {state: {$nin: ...}}
                 continue
             checked += 1
             assert keys[state] & set(clause), (name, clause, keys[state])
-    assert checked >= 8
+    assert checked >= 10
+
+
+async def test_the_priority_query_runs_only_under_a_backlog_on_the_wire(live_uri: str) -> None:
+    """Issue 33: the pick's third query (due rows of a priority above 0) costs a round trip only
+    when the window fills: an idle pick is one find, a pick that sees every due row is one find
+    plus its claim write, a backlogged one three finds plus the write -- and that third find is
+    what takes a high-priority row newer than the window first."""
+    from pymongo import AsyncMongoClient, monitoring
+
+    from board_outbox.adapters.mongo import MongoEffectOutbox
+    from board_outbox.model.domain import EffectRow
+
+    class Finds(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.command.get(event.command_name) == "trigger_effects":
+                self.names.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    sent = Finds()
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+        live_uri, tz_aware=True, event_listeners=[sent])
+    db = client[f"board_outbox_test_prio_{uuid.uuid4().hex[:8]}"]
+    try:
+        await ensure_schema(db)
+        outbox = MongoEffectOutbox(db)
+
+        async def claim(limit: int) -> list[tuple[int, int]]:
+            sent.names.clear()
+            got = await outbox.claim_any(100.0, 30.0, limit)
+            return [(c.row.seq, c.row.priority) for c in got if c.row is not None]
+
+        assert await claim(5) == [] and sent.names == ["find"]  # idle: one find
+        rows = [EffectRow(tenant_id="t", seq=i, row_key=f"t/{i}/sub/s", sub_id="s",
+                          created_at=1.0, updated_at=1.0, not_before=float(i),
+                          priority=7 if i > 10 else 0) for i in range(1, 13)]
+        await outbox.upsert_rows(rows)
+        assert await claim(2) == [(11, 7), (12, 7)]  # newer than the window, first
+        assert sent.names == ["find", "find", "find", "update"]
+        assert await claim(20) == [(i, 0) for i in range(1, 11)]  # all seen: one find
+        assert sent.names == ["find", "update"]
+    finally:
+        await client.drop_database(db.name)
+        await client.close()
+
+
+async def test_the_sweep_finds_an_unknown_state_anywhere_in_a_rolling_scan(
+    live_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R2 without a full scan: a state outside the enum has no index, so the sweep reads the
+    ``_id`` index a chunk at a time. With a chunk of 3 over 12 rows, a weird row minted last and
+    one planted with a string ``_id`` are both found within one lap (5 sweeps), and the lap
+    starts over."""
+    from bson import ObjectId
+    from pymongo import AsyncMongoClient
+
+    from board_outbox.adapters.mongo import MongoEffectOutbox
+    from board_outbox.adapters.mongo import outbox as mongo_outbox
+
+    monkeypatch.setattr(mongo_outbox, "SCAN_CHUNK", 3)
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(live_uri, tz_aware=True)
+    db = client[f"board_outbox_test_sweep_{uuid.uuid4().hex[:8]}"]
+    try:
+        await ensure_schema(db)
+        coll = db["trigger_effects"]
+        await coll.insert_many([{"_id": ObjectId(), "row_key": f"t/{i}/sub/s", "tenant_id": "t",
+                                 "state": "done", "seq": i} for i in range(10)])
+        weird = ObjectId()
+        await coll.insert_one({"_id": weird, "row_key": "t/98/sub/s", "tenant_id": "t",
+                               "state": "weird", "seq": 98})
+        await coll.insert_one({"_id": "planted", "row_key": "t/99/sub/s", "tenant_id": "t",
+                               "seq": 99})  # no state at all
+        outbox = MongoEffectOutbox(db)
+        found: list[object] = []
+        for _ in range(5):
+            found += [ref for ref, _doc in await outbox.stuck_rows(100.0, 100)]
+        assert sorted(map(str, found)) == sorted([str(weird), "planted"])
+        again = [ref for _ in range(5) for ref, _doc in await outbox.stuck_rows(100.0, 100)]
+        assert sorted(map(str, again)) == sorted([str(weird), "planted"])  # the next lap
+    finally:
+        await client.drop_database(db.name)
+        await client.close()

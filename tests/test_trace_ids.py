@@ -55,3 +55,18 @@ def test_only_valid_trace_ids_are_served_as_exemplars() -> None:
     _ctype, body = exposition(metrics.prom.registry, "application/openmetrics-text; version=1.0.0")
     served = re.findall(r'# \{trace_id="([^"]*)"\}', body.decode())
     assert served and set(served) == {good}
+
+
+def test_a_planted_traceparent_parents_no_execute_span() -> None:
+    """The execute span's parent comes from the same stored field: a planted trace id, span id
+    or flags gives no parent (the span starts its own trace), a valid one gives exactly it."""
+    from board_outbox.engine.telemetry.spans import parse_traceparent
+
+    for trace in PLANTED:
+        assert parse_traceparent(f"00-{trace}-{SPAN}-01") is None, trace
+    for span in ["0x" + "b" * 14, "B" * 16, " " + "b" * 15, "b" * 15 + "\n", "b" * 17]:
+        assert parse_traceparent(f"00-{'c' * 32}-{span}-01") is None, span
+    for flags in ["0x", "1", " 1", "001", "0G"]:
+        assert parse_traceparent(f"00-{'c' * 32}-{SPAN}-{flags}") is None, flags
+    ctx = parse_traceparent(f"00-{'c' * 32}-{SPAN}-01")
+    assert ctx is not None and ctx.trace_id == int("c" * 32, 16) and ctx.span_id == int(SPAN, 16)

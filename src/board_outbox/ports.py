@@ -22,7 +22,9 @@ from board_outbox.model.records import (
     ConsoleSession,
     DoneLatency,
     EventRecord,
+    FailedPage,
     LaunchRequest,
+    LimitHolder,
     Member,
     PushRecent,
     ReadModelVersions,
@@ -33,6 +35,7 @@ from board_outbox.model.records import (
     UpsertIfNewer,
     UpsertResult,
 )
+from board_outbox.model.series import SeriesPoint
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
@@ -49,9 +52,11 @@ __all__ = [
     "EffectOutbox",
     "EventLog",
     "EventRecord",
+    "FailedPage",
     "LabelStore",
     "LaunchRequest",
     "Launcher",
+    "LimitHolder",
     "LimitStore",
     "Mark",
     "Member",
@@ -67,9 +72,12 @@ __all__ = [
     "RowFilter",
     "RowIdentity",
     "RowSummary",
+    "SeriesPoint",
+    "SeriesStore",
     "SessionStore",
     "StatusStore",
     "Stores",
+    "SubscriptionChanges",
     "SubscriptionStore",
     "TenantLag",
     "UpsertIfNewer",
@@ -209,9 +217,22 @@ class EffectOutbox(Protocol):
         known of the others then (the caller applies them one by one)."""
         ...
 
-    async def apply_failed(self, row_key: str, t: Transition) -> bool:
-        """Apply a transition to a dead-letter (``{row_key, state: failed}``, e.g. ``replay``);
-        False: no such failed row."""
+    async def apply_failed(self, row_key: str, t: Transition, *,
+                           updated_at: float | None = None) -> bool:
+        """Apply a transition to a dead-letter (``{row_key, state: failed}``, e.g. ``replay``),
+        and only while its ``updated_at`` is still the one given (a bulk replay's fence: a row
+        replayed by someone else, or parked again, since it was read is left as it is); False:
+        no such failed row. Raises ``StoreError`` when the document refuses it."""
+        ...
+
+    async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """One page of the dead-letters matching ``flt`` (its ``limit`` documents at most; its
+        ``states`` are ignored: failed rows only), oldest parked first, in ``(updated_at,
+        row_key)`` order, after the position ``after`` a previous page returned. Mongo: one
+        query over the failed rows' partial index, whose key gives that order: no sort stage
+        and no skip, whatever the number of dead-letters. A document whose ``updated_at`` is not
+        a number or whose ``row_key`` is not a string is not a dead-letter any walk can name (as
+        ``find``); one that does not decode is named in ``unreadable``."""
         ...
 
     async def park_broken(
@@ -275,6 +296,13 @@ class EffectOutbox(Protocol):
     async def done_latencies(self, since: float, limit: int) -> list[DoneLatency]:
         """Event insert -> done of the ``limit`` newest rows done at or after ``since``, across
         every tenant, in one query; rows that do not say (no event time) are left out."""
+        ...
+
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        """How many of the tenant's pending rows fall due before ``not_before``, or at it for an
+        earlier seq (the rows of one batch share their due time), counted up to ``limit``: about
+        the rows a claim takes ahead of that one (``explain``; Mongo: one count over
+        ``pending_tenant_not_before``, stopped at ``limit``)."""
         ...
 
 
@@ -345,6 +373,15 @@ class Launcher(Protocol):
         ...
 
 
+
+
+class SubscriptionChanges(Protocol):
+    def watch(self) -> AsyncGenerator[str, None]:
+        """Follows ``trigger_subscriptions``: yields ``"open"`` once the stream is established
+        (every change committed after that is delivered), then ``"change"`` for every insert,
+        update, replace or delete. Ends by raising (``StoreUnavailable``,
+        ``ChangeStreamLost``); the caller reopens (issue 31: the subscription cache)."""
+        ...
 
 
 class ChangeFeed(Protocol):
@@ -449,6 +486,9 @@ class Stores:
     limits: LimitStore | None = None
     sessions: SessionStore | None = None
     pauses: PauseStore | None = None
+    series: SeriesStore | None = None  # the console's charts (issue 33)
+    # follows the subscriptions, so the service may cache them (None: every read goes through)
+    sub_changes: SubscriptionChanges | None = None
 
 
 
@@ -463,6 +503,12 @@ class LimitStore(Protocol):
         also when ``holder`` holds one already. False: all ``limit`` are held."""
         ...
 
+    async def renew(self, key: str, holder: str, until: float) -> bool:
+        """Push the end of the slot ``holder`` holds of ``key`` to ``until`` (its launch runs
+        on). Fenced on the holder: False, nothing written, when ``holder`` holds no slot of
+        ``key`` (released, or taken over by another holder after its end)."""
+        ...
+
     async def release(self, key: str, holder: str) -> None:
         """Free the slot ``holder`` holds of ``key`` (none held: nothing happens)."""
         ...
@@ -470,6 +516,26 @@ class LimitStore(Protocol):
     async def take(self, key: str, per_second: float, now: float) -> bool:
         """Count one launch of ``key`` at ``now`` against ``per_second`` (``model/limits``
         windows). False: the window is full, nothing counted."""
+        ...
+
+    # --- read-only: what ``explain`` shows of a limit (issue 33)
+
+    async def holders(self, key: str, now: float) -> list[LimitHolder]:
+        """The in-flight slots of ``key`` held at ``now`` (``until`` after it), by holder, in one
+        read (Mongo: the ``key_holder`` index). A slot document no launch can have written
+        (``validation.slot_problem``) is left out and reported: it is free to take over."""
+        ...
+
+    async def counted(self, key: str, per_second: float, now: float) -> int | None:
+        """The launches of ``key`` counted in the ``per_second`` window holding ``now`` (0: none
+        yet), one read by id. None: the counter is not a count (its window stays shut)."""
+        ...
+
+    async def upkeep(self) -> list[str]:
+        """Re-create the store's indexes when they are gone (its collection dropped while the
+        service runs: without the TTL index, slots and counters would pile up); the names
+        created. One index listing when they are there: a periodic pass calls it, never a
+        launch."""
         ...
 
 
@@ -510,6 +576,26 @@ class SessionStore(Protocol):
 
     async def close(self, session_id: str) -> None:
         """End the session (none: nothing happens)."""
+        ...
+
+
+class SeriesStore(Protocol):
+    """``trigger_series``: the small rolling series the console charts (issue 33): one document
+    per (minute, replica), written at most once a minute by each replica, kept for a few hours
+    (``expire_at``: a TTL index)."""
+
+    async def flush(self, point: SeriesPoint, expire_at: float) -> None:
+        """One upsert of ``point`` keyed (minute, replica), kept until ``expire_at`` (epoch
+        seconds). Idempotent: the stored counts become the larger of theirs and the point's,
+        the stored base the smaller; the lag figures are the point's."""
+        ...
+
+    async def read(self, since: int, until: int, tenants: Collection[str] | None = None,
+                   limit: int = ...) -> list[SeriesPoint]:
+        """The points with ``since <= minute < until``, oldest first, in one query over the
+        ``minute`` index: the newest ``limit`` when more are stored. Each point's lag lists only
+        the ``tenants`` given (None: every tenant it lists; empty: none). A document that does not
+        parse is left out and reported (``BAD_DOCUMENTS``)."""
         ...
 
 

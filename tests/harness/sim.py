@@ -218,7 +218,16 @@ class Turns:
         self.running -= 1
         if self.running == 0:
             self.all_parked.set()
-        await ev.wait()
+        try:
+            await ev.wait()
+        except anyio.get_cancelled_exc_class():
+            # cancelled while parked (a launch cut at its in-flight slot's end, F2): the call
+            # is not made, and the replica runs on from here, not parked
+            if self.parked.get(rid, (None, ""))[0] is ev:
+                del self.parked[rid]
+                self.running += 1
+            self.decisions.pop(rid, None)
+            raise
         return self.decisions.pop(rid, "none")
 
     def start(self) -> None:
@@ -959,10 +968,17 @@ class Simulation:
                         continue
                     via = worker.outbox
                     worker.outbox = self.store.stores.outbox
+                    # a beat renews the launch's in-flight slots too (F2): on the store as well
+                    gate = _gate(worker)
+                    slots_via = None if gate is None else gate.store
+                    if gate is not None and self.store.stores.limits is not None:
+                        gate.store = self.store.stores.limits
                     try:
                         await worker.extend(lease)
                     finally:
                         worker.outbox = via
+                        if gate is not None and slots_via is not None:
+                            gate.store = slots_via
 
     def _insert(self, t: str, seq: int, card_id: str, etype: str) -> None:
         self.store.insert({"tenant_id": t, "seq": seq, "type": etype,
@@ -1257,6 +1273,13 @@ def _matches_initial(sid: str, ev: dict[str, Any]) -> bool:
 
 async def _no_pause(_seconds: float) -> None:
     await anyio.lowlevel.checkpoint()
+
+
+def _gate(worker: Any) -> Any:
+    """The launch gate (F2) of a replica's worker, under the ``_Tracking`` wrapper; None without
+    limits."""
+    handler = worker.registry.handler("launch")
+    return getattr(getattr(handler, "inner", handler), "gate", None)
 
 
 class _Tracking:

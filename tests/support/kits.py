@@ -24,9 +24,11 @@ from board_outbox.ports import (
     EventLog,
     LabelStore,
     LimitStore,
+    MembershipStore,
     PauseStore,
     ReadModelStore,
     ReadModelVersionStore,
+    SeriesStore,
     SessionStore,
     StatusStore,
     Stores,
@@ -77,6 +79,10 @@ class Kit:
     # F2: the limit store, and a way to plant a slot or counter document someone else wrote
     limits: LimitStore | None = None
     put_raw_limit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # a store with indexes (Mongo): drop the limits collection behind the service's back, and
+    # the names of its indexes
+    drop_limits: Callable[[], Awaitable[None]] | None = None
+    limit_indexes: Callable[[], Awaitable[set[str]]] | None = None
     # the backend's StatusStore (not in ``stores``: tests of the per-tenant path stay on it)
     status_store: StatusStore | None = None
     # the console's sessions, and a way to plant a session document someone else wrote
@@ -85,6 +91,12 @@ class Kit:
     # issue 33: the pause store, and a way to plant a pause document someone else wrote
     pauses: PauseStore | None = None
     put_raw_pause: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # the console's series (issue 33), and a way to plant or read one of its documents
+    series: SeriesStore | None = None
+    put_raw_series: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    raw_series: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None
+    # the membership leases (not in ``stores``: a Service built on the kit stays alone)
+    members: MembershipStore | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -99,6 +111,9 @@ class Kit:
             self.limits = FaultProxy(self.limits, "limits", f)  # type: ignore[assignment]
         if self.pauses is not None:
             self.pauses = FaultProxy(self.pauses, "pauses", f)  # type: ignore[assignment]
+
+        if self.series is not None:
+            self.series = FaultProxy(self.series, "series", f)  # type: ignore[assignment]
 
     @property
     def stores(self) -> Stores:
@@ -198,6 +213,12 @@ def memory_kit() -> Kit:
     async def raw_pause(doc_id: str, doc: dict[str, Any]) -> None:
         b.pauses.put_raw(doc_id, doc)
 
+    async def plant_series(doc_id: str, doc: dict[str, Any]) -> None:
+        b.series.put_raw(doc_id, doc)
+
+    async def get_series(doc_id: str) -> dict[str, Any] | None:
+        return b.series.raw(doc_id)
+
     return Kit(
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
@@ -205,7 +226,8 @@ def memory_kit() -> Kit:
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
         put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
         sessions=b.sessions, put_raw_session=raw_session, pauses=b.pauses,
-        put_raw_pause=raw_pause,
+        put_raw_pause=raw_pause, members=b.members, series=b.series,
+        put_raw_series=plant_series, raw_series=get_series,
     )
 
 
@@ -219,12 +241,14 @@ def mongo_kit(db: Any, name: str) -> Kit:
         MongoCursorStore,
         MongoEffectOutbox,
         MongoEventLog,
+        MongoMembershipStore,
         MongoReadModelStore,
         MongoSubscriptionStore,
     )
     from board_outbox.adapters.mongo.generations import MongoGenerationStore
     from board_outbox.adapters.mongo.limits import LIMITS, MongoLimitStore
     from board_outbox.adapters.mongo.pauses import PAUSES, MongoPauseStore
+    from board_outbox.adapters.mongo.series import SERIES, MongoSeriesStore
     from board_outbox.adapters.mongo.sessions import SESSIONS, MongoSessionStore
     from board_outbox.adapters.mongo.status import MongoStatusStore
 
@@ -253,6 +277,19 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def raw_pause(doc_id: Any, doc: dict[str, Any]) -> None:
         await db[PAUSES].replace_one({"_id": doc_id}, dict(doc), upsert=True)
 
+    async def plant_series(doc_id: str, doc: dict[str, Any]) -> None:
+        await db[SERIES].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
+    async def get_series(doc_id: str) -> dict[str, Any] | None:
+        got: dict[str, Any] | None = await db[SERIES].find_one({"_id": doc_id})
+        return got
+
+    async def drop_limits() -> None:
+        await db[LIMITS].drop()
+
+    async def limit_indexes() -> set[str]:
+        return set(await db[LIMITS].index_information())
+
     return Kit(
         name=name, events=MongoEventLog(db), cursors=MongoCursorStore(db), outbox=outbox,
         subs=MongoSubscriptionStore(db), cards=board, labels=board,
@@ -261,4 +298,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
         status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
         put_raw_session=raw_session, pauses=MongoPauseStore(db), put_raw_pause=raw_pause,
+        members=MongoMembershipStore(db),
+        drop_limits=drop_limits, limit_indexes=limit_indexes, series=MongoSeriesStore(db),
+        put_raw_series=plant_series, raw_series=get_series,
     )

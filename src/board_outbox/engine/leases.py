@@ -5,13 +5,15 @@ While a claimed row waits its turn in its batch or runs, its lease is in ``Lease
 handed rows that wait in the hand-off hold theirs there (``handoff.py``). Every beat pushes each lease
 ``lease_seconds`` out, never past ``max_execution_seconds`` after its attempt started, in one
 fenced write per (claim_id, new lease end): a lease that was stolen is left alone (M8), and a
-hung effect loses its lease so that the reclaim counts the attempt (M9).
+hung effect loses its lease so that the reclaim counts the attempt (M9). What else a running
+effect holds rides on its lease's beats (``Lease.riders``: a launch's in-flight slots, F2): each
+beat runs them while the lease holds, and they stop with it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import msgspec
@@ -21,9 +23,13 @@ from board_outbox.model.clock import Clock
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.ports import Claim, EffectOutbox
 
-__all__ = ["Lease", "Leases", "current"]
+__all__ = ["Lease", "Leases", "Rider", "current"]
 
 log = logging.getLogger("board_outbox.worker")
+
+# something a running effect holds besides its row, renewed by each beat of the row's lease
+# (it handles its own store errors)
+Rider = Callable[[], Awaitable[None]]
 
 
 class Lease:
@@ -32,6 +38,8 @@ class Lease:
     def __init__(self, claim: Claim, started: float) -> None:
         self.claim, self.started, self.until = claim, started, claim.lease_until
         self.stopped = ""  # why the heartbeat stopped: "" | lost | max_execution
+        # run at each beat while the lease holds (after its write; not once it has stopped)
+        self.riders: list[Rider] = []
 
 
 def current(lease: Lease) -> Claim:
@@ -102,7 +110,16 @@ class Leases:
     async def extend_many(self, leases: Collection[Lease]) -> None:
         """One beat over these leases: one fenced write per (claim_id, new lease end) -- the rows
         of one claim started within the same cap share it -- each a no-op on a row whose lease
-        was stolen. A lease whose heartbeat stopped (``Lease.stopped``) is left alone."""
+        was stolen. A lease whose heartbeat stopped (``Lease.stopped``) is left alone. Then the
+        riders of every lease still held: a beat whose write failed runs them too (what they
+        renew has its own end), a lease lost or at its cap does not."""
+        await self._extend(leases)
+        for lease in leases:
+            if not lease.stopped:
+                for ride in list(lease.riders):
+                    await ride()
+
+    async def _extend(self, leases: Collection[Lease]) -> None:
         now = self.clock.now()
         groups: dict[tuple[str, float], list[Lease]] = {}
         for lease in leases:

@@ -134,10 +134,14 @@ async def read_batch(
     gaps: GapTracker,
     now: float,
     on_malformed: OnMalformed,
+    records: list[EventRecord] | None = None,
 ) -> Reading:
     """Read up to ``limit`` events after ``after`` and normalize the contiguous, readable prefix.
-    ``StoreUnavailable`` propagates (M1): nothing is passed."""
-    records = await events.read_after(tenant_id, after, limit)
+    ``records``: the events after ``after``, without a hole, already in hand (the change
+    stream's, issue 31) instead of the read. ``StoreUnavailable`` propagates (M1): nothing is
+    passed."""
+    if records is None:
+        records = await events.read_after(tenant_id, after, limit)
     out = Reading(read=len(records))
     if not records:
         return out

@@ -16,15 +16,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Sequence
-from typing import Literal, Protocol
 
-import msgspec
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
+from board_outbox.engine.drain import (
+    MIN_FAIR_BATCH,
+    DrainResult,
+    Handoff,
+    PoisonTracker,
+    TailSettings,
+)
+from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.reading import GapTracker, read_batch
-from board_outbox.model.bounds import Pos, PosInt
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import (
     EffectRow,
@@ -36,101 +41,12 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import MalformedDocument, StoreError, StoreUnavailable
 from board_outbox.model.validation import OnceLog, cap, is_seq, tenant_problem
-from board_outbox.ports import (
-    CardStore,
-    Claim,
-    ClaimTerms,
-    CursorStore,
-    EffectOutbox,
-    EventLog,
-    SubscriptionStore,
-)
+from board_outbox.ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
+
+# the leaf types stay importable from here
+__all__ = ["MIN_FAIR_BATCH", "DrainResult", "Handoff", "Tail", "TailSettings"]
 
 log = logging.getLogger("board_outbox.tail")
-
-
-class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The tail's settings; the ``[tail]`` configuration section decodes straight into it."""
-
-    batch_size: PosInt = 500
-    # F1: a batch is cut down so that it takes about this long at the measured pace (never
-    # below MIN_FAIR_BATCH events): on a slow store, one tenant's backlog then holds up the
-    # other tenants' events by this long per round, not by a whole batch_size batch
-    batch_seconds: Pos = 0.25
-    poll_interval_seconds: Pos = 1.0
-    young_gap_seconds: Pos = 30.0
-    poison_ticks: PosInt = 20
-    seed: Literal["latest", "earliest"] = "latest"
-    change_streams: bool = True
-    # the stream's resume token is persisted at most this often (and on shutdown), never per event
-    token_save_seconds: Pos = 5.0
-    # behind, and the cursor has not moved for this long: the tenant is stalled (O2)
-    stall_seconds: Pos = 120.0
-
-
-MIN_FAIR_BATCH = 50
-
-
-class Handoff(Protocol):
-    """Where the tail's rows go when a worker runs beside it (the service's own worker): the
-    rows it inserts are born claimed for that worker, and a tenant is materialized only as far
-    as the worker has room for (backpressure: a backlog waits in the event log, read by the
-    cursor, not as pending rows every claim would have to look past)."""
-
-    def room(self, tenant_id: str) -> int:
-        """How many rows of this tenant the worker takes now (0: none; the tenant waits)."""
-        ...
-
-    def terms(self) -> ClaimTerms | None:
-        """The claim the next insert's rows are born under (None: born pending, e.g. while the
-        worker stops)."""
-        ...
-
-    def receive(self, claims: Sequence[Claim]) -> None:
-        """The rows an insert wrote born claimed: the worker's to run."""
-        ...
-
-
-class DrainResult(msgspec.Struct, kw_only=True):
-    tenant_id: str
-    limit: int = 0  # the batch size asked for
-    cursor_before: int = 0
-    cursor_after: int = 0
-    read: int = 0
-    materialized: int = 0  # events whose rows are durable (matched or not)
-    rows: int = 0
-    rows_inserted: int = 0
-    skipped_deleted: int = 0
-    skipped_poison: int = 0
-    stepped_gaps: int = 0
-    unhandled: int = 0  # rows of a kind no handler is registered for (written; they dead-letter)
-    # the rows this batch inserted born claimed for this replica's worker (``Handoff``)
-    claims: tuple[Claim, ...] = ()
-    # "" | young_gap | poison | aborted | cas_lost | stalled | beyond_counter | cursor_ahead |
-    # no_room (the worker has no room for this tenant's rows yet: nothing read)
-    stopped: str = ""
-    error: str = ""
-
-    @property
-    def full(self) -> bool:
-        """More events may be waiting right behind this batch."""
-        return self.stopped == "" and self.read > 0
-
-
-class _PoisonTracker:
-    """Consecutive ticks that the same head-of-line seq stayed unreadable."""
-
-    def __init__(self) -> None:
-        self._ticks: dict[str, tuple[int, int]] = {}  # tenant -> (seq, ticks)
-
-    def bump(self, tenant_id: str, seq: int) -> int:
-        prev_seq, ticks = self._ticks.get(tenant_id, (seq, 0))
-        ticks = ticks + 1 if prev_seq == seq else 1
-        self._ticks[tenant_id] = (seq, ticks)
-        return ticks
-
-    def clear(self, tenant_id: str) -> None:
-        self._ticks.pop(tenant_id, None)
 
 
 class Tail:
@@ -162,7 +78,7 @@ class Tail:
         # once a handler is deployed), and the tail says so, once per subscription and kind.
         self.kinds = frozenset(kinds) if kinds is not None else None
         self._gaps = GapTracker(self.settings.young_gap_seconds)
-        self._poison = _PoisonTracker()
+        self._poison = PoisonTracker()
         # tenant -> (cursor after our last CAS, subscription index), only within a drain_all pass
         self._backlog: dict[str, tuple[int, SubscriptionIndex]] = {}
         self._in_pass: set[str] = set()
@@ -186,6 +102,8 @@ class Tail:
         self.handoff: Handoff | None = None
         self._rows_per_event: dict[str, float] = {}  # per tenant, from its last batch
         self.pressure: Pressure | None = None  # backpressure: scales the batches (T1)
+        # the events the change stream delivered: a batch they cover is not read again
+        self.streamed: StreamEvents | None = None
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
 
     async def tenants(self) -> set[str]:
@@ -346,9 +264,17 @@ class Tail:
             per_event = self._rows_per_event.get(tenant_id, 1.0 + len(self.projections))
             res.limit = max(1, min(res.limit, int(room / max(per_event, 1.0))))
         started = time.monotonic()
+        # the events the change stream delivered, when they are the next ones (issue 31);
+        # else a read from the store, which may earn the stream's buffer its trust
+        buffer, streamed, gen = self.streamed, None, None
+        if buffer is not None:
+            streamed = buffer.take(tenant_id, cursor, res.limit)
+            if streamed is None:
+                gen = buffer.begin_read(tenant_id)
+        res.streamed = len(streamed or ())
         reading = await read_batch(
             events=self.events, cards=self.cards, tenant_id=tenant_id, after=cursor,
-            limit=res.limit, gaps=self._gaps, now=now,
+            limit=res.limit, gaps=self._gaps, now=now, records=streamed,
             on_malformed=lambda seq, exc, head: self._skip_poison(tenant_id, seq, exc, head=head, res=res),
         )
         res.read = reading.read
@@ -361,6 +287,8 @@ class Tail:
         if not reading.read:
             self._poison.clear(tenant_id)
             self._known.pop(tenant_id, None)  # nothing new: re-read the cursor next time
+            if gen is not None and buffer is not None:
+                buffer.end_read(tenant_id, gen)  # caught up as of this read
             return
         snapshots = reading.snapshots
         advance_to = reading.passed[-1][0] if reading.passed else cursor
@@ -395,6 +323,8 @@ class Tail:
         if await self.cursors.compare_and_set(tenant_id, cursor, advance_to):
             res.cursor_after = self._known[tenant_id] = advance_to
             self._gaps.forget_below(tenant_id, advance_to)
+            if gen is not None and buffer is not None and not res.stopped and not self.more_behind(res):
+                buffer.end_read(tenant_id, gen)  # it passed all it read, and all there was
             if tenant_id in self._in_pass:
                 self._backlog[tenant_id] = (advance_to, index)
         else:

@@ -21,8 +21,9 @@ from opentelemetry import trace
 from board_outbox.engine import telemetry
 from board_outbox.engine.batch import BatchUnit, plan
 from board_outbox.engine.completer import Completer
-from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue
-from board_outbox.engine.leases import Lease, Leases, current
+from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
+from board_outbox.engine.lanes import Lanes, run_lanes
+from board_outbox.engine.leases import Lease, Leases, Rider, current
 from board_outbox.engine.outcomes import Outcome, TickResult
 from board_outbox.engine.pause import PauseGate
 from board_outbox.engine.pressure import Pressure
@@ -89,6 +90,10 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # each claimed batch and, while it runs, every this long (a launch's done mark waits at most
     # this long plus the write)
     mark_flush_seconds: Pos = 0.05
+    # rows of different tenants in one claimed batch run at once, up to this many; a tenant's
+    # rows run one after another in their order (``lanes.py``): a slow launch holds up only its
+    # own tenant
+    concurrency: PosInt = 8
 
     @property
     def backoff(self) -> BackoffPolicy:
@@ -303,7 +308,7 @@ class EffectWorker:
             self.pressure.observe(time.monotonic() - asked)
         self.adapt(limit, len(claims))
         t0 = self.clock.now()
-        res = await self.run_claims(claims)
+        res = await self.run_claims(by_priority(claims))  # each tenant's highest priority first
         ran = res.claimed - res.skipped_expired - res.released
         if claims and ran <= 0 and res.skipped_expired:
             # every row's lease ran out before it started (a slow store): claim fewer
@@ -414,32 +419,40 @@ class EffectWorker:
                 await self.completer.flush()
 
     async def _run_units(self, claims: list[Claim], res: TickResult) -> TickResult:
+        """The batch's units in lanes, one per tenant, ``concurrency`` at once (``lanes.py``)."""
         s = self.settings
         prefetched = await self._prepare(claims)
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
                  if s.projection_batching else [[c] for c in claims])
         claims = [c for unit in units for c in unit]
-        started = begun = 0
+
+        async def run(unit: list[Claim]) -> None:
+            self.progress.beat()
+            unit = [self._leases.current_claim(c) for c in unit]  # as the heartbeat extended it
+            if len(unit) == 1:
+                res.count(await self.execute(unit[0], prefetched=prefetched))
+            else:
+                for outcome in await self.batch.run(unit):
+                    res.count(outcome)
+
+        lanes = Lanes[list[Claim]]()
         try:
-            for unit in units:
-                if self.stopping:
-                    break
-                begun, started = started, started + len(unit)
-                self.progress.beat()
-                unit = [self._leases.current_claim(c) for c in unit]  # as the heartbeat extended it
-                if len(unit) == 1:
-                    res.count(await self.execute(unit[0], prefetched=prefetched))
-                else:
-                    for outcome in await self.batch.run(unit):
-                        res.count(outcome)
+            await run_lanes(units, lambda unit: unit[0].tenant_id, run,
+                            concurrency=s.concurrency, stopping=lambda: self.stopping,
+                            lanes=lanes)
         except anyio.get_cancelled_exc_class():
-            # Cancelled past the shutdown grace period: the interrupted unit and the rest go back.
-            res.released += await self.completer.release(self._unstaged(claims[begun:]))
+            # Cancelled past the shutdown grace period: the interrupted units and the rest go
+            # back.
+            finished = {c.ref for unit in lanes.finished for c in unit}
+            res.released += await self.completer.release(
+                self._unstaged([c for c in claims if c.ref not in finished]))
             raise
         if self.stopping:
             # Graceful shutdown: give back what we did not start, so another replica runs it
             # now rather than after the lease expires.
-            res.released += await self.completer.release(self._unstaged(claims[started:]))
+            started = {c.ref for unit in lanes.started for c in unit}
+            res.released += await self.completer.release(
+                self._unstaged([c for c in claims if c.ref not in started]))
         return res
 
     def _unstaged(self, claims: Sequence[Claim]) -> list[Claim]:
@@ -453,7 +466,7 @@ class EffectWorker:
         lease = self._leases.start(claim, self.clock.now())  # its attempt starts now
         outcome: Outcome | None = None
         try:
-            outcome = await self._execute(current(lease), prefetched)
+            outcome = await self._execute(current(lease), prefetched, lease.riders)
             return outcome
         finally:
             if outcome != "staged":  # a staged row stays in flight until its flush
@@ -498,7 +511,8 @@ class EffectWorker:
         """One beat over these leases (``Leases.extend_many``: one fenced write per claim)."""
         await self._leases.extend_many(leases)
 
-    async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None) -> Outcome:
+    async def _execute(self, claim: Claim, prefetched: dict[str, Any] | None,
+                       riders: list[Rider] | None = None) -> Outcome:
         """Run the row's handler and choose what became of it; the completer records it."""
         now = self.clock.now()
         done = self.completer
@@ -529,7 +543,7 @@ class EffectWorker:
                     self.pause.check(row)  # Paused: held below, as a limit defers
                 handler = self.registry.handler(row.kind)
                 ctx: ExecutionContext[Any] = ExecutionContext(
-                    claim, self.outbox, self.clock, (prefetched or {}).get(row.kind))
+                    claim, self.outbox, self.clock, (prefetched or {}).get(row.kind), riders)
                 what = f"handler {row.kind!r} on row {row.row_key}"
                 with self.watch.step(what), deadline(self.settings.max_execution_seconds, what):
                     outcome = await handler.execute(row, ctx)

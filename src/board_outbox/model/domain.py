@@ -13,8 +13,8 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from board_outbox.model.bounds import InFlight, PerSecond
-from board_outbox.model.errors import InvalidId, MalformedDocument
+from board_outbox.model.bounds import InFlight, PerSecond, Priority
+from board_outbox.model.errors import InvalidId, InvalidRowKey, MalformedDocument
 
 LAUNCH: Final = "launch"
 PROJECTION: Final = "projection"
@@ -45,7 +45,7 @@ def check_kind(kind: object) -> str:
 
 def check_id(what: str, value: str) -> str:
     """Tenant, subscription and projection ids must be safe to embed in a row key."""
-    if not isinstance(value, str) or not _ID.match(value):
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise InvalidId(
             f"invalid {what} {value!r}: use 1-200 characters from A-Z a-z 0-9 _ . : @ -"
         )
@@ -108,7 +108,11 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     stored before ``kind`` existed reads as a launch.
 
     ``max_in_flight`` / ``max_per_second`` (F2) override the ``[limits]`` bot limits for the
-    launches of this subscription (0: no limit; None, or absent: the configured ones)."""
+    launches of this subscription (0: no limit; None, or absent: the configured ones).
+
+    ``priority`` (-10..10, default 0) orders the subscription's rows within their tenant's fair
+    share (F1, ``model/fairness``): higher first. Each row carries the priority it was
+    materialized with, so a change affects only rows materialized after it."""
 
     sub_id: str
     tenant_id: str
@@ -119,6 +123,7 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     kind: str = LAUNCH
     max_in_flight: InFlight | None = None
     max_per_second: PerSecond | None = None
+    priority: Priority = 0
 
 
 def matches(sub: Subscription, ev: EventSnapshot) -> bool:
@@ -189,6 +194,9 @@ class EffectRow(msgspec.Struct, kw_only=True):
     done_at: datetime | None = None
     # F2: why the row waits (a limit it was over when last claimed); cleared by the next claim
     waiting: str | None = None
+    # its subscription's priority when it was materialized (projection rows: 0); higher first
+    # within its tenant's share of a claim (F1, ``model/fairness``)
+    priority: Priority = 0
 
 
 def launch_row_key(tenant_id: str, seq: int, sub_id: str) -> str:
@@ -200,6 +208,45 @@ def projection_row_key(tenant_id: str, seq: int, projection: str) -> str:
     return f"{tenant_id}/{seq}/proj/{projection}"
 
 
+class RowKey(msgspec.Struct, frozen=True, kw_only=True):
+    """A row key read back into its parts (``parse_row_key``): ``part`` is ``sub`` (a
+    subscription's row, any kind) or ``proj`` (a projection's row); ``name`` the sub_id or the
+    projection."""
+
+    tenant_id: str
+    seq: int
+    part: Literal["sub", "proj"]
+    name: str
+
+
+MAX_SEQ: Final = 2**63 - 1
+
+
+def parse_row_key(text: str) -> RowKey:
+    """The parts of a row key as ``launch_row_key`` and ``projection_row_key`` write it
+    (``TENANT/SEQ/sub/SUB_ID`` or ``TENANT/SEQ/proj/PROJECTION``). Raises ``InvalidRowKey`` with
+    one line saying what is wrong (the operator's typo never reaches a store)."""
+    shown = repr(text) if len(text) <= 120 else repr(text[:100]) + f"... ({len(text)} characters)"
+    form = "TENANT/SEQ/sub/SUB_ID or TENANT/SEQ/proj/PROJECTION"
+    parts = text.split("/")
+    if len(parts) != 4:
+        raise InvalidRowKey(f"{shown} is not a row key: expected {form}")
+    tenant, seq, part, name = parts
+    if part not in ("sub", "proj"):
+        raise InvalidRowKey(f"{shown} is not a row key: the third part is {part[:20]!r}, "
+                            f"not 'sub' or 'proj' ({form})")
+    if not (seq.isascii() and seq.isdigit()) or not 1 <= int(seq) <= MAX_SEQ:
+        raise InvalidRowKey(f"{shown} is not a row key: seq {seq[:30]!r} is not a whole "
+                            "number from 1 to 2^63-1")
+    for what, value in (("tenant", tenant), ("subscription" if part == "sub" else "projection",
+                                             name)):
+        if not _ID.fullmatch(value):  # fullmatch: "$" alone lets a trailing newline by
+            raise InvalidRowKey(f"{shown} is not a row key: the {what} part {value[:30]!r} is "
+                                "not 1-200 characters from A-Z a-z 0-9 _ . : @ -")
+    return RowKey(tenant_id=tenant, seq=int(seq), part="sub" if part == "sub" else "proj",
+                  name=name)
+
+
 def new_launch_row(
     tenant_id: str, ev: EventSnapshot, sub: Subscription, now: float,
     trace: TraceContext | None = None,
@@ -207,7 +254,7 @@ def new_launch_row(
     """A ``launch`` row for ``sub`` (whatever kind it names: see ``new_subscription_row``)."""
     return EffectRow(
         tenant_id=tenant_id, row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id), seq=ev.seq,
-        kind=LAUNCH, sub_id=sub.sub_id, event=ev, trace=trace,
+        kind=LAUNCH, sub_id=sub.sub_id, event=ev, trace=trace, priority=sub.priority,
         not_before=now, created_at=now, updated_at=now, materialized_at=now,
     )
 
@@ -222,7 +269,7 @@ def new_subscription_row(
     reads the subscription when the row runs (a launch re-verifies it there, M10b)."""
     return EffectRow(
         tenant_id=tenant_id, row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id), seq=ev.seq,
-        kind=sub.kind, sub_id=sub.sub_id, event=ev, trace=trace,
+        kind=sub.kind, sub_id=sub.sub_id, event=ev, trace=trace, priority=sub.priority,
         not_before=now, created_at=now, updated_at=now, materialized_at=now,
     )
 
@@ -240,10 +287,12 @@ def new_projection_row(
 
 # A new row's fields that are left out of its stored document while at their zero value: every
 # reader decodes a missing one as that value (``from_doc``), the update operators create them
-# ($inc, $push, $set), and no query matches on their absence. ``state``, ``not_before``, ``kind``
-# and the timestamps stay: queries and indexes use them.
+# ($inc, $push, $set), and no query matches on their absence (the pick's ``priority: {$gt: 0}``
+# means a missing one as 0 does). ``state``, ``not_before``, ``kind`` and the timestamps stay:
+# queries and indexes use them.
 _ROW_ZERO_FIELDS: Final = ("sub_id", "projection", "attempts", "claim_id", "lease_until",
-                           "consume_marked", "errors", "audit", "outcome", "trace", "done_at")
+                           "consume_marked", "errors", "audit", "outcome", "trace", "done_at",
+                           "priority")
 _SNAPSHOT_ZERO_FIELDS: Final = ("deleted", "actor")
 
 

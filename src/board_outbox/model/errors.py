@@ -98,6 +98,21 @@ class InvalidId(BoardOutboxError, ValueError):
     """An identifier (tenant, subscription, projection) has characters a row key cannot carry."""
 
 
+class InvalidRowKey(BoardOutboxError, ValueError):
+    """A text that cannot be a row key (``model.domain.parse_row_key``): say so, look nothing up."""
+
+
+class RowNotFound(BoardOutboxError):
+    """No effect row has this key (``engine.explain``): a typo, or a done row past its TTL."""
+
+    def __init__(self, row_key: str) -> None:
+        super().__init__(f"no row {row_key!r}")
+        self.row_key = row_key
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.row_key,))
+
+
 class EffectError(BoardOutboxError):
     """An effect failed; the row is retried with backoff."""
 
@@ -122,6 +137,13 @@ class UnknownEffectKind(PermanentEffectError):
 
 class LaunchFailed(EffectError):
     """The launcher could not start the bot (retried)."""
+
+
+class SlotLost(EffectError):
+    """A launch was cut because its in-flight slot ended under it (F2): not renewed before its
+    end (the store unreachable, the lease heartbeat stopped) or taken over by another holder.
+    Run on outside its slot, it could run beside another launch over the limit; the attempt
+    counts and the row retries with backoff, like a launch cut at its deadline."""
 
 
 class OverLimit(BoardOutboxError):

@@ -10,6 +10,7 @@ in each second): the limit is never exceeded, only under-used.
 from __future__ import annotations
 
 import math
+import re
 
 # the slowest positive rate: one launch per 1000 s (a longer window is a typo, or a job for a
 # scheduler rather than a limit)
@@ -55,3 +56,15 @@ def rate_slot(key: str, per_second: float, now: float) -> tuple[str, int, float]
 def slot_id(key: str, k: int) -> str:
     """The k-th in-flight slot of ``key`` (k < the limit)."""
     return f"{key}#{k}"
+
+
+# ``OverLimit.reason`` (model/errors.py), as ``transitions.defer`` stores it in a row's ``waiting``
+_WAITING = re.compile(r"(bot|tenant) limit \((in_flight|per_second)\) of (.+)")
+
+
+def parse_waiting(waiting: str) -> tuple[str, str, str] | None:
+    """(scope, kind, key) of the limit a deferred row waited on, read from its ``waiting``
+    (``OverLimit.reason``: "bot limit (in_flight) of bot:acme/triage"); None: not that form (a
+    capped or hand-edited text)."""
+    m = _WAITING.fullmatch(waiting)
+    return None if m is None else (m.group(1), m.group(2), m.group(3))

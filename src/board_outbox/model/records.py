@@ -56,6 +56,7 @@ class RowFilter(msgspec.Struct, frozen=True, kw_only=True):
     updated_after: float | None = None
     updated_before: float | None = None
     limit: int = 100
+    sub_ids: tuple[str, ...] = ()  # only rows of these subscriptions (empty: any)
 
 
 class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,11 +69,14 @@ class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Change(msgspec.Struct, frozen=True):
-    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "")."""
+    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "").
+    ``doc``: the inserted event's fields as the stream carried them (the event log's read
+    fields), None when the feed does not carry them."""
 
     tenant_id: str
     seq: int
     token: Any = None
+    doc: Mapping[str, Any] | None = None
 
 
 class UpsertIfNewer(msgspec.Struct, frozen=True, kw_only=True):
@@ -177,3 +181,30 @@ class DoneLatency(msgspec.Struct, frozen=True, kw_only=True):
     tenant_id: str
     kind: str
     seconds: float
+
+
+class LimitHolder(msgspec.Struct, frozen=True, kw_only=True):
+    """One held in-flight slot of a limit key (``LimitStore.holders``, F2): ``holder`` as the
+    launch gate names it (``<row key>:<claim id>``) and the end of its lease."""
+
+    holder: str
+    until: float
+
+    @property
+    def row_key(self) -> str | None:
+        """The row holding the slot (None: a holder the launch gate did not name)."""
+        key, sep, _claim = self.holder.rpartition(":")
+        return key if sep and key else None
+
+
+class FailedPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One page of a walk over the dead-letters (``EffectOutbox.failed_page``), oldest parked
+    first: the rows that decode, the keys of the documents that do not (each costs only
+    itself), how many documents the page read, and where the next page starts (``after``: the
+    adapter's own position, the last document's stored ``(updated_at, row_key)`` as stored, so
+    that an odd stored number never makes a walk read the same document twice)."""
+
+    rows: list[EffectRow]
+    unreadable: list[str]
+    read: int
+    after: Any = None

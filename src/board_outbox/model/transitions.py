@@ -7,7 +7,8 @@ adapters only apply one, handed to them as data: memory/ as a dict update, mongo
 
 - ``apply_claimed`` / ``apply_claimed_many``: fenced on ``{ref, state: claimed, claim_id}`` (M8: a
   stolen lease makes it a no-op, False);
-- ``apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter).
+- ``apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter), and on
+  the ``updated_at`` it was read with when given (a bulk replay: a row changed since is left).
 
 The worker's completer (``engine/completer.py``) builds the final ones (done, retry, park,
 release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``, the admin
@@ -132,13 +133,14 @@ def defer(*, now: float, not_before: float, reason: str) -> Transition:
                                          "updated_at": now, "waiting": reason})
 
 
-def replay(*, now: float, by: str) -> Transition:
-    """A dead-letter back to pending, attempts reset, error history kept, audit appended."""
+def replay(*, now: float, by: str, detail: str = "attempts reset") -> Transition:
+    """A dead-letter back to pending, attempts reset, error history kept, audit appended (a bulk
+    replay names itself in ``detail``)."""
     return Transition(
         name="replay",
         set={"state": PENDING, "attempts": 0, "not_before": now, "claim_id": None,
              "lease_until": None, "updated_at": now, "outcome": None},
-        audit=AuditEntry(at=now, action="replay", by=by, detail="attempts reset"),
+        audit=AuditEntry(at=now, action="replay", by=by, detail=detail),
     )
 
 

@@ -13,9 +13,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from board_outbox.engine.audit import AuditSettings
+from board_outbox.engine.drain import TailSettings
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings
-from board_outbox.engine.tail import TailSettings
+from board_outbox.engine.series import SeriesSettings
 from board_outbox.engine.worker import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
@@ -88,6 +89,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ui: UiConfig = UiConfig()
     audit: AuditSettings = AuditSettings()
     limits: LimitSettings = LimitSettings()
+    series: SeriesSettings = SeriesSettings()  # the console's charts (issue 33)
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -186,17 +188,23 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
+# an in-flight slot outlasts this many beats of the lease heartbeat that renews it
+SLOT_BEATS = 3
+
+
 def _validate_limits(cfg: Config) -> None:
     lim = cfg.limits
     for name in ("bot_per_second", "tenant_per_second"):
         problem = rate_problem(getattr(lim, name))
         if problem is not None:
             raise ConfigError(f"limits.{name}: {problem}")
-    if cfg.launcher.kind == "http" and lim.slot_seconds < cfg.launcher.timeout_seconds:
+    beat = cfg.worker.lease_seconds * cfg.worker.heartbeat_fraction
+    if lim.slot_seconds < SLOT_BEATS * beat:
         raise ConfigError(
-            f"limits.slot_seconds ({lim.slot_seconds:g}) must be >= launcher.timeout_seconds "
-            f"({cfg.launcher.timeout_seconds:g}): a slot's lease must outlast the launch it "
-            "holds, or another launch starts beside it")
+            f"limits.slot_seconds ({lim.slot_seconds:g}) must be >= {SLOT_BEATS} heartbeat "
+            f"intervals (worker.lease_seconds x worker.heartbeat_fraction = {beat:g}s): each "
+            "beat renews a running launch's in-flight slots, and a slot must outlast a failed "
+            "beat, or its launch is cut at its end")
 
 
 _SECTION_TYPES: dict[str, type] = {

@@ -4,11 +4,11 @@ the leased claims are the only coordination."""
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
+import functools
 import gc
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -23,16 +23,19 @@ from board_outbox.engine.limits import LaunchGate, LimitSettings
 from board_outbox.engine.membership import Ownership, new_member_id
 from board_outbox.engine.outcomes import TickResult
 from board_outbox.engine.pause import PauseGate
+from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.tail import DrainResult, Tail
+from board_outbox.engine.series import SeriesRecorder
+from board_outbox.engine.subcache import SubscriptionCache
+from board_outbox.engine.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING, EffectRow
-from board_outbox.model.errors import ChangeStreamLost, ConfigError, StoreUnavailable
-from board_outbox.model.records import Change
-from board_outbox.model.validation import OnceLog, cap
+from board_outbox.model.errors import ConfigError, StoreUnavailable
+from board_outbox.model.series import SeriesCounts
+from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
 from board_outbox.service.health import (
@@ -44,31 +47,16 @@ from board_outbox.service.health import (
 )
 from board_outbox.service.plugins import build_handlers, register_projections
 from board_outbox.service.resume import ResumePoint
+from board_outbox.service.stats import Stats
+from board_outbox.service.waker import StreamWaker, failure_key
 
 log = logging.getLogger("board_outbox.service")
 
-MAX_TOKEN_REFUSALS = 3  # failed opens from one stored resume token before it is dropped
 DONE_COUNT_EVERY = 6  # the done-rows gauge is refreshed every 6th metrics refresh
+SERIES_CHECK_SECONDS = 1.0  # the series loop looks this often whether a minute has ended
 
 
-@dataclass
-class Stats:
-    """Counters the runtime keeps for summaries and metrics."""
-
-    drains: int = 0
-    materialized: int = 0
-    rows_inserted: int = 0
-    skipped_deleted: int = 0
-    skipped_poison: int = 0
-    stream_wakes: int = 0
-    poll_wakes: int = 0
-    stream_reopens: int = 0
-    stream_events: int = 0  # inserts the change stream delivered, before any filtering here
-    stream_rescopes: int = 0  # reopened because the tenants to leave out changed (S5)
-    cas_lost: int = 0
-    tokens_dropped: int = 0  # stored resume tokens the server refused, dropped (W3)
-    worker: TickResult = field(default_factory=TickResult)
-    last_drain: list[DrainResult] = field(default_factory=list)
+# the counters live in service/stats.py (the waker counts too)
 
 
 def build_registry(
@@ -91,13 +79,7 @@ def build_registry(
     return registry
 
 
-def _problem(exc: BaseException) -> str:
-    """What names a failure once: its type and message, without the server's per-reply
-    details (cluster time...), so that a repeat of the same refusal is logged once."""
-    return f"{type(exc).__name__}: {str(exc).split(', full error', 1)[0][:300]}"
-
-
-class Service:
+class Service(StreamWaker):
     def __init__(
         self,
         stores: Stores,
@@ -118,6 +100,11 @@ class Service:
         # holds a paused tenant's or subscription's rows, the launch handler a paused bot's
         self.pauses = None if stores.pauses is None else PauseGate(
             stores.pauses, stores.outbox, self.clock, every=config.membership.interval_seconds)
+        # the subscriptions, served from memory while their change stream is open (issue 31)
+        self.subscriptions: SubscriptionCache | None = None
+        if stores.sub_changes is not None and config.tail.change_streams:
+            self.subscriptions = SubscriptionCache(stores.subs)
+            self.stores = stores = dataclasses.replace(stores, subs=self.subscriptions)
         self.registry = registry or build_registry(stores, config.projections, config.handlers,
                                                    config.limits, self.pauses)
         self.tail = Tail(
@@ -152,11 +139,20 @@ class Service:
         # backpressure (T1): one factor for the tail, the worker and the loops' pauses
         self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
         self.tail.pressure = self.worker.pressure = self.pressure
+        # the change stream's event documents: a batch they cover is not read again (issue 31)
+        if stores.feed is not None:
+            self.tail.streamed = StreamEvents()
         self._gauge_refreshes = 0
         # S1: which tenants this replica drains; its worker prefers their rows
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=member_id or new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
+        # issue 33: the console's charts, one series document a minute (engine/series.py)
+        self.series: SeriesRecorder | None = None
+        if stores.series is not None and config.series.enabled:
+            self.series = SeriesRecorder(stores.series, self.clock, self.ownership.member_id,
+                                         config.series, counts=self.series_counts,
+                                         lag=self.owned_lag)
         # S5: the tenants the change stream should leave out (owned by the other members); the
         # waker reopens its stream when this differs from what the open stream was given
         self.stream_exclude: frozenset[str] = frozenset()
@@ -260,38 +256,31 @@ class Service:
                 self.stream_down_since = self.clock.now()
                 tg.start_soon(self._alive, "waker", self._waker_loop)
             tg.start_soon(self._alive, "metrics", self._metrics_loop)
+            if self.subscriptions is not None and self.stores.sub_changes is not None:
+                tg.start_soon(self._alive, "subscriptions", functools.partial(
+                    self.subscriptions.follow, self.stores.sub_changes,
+                    stopping=lambda: self.stopping))
             if self.ownership.active:
                 tg.start_soon(self._alive, "membership", self._membership_loop)
             if self.config.audit.enabled:
                 tg.start_soon(self._alive, "audit", self._audit_loop)
             if self.pauses is not None:
                 tg.start_soon(self._alive, "pauses", self._pause_loop)
+            if self.series is not None:
+                tg.start_soon(self._alive, "series", self._series_loop)
+            if self.stores.limits is not None:
+                tg.start_soon(self._alive, "limits", self._limits_loop)
             await self._stopping.wait()
             # Past the grace period, cancel: the worker releases its claims while cancelled.
             with anyio.move_on_after(grace):
                 await self._worker_exited.wait()
             tg.cancel_scope.cancel()
+        if self.series is not None:  # what this minute counted so far, written once
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self.series.flush_final()
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             await self.ownership.leave()  # our tenants move now, not after our lease
         log.info("service stopped")
-
-    @property
-    def poll_only(self) -> bool:
-        """Change streams are on but the stream is not open: events flow on the poll net alone."""
-        return self.stream_down_since is not None
-
-    def _stream_state(self, open_: bool, reason: str = "") -> None:
-        self.stream_open = open_
-        if open_:
-            if self.stream_down_since is not None:
-                log.info("change stream open: waking on inserts again")
-                self._once = OnceLog(log)  # a relapse is logged again
-            self.stream_down_since = None
-            return
-        if self.stream_down_since is None:
-            self.stream_down_since = self.clock.now()
-        if reason:
-            self.stream_down_reason = cap(reason, 300)
 
     # --- loops -----------------------------------------------------------------------------
 
@@ -357,6 +346,8 @@ class Service:
         for r in results:
             self.metrics.projection_materialized(r.tenant_id, self.tail.projections, r.cursor_after)
             self.stats.materialized += r.materialized
+            if r.stopped != "cas_lost":
+                self.stats.events_passed += r.materialized
             self.stats.rows_inserted += r.rows_inserted
             self.stats.skipped_deleted += r.skipped_deleted
             self.stats.skipped_poison += r.skipped_poison
@@ -505,6 +496,52 @@ class Service:
                 log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.audit.interval_seconds)
 
+    def series_counts(self) -> SeriesCounts:
+        """What this replica materialized (events it moved its tenants' cursors past), marked
+        done and dead-lettered since it started."""
+        return SeriesCounts(materialized=self.stats.events_passed, done=self.stats.worker.done,
+                            dead=self.stats.worker.failed)
+
+    def owned_lag(self) -> dict[str, int]:
+        """Events behind per tenant this replica owns, as its last metrics refresh read them (it
+        reads every counter and cursor anyway: the series costs no read of its own)."""
+        return {t: n for t, n in self.metrics.lag.items() if n > 0 and self.ownership.owns(t)}
+
+    async def _series_loop(self) -> None:
+        """Issue 33: one series document once each minute has ended (``flush_due``); a failed
+        flush is logged and its counts go with the next minute's."""
+        assert self.series is not None
+        while not self.stopping:
+            try:
+                await self.series.flush_due()
+            except Exception as exc:
+                log.warning("series pass failed: %s: %s", type(exc).__name__, exc)
+            await anyio.sleep(SERIES_CHECK_SECONDS)
+
+    async def _limits_loop(self) -> None:
+        """F2: every ``limits.index_check_seconds``, the limits store's indexes are re-created
+        if they are gone (``LimitStore.upkeep``: the collection dropped while we run), off every
+        launch's path."""
+        every = self.config.limits.index_check_seconds
+        while not self.stopping:
+            await anyio.sleep(every)
+            await self.limits_pass()
+
+    async def limits_pass(self) -> list[str]:
+        """One check of the limits store's indexes; the names re-created (logged once each
+        time). A failed check is logged and retried on the next pass."""
+        assert self.stores.limits is not None
+        try:
+            created = await self.stores.limits.upkeep()
+        except Exception as exc:
+            self._once(("limits-upkeep", failure_key(exc)), logging.WARNING,
+                       "could not check the limits' indexes: %s", failure_key(exc))
+            return []
+        if created:
+            log.warning("the limits' indexes were gone (their collection dropped?): re-created "
+                        "%s", ", ".join(created))
+        return created
+
     async def _metrics_loop(self) -> None:
         while not self.stopping:
             try:
@@ -513,133 +550,3 @@ class Service:
                 log.warning("metrics refresh failed: %s: %s", type(exc).__name__, exc)
             await anyio.sleep(self.config.service.metrics_interval_seconds)
 
-    def _rescope_stream(self) -> None:
-        """S5: what the change stream should leave out, from the membership view and the tenants
-        the poll net has seen; the waker reopens its stream when it changes."""
-        exclude = self.ownership.others(self.tail.seen)
-        if exclude != self.stream_exclude:  # a new object only when it changed: the waker
-            self.stream_exclude = exclude  # compares by identity, once per change
-
-    def on_change(self, change: Change) -> None:
-        """One change the stream delivered: its position is reached; an insert is counted
-        (``board_outbox_stream_events_total``, before any filtering here) and wakes its tenant
-        when this replica owns it."""
-        self.resume.reached(change.token)  # None: "open", no position yet
-        if change.tenant_id:
-            self.stats.stream_events += 1
-            self.metrics.stream_event()
-            if self.ownership.owns(change.tenant_id):
-                self.stats.stream_wakes += 1
-                self.metrics.wake("stream")
-                self.wake_tenant(change.tenant_id)
-
-    async def _waker_loop(self) -> None:
-        """Wake tenants from the change stream. The resume token is saved at most every
-        ``token_save_seconds`` and on the way out, never per event (S4): a token that lags a
-        little only means some inserts wake their tenant twice after a restart.
-
-        S5: the stream leaves out the tenants other members own. When that set changes (a
-        membership change, a new tenant) the stream is reopened from the token it has reached
-        and, once the new one delivers, one full poll covers the inserts the old stream left
-        out that are now ours (the membership change has polled already; this poll covers the
-        inserts until the reopen)."""
-        feed, resume = self.stores.feed, self.resume
-        assert feed is not None
-        delay = 0.1
-        losses = 0
-        refusals = 0  # consecutive failures to open the stream from a stored token
-        poll_when_open = False  # after a loss: reconcile once the new stream is really open
-
-        try:
-            while not self.stopping:
-                await anyio.lowlevel.checkpoint()  # yield every iteration: a hot loop stays cancellable
-                try:
-                    token = await resume.load()
-                    exclude = self.stream_exclude
-                    async with contextlib.aclosing(feed.watch(token, exclude=exclude)) as changes:
-                        async for change in changes:
-                            if not self.stream_open:
-                                self._stream_state(True)
-                            self.stream_excluding = exclude
-                            refusals = 0
-                            if poll_when_open and change.token is not None:  # really delivering
-                                poll_when_open = False
-                                self.request_full_poll()
-                            losses = 0
-                            self.on_change(change)
-                            await resume.save()
-                            delay = 0.1
-                            if self.stopping:
-                                break
-                            if self.stream_exclude is not exclude:
-                                self.stats.stream_rescopes += 1
-                                poll_when_open = True
-                                break
-                except ChangeStreamLost as exc:
-                    self._stream_state(False, str(exc))
-                    log.warning("change stream lost (%s): dropping the resume token, polling "
-                                "reconciles", exc)
-                    self.stats.stream_reopens += 1
-                    # A full poll picks up whatever the stream missed: one now, and one as soon
-                    # as the new stream delivers, for inserts between the loss and the reopen.
-                    self.request_full_poll()
-                    poll_when_open = True
-                    try:
-                        await resume.clear()  # the position is dropped even if the store fails
-                    except StoreUnavailable as clear_exc:
-                        log.warning("could not drop the stale resume token (%s)", clear_exc)
-                    losses += 1
-                    await anyio.sleep(0 if losses == 1 else delay)  # a repeat loss backs off
-                    if losses > 1:
-                        delay = min(delay * 2, 5.0)
-                except StoreUnavailable as exc:
-                    self._stream_state(False, str(exc))
-                    log.warning("change stream interrupted (%s): resuming in %.1fs", exc, delay)
-                    self.stats.stream_reopens += 1
-                    if resume.token is None:
-                        # Nothing to resume from: the reopened stream starts at "now", so
-                        # whatever was inserted meanwhile is found by a full poll instead.
-                        self.request_full_poll()
-                        poll_when_open = True
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-                except Exception as exc:
-                    self._stream_state(False, f"{type(exc).__name__}: {exc}")
-                    self._once(("stream", _problem(exc)), logging.ERROR,
-                               "change stream failed (%s: %s): polling carries on, reopening",
-                               type(exc).__name__, exc)
-                    self.stats.stream_reopens += 1
-                    self.request_full_poll()
-                    poll_when_open = True
-                    if resume.token is not None:
-                        refusals += 1
-                        if refusals >= MAX_TOKEN_REFUSALS:
-                            # W3/R1: a stored token the server refuses (garbage, another
-                            # collection's) would keep the stream closed forever: drop it, reopen
-                            # at "now"; the full polls above and on reopen cover the gap
-                            self._once(("token-dropped", _problem(exc)), logging.ERROR,
-                                       "resume token refused %d times (%s): dropping it, the "
-                                       "stream reopens from now and a full poll covers the gap",
-                                       refusals, exc)
-                            refusals = 0
-                            self.stats.tokens_dropped += 1
-                            try:
-                                await resume.clear()
-                            except Exception as clear_exc:
-                                log.warning("could not drop the refused resume token (%s)",
-                                            clear_exc)
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, 5.0)
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await self.save_position()
-
-    async def save_position(self) -> bool:
-        """On the way out: save the last token the stream reached, whatever the throttle says
-        (S4). True if it wrote; a store error is logged (the next start resumes a little
-        earlier: some inserts wake their tenant twice)."""
-        try:
-            return await self.resume.save(force=True)
-        except Exception as exc:
-            log.warning("could not save the resume token on the way out (%s)", exc)
-            return False

@@ -48,7 +48,7 @@ def parse_when(text: str, now: float | None = None) -> float:
     ``7d`` (that long ago), or epoch seconds."""
     now = time.time() if now is None else now
     t = text.strip()
-    m = _REL.match(t)
+    m = _REL.fullmatch(t)
     if m:
         return now - float(m.group(1)) * _UNITS[m.group(2)]
     try:

@@ -20,6 +20,7 @@ from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.adapters.memory.pauses import MemoryPauseStore
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.adapters.memory.readmodels import MemoryReadModelStore
+from board_outbox.adapters.memory.series import MemorySeriesStore
 from board_outbox.adapters.memory.sessions import MemorySessionStore
 from board_outbox.adapters.memory.status import MemoryStatusStore
 from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
@@ -39,6 +40,7 @@ __all__ = [
     "MemoryPauseStore",
     "MemoryReadModelStore",
     "MemoryResumeTokenStore",
+    "MemorySeriesStore",
     "MemorySubscriptionStore",
     "open_stores",
 ]
@@ -65,6 +67,7 @@ class MemoryBackend:
         self.limits = MemoryLimitStore()
         self.sessions = MemorySessionStore()
         self.pauses = MemoryPauseStore()
+        self.series = MemorySeriesStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
@@ -74,7 +77,7 @@ class MemoryBackend:
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
             status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
-            sessions=self.sessions, pauses=self.pauses,
+            sessions=self.sessions, pauses=self.pauses, sub_changes=self.subs, series=self.series,
         )
 
 

@@ -65,7 +65,7 @@ class MemoryEventLog:
             bisect.insort(seqs, seq)
         if allocated:
             self._counters[tenant] = max(self._counters.get(tenant, 0), seq)
-        self._history.append(Change(tenant, seq, len(self._history)))
+        self._history.append(Change(tenant, seq, len(self._history), docs[seq]))
         self._history_at.append(time.time())
         self._changed.set()
         self._changed = anyio.Event()

@@ -8,7 +8,8 @@ from typing import Any
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.limits import rate_slot, slot_id
-from board_outbox.model.validation import counter_problem, report_slot, slot_is_free
+from board_outbox.model.records import LimitHolder
+from board_outbox.model.validation import counter_problem, finite, report_slot, slot_is_free
 
 
 class MemoryLimitStore:
@@ -33,6 +34,13 @@ class MemoryLimitStore:
                 return True
         return False
 
+    async def renew(self, key: str, holder: str, until: float) -> bool:
+        await checkpoint()
+        held = [d for d in self._docs.values() if d.get("key") == key and d.get("holder") == holder]
+        for doc in held:
+            doc["until"] = until
+        return bool(held)
+
     async def release(self, key: str, holder: str) -> None:
         await checkpoint()
         for doc in self._docs.values():
@@ -48,3 +56,26 @@ class MemoryLimitStore:
             return False  # full (or a counter that is not a count: its window stays shut)
         doc["n"] = n + 1
         return True
+
+    async def holders(self, key: str, now: float) -> list[LimitHolder]:
+        await checkpoint()
+        out = []
+        for sid, doc in self._docs.items():
+            if doc.get("key") != key or doc.get("holder") is None or report_slot(doc, sid, now):
+                continue
+            holder, until = doc.get("holder"), finite(doc.get("until"))
+            if isinstance(holder, str) and until is not None and until > now:
+                out.append(LimitHolder(holder=holder, until=until))
+        return sorted(out, key=lambda h: h.holder)
+
+    async def counted(self, key: str, per_second: float, now: float) -> int | None:
+        await checkpoint()
+        doc = self._docs.get(rate_slot(key, per_second, now)[0])
+        if doc is None:
+            return 0
+        n = doc.get("n")
+        return n if counter_problem(doc) is None and isinstance(n, int) else None
+
+    async def upkeep(self) -> list[str]:
+        await checkpoint()
+        return []  # a dict has no indexes to lose

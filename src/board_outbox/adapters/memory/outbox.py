@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, TypeGuard
 
+import msgspec
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model import fairness
@@ -22,6 +23,7 @@ from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     OnceLog,
     done_latency,
+    finite,
     park_fields,
     row_summary,
     stuck_reason,
@@ -30,6 +32,7 @@ from board_outbox.ports import (
     Claim,
     ClaimTerms,
     DoneLatency,
+    FailedPage,
     RowFilter,
     RowIdentity,
     UpsertResult,
@@ -47,6 +50,8 @@ def _matches(doc: dict[str, Any], flt: RowFilter) -> bool:
     if flt.states and doc.get("state") not in flt.states:
         return False
     if flt.kind is not None and doc.get("kind", "launch") != flt.kind:
+        return False
+    if flt.sub_ids and doc.get("sub_id") not in flt.sub_ids:
         return False
     upd = doc.get("updated_at", 0.0)
     if flt.updated_after is not None and not upd >= flt.updated_after:
@@ -155,9 +160,10 @@ class MemoryEffectOutbox:
         prefer: Collection[str] | None = None, steal_before: float | None = None,
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Due rows oldest first, taken round-robin by tenant (F1, ``fairness.pick``): the twin
-        sees every due row, so its round-robin is exact (each tenant's ``limit`` oldest due rows
-        are all a claim of ``limit`` can take from it)."""
+        """Due rows oldest first, taken round-robin by tenant, each tenant's highest priority
+        first (F1, ``fairness.pick``): the twin sees every due row, so its pick is exact (each
+        tenant's ``limit`` first rows by (priority desc, due time) are all a claim of ``limit``
+        can take from it)."""
         await checkpoint()
         candidates: list[list[tuple[float, int, dict[str, Any]]]] = []
         for tenant, refs in self._live.items():
@@ -173,7 +179,9 @@ class MemoryEffectOutbox:
                         stealable or fairness.stealable(doc, steal_before)):
                     due.append((nb, ref, doc))
             if due:
-                candidates.append(heapq.nsmallest(limit, due, key=lambda d: (d[0], d[1])))
+                first = heapq.nsmallest(limit, due, key=lambda d: (
+                    -fairness.priority_of(d[2]), d[0], d[1]))
+                candidates.append(sorted(first, key=lambda d: (d[0], d[1])))  # oldest first
         candidates.sort(key=lambda rows: (rows[0][0], rows[0][1]))  # tenants by their oldest row
         ref_of = {id(doc): ref for rows in candidates for _, ref, doc in rows}
         picked = fairness.pick((doc for rows in candidates for _, _, doc in rows), limit,
@@ -276,10 +284,14 @@ class MemoryEffectOutbox:
         return [(ref, dict(d)) for ref, d in self._docs.items()
                 if stuck_reason(d, now, horizon) is not None][:limit]
 
-    async def apply_failed(self, row_key: str, t: T.Transition) -> bool:
+    async def apply_failed(self, row_key: str, t: T.Transition, *,
+                           updated_at: float | None = None) -> bool:
         await checkpoint()
         ref = self._by_key.get(row_key)
         if ref is None or self._docs[ref].get("state") != FAILED:
+            return False
+        if updated_at is not None and not (_number(was := self._docs[ref].get("updated_at"))
+                                           and was == updated_at):
             return False
         _apply(self._docs[ref], t)
         self._track(ref)
@@ -302,6 +314,27 @@ class MemoryEffectOutbox:
                 _once(("find", id(d)), logging.WARNING,
                       "a row that does not decode is left out: %s", exc)
         return out
+
+    async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """As the Mongo adapter's walk: failed rows with a numeric ``updated_at`` and a string
+        ``row_key``, in ``(updated_at, row_key)`` order, after ``after``."""
+        await checkpoint()
+        flt = msgspec.structs.replace(flt, states=(FAILED,))
+        keyed = [((d["updated_at"], d["row_key"]), d) for d in self._docs.values()
+                 if d.get("state") == FAILED and _number(d.get("updated_at"))
+                 and isinstance(d.get("row_key"), str) and _matches(d, flt)]
+        if after is not None:
+            keyed = [(k, d) for k, d in keyed if k > after]
+        page = heapq.nsmallest(flt.limit, keyed, key=lambda kd: kd[0])
+        rows: list[EffectRow] = []
+        unreadable: list[str] = []
+        for _key, d in page:
+            try:
+                rows.append(from_doc(d, EffectRow, MalformedRow))
+            except MalformedDocument:
+                unreadable.append(d["row_key"])
+        return FailedPage(rows=rows, unreadable=unreadable, read=len(page),
+                          after=page[-1][0] if page else after)
 
     async def count_by_state(
         self, tenant_id: str | None = None, *, states: Collection[str] | None = None
@@ -369,3 +402,15 @@ class MemoryEffectOutbox:
                 and isinstance(d.get("done_at"), datetime) and d["done_at"].timestamp() >= since]
         done.sort(key=lambda d: d["done_at"], reverse=True)
         return [lat for d in done[:limit] if (lat := done_latency(d)) is not None]
+
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        await checkpoint()
+        n = 0
+        for d in self._docs.values():
+            nb, s = finite(d.get("not_before")), d.get("seq")
+            if (d.get("state") == PENDING and d.get("tenant_id") == tenant_id and nb is not None
+                    and (nb < not_before or (nb == not_before and _number(s) and s < seq))):
+                n += 1
+                if n >= limit:
+                    break
+        return n

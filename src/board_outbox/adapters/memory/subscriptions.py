@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import AsyncGenerator, Collection
 
+import anyio
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.domain import Subscription, check_id, check_kind
@@ -19,6 +20,25 @@ class MemorySubscriptionStore:
     def __init__(self) -> None:
         self._subs: dict[str, Subscription] = {}
         self._by_tenant: dict[str, dict[str, Subscription]] = {}
+        self._changes = 0  # every put and delete counts (the change stream's twin)
+        self._changed = anyio.Event()
+
+    def _change(self) -> None:
+        self._changes += 1
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def watch(self) -> AsyncGenerator[str, None]:
+        """The change stream's twin: "open", then "change" per put or delete."""
+        await checkpoint()
+        seen = self._changes
+        yield "open"
+        while True:
+            if seen == self._changes:
+                await self._changed.wait()
+            while seen < self._changes:
+                seen += 1
+                yield "change"
 
     async def get(self, sub_id: str) -> Subscription:
         await checkpoint()
@@ -61,9 +81,11 @@ class MemorySubscriptionStore:
             self._by_tenant[old.tenant_id].pop(sub.sub_id, None)
         self._subs[sub.sub_id] = sub
         self._by_tenant.setdefault(sub.tenant_id, {})[sub.sub_id] = sub
+        self._change()
 
     async def delete(self, sub_id: str) -> None:
         await checkpoint()
         old = self._subs.pop(sub_id, None)
         if old is not None:
             self._by_tenant[old.tenant_id].pop(sub_id, None)
+            self._change()

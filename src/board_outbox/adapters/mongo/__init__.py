@@ -16,6 +16,7 @@ from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
 from board_outbox.adapters.mongo.pauses import MongoPauseStore
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
 from board_outbox.adapters.mongo.schema import ensure_schema
+from board_outbox.adapters.mongo.series import MongoSeriesStore
 from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
 from board_outbox.adapters.mongo.tokens import MongoResumeTokenStore
 
@@ -30,6 +31,7 @@ __all__ = [
     "MongoPauseStore",
     "MongoReadModelStore",
     "MongoResumeTokenStore",
+    "MongoSeriesStore",
     "MongoSubscriptionStore",
     "ensure_schema",
     "make_client",

@@ -1,6 +1,7 @@
 """The change-stream feed on ``board_events`` (C1).
 
-Watches inserts only, projecting the tenant and seq (the tail reads the events itself), and
+Watches inserts only, projecting the event's fields (those the event log's read returns: the
+tail takes the next events from them instead of reading them again, issue 31), and
 leaves out in the pipeline the tenants other replicas own (S5: ``$match`` on
 ``fullDocument.tenant_id``, so the server, or mongos on a sharded cluster, returns a replica only
 the inserts it will act on). Resumes after the given token; a token the server can no longer
@@ -20,7 +21,7 @@ from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
 from board_outbox.adapters.mongo.errors import HISTORY_LOST_CODES, classify, is_transient
-from board_outbox.adapters.mongo.events import EVENTS
+from board_outbox.adapters.mongo.events import EVENT_FIELDS, EVENTS
 from board_outbox.model.errors import ChangeStreamLost
 from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Change
@@ -28,7 +29,8 @@ from board_outbox.ports import Change
 _once = OnceLog(logging.getLogger("board_outbox.changefeed"))
 
 OPERATIONS = ["insert", "invalidate", "drop", "dropDatabase", "rename"]
-PROJECT = {"$project": {"operationType": 1, "fullDocument.tenant_id": 1, "fullDocument.seq": 1}}
+PROJECT = {"$project": {"operationType": 1, **{
+    f"fullDocument.{name}": 1 for name, keep in EVENT_FIELDS.items() if keep}}}
 PIPELINE: list[dict[str, Any]] = [{"$match": {"operationType": {"$in": OPERATIONS}}}, PROJECT]
 
 
@@ -70,7 +72,7 @@ class MongoChangeFeed:
                     doc = change.get("fullDocument") or {}
                     tenant, seq = doc.get("tenant_id"), doc.get("seq")
                     if isinstance(tenant, str) and isinstance(seq, int):
-                        yield Change(tenant, seq, stream.resume_token)
+                        yield Change(tenant, seq, stream.resume_token, doc)
                 raise ChangeStreamLost("change stream closed by the server")
         except OperationFailure as exc:
             if exc.code in HISTORY_LOST_CODES:

@@ -21,9 +21,10 @@ from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
 from board_outbox.adapters.mongo.pauses import MongoPauseStore
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
 from board_outbox.adapters.mongo.schema import ensure_schema as ensure
+from board_outbox.adapters.mongo.series import MongoSeriesStore
 from board_outbox.adapters.mongo.sessions import MongoSessionStore
 from board_outbox.adapters.mongo.status import MongoStatusStore
-from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
+from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionChanges, MongoSubscriptionStore
 from board_outbox.adapters.mongo.tokens import MongoResumeTokenStore
 from board_outbox.model.errors import ConfigError
 from board_outbox.ports import Launcher, Stores
@@ -97,6 +98,8 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         limits=MongoLimitStore(db),
         sessions=MongoSessionStore(db),
         pauses=MongoPauseStore(db),
+        series=MongoSeriesStore(db),
+        sub_changes=MongoSubscriptionChanges(db) if change_feed else None,
     )
 
 

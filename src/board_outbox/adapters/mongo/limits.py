@@ -9,8 +9,13 @@ replica, each call atomic on one document (no transaction).
   while ``n`` is below the window's allowance; the upsert's DuplicateKeyError means the window is
   full (one retry: two first launches of a window may race on the insert).
 
-Every document carries ``expire_at`` (a date) for the TTL index (``schema.py``): the collection
-holds the slots in use and the last minutes' counters, never more.
+A slot lives as long as its launch: ``renew`` pushes its ``until`` on, fenced on the holder (a
+slot taken over is never renewed), and ``release`` frees it when the launch ends.
+
+Every document carries ``expire_at`` (a date) for the TTL index (``LIMIT_INDEXES``, created by
+``schema.py`` at start): the collection holds the slots in use and the last minutes' counters,
+never more. ``upkeep`` re-creates the indexes when the collection was dropped under a running
+service (a periodic pass, one index listing when nothing is missing).
 """
 
 from __future__ import annotations
@@ -18,19 +23,26 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pymongo import ReturnDocument
+from pymongo import ASCENDING, IndexModel, ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.bounds import MAX_SLOTS
 from board_outbox.model.limits import EXPIRY_MARGIN_SECONDS, rate_slot, slot_id
+from board_outbox.model.records import LimitHolder
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     LIMITS_COLLECTION,
+    counter_problem,
+    finite,
     report_slot,
     slot_is_free,
 )
 
 LIMITS = LIMITS_COLLECTION
+# a key's slots are renewed and released by key and holder; slots and counters expire (TTL)
+LIMIT_INDEXES = [IndexModel([("key", ASCENDING), ("holder", ASCENDING)], name="key_holder"),
+                 IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)]
 
 
 def _expire_at(t: float) -> datetime:
@@ -74,6 +86,13 @@ class MongoLimitStore:
         return False
 
     @translated
+    async def renew(self, key: str, holder: str, until: float) -> bool:
+        res = await self.coll.update_one(
+            {"key": key, "holder": holder},
+            {"$set": {"until": until, "expire_at": _expire_at(until)}})
+        return bool(res.matched_count)
+
+    @translated
     async def release(self, key: str, holder: str) -> None:
         await self.coll.update_many({"key": key, "holder": holder}, {"$set": {"holder": None}})
 
@@ -93,3 +112,35 @@ class MongoLimitStore:
             return True
         return False
 
+
+    @translated
+    async def holders(self, key: str, now: float) -> list[LimitHolder]:
+        # over ``key_holder``; a key has at most MAX_SLOTS slots (a limit is at most that)
+        docs = await (self.coll.find({"key": key, "holder": {"$ne": None}},
+                                     {"holder": 1, "until": 1})
+                      .limit(MAX_SLOTS).to_list(None))
+        out = []
+        for d in docs:  # each parsed alone: a bad one is left out, reported once
+            if report_slot(d, str(d["_id"]), now):
+                continue
+            holder, until = d.get("holder"), finite(d.get("until"))
+            if isinstance(holder, str) and until is not None and until > now:
+                out.append(LimitHolder(holder=holder, until=until))
+        return sorted(out, key=lambda h: h.holder)
+
+    @translated
+    async def counted(self, key: str, per_second: float, now: float) -> int | None:
+        doc = await self.coll.find_one({"_id": rate_slot(key, per_second, now)[0]}, {"n": 1})
+        if doc is None:
+            return 0
+        n = doc.get("n")
+        return n if counter_problem(doc) is None and isinstance(n, int) else None
+
+    @translated
+    async def upkeep(self) -> list[str]:
+        present = set(await self.coll.index_information())
+        missing = [m for m in LIMIT_INDEXES if m.document["name"] not in present]
+        if missing:
+            # all of them: an index there already is left as it is (same name, same options)
+            await self.coll.create_indexes(LIMIT_INDEXES)
+        return [m.document["name"] for m in missing]

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bson import ObjectId
-from pymongo import DESCENDING, ReturnDocument, UpdateMany, UpdateOne
+from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
@@ -55,6 +55,7 @@ from board_outbox.ports import (
     Claim,
     ClaimTerms,
     DoneLatency,
+    FailedPage,
     RowFilter,
     RowIdentity,
     UpsertResult,
@@ -63,6 +64,7 @@ from board_outbox.ports import (
 EFFECTS = "trigger_effects"
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
 DUPLICATE_KEY = 11000
+SCAN_CHUNK = 2000  # rows the stuck-row sweep's rolling unknown-state scan reads per sweep
 
 # The rows of one state, as a filter its partial index serves (``schema.INDEXES``): the state,
 # which implies the index's partial filter, plus a range over the index's key that holds every
@@ -78,6 +80,15 @@ IN_STATE: dict[str, dict[str, Any]] = {
 }
 
 
+# the pick's third query under a backlog: the key of the partial index on the pending rows of a
+# priority above 0 (``schema``): highest priority first, then oldest due first
+PRIORITY_ORDER = [("priority", DESCENDING), ("not_before", ASCENDING)]
+PRIORITY_INDEX = "pending_priority_not_before"
+
+# the dead-letters' walk order: the key of the failed rows' partial index (``schema``)
+FAILED_ORDER = [("updated_at", ASCENDING), ("row_key", ASCENDING)]
+
+
 def row_query(flt: RowFilter) -> dict[str, Any]:
     q: dict[str, Any] = {}
     if flt.tenant_id is not None:
@@ -91,6 +102,8 @@ def row_query(flt: RowFilter) -> dict[str, Any]:
     if flt.kind is not None:
         # a row without ``kind`` is a launch (the zero value)
         q["kind"] = {"$in": ["launch", None]} if flt.kind == "launch" else flt.kind
+    if flt.sub_ids:
+        q["sub_id"] = flt.sub_ids[0] if len(flt.sub_ids) == 1 else {"$in": list(flt.sub_ids)}
     upd: dict[str, float] = {}
     if flt.updated_after is not None:
         upd["$gte"] = flt.updated_after
@@ -125,6 +138,7 @@ def update_of(t: T.Transition) -> dict[str, Any]:
 class MongoEffectOutbox:
     def __init__(self, db: Any) -> None:
         self.coll = db[EFFECTS]
+        self._scan_after: Any = None  # where the rolling unknown-state scan goes on
 
     @translated
     async def upsert_rows(
@@ -179,8 +193,20 @@ class MongoEffectOutbox:
         that fills its window means a backlog, which may hide other tenants' rows behind one
         tenant's: then a second query, bounded the same, reads the oldest due rows of the
         tenants the first did not return (over the ``pending_tenant_not_before`` index, whose
-        bounds skip the backlogged tenants' keys). Two round trips under a backlog, one
-        otherwise, whatever the number of tenants."""
+        bounds skip the backlogged tenants' keys), and a third the due rows of a priority above
+        0, highest first, then oldest first (over the ``pending_priority_not_before`` index,
+        which holds only those: a seek on an empty index while no subscription sets a
+        priority), so a high-priority row newer than the window still goes first within its
+        tenant's share.
+        Three round trips under a backlog, one otherwise, whatever the number of tenants: a
+        pick that does not fill its window has read every due row, priorities and all.
+
+        Each tenant's rows reach ``fairness.pick`` oldest due first: the window is the oldest
+        due rows of all; a tenant's rows from the second or third query are newer than its
+        rows in the window (or it has none there), and the third query's are put in due order.
+        A negative priority sinks a row beneath the rows of its tenant this pick sees: under a
+        backlog, a row at -1 in the window goes before a newer row at 0 of its tenant outside
+        it (the window moves on by age, so that row's turn comes by age as ever)."""
         started = time.monotonic()
         due: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}}
         if tenants is not None:
@@ -195,6 +221,15 @@ class MongoEffectOutbox:
             have = {d["_id"] for d in picked}
             picked += [d for d in await self.coll.find(hidden).limit(window).to_list(None)
                        if d["_id"] not in have]
+            urgent = {**due, "priority": {"$gt": 0}}
+            have = {d["_id"] for d in picked}
+            # hinted: a planner that would not pick the partial index (the wire test server
+            # scans the collection, history and all, without it) reads only its entries; in
+            # the index's own order, so no sort stage where the server sorts by the index
+            top = await (self.coll.find(urgent).sort(PRIORITY_ORDER).hint(PRIORITY_INDEX)
+                         .limit(window).to_list(None))
+            picked += sorted((d for d in top if d["_id"] not in have),
+                             key=lambda d: d["not_before"])  # each tenant's oldest due first
         picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before)
         ids = [d["_id"] for d in picked]
         if not ids:
@@ -333,21 +368,75 @@ class MongoEffectOutbox:
     async def stuck_rows(
         self, now: float, limit: int, horizon: float = LEASE_HORIZON_SECONDS
     ) -> list[tuple[Any, dict[str, Any]]]:
+        """Every clause on a live state is served by that state's partial index (bounded by
+        the live rows, never the done history). A state outside the enum has no index that can
+        find it: a rolling scan of the ``_id`` index, ``SCAN_CHUNK`` rows per sweep, looks for
+        those (a lap over a million rows takes ``1e6 / SCAN_CHUNK`` sweeps)."""
         not_number = {"$not": {"$type": "number"}}
+        not_string = {"$not": {"$type": "string"}}
         q = {"$or": [
-            {"state": {"$nin": sorted(ROW_STATES)}},
-            {"state": {"$in": list(LIVE_STATES)}, "tenant_id": {"$not": {"$type": "string"}}},
             {"state": PENDING, "not_before": not_number},
+            {**IN_STATE[PENDING], "tenant_id": not_string},
             {"state": CLAIMED, "lease_until": not_number},
             {"state": CLAIMED, "lease_until": {"$gt": now + horizon}},
+            {**IN_STATE[CLAIMED], "tenant_id": not_string},
         ]}
-        docs = await self.coll.find(q).limit(limit).to_list(None)
+        docs: list[dict[str, Any]] = await self.coll.find(q).limit(limit).to_list(None)
+        if len(docs) < limit:
+            docs += await self._unknown_states(limit - len(docs))
         return [(d["_id"], d) for d in docs]
 
+    async def _unknown_states(self, limit: int) -> list[dict[str, Any]]:
+        """The next ``SCAN_CHUNK`` rows by ``_id`` (the ObjectIds the service mints; at the end
+        of a lap, the few rows whose ``_id`` is something else), and of those the ones whose
+        state is outside the enum, read whole."""
+        after = self._scan_after
+        q = {"_id": {"$gt": after} if after is not None else {"$type": "objectId"}}
+        page = await self.coll.find(q, {"state": 1}).sort("_id", 1).limit(SCAN_CHUNK).to_list(None)
+        self._scan_after = page[-1]["_id"] if len(page) == SCAN_CHUNK else None
+        if self._scan_after is None:  # a lap ends
+            page += await self.coll.find({"_id": {"$not": {"$type": "objectId"}}},
+                                         {"state": 1}).limit(SCAN_CHUNK).to_list(None)
+        odd = [d["_id"] for d in page if d.get("state") not in ROW_STATES][:limit]
+        if not odd:
+            return []
+        return await self.coll.find({"_id": {"$in": odd}}).to_list(None)  # type: ignore[no-any-return]
+
     @translated
-    async def apply_failed(self, row_key: str, t: T.Transition) -> bool:
-        res = await self.coll.update_one({"row_key": row_key, "state": FAILED}, update_of(t))
+    async def apply_failed(self, row_key: str, t: T.Transition, *,
+                           updated_at: float | None = None) -> bool:
+        q: dict[str, Any] = {"row_key": row_key, "state": FAILED}
+        if updated_at is not None:
+            q["updated_at"] = updated_at
+        res = await self.coll.update_one(q, update_of(t))
         return bool(res.modified_count == 1)
+
+    @translated
+    async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """One query over ``failed_updated_at_row_key`` (failed rows by ``(updated_at,
+        row_key)``): its bounds start at the position after the last page, its key is the sort,
+        so a page costs its own rows whatever came before (no skip, no sort stage). The
+        position is the last document's stored values, sent back as they were read."""
+        q = row_query(RowFilter(tenant_id=flt.tenant_id, states=(FAILED,), kind=flt.kind,
+                                sub_ids=flt.sub_ids, updated_after=flt.updated_after,
+                                updated_before=flt.updated_before))
+        q["row_key"] = {"$type": "string"}
+        if after is not None:
+            at, key = after  # at or past ``updated_after``: the last page's rows were
+            q["updated_at"] = {**q["updated_at"], "$gte": at}
+            q["$or"] = [{"updated_at": {"$gt": at}}, {"updated_at": at, "row_key": {"$gt": key}}]
+        # the whole page in the first reply (a find's first batch is 101 documents otherwise)
+        docs = await (self.coll.find(q).sort(FAILED_ORDER).limit(flt.limit)
+                      .batch_size(flt.limit).to_list(None))
+        rows: list[EffectRow] = []
+        unreadable: list[str] = []
+        for doc in docs:
+            try:
+                rows.append(_decode(doc))
+            except MalformedDocument:
+                unreadable.append(doc["row_key"])
+        last = (docs[-1]["updated_at"], docs[-1]["row_key"]) if docs else after
+        return FailedPage(rows=rows, unreadable=unreadable, read=len(docs), after=last)
 
     @translated
     async def get(self, row_key: str) -> EffectRow | None:
@@ -467,3 +556,13 @@ class MongoEffectOutbox:
             {"_id": 0, "tenant_id": 1, "kind": 1, "done_at": 1, "event.at": 1},
         ).sort("done_at", DESCENDING).limit(limit).to_list(None)
         return [lat for d in docs if (lat := done_latency(d)) is not None]
+
+    @translated
+    async def due_ahead(self, tenant_id: str, not_before: float, seq: int, limit: int) -> int:
+        """One count over the partial ``pending_tenant_not_before`` index (both branches bound
+        its key), stopped at ``limit``."""
+        return int(await self.coll.count_documents(
+            {"state": PENDING, "tenant_id": tenant_id,
+             "$or": [{"not_before": {"$lt": not_before}},
+                     {"not_before": not_before, "seq": {"$lt": seq}}]},
+            limit=limit))

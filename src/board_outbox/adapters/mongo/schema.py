@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import ASCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.errors import OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import EVENTS
-from board_outbox.adapters.mongo.limits import LIMITS
+from board_outbox.adapters.mongo.limits import LIMIT_INDEXES, LIMITS
 from board_outbox.adapters.mongo.membership import MEMBERS
 from board_outbox.adapters.mongo.outbox import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
+from board_outbox.adapters.mongo.series import SERIES
 from board_outbox.adapters.mongo.sessions import SESSIONS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
 from board_outbox.model.domain import CLAIMED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
@@ -36,12 +37,20 @@ INDEXES: dict[str, list[IndexModel]] = {
         # (``tenant_id: {$nin: seen}``: its bounds skip the backlogged tenants' keys)
         IndexModel([("tenant_id", ASCENDING), ("not_before", ASCENDING)],
                    name="pending_tenant_not_before", partialFilterExpression={"state": PENDING}),
+        # the pick's third query under a backlog: the due rows of a priority above 0, highest
+        # first, then oldest first (issue 33); a row at 0 has no ``priority`` field (slim
+        # rows), so while no subscription sets a priority this index is empty and costs no write
+        IndexModel([("priority", DESCENDING), ("not_before", ASCENDING)],
+                   name="pending_priority_not_before",
+                   partialFilterExpression={"state": PENDING, "priority": {"$gt": 0}}),
         # the expired-lease sweep
         IndexModel([("lease_until", ASCENDING)], name="claimed_lease_until",
                    partialFilterExpression={"state": CLAIMED}),
-        # the dead-letters, newest first (B1)
-        IndexModel([("updated_at", ASCENDING)], name="failed_updated_at",
-                   partialFilterExpression={"state": FAILED}),
+        # the dead-letters, newest first (B1), and a bulk replay's walk over them, oldest first
+        # (``failed_page``): keyed by (updated_at, row_key), a total order whose position a
+        # page resumes from with index bounds, however many rows were parked at one instant
+        IndexModel([("updated_at", ASCENDING), ("row_key", ASCENDING)],
+                   name="failed_updated_at_row_key", partialFilterExpression={"state": FAILED}),
         # done rows expire after 7 days; failed rows (the dead-letter) never do (M11b)
         IndexModel([("done_at", ASCENDING)], name="done_ttl",
                    expireAfterSeconds=DONE_TTL_SECONDS,
@@ -52,12 +61,15 @@ INDEXES: dict[str, list[IndexModel]] = {
                    unique=True),
     ],
     MEMBERS: [IndexModel([("expires_at", ASCENDING)], name="expires_at")],
-    # F2: a key's slots are released by key and holder; slots and counters expire (TTL)
-    LIMITS: [IndexModel([("key", ASCENDING), ("holder", ASCENDING)], name="key_holder"),
-             IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
+    # F2: a key's slots are renewed and released by key and holder; slots and counters expire
+    LIMITS: LIMIT_INDEXES,
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     # the console's sessions end on their own (a logout deletes them sooner)
     SESSIONS: [IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
+    # the console's charts (issue 33): the window is read by minute; each document carries its
+    # own end (a writer's series.keep_hours past its minute)
+    SERIES: [IndexModel([("minute", ASCENDING)], name="minute"),
+             IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
     READ_MODELS: [IndexModel([("model", ASCENDING), ("tenant_id", ASCENDING), ("key", ASCENDING)],
                              name="model_tenant_key")],
 }
@@ -66,8 +78,10 @@ INDEXES: dict[str, list[IndexModel]] = {
 # Indexes earlier versions created, dropped by ``ensure_schema``: full indexes over ``state``
 # that every row's every state change had to update, replaced by the partial indexes above (the
 # queries that used them are served by those; an older replica still running finds them too).
+# ``failed_updated_at`` (updated_at alone) is the prefix of ``failed_updated_at_row_key``.
 OBSOLETE: dict[str, tuple[str, ...]] = {
-    EFFECTS: ("tenant_state_not_before", "state_updated", "state_not_before", "state_lease_until"),
+    EFFECTS: ("tenant_state_not_before", "state_updated", "state_not_before", "state_lease_until",
+              "failed_updated_at"),
 }
 
 

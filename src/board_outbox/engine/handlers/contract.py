@@ -5,7 +5,7 @@ with. Re-exported by ``board_outbox.sdk``, the public face."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -20,15 +20,20 @@ P = TypeVar("P")
 
 
 class ExecutionContext(Generic[P]):
-    """What a handler may do besides its effect: fenced writes on its own claimed row, and what
-    its ``prepare`` read for the whole claimed batch (``prefetched``; None: read per row)."""
+    """What a handler may do besides its effect: fenced writes on its own claimed row, what its
+    ``prepare`` read for the whole claimed batch (``prefetched``; None: read per row), and
+    ``riders``: callables the row's lease heartbeat runs at each beat while the lease holds (a
+    handler adds one for what it must renew while it runs -- the launch's in-flight slots -- and
+    removes it when done; with the heartbeat off, or outside a worker, none runs)."""
 
     def __init__(self, claim: Claim, outbox: EffectOutbox, clock: Clock,
-                 prefetched: P | None = None) -> None:
+                 prefetched: P | None = None,
+                 riders: list[Callable[[], Awaitable[None]]] | None = None) -> None:
         self.claim = claim
         self.outbox = outbox
         self.clock = clock
         self.prefetched: P | None = prefetched
+        self.riders: list[Callable[[], Awaitable[None]]] = [] if riders is None else riders
 
     @property
     def attempt(self) -> int:

@@ -91,7 +91,9 @@ class LaunchHandler:
     ) -> AbstractAsyncContextManager[None]:
         if self.gate is None:
             return nullcontext()
-        return self.gate.hold(row, sub, f"{row.row_key}:{ctx.claim.claim_id}", ctx.clock)
+        # the slots ride on the row's lease heartbeat (``ctx.riders``) while the launch runs
+        return self.gate.hold(row, sub, f"{row.row_key}:{ctx.claim.claim_id}", ctx.clock,
+                              ctx.riders)
 
     async def _persist_consumed(self, row: EffectRow, ctx: ExecutionContext[dict[str, Subscription]]) -> None:
         """M6: persist consume_marked between the consume and the launch. A lost lease stops

@@ -46,13 +46,13 @@ def trace_context_of(ctx: SpanContext) -> str | None:
 def parse_traceparent(value: str | None) -> SpanContext | None:
     if not value:
         return None
+    # a stored trace context is data: each field exactly its W3C width of lowercase hex
+    # (``int(x, 16)`` alone would take ``0x`` prefixes, ``_``, upper case and whitespace)
     parts = value.split("-")
-    if len(parts) != 4 or parts[0] != "00":
+    if (len(parts) != 4 or parts[0] != "00" or trace_id_of(value) is None
+            or _SPAN_ID.fullmatch(parts[2]) is None or _FLAGS.fullmatch(parts[3]) is None):
         return None
-    try:
-        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-    except ValueError:
-        return None
+    trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
     ctx = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
     return ctx if ctx.is_valid else None
 
@@ -82,6 +82,8 @@ def start_execute_span(tracer: trace.Tracer, row: EffectRow, *, attempt: int) ->
 
 
 _TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+_FLAGS = re.compile(r"[0-9a-f]{2}")
 
 
 def trace_id_of(traceparent: str) -> str | None:

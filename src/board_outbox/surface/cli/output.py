@@ -9,7 +9,7 @@ from typing import Any
 
 from board_outbox.model.errors import UsageError
 
-__all__ = ["UsageError", "confirm_purge", "print_dead_letters"]
+__all__ = ["UsageError", "confirm_bulk_replay", "confirm_purge", "print_dead_letters"]
 
 
 
@@ -32,4 +32,13 @@ def confirm_purge(count: int) -> bool:
         raise UsageError(f"dead-letters purge: {count} rows match; confirm with --yes "
                          "(standard input is not a terminal to ask on)")
     answer = input(f"Delete {count} dead-letters for good? [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+def confirm_bulk_replay(count: int, rate: float) -> bool:
+    """Ask on the terminal before a bulk replay; no terminal: a usage error (as ``purge``)."""
+    if not sys.stdin.isatty():
+        raise UsageError(f"dead-letters replay: {count} rows match; apply the plan with --yes "
+                         "(standard input is not a terminal to ask on), or --dry-run")
+    answer = input(f"Replay {count} dead-letters at {rate:g} rows/s? [y/N] ").strip().lower()
     return answer in ("y", "yes")

@@ -53,6 +53,16 @@ def _positive_float(text: str) -> float:
     return float(value)
 
 
+MAX_RATE = 100_000.0  # rows a second: far past what one store takes, short of a typo's 1e300
+
+
+def _rate(text: str) -> float:
+    value = _number(float, text)
+    if not 0 < value <= MAX_RATE:  # nan and inf fail too
+        raise argparse.ArgumentTypeError(f"expected rows a second, > 0 and <= {MAX_RATE:g}, got {text}")
+    return float(value)
+
+
 def _fraction(text: str) -> float:
     value = _number(float, text)
     if not 0.0 <= value <= 1.0:
@@ -212,6 +222,19 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "\"bad_documents\": [...]} (a pause document that does not parse pauses nothing; it is\n"
         "listed there, and `pause` writes it whole again).",
     ),
+    "explain": (
+        "why one row waits: its timeline and what holds it now",
+        "The row's timeline (its event's insert, materialization, each failed attempt, operator\n"
+        "actions, the deferral or claim in progress, the end), from what the row and the event\n"
+        "store record -- the row keeps no per-attempt claim or start times, and says so -- and\n"
+        "what holds it now, by name: done; failed (the last error, the replay command); a live\n"
+        "lease; an expired lease (stealable); a launch limit (its key and the holders of its\n"
+        "slots now); a backoff (until when); the replica that owns its tenant; its turn among\n"
+        "the tenant's due rows. ROW_KEY as `dead-letters list` prints it: TENANT/SEQ/sub/SUB_ID\n"
+        "or TENANT/SEQ/proj/PROJECTION. Not a row key, or no such row: one line, exit 2.\n"
+        "--json prints one stable document ({\"schema\": 1, \"row_key\", \"at\", \"row\",\n"
+        "\"holds\": [{\"hold\": NAME, \"summary\", ...}], \"timeline\", \"notes\"}).",
+    ),
     "console": (
         "the operator's web console alone, against the configured store",
         "Serve the web console (overview of tenants and replicas, tenant pages, dead-letters\n"
@@ -272,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     filt.add_argument("--tenant", help="only this tenant")
     filt.add_argument("--since", type=_when, help="parked at or after (ISO time, or an age: 2h, 7d)")
     filt.add_argument("--until", type=_when, help="parked before (ISO time, or an age: 2h, 7d)")
-    filt.add_argument("--limit", type=_positive_int, default=100, help="at most N rows (default 100)")
+    filt.add_argument("--limit", type=_positive_int, default=None,
+                      help="at most N rows (default 100; replay --filter: 10000)")
     ls = dls.add_parser("list", parents=[filt], help="list dead-letters, newest first",
                         description="List dead-letters, newest first.")
     ls.add_argument("--json", action="store_true", help="one JSON document per line")
@@ -284,12 +308,32 @@ def build_parser() -> argparse.ArgumentParser:
                         description=(
                             "Return dead-letters to pending with attempts reset. The error history\n"
                             "is kept and an audit entry records who replayed it and when. Name rows\n"
-                            "by ROW_KEY, or use --all with the filters."))
+                            "by ROW_KEY, or use --all with the filters.\n\n"
+                            "Bulk replay as a plan: --filter KEY=VALUE (repeatable; tenant, kind,\n"
+                            "subscription, bot, error (a substring of the last error), error-class,\n"
+                            "since, before, limit; --tenant/--since/--until/--limit count too) first\n"
+                            "prints the plan: the matching dead-letters counted by tenant, kind and\n"
+                            "subscription, oldest parked first, at most limit (default 10000). Nothing\n"
+                            "is written until it is confirmed: --yes, or a y on the terminal (not a\n"
+                            "terminal and no --yes: exit 2; --dry-run: the plan only, exit 0). Then\n"
+                            "each row is replayed by one fenced write, at most --rate rows a second,\n"
+                            "with a progress bar; a row changed since the plan (replayed by someone\n"
+                            "else, parked again, purged) is skipped. SIGINT/SIGTERM stop it between\n"
+                            "two rows: every row is replayed or untouched, and the summary line says\n"
+                            "how many of each (exit 130). Each row's audit entry names the bulk\n"
+                            "replay; one summary line is logged. Exit 1: the store refused rows or\n"
+                            "went away."))
     rp.add_argument("row_keys", metavar="ROW_KEY", nargs="*")
     rp.add_argument("--all", action="store_true", help="replay every dead-letter the filters match")
+    rp.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE", dest="terms",
+                    help="bulk replay as a plan: only dead-letters with KEY=VALUE (repeatable)")
     rp.add_argument("--by", default="", help="who replays (audit; default $USER)")
     rp.add_argument("--dry-run", action="store_true",
-                    help="say what each replay would do under the current rules; change nothing")
+                    help="say what each replay would do under the current rules; change nothing "
+                         "(with --filter: print the plan only)")
+    rp.add_argument("--yes", action="store_true", help="--filter: apply the plan without asking")
+    rp.add_argument("--rate", type=_rate, default=None, metavar="ROWS",
+                    help="--filter: replay at most ROWS rows a second (default 50)")
     pg = dls.add_parser("purge", parents=[filt], help="delete dead-letters (asks first)",
                         description="Delete the dead-letters the filters match. Asks for "
                                     "confirmation unless --yes.")
@@ -370,6 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")
+    ex = _command(sub, "explain", common)
+    ex.add_argument("row_key", metavar="ROW_KEY", help="e.g. acme/42/sub/triage")
+    ex.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     con = _command(sub, "console", common)
     con.add_argument("--host", default=None, help="listen on this address (default: [ui] host, "
                                                   "127.0.0.1)")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import jinja2
-import msgspec
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import ClientDisconnect, Request
@@ -31,8 +31,10 @@ from board_outbox.model.records import RowFilter
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
 from board_outbox.surface.admin import parse_when, replay_rows
+from board_outbox.surface.console.bulk import bulk_routes
 from board_outbox.surface.console.data import ConsoleData, trace_id
 from board_outbox.surface.console.pauses import pause_routes, pause_view
+from board_outbox.surface.console.rows import row_page
 from board_outbox.surface.console.security import (
     SESSION_COOKIE,
     SESSION_SECONDS,
@@ -43,6 +45,7 @@ from board_outbox.surface.console.security import (
     session_secret,
     token_matches,
 )
+from board_outbox.surface.console.trends import Trends, chart_routes
 from board_outbox.surface.format import age
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ def _templates() -> Jinja2Templates:
 def build_console(stores: Stores, config: Config, service: Service | None = None) -> Starlette:
     """The console app (its routes are relative: mount it at ``/ui``)."""
     data = ConsoleData(stores, config, service)
+    trends = Trends(stores, config)  # the charts (issue 33): /charts and the sparklines
     templates = _templates()
     admin_token, jaeger = config.ui.admin_token, config.ui.jaeger_url.rstrip("/")
     mode = (f"replica {service.ownership.member_id}" if service is not None
@@ -84,7 +88,8 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
     throttle = LoginThrottle()
 
     async def page(request: Request, name: str, status: int = 200,
-                   headers: dict[str, str] | None = None, **ctx: Any) -> Response:
+                   headers: dict[str, str] | None = None,
+                   background: BackgroundTask | None = None, **ctx: Any) -> Response:
         base = request.scope.get("root_path", "")
         admin = await sessions.admin_or_none(request) is not None
         return templates.TemplateResponse(request, name, {
@@ -93,7 +98,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             "now": time.time(), **ctx}, status_code=status,
             headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
                      "Content-Security-Policy": "default-src 'self'; style-src 'unsafe-inline'",
-                     "Referrer-Policy": "same-origin", **(headers or {})})
+                     "Referrer-Policy": "same-origin", **(headers or {})}, background=background)
 
     async def refused(request: Request, why: str) -> Response:
         log.warning("console: refused %s %s: %s", request.method, request.url.path, why)
@@ -102,8 +107,13 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
     async def overview(request: Request) -> Response:
         raw = request.query_params.get("page", "1")
         number = int(raw) if raw.isdigit() and 0 < len(raw) < 7 else 1
-        return await page(request, "overview.html", ov=await data.overview(max(1, number)),
-                          refresh=REFRESH_SECONDS, pv=await pause_view(stores))
+        ov = await data.overview(max(1, number))
+        # alone: the view of who needs a look is past its age -- read anew after this response
+        after = BackgroundTask(data.refresh_view) if data.refresh_due() else None
+        return await page(request, "overview.html", ov=ov, refresh=REFRESH_SECONDS,
+                          background=after,
+                          spark=await trends.sparklines([t.tenant_id for t in ov.tenants]),
+                          pv=await pause_view(stores))
 
     async def find_tenant(request: Request) -> Response:
         """The overview's "open a tenant" form: straight to that tenant's page."""
@@ -138,13 +148,11 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         return await page(request, "dead_letters.html", rows=rows, form=form, error=None)
 
     async def row(request: Request) -> Response:
-        key = request.path_params["row_key"]
-        r = await data.row(key)
-        if r is None:
-            return await page(request, "message.html", 404, title="No such row",
-                        message=f"No effect row has the key {key!r}.")
-        doc = msgspec.json.format(msgspec.json.encode(r), indent=2).decode()
-        return await page(request, "row.html", row=r, doc=doc)
+        """The row and why it waits (``rows.row_page``: ``explain``'s answer)."""
+        got = await row_page(data.stores, config, request.path_params["row_key"], time.time())
+        if isinstance(got, str):
+            return await page(request, "message.html", 404, title="No such row", message=got)
+        return await page(request, "row.html", row=got.row, x=got.x, doc=got.doc)
 
     async def action_form(request: Request) -> tuple[list[str], str] | Response:
         """The posted row keys after the safety checks, or the refusal."""
@@ -238,7 +246,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         return Response("request body did not arrive\n", status_code=408,
                         media_type="text/plain", headers={"Connection": "close"})
 
-    return Starlette(
+    app = Starlette(
         exception_handlers={BoardOutboxError: store_error, ClientDisconnect: gone},
         routes=[
             Route("/", overview, methods=["GET"]),
@@ -248,11 +256,16 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             Route("/rows/{row_key:path}", row, methods=["GET"]),
             Route("/replay/confirm", confirm, methods=["POST"]),
             Route("/replay", replay, methods=["POST"]),
+            *bulk_routes(stores=data.stores, page=page, refused=refused, sessions=sessions,
+                         admin_token=admin_token),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
             *pause_routes(stores, sessions, admin_token, page, refused),  # issue 33
+            *chart_routes(trends, page),
         ],
         middleware=[Middleware(SessionMiddleware, secret_key=session_secret(admin_token),
                                session_cookie=SESSION_COOKIE, max_age=SESSION_SECONDS,
                                same_site="strict", https_only=False)],
     )
+    app.state.console = data  # its reads (the benchmark's baseline turns their sharing off)
+    return app

@@ -5,16 +5,18 @@ store). Nothing here writes, except ``replay`` (``surface.admin.replay_rows``, a
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 
 from board_outbox.engine.membership import owner
+from board_outbox.engine.telemetry.spans import trace_id_of
 from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow
 from board_outbox.model.errors import StoreError
-from board_outbox.model.records import AttentionPage, ReadModelVersions, RowFilter, TenantLag
+from board_outbox.model.records import AttentionPage, ReadModelVersions, RowFilter
 from board_outbox.model.validation import cap
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
@@ -26,6 +28,7 @@ from board_outbox.service.health import (
     tenant_status,
     tenant_statuses,
 )
+from board_outbox.surface.console.attention import SharedAttention, View, sorted_view
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -73,6 +76,7 @@ class Overview:
     replicas: list[Replica] | None  # None: the backend keeps no membership
     stream: str  # the change stream's state, as far as this process can tell
     latency: list[Latency] | None = None  # None: no service in this process
+    figures_at: float | None = None  # when the view of who needs a look was read (alone)
 
 
 @dataclass
@@ -94,18 +98,19 @@ class TenantPage:
 
 
 def trace_id(row: EffectRow) -> str | None:
-    """The W3C trace id of the row's trace context (``00-<trace id>-<span id>-<flags>``)."""
-    if row.trace is None:
-        return None
-    parts = row.trace.traceparent.split("-")
-    return parts[1] if len(parts) >= 4 and len(parts[1]) == 32 else None
+    """The W3C trace id of the row's trace context (``00-<trace id>-<span id>-<flags>``), by the
+    check the metrics' exemplars use: 32 lowercase hex digits, not all zeros; a planted
+    ``0x…``, upper case or a newline gives none (the page links it into the tracing UI)."""
+    return trace_id_of(row.trace.traceparent) if row.trace is not None else None
 
 
 class ConsoleData:
     """The console's reads. Beside a running service (``run`` with ``[ui] enabled``) it shows
     that service's view: per-tenant status with its stall detection, the change stream's state.
     Alone (``board-outbox console``) it reads the store itself and detects stalls across page
-    loads with its own ``StallDetector``."""
+    loads with its own ``StallDetector``. Either way the tenants that need a look are one view
+    shared by the page loads (``attention``); ``shared = False`` makes each load compute its
+    own, as the console did before (the benchmark's baseline)."""
 
     def __init__(self, stores: Stores, config: Config, service: Service | None = None) -> None:
         self.stores = stores
@@ -113,6 +118,10 @@ class ConsoleData:
         self.service = service
         self.stalls = StallDetector(config.tail.stall_seconds)
         self.next_events = NextEvents()
+        self.shared = True
+        self.alone = (None if stores.status is None else SharedAttention(
+            stores.status, config.service.metrics_interval_seconds, PAGE_SIZE))
+        self._replica: tuple[dict[str, TenantStatus], View] | None = None
 
     def _stall(self, st: TenantStatus, now: float) -> None:
         """Beside a replica, its stall detection (it looks at every tenant each refresh); alone,
@@ -126,34 +135,36 @@ class ConsoleData:
                                                          st.lag_events > 0, now)
             st.stalled = st.stalled_for_seconds > 0
 
-    async def attention(self, page: int, now: float) -> tuple[AttentionPage, list[TenantStatus]]:
-        """One page of the tenants that need a look and their status. Alone: sorted and cut in
-        the store, then read over that page's tenants only. Beside a replica: cut from the
-        replica's own status of every tenant (its last metrics refresh), with no store read."""
-        offset = (page - 1) * PAGE_SIZE
+    def replica_view(self) -> tuple[dict[str, TenantStatus], View] | None:
+        """Beside a replica: its own status of every tenant (refreshed every
+        ``metrics_interval_seconds`` for /metrics and /readyz, a constant number of queries
+        each) and its view, sorted once per refresh; None when it keeps none (yet)."""
         svc = self.service
-        if svc is not None and svc.status_enabled and svc.status:
-            # beside a replica: its own status, refreshed every metrics_interval_seconds for
-            # /metrics and /readyz (a constant number of queries each): no store read at all
-            return self._from(dict(svc.status), offset)
-        if self.stores.status is None:  # a bare set of ports: every tenant, sorted here
-            return self._from(await tenant_statuses(self.stores, now), offset)
-        att = await self.stores.status.attention(offset, PAGE_SIZE)
-        return att, await page_statuses(self.stores, att.tenants, now, self.next_events)
+        if svc is None or not svc.status_enabled or not svc.status:
+            return None
+        every = svc.status
+        if self._replica is None or self._replica[0] is not every or not self.shared:
+            self._replica = (every, sorted_view(every, time.time(), time.monotonic()))
+        return self._replica
 
-    @staticmethod
-    def _from(every: dict[str, TenantStatus], offset: int
-              ) -> tuple[AttentionPage, list[TenantStatus]]:
-        """A page cut from statuses already in memory (the replica's, or every tenant's)."""
-        lags = [TenantLag(tenant_id=t, head=s.allocated_seq, cursor=s.cursor,
-                          dead_letters=s.dead_letters) for t, s in every.items()]
-        look = sorted((t for t in lags if t.lag or t.dead_letters),
-                      key=lambda t: (-t.lag, -t.dead_letters, t.tenant_id))
-        att = AttentionPage(tenants=look[offset:offset + PAGE_SIZE], listed=len(look),
-                            total=len(lags), behind=sum(1 for t in lags if t.lag),
-                            events_behind=sum(t.lag for t in lags),
-                            dead_letters=sum(t.dead_letters for t in lags))
-        return att, [msgspec.structs.replace(every[t.tenant_id]) for t in att.tenants]
+    async def attention(self, page: int, now: float
+                        ) -> tuple[AttentionPage, list[TenantStatus] | None, float | None]:
+        """One page of the tenants that need a look, and when the shared view of them was read
+        (None: read for this load). Alone:
+        cut from the shared view (read in the store at most once per
+        ``metrics_interval_seconds``); the page's statuses are then read over its tenants
+        only (None here). A bare set of ports (no ``StatusStore``): every tenant's status,
+        each load."""
+        offset = (page - 1) * PAGE_SIZE
+        if self.alone is None:
+            every = await tenant_statuses(self.stores, now)
+            cut = sorted_view(every, now, time.monotonic()).cut(offset, PAGE_SIZE)
+            assert cut is not None  # a sorted view holds every listed tenant
+            return cut, [every[t.tenant_id] for t in cut.tenants], None
+        if self.shared:
+            att, at = await self.alone.page(offset)
+            return att, None, at
+        return await self.alone.status.attention(offset, PAGE_SIZE), None, None
 
     async def replicas(self, now: float, tenants: Iterable[str]) -> tuple[list[Replica] | None,
                                                                            dict[str, str]]:
@@ -204,51 +215,82 @@ class ConsoleData:
         return out
 
     async def overview(self, page: int = 1) -> Overview:
-        """The overview's cost is one page: one aggregate sorts and cuts the tenants that need a
-        look in the store, then a constant number of queries read those tenants' figures."""
+        """The overview's cost is one page: cut from the view of the tenants that need a look
+        (``attention``), then a constant number of queries over that page's tenants, run at
+        once with the replicas and the stream's state."""
         now = time.time()
-        att, statuses = await self.attention(page, now)
+        stalled, stalled_ids = None, []
+        replica = self.replica_view()
+        if replica is not None:  # beside a replica: no store read but the membership
+            every, view = replica
+            att = view.cut((page - 1) * PAGE_SIZE, PAGE_SIZE)
+            assert att is not None and view.stalled is not None
+            statuses = [msgspec.structs.replace(every[t.tenant_id]) for t in att.tenants]
+            ids = [t.tenant_id for t in att.tenants]
+            (replicas, owners), stream = await concurrently(
+                lambda: self.replicas(now, ids), self.stream_state)
+            at: float | None = None  # the replica's last refresh
+            stalled = len(view.stalled)
+            stalled_ids = [s.tenant_id for s in view.stalled[:MAX_STALLED_NAMED]]
+        else:
+            att, known, at = await self.attention(page, now)
+            ids = [t.tenant_id for t in att.tenants]
+
+            async def page_of() -> list[TenantStatus]:
+                return known if known is not None else await page_statuses(
+                    self.stores, att.tenants, now, self.next_events)
+
+            statuses, (replicas, owners), stream = await concurrently(
+                page_of, lambda: self.replicas(now, ids), self.stream_state)
         for st in statuses:
             self._stall(st, now)
-        stalled, stalled_ids = None, []
-        if self.service is not None and self.service.status_enabled:
-            held = sorted((s for s in self.service.status.values() if s.stalled),
-                          key=lambda s: (-s.stalled_for_seconds, s.tenant_id))
-            stalled, stalled_ids = len(held), [s.tenant_id for s in held[:MAX_STALLED_NAMED]]
-        replicas, owners = await self.replicas(now, [s.tenant_id for s in statuses])
         return Overview(generated_at=now, tenants=statuses, page=page,
                         pages=max(1, -(-att.listed // PAGE_SIZE)), listed=att.listed,
                         total=att.total, behind=att.behind, events_behind=att.events_behind,
                         dead_letters=att.dead_letters, stalled=stalled,
                         stalled_ids=stalled_ids, owners=owners,
-                        replicas=replicas, stream=await self.stream_state(),
-                        latency=self.latency())
+                        replicas=replicas, stream=stream, latency=self.latency(), figures_at=at)
+
+    def refresh_due(self) -> bool:
+        """Alone: the shared view is past its age (the page's response then refreshes it).
+        Beside a replica whose status is there, never: the pages are cut from that."""
+        return (self.alone is not None and self.shared and self.alone.due()
+                and self.replica_view() is None)
+
+    async def refresh_view(self) -> None:
+        if self.alone is not None:
+            await self.alone.refresh_after_response()
 
     async def tenant(self, tenant_id: str) -> TenantPage | None:
-        """One tenant's page reads that tenant only (its counter, cursor, rows, pointers)."""
+        """One tenant's page reads that tenant only (its counter, cursor, rows, pointers), its
+        independent reads at once."""
         now = time.time()
-        try:
-            status = await tenant_status(self.stores, tenant_id, now)
-        except StoreError as exc:  # its counter or cursor does not parse: the page says so
-            status = TenantStatus(tenant_id=tenant_id, cursor=0, allocated_seq=0, lag_events=0,
-                                  lag_seconds=0.0, oldest_pending_age_seconds=None, rows={},
-                                  dead_letters=0, problems=[cap(str(exc), 300)])
-        if not (status.allocated_seq or status.rows or status.problems
+
+        async def status() -> TenantStatus:
+            try:
+                return await tenant_status(self.stores, tenant_id, now)
+            except StoreError as exc:  # its counter or cursor does not parse: the page says so
+                return TenantStatus(tenant_id=tenant_id, cursor=0, allocated_seq=0,
+                                    lag_events=0, lag_seconds=0.0,
+                                    oldest_pending_age_seconds=None, rows={}, dead_letters=0,
+                                    problems=[cap(str(exc), 300)])
+
+        st, rows, (replicas, owners), generations = await concurrently(
+            status, lambda: self.stores.outbox.find(RowFilter(
+                tenant_id=tenant_id, states=(PENDING, CLAIMED, FAILED), limit=SAMPLE_ROWS)),
+            lambda: self.replicas(now, [tenant_id]), lambda: self.generations(tenant_id))
+        if not (st.allocated_seq or st.rows or st.problems
                 or await self.stores.cursors.get(tenant_id) is not None
                 or await self.stores.subs.list_for_tenant(tenant_id)):
             return None
-        self._stall(status, now)
-        rows = await self.stores.outbox.find(RowFilter(
-            tenant_id=tenant_id, states=(PENDING, CLAIMED, FAILED), limit=SAMPLE_ROWS))
+        self._stall(st, now)
         by_kind: dict[str, dict[str, int]] = {}
         for r in rows:
             counts = by_kind.setdefault(r.kind, {})
             counts[r.state] = counts.get(r.state, 0) + 1
-        failures = [r for r in rows if r.errors][:50]
-        replicas, owners = await self.replicas(now, [tenant_id])
-        return TenantPage(status=status, by_kind=dict(sorted(by_kind.items())),
-                          sampled=len(rows) >= SAMPLE_ROWS, failures=failures,
-                          generations=await self.generations(tenant_id),
+        return TenantPage(status=st, by_kind=dict(sorted(by_kind.items())),
+                          sampled=len(rows) >= SAMPLE_ROWS,
+                          failures=[r for r in rows if r.errors][:50], generations=generations,
                           owner=owners.get(tenant_id) if replicas else None)
 
     async def generations(self, tenant_id: str) -> list[Generation]:
@@ -268,3 +310,25 @@ class ConsoleData:
 
     async def row(self, row_key: str) -> EffectRow | None:
         return await self.stores.outbox.get(row_key)
+
+
+async def concurrently(*calls: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """Run independent reads at once; their results in order. The first failure cancels the
+    others and is raised as it is (a store error stays a store error for the page's handler,
+    not an exception group)."""
+    results: list[Any] = [None] * len(calls)
+    failed: list[Exception] = []
+
+    async def one(i: int, call: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            results[i] = await call()
+        except Exception as exc:  # raised again below, unwrapped
+            failed.append(exc)
+            tg.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        for i, call in enumerate(calls):
+            tg.start_soon(one, i, call)
+    if failed:
+        raise failed[0]
+    return results

@@ -92,8 +92,10 @@ class ServiceCollector(Collector):
                       stats.cas_lost)
         yield counter("board_outbox_stream_reopens", "change stream losses and interruptions",
                       stats.stream_reopens)
-        yield counter("board_outbox_events_materialized", "events whose rows are durable",
-                      stats.materialized)
+        yield counter("board_outbox_events_materialized",
+                      "events whose rows are durable and that this replica's cursor moved past "
+                      "(summed over replicas, each event once: a batch two replicas raced on is "
+                      "counted by the one whose compare-and-set won)", stats.events_passed)
         yield counter("board_outbox_rows_inserted", "effect rows inserted by the tail", stats.rows_inserted)
         yield counter("board_outbox_drains", "drain passes", stats.drains)
         outcomes = CounterMetricFamily("board_outbox_worker_rows", "claimed rows by outcome",

@@ -19,6 +19,11 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
     from board_outbox.service.config import load_config
     from board_outbox.surface.admin import dead_letter_filter, replay_rows, row_json
 
+    bulk = None
+    if args.dl_command == "replay":  # the filter's errors before the store is opened
+        from board_outbox.surface.cli.commands.bulkreplay import bulk_filter
+
+        bulk = bulk_filter(args)
     cfg = load_config(args.config)
     async with factory(cfg) as stores:
         outbox = stores.outbox
@@ -29,7 +34,11 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
                 return 1
             print(row_json(row).decode())
             return 0
-        flt = dead_letter_filter(args.tenant, args.since, args.until, args.limit)
+        if bulk is not None:
+            from board_outbox.surface.cli.commands.bulkreplay import bulk_replay
+
+            return await bulk_replay(args, stores, bulk)
+        flt = dead_letter_filter(args.tenant, args.since, args.until, args.limit or 100)
         if args.dl_command == "list":
             rows = await outbox.find(flt)
             if args.json:
@@ -40,7 +49,7 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
             return 0
         if args.dl_command == "replay":
             if bool(args.row_keys) == bool(args.all):
-                raise UsageError("dead-letters replay: give ROW_KEY(s) or --all, not both")
+                raise UsageError("dead-letters replay: give ROW_KEY(s), --all or --filter, one of them")
             keys = args.row_keys or [r.row_key for r in await outbox.find(flt)]
             if args.dry_run:
                 return await _preview(stores, cfg, keys)

@@ -1,0 +1,164 @@
+"""Which dead-letters a bulk replay takes, and what its plan and its progress say: plain values
+and pure rules (the walk over the store and the writes are ``engine/bulk_replay.py``).
+
+A ``BulkFilter`` is split in two: the part the store answers over the failed rows' index
+(``store_filter``: tenant, kind, subscription, parked since/before) and the part checked here on
+each row read (``wants``: the bot, which the row does not carry, and the last error)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+import msgspec
+
+from board_outbox.model.domain import FAILED, PROJECTION, EffectRow
+from board_outbox.model.records import RowFilter
+
+# rows one bulk replay takes unless its filter says otherwise (``limit=``)
+DEFAULT_BULK_LIMIT = 10_000
+# unreadable row keys a plan names (it counts them all)
+NAMED_UNREADABLE = 10
+
+_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*):")
+
+
+class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """The dead-letters a bulk replay takes: every given field must hold (None: any)."""
+
+    tenant: str | None = None
+    kind: str | None = None
+    subscription: str | None = None
+    bot: str | None = None  # the bot of the row's subscription (looked up as the walk reads)
+    error: str | None = None  # a substring of the last error, case-insensitive
+    error_class: str | None = None  # the last error's class (``last_error_class``)
+    since: float | None = None  # parked at or after (epoch seconds)
+    before: float | None = None  # parked before
+    limit: int = DEFAULT_BULK_LIMIT  # at most this many rows, the oldest parked first
+
+    def store_filter(self, page: int, *, upto: float | None = None) -> RowFilter:
+        """What the store answers over the failed rows' index, ``page`` rows a query; ``upto``:
+        parked at or before it as well (a plan's newest row: what the apply may take)."""
+        before = self.before
+        if upto is not None:
+            bound = math.nextafter(upto, math.inf)  # RowFilter's bound is exclusive
+            before = bound if before is None else min(before, bound)
+        return RowFilter(tenant_id=self.tenant, states=(FAILED,), kind=self.kind,
+                         sub_ids=() if self.subscription is None else (self.subscription,),
+                         updated_after=self.since, updated_before=before, limit=page)
+
+    def describe(self) -> str:
+        """The filter as ``key=value`` terms (what ``--filter`` takes)."""
+        from datetime import UTC, datetime
+
+        def when(t: float) -> str:
+            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        terms = [f"{k}={v}" for k, v in (
+            ("tenant", self.tenant), ("kind", self.kind), ("subscription", self.subscription),
+            ("bot", self.bot), ("error", self.error), ("error-class", self.error_class),
+            ("since", None if self.since is None else when(self.since)),
+            ("before", None if self.before is None else when(self.before))) if v is not None]
+        return " ".join([*terms, f"limit={self.limit}"])
+
+
+def last_error_class(row: EffectRow) -> str | None:
+    """The class of the row's last error: the exception's name the worker wrote before the
+    message (``LaunchFailed: ...``), else the entry's kind (``lease_expired``); None: no error."""
+    if not row.errors:
+        return None
+    last = row.errors[-1]
+    m = _CLASS.match(last.error)
+    return m.group(1) if m else last.kind
+
+
+def wants(flt: BulkFilter, row: EffectRow, bots: Mapping[str, str]) -> bool:
+    """Does the row pass the checks the store does not make? ``bots``: subscription id -> bot,
+    for the rows' subscriptions that still exist (read only when the filter names a bot)."""
+    if row.state != FAILED:
+        return False
+    if flt.bot is not None and (row.sub_id is None or bots.get(row.sub_id) != flt.bot):
+        return False
+    if flt.error is not None and not (
+            row.errors and flt.error.casefold() in row.errors[-1].error.casefold()):
+        return False
+    return flt.error_class is None or last_error_class(row) == flt.error_class
+
+
+def target_of(row: EffectRow) -> str:
+    """The row's subscription, or its projection, as a plan counts it."""
+    if row.kind == PROJECTION or row.sub_id is None:
+        return f"projection {row.projection}" if row.projection else "-"
+    return row.sub_id
+
+
+class BulkPlan(msgspec.Struct, kw_only=True):
+    """What a bulk replay would take (the dry run): counts by tenant, kind and subscription of
+    the matching dead-letters, the oldest parked first, up to the filter's limit. ``newest``
+    bounds the apply: a row parked (or parked again) after the plan was read is not the plan's."""
+
+    filter: BulkFilter
+    planned_at: float
+    matched: int = 0
+    by_tenant: dict[str, int] = msgspec.field(default_factory=dict)
+    by_kind: dict[str, int] = msgspec.field(default_factory=dict)
+    by_subscription: dict[str, int] = msgspec.field(default_factory=dict)
+    oldest: float | None = None  # parked time of the oldest matching row
+    newest: float | None = None  # ... and of the newest the plan takes
+    truncated: bool = False  # the limit (or the read cap) was reached: more rows may match
+    read_capped: bool = False  # ... the read cap: the plan covers the documents read
+    read: int = 0  # documents the walk read
+    unreadable: int = 0  # documents matching the stored fields that do not decode: left alone
+    unreadable_keys: list[str] = msgspec.field(default_factory=list)  # the first few
+
+    def count(self, row: EffectRow) -> None:
+        self.matched += 1
+        for counts, key in ((self.by_tenant, row.tenant_id), (self.by_kind, row.kind),
+                            (self.by_subscription, target_of(row))):
+            counts[key] = counts.get(key, 0) + 1
+        self.oldest = row.updated_at if self.oldest is None else min(self.oldest, row.updated_at)
+        self.newest = row.updated_at if self.newest is None else max(self.newest, row.updated_at)
+
+
+RUNNING, DONE, ABORTED, FAILED_RUN = "running", "done", "aborted", "failed"
+
+
+class BulkProgress(msgspec.Struct, kw_only=True):
+    """Where one bulk replay stands. Every planned row is, at any moment, exactly one of:
+    replayed (pending again, attempts 0, its audit entry written), skipped (changed since the
+    plan -- replayed by someone else, parked again, purged -- so left as it is), refused (the
+    store refused the transition: left failed), or remaining (untouched). ``in_doubt`` names the
+    one row whose write the store did not answer (it is replayed or untouched, not known which)."""
+
+    bulk_id: str
+    by: str
+    filter: str
+    planned: int
+    rate: float
+    started_at: float
+    replayed: int = 0
+    skipped: int = 0
+    refused: int = 0
+    refused_keys: list[str] = msgspec.field(default_factory=list)
+    in_doubt: str | None = None
+    state: str = RUNNING  # running | done | aborted | failed
+    error: str | None = None
+    finished_at: float | None = None
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.planned - self.replayed - self.skipped - self.refused
+                   - (self.in_doubt is not None))
+
+    def summary(self) -> str:
+        """The one line a bulk replay ends with (and logs)."""
+        what = {DONE: "done", ABORTED: "aborted", FAILED_RUN: "stopped", RUNNING: "running"}[self.state]
+        line = (f"bulk replay {self.bulk_id} {what}: {self.replayed} of {self.planned} planned "
+                f"rows replayed, {self.skipped} skipped (changed since the plan), {self.refused} "
+                f"refused by the store, {self.remaining} left untouched")
+        if self.in_doubt is not None:
+            line += f"; 1 in doubt ({self.in_doubt}: replayed or untouched, see dead-letters show)"
+        if self.error:
+            line += f"; {self.error}"
+        return line

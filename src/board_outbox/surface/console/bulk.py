@@ -1,0 +1,200 @@
+"""The console's bulk replay: "Replay all matching…" on the dead-letters page opens the plan of
+the current filter (``GET /dead-letters/plan``: counts by tenant, kind and subscription, reads
+only); an admin applies it (``POST /dead-letters/plan/apply``, CSRF-checked like every console
+POST), which runs ``engine.bulk_replay.apply_bulk_replay`` rate-limited in the background of that
+request and sends the browser to its progress page (``/dead-letters/bulk/ID``: replayed,
+skipped, remaining; it reloads itself while the replay runs), where an admin may abort it
+between two rows. Each row's audit entry says ``console:<name>`` and the bulk replay's id; the
+engine logs one summary line. Progress is kept by the console process that runs the replay."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from board_outbox.engine.bulk_replay import DEFAULT_RATE, Stop, apply_bulk_replay, plan_bulk_replay
+from board_outbox.model.clock import SystemClock
+from board_outbox.model.dead_letters import FAILED_RUN, RUNNING, BulkFilter, BulkPlan, BulkProgress
+from board_outbox.model.errors import UsageError
+from board_outbox.ports import Stores
+from board_outbox.surface.bulk_filter import parse_filter
+from board_outbox.surface.console.security import Sessions, csrf_ok
+
+log = logging.getLogger("board_outbox.console")
+
+# the form's fields -> the filter's keys (the dead-letters page's names, plus bot and errors)
+FIELDS = {"tenant": "tenant", "kind": "kind", "sub": "subscription", "bot": "bot",
+          "error": "error", "error_class": "error-class", "since": "since", "until": "before",
+          "limit": "limit"}
+MAX_RATE = 1000.0  # rows a second a console may ask for
+KEEP = 20  # finished bulk replays whose progress page stays
+# documents a plan page reads at most (a filter the store cannot answer -- a bot, an error --
+# reads every dead-letter the rest lets through): past it, the plan covers those read
+PLAN_READ_CAP = 50_000
+
+
+@dataclass
+class Job:
+    progress: BulkProgress
+    stop: Stop = field(default_factory=Stop)
+
+
+class BulkJobs:
+    """This console's bulk replays, newest last: at most one runs at a time."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, Job] = {}
+
+    def running(self) -> Job | None:
+        return next((j for j in self.jobs.values() if j.progress.state == RUNNING), None)
+
+    def add(self, job: Job) -> None:
+        self.jobs[job.progress.bulk_id] = job
+        done = [k for k, j in self.jobs.items() if j.progress.state != RUNNING]
+        for k in done[:max(0, len(done) - KEEP)]:
+            del self.jobs[k]
+
+
+Page = Callable[..., Awaitable[Response]]
+Refuse = Callable[[Request, str], Awaitable[Response]]
+
+
+def form_filter(values: Mapping[str, str]) -> tuple[dict[str, str], BulkFilter]:
+    """The form's fields (stripped, as echoed back) and the filter they make, or a ``UsageError``."""
+    form = {name: str(values.get(name, "")).strip() for name in FIELDS}
+    flt = parse_filter([(FIELDS[n], v) for n, v in form.items() if v], now=time.time())
+    return form, flt
+
+
+def bulk_routes(*, stores: Stores, page: Page, refused: Refuse, sessions: Sessions,
+                admin_token: str, jobs: BulkJobs | None = None) -> list[Route]:
+    jobs = jobs if jobs is not None else BulkJobs()
+
+    async def plan(request: Request) -> Response:
+        try:
+            form, flt = form_filter(request.query_params)
+        except UsageError as exc:
+            return await page(request, "bulk_plan.html", 400, form=dict.fromkeys(FIELDS, ""),
+                              plan=None, error=str(exc), running=jobs.running(), rate=DEFAULT_RATE)
+        got = await plan_bulk_replay(stores.outbox, stores.subs, flt, clock=SystemClock(),
+                                     max_read=PLAN_READ_CAP)
+        return await page(request, "bulk_plan.html", form=form, plan=got, error=None,
+                          running=jobs.running(), rate=DEFAULT_RATE,
+                          newest=repr(got.newest) if got.newest is not None else "")
+
+    async def admin_form(request: Request) -> tuple[dict[str, str], str] | Response:
+        """The posted fields after the safety checks (the replay's own), or the refusal."""
+        if not admin_token:
+            return await refused(request, "This console is read-only: no [ui] admin_token is configured.")
+        async with request.form(max_files=0, max_fields=30, max_part_size=4096) as form:
+            fields = {k: str(v) for k, v in form.items()}
+        if not csrf_ok(request, fields.get("csrf")):
+            return await refused(request, "The form's security token or origin does not match this "
+                                          "session: reload the page and try again.")
+        who = await sessions.admin(request)
+        if who is None:
+            return await refused(request, "Replaying needs the admin token: log in first.")
+        return fields, who
+
+    async def apply(request: Request) -> Response:
+        got = await admin_form(request)
+        if isinstance(got, Response):
+            return got
+        fields, who = got
+        try:
+            _form, flt = form_filter(fields)
+            the_plan = _posted_plan(flt, fields)
+            rate = _rate(fields.get("rate", ""))
+        except UsageError as exc:
+            return await page(request, "message.html", 400, title="Not applied", message=str(exc))
+        if (busy := jobs.running()) is not None:
+            return await page(request, "message.html", 409, title="A bulk replay is running",
+                              message=f"Bulk replay {busy.progress.bulk_id} is still running in "
+                                      "this console: abort it or wait for it to end.")
+        by, bulk_id = f"console:{who}", uuid.uuid4().hex[:12]
+        clock = SystemClock()
+        job = Job(BulkProgress(bulk_id=bulk_id, by=by, filter=flt.describe(),
+                               planned=the_plan.matched, rate=rate, started_at=clock.now()))
+        jobs.add(job)
+        log.info("console: %s starts bulk replay %s of %d rows (%s) at %g rows/s", by, bulk_id,
+                 the_plan.matched, job.progress.filter, rate, extra={"bulk_id": bulk_id})
+
+        async def run() -> None:
+            try:
+                await apply_bulk_replay(stores.outbox, stores.subs, the_plan, bulk_id=bulk_id,
+                                        by=by, clock=clock, rate=rate, stop=job.stop,
+                                        progress=job.progress)
+            except Exception:  # a bug: the progress page and the log say so; the console lives
+                job.progress.state, job.progress.error = FAILED_RUN, "an unexpected error: see the log"
+                log.exception("console: bulk replay %s", bulk_id)
+
+        base = request.scope.get("root_path", "")
+        return RedirectResponse(f"{base}/dead-letters/bulk/{bulk_id}", status_code=303,
+                                background=BackgroundTask(run))
+
+    async def progress(request: Request) -> Response:
+        job = jobs.jobs.get(request.path_params["bulk_id"])
+        if job is None:
+            return await page(request, "message.html", 404, title="No such bulk replay",
+                              message="This console runs no bulk replay by that id (another "
+                                      "replica's console may have run it: each row's audit entry "
+                                      "names its bulk replay, and the log has its summary).")
+        p = job.progress
+        return await page(request, "bulk_job.html", p=p, stopping=job.stop.requested,
+                          **({"refresh": 2} if p.state == RUNNING else {}))
+
+    async def abort(request: Request) -> Response:
+        got = await admin_form(request)
+        if isinstance(got, Response):
+            return got
+        _fields, who = got
+        bulk_id = request.path_params["bulk_id"]
+        job = jobs.jobs.get(bulk_id)
+        if job is None:
+            return await page(request, "message.html", 404, title="No such bulk replay",
+                              message="This console runs no bulk replay by that id.")
+        if job.progress.state == RUNNING and not job.stop.requested:
+            job.stop.set()
+            log.info("console: console:%s aborts bulk replay %s", who, bulk_id,
+                     extra={"bulk_id": bulk_id})
+        base = request.scope.get("root_path", "")
+        return RedirectResponse(f"{base}/dead-letters/bulk/{bulk_id}", status_code=303)
+
+    return [
+        Route("/dead-letters/plan", plan, methods=["GET"]),
+        Route("/dead-letters/plan/apply", apply, methods=["POST"]),
+        Route("/dead-letters/bulk/{bulk_id}", progress, methods=["GET"]),
+        Route("/dead-letters/bulk/{bulk_id}/abort", abort, methods=["POST"]),
+    ]
+
+
+def _posted_plan(flt: BulkFilter, fields: Mapping[str, str]) -> BulkPlan:
+    """The plan the operator saw, as its page posted it: how many rows, and the newest one's
+    parked time (the apply's bound: a row parked after the plan was read is not the plan's)."""
+    matched, newest = fields.get("matched", ""), fields.get("newest", "")
+    try:
+        count, upto = int(matched), float(newest)
+    except ValueError:
+        raise UsageError("the plan's row count or bound is missing: open the plan again") from None
+    if not 0 < count <= flt.limit or not math.isfinite(upto):
+        raise UsageError("the plan's row count or bound is out of range: open the plan again")
+    return BulkPlan(filter=flt, planned_at=time.time(), matched=count, newest=upto)
+
+
+def _rate(text: str) -> float:
+    try:
+        rate = float(text) if text.strip() else DEFAULT_RATE
+    except ValueError:
+        raise UsageError(f"rate {text!r}: expected rows a second") from None
+    if not 0 < rate <= MAX_RATE:
+        raise UsageError(f"rate {text!r}: expected rows a second, > 0 and <= {MAX_RATE:g}")
+    return rate

@@ -1,0 +1,277 @@
+"""Issue 33, item 4: ``explain`` names what holds a row, on every backend (memory twins,
+mongomock, the wire). Each row is brought to its state by the real tail and worker (a limit's
+slot held by someone else, a launcher that fails, a claim and a clock past its lease), then
+explained; the timeline is checked against what the row and the event store recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from board_outbox.engine.explain import ExplainSettings, explain
+from board_outbox.engine.limits import LimitSettings
+from board_outbox.engine.membership import owner
+from board_outbox.engine.worker import WorkerSettings
+from board_outbox.model.domain import CLAIMED, FAILED, PENDING, Subscription
+from board_outbox.model.errors import InvalidRowKey, RowNotFound
+from board_outbox.model.explanation import (
+    Backoff,
+    DeadLettered,
+    Done,
+    ExpiredLease,
+    Explanation,
+    Lease,
+    Limit,
+    Malformed,
+    NotDue,
+    Ownership,
+    Turn,
+)
+from board_outbox.model.limits import bot_key, rate_slot, tenant_key
+from board_outbox.ports import Stores
+from board_outbox.service.runtime import build_registry
+from board_outbox.surface.admin import replay_rows
+from tests.support.kits import Kit, claim
+
+pytestmark = pytest.mark.anyio
+
+T = "t1"
+KEY1 = f"{T}/1/sub/s1"
+
+
+def _stores(kit: Kit) -> Stores:
+    return dataclasses.replace(kit.stores, members=kit.members)
+
+
+async def _explain(kit: Kit, key: str = KEY1, **settings: Any) -> Explanation:
+    return await explain(_stores(kit), key, kit.clock.now(), ExplainSettings(**settings))
+
+
+async def _rows(kit: Kit, sub: Subscription | None = None, n: int = 1) -> None:
+    """``n`` events on ``n`` cards, materialized by the tail (one batch): pending rows."""
+    sub = sub or Subscription(sub_id="s1", tenant_id=T, bot="b")
+    await kit.sub(sub)
+    for i in range(n):
+        await kit.card(T, f"c{i}")
+        await kit.emit(T, "card.created", f"c{i}")
+    await kit.tail(seed="earliest").drain_tenant(T)
+
+
+def _names(x: Explanation) -> list[str]:
+    return [h.name for h in x.holds]
+
+
+def _moments(x: Explanation) -> list[tuple[str, int | None]]:
+    return [(m.what, m.attempt) for m in x.timeline]
+
+
+async def test_a_done_row_is_done_and_its_timeline_runs_event_to_done(kit: Kit) -> None:
+    emitted = kit.clock.now()
+    await _rows(kit)
+    kit.clock.advance(0.5)
+    materialized = (await kit.outbox.get(KEY1)).materialized_at  # type: ignore[union-attr]
+    kit.clock.advance(0.5)
+    assert (await kit.worker().tick_any([T])).done == 1
+    kit.clock.advance(3)
+    x = await _explain(kit)
+    assert _names(x) == ["done"]
+    [done] = x.holds
+    assert isinstance(done, Done) and done.outcome is not None and "launched" in done.outcome
+    assert done.done_at == pytest.approx(emitted + 1.0, abs=1e-3)
+    assert _moments(x) == [("event", None), ("materialized", None), ("done", None)]
+    assert [m.at for m in x.timeline] == pytest.approx([emitted, materialized, emitted + 1.0],
+                                                       abs=1e-3)
+    assert x.row is not None and (x.row.state, x.row.tenant_id, x.row.target) == ("done", T, "s1")
+
+
+async def test_a_dead_letter_names_its_last_error_and_the_replay(kit: Kit) -> None:
+    await _rows(kit)
+    kit.launcher.fail = lambda _r: True
+    worker = kit.worker(max_attempts=2, backoff={"base_seconds": 1, "jitter": 0})
+    await worker.tick_any([T])
+    kit.clock.advance(5)
+    await worker.tick_any([T])
+    x = await _explain(kit, worker=WorkerSettings(max_attempts=2))
+    assert _names(x) == ["failed"]
+    [dl] = x.holds
+    assert isinstance(dl, DeadLettered) and dl.attempts == 2
+    assert dl.error is not None and dl.error in dl.summary
+    assert dl.replay == f"board-outbox dead-letters replay {KEY1}"
+    assert _moments(x) == [("event", None), ("materialized", None), ("attempt_failed", 1),
+                           ("attempt_parked", 2), ("dead_lettered", None)]
+    # replayed: the audit entry joins the timeline, and the row is due at once
+    assert await replay_rows(kit.outbox, [KEY1], kit.clock, "ana") == [KEY1]
+    kit.clock.advance(0.1)
+    x = await _explain(kit)
+    assert ("replay", None) in _moments(x) and "by ana" in x.timeline[-1].detail
+    assert _names(x) == ["ownership", "turn"]  # no replica alive in this test, then its turn
+
+
+async def test_a_retry_backs_off_until_its_not_before(kit: Kit) -> None:
+    await _rows(kit)
+    kit.launcher.fail = lambda _r: True
+    await kit.worker(backoff={"base_seconds": 10, "jitter": 0}).tick_any([T])
+    row = await kit.outbox.get(KEY1)
+    assert row is not None and row.state == PENDING
+    kit.clock.advance(2)
+    x = await _explain(kit)
+    assert _names(x) == ["backoff"]
+    [b] = x.holds
+    assert isinstance(b, Backoff) and b.until == row.not_before and b.after_attempt == 1
+    assert b.error == row.errors[-1].error and "of 8" in b.summary
+    assert ("attempt_failed", 1) in _moments(x)
+    # once due it waits its turn instead
+    kit.clock.advance(20)
+    assert _names(await _explain(kit)) == ["ownership", "turn"]
+
+
+async def test_a_claimed_row_holds_a_live_lease_then_an_expired_one(kit: Kit) -> None:
+    await _rows(kit)
+    [c] = await claim(kit.outbox, T, kit.clock.now(), 30.0, 10)
+    kit.clock.advance(10)
+    x = await _explain(kit)
+    assert _names(x) == ["lease"]
+    [lease] = x.holds
+    assert isinstance(lease, Lease) and lease.claim_id == c.claim_id and lease.attempt == 1
+    assert lease.until == pytest.approx(c.lease_until)
+    assert ("claimed", 1) in _moments(x) and x.timeline[-1].at is None  # not recorded
+    assert any("which replica" in n for n in x.notes)
+    kit.clock.advance(25)  # past the lease
+    x = await _explain(kit, worker=WorkerSettings(max_attempts=1))
+    [gone] = x.holds
+    assert isinstance(gone, ExpiredLease) and gone.claim_id == c.claim_id
+    assert gone.expired_at == pytest.approx(c.lease_until)
+    assert "stealable" in gone.summary and "dead-lettered then" in gone.summary
+    row = await kit.outbox.get(KEY1)
+    assert row is not None and row.state == CLAIMED  # explaining changed nothing
+
+
+async def test_a_deferred_launch_names_its_limit_key_and_holders(kit: Kit) -> None:
+    await _rows(kit, Subscription(sub_id="s1", tenant_id=T, bot="b", max_in_flight=1))
+    assert kit.limits is not None
+    now = kit.clock.now()
+    assert await kit.limits.acquire(bot_key(T, "b"), 1, f"{T}/9/sub/s1:c9", until=now + 3600,
+                                    now=now)
+    assert (await kit.worker().tick_any([T])).deferred == 1
+    row = await kit.outbox.get(KEY1)
+    assert row is not None and row.waiting is not None
+    x = await _explain(kit)
+    assert _names(x) == ["limit"]
+    [lim] = x.holds
+    assert isinstance(lim, Limit)
+    assert (lim.scope, lim.kind, lim.key, lim.limit, lim.used, lim.full) == (
+        "bot", "in_flight", bot_key(T, "b"), 1.0, 1, True)
+    assert [(h.holder, h.row_key) for h in lim.holders] == [(f"{T}/9/sub/s1:c9", f"{T}/9/sub/s1")]
+    assert lim.until == row.not_before and "1 of 1 slots held" in lim.summary
+    assert ("deferred", None) in _moments(x) and x.timeline[-1].detail == row.waiting
+    # the slot given back: still named (it is what it waited on), no longer full; a slot
+    # whose lease ended (its holder died) holds nothing either
+    await kit.limits.release(bot_key(T, "b"), f"{T}/9/sub/s1:c9")
+    assert await kit.limits.acquire(bot_key(T, "b"), 1, "dead:c", until=now + 1, now=now)
+    kit.clock.advance(2)
+    x = await _explain(kit)
+    assert _names(x) == ["limit", "ownership", "turn"]  # due again meanwhile
+    lim = x.holds[0]  # type: ignore[assignment]
+    assert isinstance(lim, Limit) and not lim.full and lim.used == 0 and lim.holders == []
+    assert "no longer full" in lim.summary
+
+
+async def test_a_tenant_limit_from_the_settings_is_named_by_its_key(kit: Kit) -> None:
+    settings = LimitSettings(tenant_in_flight=1)
+    await _rows(kit)
+    assert kit.limits is not None
+    now = kit.clock.now()
+    assert await kit.limits.acquire(tenant_key(T), 1, "x:y", until=now + 3600, now=now)
+    worker = kit.worker(build_registry(kit.stores, [], limits=settings))
+    assert (await worker.tick_any([T])).deferred == 1
+    [lim] = (await _explain(kit, limits=settings)).holds
+    assert isinstance(lim, Limit) and (lim.scope, lim.key, lim.full) == ("tenant", tenant_key(T),
+                                                                        True)
+    # a full limit is named even before any claim met it (its next claim would be deferred)
+    await _rows(kit, n=2)  # a second event: a row never claimed
+    kit.clock.advance(1)
+    x = await _explain(kit, f"{T}/2/sub/s1", limits=settings)
+    first = x.holds[0]
+    assert isinstance(first, Limit) and first.full and "full now" in first.summary
+
+
+async def test_a_rate_limit_names_the_launches_counted_in_its_window(kit: Kit) -> None:
+    await _rows(kit, Subscription(sub_id="s1", tenant_id=T, bot="b", max_per_second=1.0), n=2)
+    res = await kit.worker().tick_any([T])
+    assert (res.done, res.deferred) == (1, 1)
+    [waiting] = [r for r in await kit.rows(T) if r.state == PENDING]
+    x = await _explain(kit, waiting.row_key)
+    [lim] = x.holds
+    assert isinstance(lim, Limit) and (lim.kind, lim.used, lim.full) == ("per_second", 1, True)
+    assert lim.until == waiting.not_before
+    assert waiting.not_before >= rate_slot(bot_key(T, "b"), 1.0, kit.clock.now())[2]
+
+
+async def test_ownership_names_the_replica_that_owns_the_tenant(kit: Kit) -> None:
+    assert kit.members is not None
+    await _rows(kit)
+    now = kit.clock.now()
+    x = await _explain(kit)
+    own = next(h for h in x.holds if isinstance(h, Ownership))
+    assert own.owner is None and own.replicas == 0 and "no replica is alive" in own.summary
+    for m in ("replica-a", "replica-b", "replica-c"):
+        await kit.members.heartbeat(m, now, 5.0)
+    x = await _explain(kit, worker=WorkerSettings(steal_after_seconds=60))
+    assert _names(x) == ["ownership", "turn"]
+    own = x.holds[0]  # type: ignore[assignment]
+    assert isinstance(own, Ownership) and own.replicas == 3
+    assert own.owner == owner(["replica-a", "replica-b", "replica-c"], T)
+    row = await kit.outbox.get(KEY1)
+    assert row is not None and own.steal_at == pytest.approx(row.created_at + 60)
+    assert "only its owner claims it" in own.summary
+    kit.clock.advance(10)  # the leases ended: nobody again
+    own = (await _explain(kit)).holds[0]  # type: ignore[assignment]
+    assert isinstance(own, Ownership) and own.owner is None
+
+
+async def test_a_due_row_waits_its_turn_behind_the_tenants_earlier_rows(kit: Kit) -> None:
+    await _rows(kit, n=3)
+    kit.clock.advance(1)
+    turns = []
+    for seq in (1, 2, 3):
+        [t] = [h for h in (await _explain(kit, f"{T}/{seq}/sub/s1")).holds if isinstance(h, Turn)]
+        turns.append(t.ahead)
+    assert turns == [0, 1, 2]
+    # another tenant's rows are not ahead of it
+    await kit.sub(Subscription(sub_id="o", tenant_id="other", bot="b"))
+    await kit.card("other", "c")
+    await kit.emit("other", "card.created", "c")
+    await kit.tail(seed="earliest").drain_tenant("other")
+    [t] = [h for h in (await _explain(kit, f"{T}/1/sub/s1")).holds if isinstance(h, Turn)]
+    assert t.ahead == 0 and "first in line" in t.summary
+
+
+async def test_a_row_not_due_without_an_error_is_not_a_backoff(kit: Kit) -> None:
+    now = kit.clock.now()
+    await kit.insert_raw_row({"tenant_id": T, "row_key": KEY1, "seq": 1, "kind": "launch",
+                              "sub_id": "s1", "state": PENDING, "not_before": now + 60,
+                              "created_at": now, "updated_at": now})
+    [h] = (await _explain(kit)).holds
+    assert isinstance(h, NotDue) and h.until == now + 60
+
+
+async def test_a_malformed_row_is_explained_not_raised(kit: Kit) -> None:
+    await _rows(kit)
+    await kit.insert_raw_row({"tenant_id": T, "row_key": f"{T}/9/sub/s1", "seq": 9,
+                              "state": FAILED, "attempts": "many", "errors": "boom"})
+    x = await _explain(kit, f"{T}/9/sub/s1")
+    [h] = x.holds
+    assert isinstance(h, Malformed) and "attempts" in h.problem and x.row is None
+    assert _names(await _explain(kit)) == ["ownership", "turn"]  # the row beside it: as ever
+
+
+async def test_an_unknown_or_malformed_key_is_refused(kit: Kit) -> None:
+    with pytest.raises(RowNotFound):
+        await _explain(kit, f"{T}/1/sub/nope")
+    for bad in ("", "t1", "t1/1/sub", "t1/one/sub/s", "t1/0/sub/s", "t1/1/x/s", "t 1/1/sub/s",
+                "t1/1/sub/s\n", "t1/1/sub/s/extra", "t1/99999999999999999999/sub/s"):
+        with pytest.raises(InvalidRowKey):
+            await _explain(kit, bad)
+

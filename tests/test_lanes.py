@@ -1,0 +1,126 @@
+"""A claimed batch runs in lanes (``engine/lanes.py``): one per tenant, ``[worker] concurrency``
+at once. A tenant's rows keep their order; a slow launch holds up only its own tenant; a failure
+starts nothing more and cancels nothing running; shutdown gives back only what never started."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from board_outbox.engine.lanes import Lanes, run_lanes
+from board_outbox.model.domain import Subscription
+from board_outbox.ports import LaunchRequest
+from tests.support.kits import memory_kit
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_each_lane_keeps_its_order_and_lanes_run_side_by_side() -> None:
+    units = [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("b", 2), ("a", 3)]
+    log: list[tuple[str, int, str]] = []
+    running = peak = 0
+
+    async def run(unit: tuple[str, int]) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        log.append((*unit, "start"))
+        await anyio.sleep(0.01)
+        log.append((*unit, "end"))
+        running -= 1
+
+    got = await run_lanes(units, lambda u: u[0], run, concurrency=2, stopping=lambda: False)
+    assert peak == 2  # at most ``concurrency``, and more than one
+    for lane in "abc":
+        seen = [(n, what) for t, n, what in log if t == lane]
+        # one after another within a lane: each unit ends before the next one starts
+        assert seen == sorted(seen, key=lambda x: (x[0], x[1] == "end")), seen
+    assert sorted(got.finished) == sorted(units) and len(got.started) == len(units)
+
+
+async def test_concurrency_one_keeps_the_claims_order() -> None:
+    units = [("a", 1), ("b", 1), ("a", 2)]
+    order: list[tuple[str, int]] = []
+
+    async def run(unit: tuple[str, int]) -> None:
+        await anyio.sleep(0)
+        order.append(unit)
+
+    await run_lanes(units, lambda u: u[0], run, concurrency=1, stopping=lambda: False)
+    assert order == units
+
+
+async def test_a_failure_starts_nothing_more_and_cancels_nothing_running() -> None:
+    started: list[str] = []
+    finished: list[str] = []
+    slow_may_end = anyio.Event()
+
+    async def run(unit: str) -> None:
+        started.append(unit)
+        if unit == "a1":
+            await slow_may_end.wait()  # running while b1 fails: it must not be cancelled
+        elif unit == "b1":
+            slow_may_end.set()
+            raise RuntimeError("b1 broke")
+        finished.append(unit)
+
+    lanes = Lanes[str]()
+    with pytest.raises(RuntimeError, match="b1 broke"):  # itself, not an exception group
+        await run_lanes(["a1", "b1", "a2", "b2"], lambda u: u[0], run, concurrency=4,
+                        stopping=lambda: False, lanes=lanes)
+    assert "a1" in finished  # ran to its end
+    assert "a2" not in started and "b2" not in started  # nothing started after the failure
+    assert lanes.finished == ["a1"] and set(lanes.started) == {"a1", "b1"}
+
+
+async def test_stopping_starts_nothing_more() -> None:
+    stop = False
+
+    async def run(unit: str) -> None:
+        nonlocal stop
+        stop = True
+
+    lanes = await run_lanes(["a1", "a2", "b1"], lambda u: u[0], run, concurrency=1,
+                            stopping=lambda: stop)
+    assert lanes.started == ["a1"] and lanes.finished == ["a1"]
+
+
+async def test_a_slow_launch_holds_up_only_its_own_tenant() -> None:
+    """The production worker: one claimed batch with tenant a's slow launch first and tenant b's
+    launches after it. b's are launched while a's is still running (before lanes, b waited for
+    a's whole launch), and a's second row waits for its first."""
+    kit = memory_kit()
+    for t in ("a", "b"):
+        await kit.sub(Subscription(sub_id=f"{t}.s", tenant_id=t, bot="bot"))
+        await kit.card(t, "c")
+    await kit.emit("a", "card.created", "c")
+    await kit.emit("a", "card.created", "c")
+    await kit.emit("b", "card.created", "c")
+    await kit.emit("b", "card.created", "c")
+    tail = kit.tail(seed="earliest")
+    await tail.drain_all(["a", "b"])
+    release = anyio.Event()
+    launched: list[tuple[str, int]] = []
+    inner = kit.launcher.launch
+
+    async def launch(req: LaunchRequest) -> Any:
+        if (req.tenant_id, req.seq) == ("a", 1):
+            await release.wait()  # a slow runner
+        launched.append((req.tenant_id, req.seq))
+        return await inner(req)
+
+    kit.launcher.launch = launch  # type: ignore[method-assign]
+    worker = kit.worker(batch_size=10, concurrency=4)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.tick_any)
+        try:
+            with anyio.move_on_after(10):
+                while ("b", 2) not in launched:
+                    await anyio.sleep(0.01)
+            assert ("b", 2) in launched, launched  # b's ran while a's first was still running
+            assert ("a", 2) not in launched  # a's second row waits for its first
+        finally:
+            release.set()
+    assert launched[:2] == [("b", 1), ("b", 2)] and launched[2:] == [("a", 1), ("a", 2)]

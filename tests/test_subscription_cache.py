@@ -1,0 +1,167 @@
+"""Issue 31: the launch re-check (M10b) served from the subscriptions the tail just read, kept
+only while their change stream is open and emptied by any change. The cache's rules, its stream
+loop surviving the stream failing, and the same on the wire: a subscription deleted behind the
+cache's back (another client) is seen by the next re-check once the stream delivers it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+import pytest
+
+from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
+from board_outbox.engine.subcache import SubscriptionCache
+from board_outbox.model.domain import Subscription
+from board_outbox.model.errors import StoreUnavailable, SubscriptionNotFound
+from board_outbox.ports import SubscriptionChanges, SubscriptionStore
+from tests.test_stream_scope import eventually
+from tests.test_tail_roundtrips import Counting
+
+pytestmark = pytest.mark.anyio
+T = "t1"
+
+
+def sub(i: int, tenant: str = T) -> Subscription:
+    return Subscription(sub_id=f"s{i}", tenant_id=tenant, bot="b")
+
+
+async def cached(store: SubscriptionStore) -> tuple[SubscriptionCache, dict[str, int]]:
+    calls: dict[str, int] = {}
+    cache = SubscriptionCache(Counting(store, calls))  # type: ignore[arg-type]
+    return cache, calls
+
+
+async def test_the_recheck_is_served_from_the_tails_read_while_the_stream_is_open() -> None:
+    store = MemorySubscriptionStore()
+    await store.put(sub(1))
+    await store.put(sub(2))
+    cache, calls = await cached(store)
+    # closed: everything reads through, nothing is kept
+    assert set(await cache.get_many({"s1"})) == {"s1"} and calls["get_many"] == 1
+    cache.opened()
+    assert [s.sub_id for s in await cache.list_for_tenant(T)] == ["s1", "s2"]
+    assert [s.sub_id for s in await cache.list_for_tenant(T)] == ["s1", "s2"]
+    assert calls["list_for_tenant"] == 2  # the tail's match always reads the store
+    got = await cache.get_many({"s1", "s2"})
+    assert set(got) == {"s1", "s2"} and calls["get_many"] == 1  # served: no read
+    assert (await cache.get("s2")).sub_id == "s2" and "get" not in calls
+    # an id it does not hold reads through, and a deleted one stays missing
+    assert await cache.get_many({"s1", "gone"}) == {"s1": sub(1)} and calls["get_many"] == 2
+    with pytest.raises(SubscriptionNotFound):
+        await cache.get("gone")
+
+
+async def test_any_change_or_the_stream_ending_empties_the_cache() -> None:
+    store = MemorySubscriptionStore()
+    await store.put(sub(1))
+    cache, calls = await cached(store)
+    cache.opened()
+    await cache.list_for_tenant(T)
+    await store.delete("s1")  # behind the cache's back: the stream says so
+    cache.changed()
+    assert await cache.get_many({"s1"}) == {} and calls["get_many"] == 1
+    await store.put(sub(1))
+    await cache.list_for_tenant(T)
+    cache.closed()
+    await cache.get_many({"s1"})
+    assert calls["get_many"] == 2  # closed: read through
+    await cache.list_for_tenant(T)
+    await cache.get_many({"s1"})
+    assert calls["get_many"] == 3  # and nothing read while closed was kept
+
+
+async def test_a_read_overtaken_by_a_change_is_not_kept() -> None:
+    store = MemorySubscriptionStore()
+    await store.put(sub(1))
+    cache = SubscriptionCache(store)
+    cache.opened()
+    real = store.list_for_tenant
+
+    async def slow(tenant_id: str) -> list[Subscription]:
+        got = await real(tenant_id)
+        cache.changed()  # a change delivered while the read was on the wire
+        return got
+
+    store.list_for_tenant = slow  # type: ignore[method-assign]
+    await cache.list_for_tenant(T)
+    await store.delete("s1")
+    assert await cache.get_many({"s1"}) == {}  # the overtaken read was not kept
+
+
+async def test_our_own_writes_empty_the_cache() -> None:
+    store = MemorySubscriptionStore()
+    await store.put(sub(1))
+    cache = SubscriptionCache(store)
+    cache.opened()
+    await cache.list_for_tenant(T)
+    await cache.delete("s1")
+    assert await cache.get_many({"s1"}) == {}
+
+
+class Flaky:
+    """A stream that opens, delivers one change, then fails; ``opens`` counts its opens."""
+
+    def __init__(self) -> None:
+        self.opens = 0
+
+    async def watch(self) -> AsyncGenerator[str, None]:
+        self.opens += 1
+        yield "open"
+        yield "change"
+        raise StoreUnavailable("stream interrupted")
+
+
+async def test_the_stream_loop_outlives_its_stream_and_serves_nothing_while_down() -> None:
+    store = MemorySubscriptionStore()
+    cache = SubscriptionCache(store)
+    flaky = Flaky()
+    states: list[bool] = []
+
+    async def sleep(seconds: float) -> None:
+        states.append(cache.live)
+        await anyio.sleep(0)
+
+    await cache.follow(flaky, stopping=lambda: flaky.opens >= 3, sleep=sleep)
+    assert flaky.opens == 3 and states == [False, False] and not cache.live
+
+
+async def test_the_memory_twin_follows_puts_and_deletes() -> None:
+    store = MemorySubscriptionStore()
+    await store.put(sub(1))
+    await follows(store, store, store)
+
+
+async def follows(store: SubscriptionStore, other: SubscriptionStore,
+                  changes: SubscriptionChanges) -> None:
+    """``other`` is another client of the same store: its writes reach the cache only by the
+    stream."""
+    cache = SubscriptionCache(store)
+    stop = False
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: cache.follow(changes, stopping=lambda: stop))
+        await eventually(lambda: cache.live)
+        await cache.list_for_tenant(T)
+        resets = cache.resets
+        assert "s1" in await cache.get_many({"s1"}) and cache.hits == 1
+        await other.delete("s1")
+        await eventually(lambda: cache.resets > resets)
+        assert await cache.get_many({"s1"}) == {}  # seen by the re-check
+        await other.put(sub(1))
+        await eventually(lambda: cache.resets > resets + 1)
+        stop = True
+        tg.cancel_scope.cancel()
+
+
+@pytest.mark.live_mongo
+async def test_the_stream_follows_another_clients_writes_on_the_wire(live_db: Any) -> None:
+    from board_outbox.adapters.mongo.subscriptions import (
+        MongoSubscriptionChanges,
+        MongoSubscriptionStore,
+    )
+
+    store = MongoSubscriptionStore(live_db)
+    await store.put(sub(1))
+    await follows(store, MongoSubscriptionStore(live_db), MongoSubscriptionChanges(live_db))
+
