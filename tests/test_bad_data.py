@@ -34,6 +34,7 @@ from bson import Decimal128
 from bson.binary import Binary
 
 from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.engine.pause import PauseGate
 from board_outbox.engine.tail import Tail
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.domain import (
@@ -45,7 +46,9 @@ from board_outbox.model.domain import (
     new_launch_row,
 )
 from board_outbox.model.limits import bot_key, rate_slot, slot_id
+from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.ports import RowFilter
+from board_outbox.service.runtime import build_registry
 from board_outbox.surface.admin import dead_letter_filter
 from board_outbox.surface.cli import main
 from tests.support.kits import Kit, mongo_kit
@@ -61,6 +64,7 @@ class Rig:
     db: Any = None  # mongo: raw access
     tail: Tail | None = None
     worker: EffectWorker | None = None
+    pauses: PauseGate | None = None  # read every pass, as the service reads it every heartbeat
     healthy: str = ""
 
     @property
@@ -113,6 +117,8 @@ class Rig:
         for _ in range(n):
             await self.emit(healthy)
             self.kit.clock.advance(20.0)
+            if self.pauses is not None:
+                await self.pauses.refresh(force=True)
             await self.tail.drain_all()
             await self.worker.tick_any()
 
@@ -138,10 +144,14 @@ def _memory_rig() -> Rig:
     async def raw_limit(doc_id: str, doc: dict[str, Any]) -> None:
         b.limits.put_raw(doc_id, doc)
 
+    async def raw_pause(doc_id: str, doc: dict[str, Any]) -> None:
+        b.pauses.put_raw(doc_id, doc)
+
     kit = Kit(name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
               cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
               insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
-              limits=b.limits, put_raw_limit=raw_limit)
+              limits=b.limits, put_raw_limit=raw_limit, pauses=b.pauses,
+              put_raw_pause=raw_pause)
     return Rig("memory", kit, backend=b)
 
 
@@ -253,6 +263,33 @@ async def _space_tenant(rig: Rig, t: str) -> None:
         rig.backend.subs._by_tenant.setdefault(s.tenant_id, {})[s.sub_id] = s
 
 
+def pause_case(id: str, match: str, doc: Callable[[str, str], tuple[str, dict[str, Any]]]
+               ) -> Case:
+    """Issue 33: a pause document someone else wrote, ``doc(tenant, healthy) -> (_id, doc)``:
+    one line; it pauses nothing -- the bad tenant's next event launches, the healthy tenant's
+    every event too."""
+    async def plant(rig: Rig, t: str) -> None:
+        await rig.tenant(t)
+        assert rig.kit.put_raw_pause is not None
+        await rig.kit.put_raw_pause(*doc(t, rig.healthy))
+        await rig.emit(t)
+    return Case(id, plant, "log", match, later_flows=True)
+
+
+def _pause(t: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    return f"tenant:{t}", {"scope": "tenant", "key": t, "active": True, "at": 1.0, **fields}
+
+
+async def _held_by_no_pause(rig: Rig, t: str) -> None:
+    """A row held for a pause that is not there (a replica held it, the pause was lifted and
+    the replica died before it released it): the first read's sweep gives it back; it runs."""
+    await rig.tenant(t)
+    await rig.row({"tenant_id": t, "row_key": f"{t}/9/sub/{t}-sub", "seq": 9, "kind": "launch",
+                   "sub_id": f"{t}-sub", "state": "pending", "attempts": 0,
+                   "not_before": HELD_OFFSET + 1.0, "waiting": f"paused: tenant {t}",
+                   "event": {"seq": 9, "type": "card.created", "card_id": "ok"}})
+
+
 def cursor_case(id: str, seq: object) -> Case:
     async def plant(rig: Rig, t: str) -> None:
         await rig.tenant(t)
@@ -357,6 +394,25 @@ def bad_kind_case(id: str, match: str, kind: object) -> Case:
             rig.backend.subs._by_tenant.setdefault(t, {})[s.sub_id] = s
         await rig.emit(t)
     return Case(id, plant, "log", match, later_flows=True)
+
+
+def bad_priority_case(id: str, priority: object) -> Case:
+    """A subscription whose priority is not a whole number from -10 to 10 (issue 33): only it
+    is ignored, with one line; the tenant's other subscription still launches. On the Mongo
+    adapters the raw document (its decode refuses it); on the twin the struct as stored."""
+    async def plant(rig: Rig, t: str) -> None:
+        await rig.tenant(t)
+        if rig.db is not None:
+            await rig.sub_doc(_sub(t, priority=priority))
+        else:
+            assert rig.backend is not None
+            s = Subscription(sub_id=f"{t}-bad", tenant_id=t, bot="b",
+                             rule=MatchRule(event_types=("card.created",)),
+                             priority=priority)  # type: ignore[arg-type]
+            rig.backend.subs._subs[s.sub_id] = s
+            rig.backend.subs._by_tenant.setdefault(t, {})[s.sub_id] = s
+        await rig.emit(t)
+    return Case(id, plant, "log", "ignoring malformed subscription", later_flows=True)
 
 
 async def _unhandled_kind(rig: Rig, t: str) -> None:
@@ -467,6 +523,12 @@ CASES: list[Case] = [
              lambda t: _sub(t, coalesce={"quiet_seconds": 60, "max_wait_seconds": 10})),
     sub_case("sub-coalesce-string", "ignoring malformed subscription",
              lambda t: _sub(t, coalesce="30s")),
+    # issue 33: a subscription's priority
+    bad_priority_case("sub-priority-string", "high"),
+    bad_priority_case("sub-priority-huge", 10**9),
+    bad_priority_case("sub-priority-float", -1e9),
+    bad_priority_case("sub-priority-nan", float("nan")),
+    bad_priority_case("sub-priority-bool", True),
     Case("limit-slot-garbage", _garbage_slot, "log", "is not a finite number: taken over",
          later_flows=True),
     Case("limit-slot-infinite", _infinite_slot, "log", "is not a finite number: taken over",
@@ -502,6 +564,25 @@ CASES: list[Case] = [
     row_case("row-event-string", "malformed row", event="x"),
     row_case("row-trace-string", "malformed row", trace="00-abc"),
     row_case("row-consume-marked-string", "malformed row", consume_marked="yes"),
+    # --- pauses (issue 33) ------------------------------------------------------------------
+    pause_case("pause-scope-unknown", "is not one of tenant, subscription, bot",
+               lambda t, _h: (f"galaxy:{t}", {**_pause(t)[1], "scope": "galaxy"})),
+    pause_case("pause-active-string", "active 'yes' is not true or false",
+               lambda t, _h: _pause(t, active="yes")),
+    pause_case("pause-key-a-list", "is not a string", lambda t, _h: _pause(t, key=[t])),
+    pause_case("pause-at-infinite", "is not a finite number",
+               lambda t, _h: _pause(t, at=float("inf"))),
+    pause_case("pause-reason-16k", "reason is 16384 characters long",
+               lambda t, _h: _pause(t, reason="x" * 16384)),
+    pause_case("pause-audit-garbage", "audit", lambda t, _h: _pause(t, audit=[{"at": "x"}])),
+    # its _id names the bad tenant, its key the healthy one: it pauses neither
+    pause_case("pause-id-names-the-healthy-tenant", "does not name",
+               lambda t, h: (f"tenant:{t}", _pause(h)[1])),
+    Case("row-held-by-no-pause", _held_by_no_pause, "flows"),
+    # issue 33: claimed in its turn as a row at priority 0, then parked (it does not decode)
+    row_case("row-priority-string", "malformed row", priority="high"),
+    row_case("row-priority-huge", "malformed row", priority=10**9),
+    row_case("row-priority-bool", "malformed row", priority=True),
     Case("row-trace-ids-planted", _planted_trace_ids, "flows", later_flows=True),
     # --- cursors and tenants --------------------------------------------------------------
     cursor_case("cursor-seq-string", "abc"),
@@ -518,7 +599,9 @@ LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-health
         "sub-id-differs-from-sub-id", "row-reclaim-attempts-string", "row-state-weird",
         "cursor-seq-string", "tenant-id-with-slash", "limit-slot-garbage",
         "limit-counter-garbage", "limit-slot-infinite", "limit-slot-ghost-for-a-month",
-        "limit-counter-negative"}
+        "limit-counter-negative", "pause-active-string", "pause-id-names-the-healthy-tenant",
+        "row-held-by-no-pause", "sub-priority-huge", "sub-priority-nan",
+        "row-priority-string", "row-priority-huge"}
 
 
 def _params() -> list[Any]:
@@ -562,9 +645,12 @@ async def _run_case(case: Case, rig: Rig, caplog: pytest.LogCaptureFixture) -> N
     healthy = f"{rig.prefix}-healthy-{random.randrange(10**6)}"
     rig.healthy = healthy
     await rig.tenant(healthy)
-    registry = rig.kit.registry()
+    if rig.kit.pauses is not None:  # as the service wires it (issue 33)
+        rig.pauses = PauseGate(rig.kit.pauses, rig.kit.outbox, rig.kit.clock, every=1.0)
+    registry = build_registry(rig.kit.stores, [], pause=rig.pauses)
     rig.tail = rig.kit.tail(seed="earliest", poison_ticks=2, kinds=registry.kinds)  # as the service
     rig.worker = rig.kit.worker(registry=registry)
+    rig.worker.pause = rig.pauses
 
     caplog.set_level(logging.WARNING, logger="board_outbox")
     await case.plant(rig, t)
@@ -1884,6 +1970,13 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
 #                                             handler registered"); the tail says so once
 # row seq 2.5 / no row_key / done_at "today" / event.at "then" (audit, status latency; A1, A5)
 #                                          -> (new) left out one document at a time; others count
+# pause scope "galaxy" / active "yes" / key [t] / at Infinity / reason of 16K / audit garbage /
+#   an _id naming one tenant and a key naming another (issue 33)
+#                                          -> (new) left out with one line (listed by `paused` and
+#                                             status --json); it pauses nothing, the others stand;
+#                                             `pause` writes it whole again
+# a row held for a pause that no longer exists (its replica died before releasing it)
+#                                          -> (new) released by the first pause read's sweep; runs
 # row trace id "0x"+30 c / with a newline / upper case / all zeros (issue 30) -> served as an
 #                                          exemplar and linked by the console -> the row runs;
 #                                          no exemplar, the console shows "none recorded"
@@ -1960,6 +2053,15 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
 # a membership lease expires_at "soon"           -> (new) no owner from it; the good lease owns
 # the event's at "yesterday"                     -> (new) its moment undated, with a note
 # a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
+#
+# --- note table (issue 33, priorities): input -> before -> after ------------------------------
+#
+# subscription priority "high" / 10**9 / -1e9 / NaN / true
+#                                                -> (new) the subscription is malformed: ignored,
+#                                                   one line; the tenant's other subscriptions flow
+# row priority "high" / 10**9 / true             -> (new) ordered as 0 by the pick (claimed in its
+#                                                   turn), then parked as a malformed row when
+#                                                   claimed: it costs only itself
 
 
 @pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a b", "a/b", ""])

@@ -306,6 +306,35 @@ def test_the_console_in_a_browser_over_a_running_service(
         doc = db["trigger_effects"].find_one({"row_key": key})
         assert [(a["action"], a["by"]) for a in doc["audit"]] == [("replay", "console:ana")]
 
+        # -- pause a tenant from its page (issue 33): its next launch is held, then runs ------
+        browser.get(base + "/tenants/globex")
+        browser.find_element(By.ID, "pause-reason").send_keys("customer asked")
+        browser.find_element(By.ID, "pause-tenant").click()
+        text_of(By.ID, "tenant-pause", "Paused")
+        assert "console:ana" in browser.find_element(By.ID, "tenant-pause").text
+        time.sleep(2.0)  # one membership heartbeat (10 s / 6): the replica has read the pause
+        held_key = f"globex/{_emit(db, 'globex')}/sub/globex.s"
+
+        def held() -> bool:
+            doc = db["trigger_effects"].find_one({"row_key": held_key}) or {}
+            return doc.get("waiting") == "paused: tenant globex"
+
+        wait_until(held, 30, "globex's new launch held by the pause")
+        browser.get(base + "/pauses")
+        assert "customer asked" in browser.find_element(By.ID, "pauses").text
+        shot("pauses")
+        browser.get(base + "/tenants/globex")
+        text_of(By.ID, "tenant-pause", "1 row held")
+        browser.find_element(By.ID, "resume-tenant").click()
+        text_of(By.ID, "tenant-pause", "Not paused")
+        wait_until(lambda: (db["trigger_effects"].find_one({"row_key": held_key}) or {}).get(
+            "state") == "done", 30, "the held launch done after resume")
+        doc = db["trigger_effects"].find_one({"row_key": held_key})
+        assert doc.get("attempts", 0) == 0 and not doc.get("errors")
+        pause_doc = db["board_outbox_pauses"].find_one({"_id": "tenant:globex"})
+        assert [(a["action"], a["by"]) for a in pause_doc["audit"]] == [
+            ("pause", "console:ana"), ("resume", "console:ana")]
+
         # -- the charts: drawn on the server, in the page (issue 33) ------------------------
         browser.find_element(By.ID, "nav-charts").click()
         text_of(By.TAG_NAME, "h1", "Charts")

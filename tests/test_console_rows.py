@@ -66,6 +66,18 @@ async def test_a_deferred_row_page_names_its_limit_and_links_its_holders() -> No
     assert f"board-outbox explain {key}" in html
 
 
+async def test_the_row_page_shows_a_priority_other_than_0() -> None:
+    b = MemoryBackend()
+    await b.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+    high, plain = await _row(b, 1, priority=7), await _row(b, 2)
+    async with console(b) as client:
+        shown, unshown = (await client.get(f"/rows/{high}")).text, (
+            await client.get(f"/rows/{plain}")).text
+    assert '<span id="priority">priority 7</span>' in shown
+    assert "priority 7: within its tenant" in shown  # the explanation's note
+    assert 'id="priority"' not in unshown
+
+
 async def test_hostile_text_in_errors_and_waiting_is_escaped_on_the_row_page() -> None:
     b = MemoryBackend()
     now = time.time()

@@ -88,6 +88,27 @@ def test_explain_json_is_one_stable_document(capsys: pytest.CaptureFixture[str])
     assert isinstance(x.holds[0], Limit) and x.row is not None and x.row.state == "pending"
 
 
+async def _prioritized(backend: MemoryBackend) -> str:
+    """One pending launch row of a subscription at priority 4 (issue 33)."""
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b", priority=4))
+    await backend.board.put(Card(tenant_id=T, card_id="c"))
+    await backend.events.emit(T, "card.created", "c", at=time.time())
+    cfg = load_config(env={}, tail={"seed": "earliest"}, projections=[])
+    await Service(backend.stores(), cfg).tail.drain_all()
+    return f"{T}/1/sub/s"
+
+
+def test_explain_shows_the_rows_priority(capsys: pytest.CaptureFixture[str]) -> None:
+    backend = MemoryBackend()
+    key = anyio.run(_prioritized, backend)
+    assert main(["explain", key], factory=factory_for(backend)) == 0
+    out = capsys.readouterr().out
+    assert f"row {key}: launch of s, tenant {T}, seq 1, priority 4" in out
+    assert "priority 4: within its tenant's share of a claim" in out
+    assert main(["explain", key, "--json"], factory=factory_for(backend)) == 0
+    assert json.loads(capsys.readouterr().out)["row"]["priority"] == 4
+
+
 def test_an_unknown_row_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     backend = MemoryBackend()
     anyio.run(_deferred, backend)

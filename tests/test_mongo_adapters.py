@@ -309,6 +309,57 @@ async def test_every_hot_statement_naming_a_state_constrains_that_states_index_k
     assert checked >= 10
 
 
+async def test_the_priority_query_runs_only_under_a_backlog_on_the_wire(live_uri: str) -> None:
+    """Issue 33: the pick's third query (due rows of a priority above 0) costs a round trip only
+    when the window fills: an idle pick is one find, a pick that sees every due row is one find
+    plus its claim write, a backlogged one three finds plus the write -- and that third find is
+    what takes a high-priority row newer than the window first."""
+    from pymongo import AsyncMongoClient, monitoring
+
+    from board_outbox.adapters.mongo import MongoEffectOutbox
+    from board_outbox.model.domain import EffectRow
+
+    class Finds(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.command.get(event.command_name) == "trigger_effects":
+                self.names.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    sent = Finds()
+    client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(
+        live_uri, tz_aware=True, event_listeners=[sent])
+    db = client[f"board_outbox_test_prio_{uuid.uuid4().hex[:8]}"]
+    try:
+        await ensure_schema(db)
+        outbox = MongoEffectOutbox(db)
+
+        async def claim(limit: int) -> list[tuple[int, int]]:
+            sent.names.clear()
+            got = await outbox.claim_any(100.0, 30.0, limit)
+            return [(c.row.seq, c.row.priority) for c in got if c.row is not None]
+
+        assert await claim(5) == [] and sent.names == ["find"]  # idle: one find
+        rows = [EffectRow(tenant_id="t", seq=i, row_key=f"t/{i}/sub/s", sub_id="s",
+                          created_at=1.0, updated_at=1.0, not_before=float(i),
+                          priority=7 if i > 10 else 0) for i in range(1, 13)]
+        await outbox.upsert_rows(rows)
+        assert await claim(2) == [(11, 7), (12, 7)]  # newer than the window, first
+        assert sent.names == ["find", "find", "find", "update"]
+        assert await claim(20) == [(i, 0) for i in range(1, 11)]  # all seen: one find
+        assert sent.names == ["find", "update"]
+    finally:
+        await client.drop_database(db.name)
+        await client.close()
+
+
 async def test_the_sweep_finds_an_unknown_state_anywhere_in_a_rolling_scan(
     live_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

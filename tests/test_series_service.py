@@ -17,7 +17,7 @@ from board_outbox.engine.series import read_window
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
-from board_outbox.service import runtime
+from board_outbox.service import upkeep
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from tests.support.faults import FaultInjector, FaultProxy
@@ -46,7 +46,7 @@ async def _service(backend: MemoryBackend, clock: ManualClock, **cfg: Any) -> Se
 
 async def test_counts_are_flushed_once_a_minute_never_per_event(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "SERIES_CHECK_SECONDS", 0.002)  # the loop looks very often
+    monkeypatch.setattr(upkeep, "SERIES_CHECK_SECONDS", 0.002)  # the loop looks very often
     backend = MemoryBackend()
     clock = ManualClock(float(minute_of(ManualClock().now())) + 1)
     service = await _service(backend, clock)
@@ -76,7 +76,7 @@ async def test_counts_are_flushed_once_a_minute_never_per_event(
 
 async def test_a_failing_store_costs_the_series_nothing_and_the_loop_survives(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "SERIES_CHECK_SECONDS", 0.002)
+    monkeypatch.setattr(upkeep, "SERIES_CHECK_SECONDS", 0.002)
     backend = MemoryBackend()
     faults = FaultInjector()
     clock = ManualClock(float(minute_of(ManualClock().now())) + 1)

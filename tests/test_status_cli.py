@@ -29,7 +29,7 @@ T = "t1"
 FIELDS = ["tenant_id", "cursor", "allocated_seq", "lag_events", "lag_seconds",
           "oldest_pending_age_seconds", "rows", "dead_letters", "stalled", "stalled_for_seconds",
           "problems", "effect_latency_p50_seconds", "effect_latency_p99_seconds",
-          "effect_latency_rows", "waiting_on_limit"]
+          "effect_latency_rows", "waiting_on_limit", "held_by_pause"]
 
 
 def factory_for(backend: MemoryBackend) -> Any:

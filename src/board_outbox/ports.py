@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
+from board_outbox.model.pause import Pause
 from board_outbox.model.records import (
     AttentionPage,
     Change,
@@ -60,6 +61,8 @@ __all__ = [
     "Mark",
     "Member",
     "MembershipStore",
+    "Pause",
+    "PauseStore",
     "PushRecent",
     "ReadModelOp",
     "ReadModelStore",
@@ -270,6 +273,14 @@ class EffectOutbox(Protocol):
 
     async def purge(self, flt: RowFilter) -> int:
         """Delete failed rows matching the filter (other states are never purged)."""
+        ...
+
+    async def release_held(self, now: float, keep: Collection[str]) -> int:
+        """Issue 33: every row a pause holds (pending, ``not_before`` at or past
+        ``model/pause.HELD_OFFSET``, ``waiting`` a string) whose ``waiting`` is not in ``keep``
+        (the pauses still on) is due again at its own time: ``not_before`` back by the offset,
+        ``waiting`` cleared, attempts untouched. One write (Mongo: one ``update_many`` whose
+        bounds on the pending index hold the held rows only); returns how many moved."""
         ...
 
     # --- read-only: the completeness audit, the replays and the latency summary (A1, A4, A5)
@@ -507,6 +518,7 @@ class Stores:
     status: StatusStore | None = None
     limits: LimitStore | None = None
     sessions: SessionStore | None = None
+    pauses: PauseStore | None = None
     series: SeriesStore | None = None  # the console's charts (issue 33)
     # follows the subscriptions, so the service may cache them (None: every read goes through)
     sub_changes: SubscriptionChanges | None = None
@@ -557,6 +569,28 @@ class LimitStore(Protocol):
         service runs: without the TTL index, slots and counters would pile up); the names
         created. One index listing when they are there: a periodic pass calls it, never a
         launch."""
+        ...
+
+
+class PauseStore(Protocol):
+    """The operators' pauses (issue 33), one small document per (scope, key), read whole by
+    every replica once per heartbeat. Each call is atomic on one document."""
+
+    async def pause(self, scope: str, key: str, *, reason: str, by: str, at: float) -> bool:
+        """Pause (``scope``, ``key``), or update the reason of a pause that is on; an audit entry
+        is appended either way (the newest ``AUDIT_KEEP`` are kept). True when it was not
+        paused before. A stored document that does not parse is written whole again."""
+        ...
+
+    async def resume(self, scope: str, key: str, *, by: str, at: float) -> bool:
+        """Lift the pause (the document stays, ``active`` false, for its audit), an audit entry
+        appended. False, and nothing written, when it is not paused."""
+        ...
+
+    async def all(self) -> list[Pause]:
+        """Every pause document, on or lifted, in one read, each parsed on its own
+        (``model/pause.parse_pause``): one that does not parse is left out and reported once,
+        and the others stand."""
         ...
 
 

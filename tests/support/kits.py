@@ -25,6 +25,7 @@ from board_outbox.ports import (
     LabelStore,
     LimitStore,
     MembershipStore,
+    PauseStore,
     ReadModelStore,
     ReadModelVersionStore,
     SeriesStore,
@@ -87,6 +88,9 @@ class Kit:
     # the console's sessions, and a way to plant a session document someone else wrote
     sessions: SessionStore | None = None
     put_raw_session: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+    # issue 33: the pause store, and a way to plant a pause document someone else wrote
+    pauses: PauseStore | None = None
+    put_raw_pause: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
     # the console's series (issue 33), and a way to plant or read one of its documents
     series: SeriesStore | None = None
     put_raw_series: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
@@ -105,6 +109,9 @@ class Kit:
         self.launcher.faults = f
         if self.limits is not None:
             self.limits = FaultProxy(self.limits, "limits", f)  # type: ignore[assignment]
+        if self.pauses is not None:
+            self.pauses = FaultProxy(self.pauses, "pauses", f)  # type: ignore[assignment]
+
         if self.series is not None:
             self.series = FaultProxy(self.series, "series", f)  # type: ignore[assignment]
 
@@ -114,6 +121,7 @@ class Kit:
             events=self.events, cursors=self.cursors, outbox=self.outbox, subs=self.subs,
             cards=self.cards, labels=self.labels, launcher=self.launcher,
             readmodels=self.readmodels, rm_versions=self.rm_versions, limits=self.limits,
+            pauses=self.pauses,
         )
 
     # --- building the pipeline ------------------------------------------------------------
@@ -202,6 +210,9 @@ def memory_kit() -> Kit:
     async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
         b.sessions.put_raw(doc_id, doc)
 
+    async def raw_pause(doc_id: str, doc: dict[str, Any]) -> None:
+        b.pauses.put_raw(doc_id, doc)
+
     async def plant_series(doc_id: str, doc: dict[str, Any]) -> None:
         b.series.put_raw(doc_id, doc)
 
@@ -214,7 +225,8 @@ def memory_kit() -> Kit:
         insert_raw_row=raw_row, put_raw_card=raw_card, raw_row=get_raw_row,
         rm_versions=b.rm_versions, delete_raw_row=delete_row, limits=b.limits,
         put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
-        sessions=b.sessions, put_raw_session=raw_session, members=b.members, series=b.series,
+        sessions=b.sessions, put_raw_session=raw_session, pauses=b.pauses,
+        put_raw_pause=raw_pause, members=b.members, series=b.series,
         put_raw_series=plant_series, raw_series=get_series,
     )
 
@@ -235,6 +247,7 @@ def mongo_kit(db: Any, name: str) -> Kit:
     )
     from board_outbox.adapters.mongo.generations import MongoGenerationStore
     from board_outbox.adapters.mongo.limits import LIMITS, MongoLimitStore
+    from board_outbox.adapters.mongo.pauses import PAUSES, MongoPauseStore
     from board_outbox.adapters.mongo.series import SERIES, MongoSeriesStore
     from board_outbox.adapters.mongo.sessions import SESSIONS, MongoSessionStore
     from board_outbox.adapters.mongo.status import MongoStatusStore
@@ -261,6 +274,9 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def raw_session(doc_id: str, doc: dict[str, Any]) -> None:
         await db[SESSIONS].replace_one({"_id": doc_id}, dict(doc), upsert=True)
 
+    async def raw_pause(doc_id: Any, doc: dict[str, Any]) -> None:
+        await db[PAUSES].replace_one({"_id": doc_id}, dict(doc), upsert=True)
+
     async def plant_series(doc_id: str, doc: dict[str, Any]) -> None:
         await db[SERIES].replace_one({"_id": doc_id}, dict(doc), upsert=True)
 
@@ -281,7 +297,8 @@ def mongo_kit(db: Any, name: str) -> Kit:
         put_raw_card=raw_card, raw_row=outbox.raw, rm_versions=MongoGenerationStore(db),
         delete_raw_row=delete_row, limits=MongoLimitStore(db), put_raw_limit=raw_limit,
         status_store=MongoStatusStore(db), sessions=MongoSessionStore(db),
-        put_raw_session=raw_session, members=MongoMembershipStore(db),
+        put_raw_session=raw_session, pauses=MongoPauseStore(db), put_raw_pause=raw_pause,
+        members=MongoMembershipStore(db),
         drop_limits=drop_limits, limit_indexes=limit_indexes, series=MongoSeriesStore(db),
         put_raw_series=plant_series, raw_series=get_series,
     )

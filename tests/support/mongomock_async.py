@@ -40,6 +40,10 @@ class AsyncCursor:
         self._cursor = self._cursor.limit(n)
         return self
 
+    def hint(self, index: Any) -> AsyncCursor:
+        self._cursor = self._cursor.hint(index)  # mongomock ignores it
+        return self
+
     def batch_size(self, n: int) -> AsyncCursor:
         self._cursor = self._cursor.batch_size(n)
         return self

@@ -32,7 +32,8 @@ from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
 from board_outbox.model.clock import Clock, RandomSource
 from board_outbox.model.domain import EffectRow, ErrorEntry
-from board_outbox.model.errors import OverLimit, StoreError, StoreUnavailable
+from board_outbox.model.errors import OverLimit, Paused, StoreError, StoreUnavailable
+from board_outbox.model.pause import held_not_before
 from board_outbox.model.validation import OnceLog, cap
 from board_outbox.ports import Claim, EffectOutbox
 
@@ -393,12 +394,16 @@ class Completer:
 
     async def defer(self, claim: Claim, row: EffectRow, over: OverLimit) -> Outcome:
         """The launch is over a limit: pending again after ``over.wait_seconds``, attempts
-        unchanged, no error appended; the row's ``waiting`` names the limit."""
+        unchanged, no error appended; the row's ``waiting`` names the limit. A row whose tenant,
+        subscription or bot is paused (``Paused``) is held the same way, its ``not_before``
+        set aside by ``model/pause.HELD_OFFSET`` until the pause is lifted (issue 33)."""
         now = self.clock.now()
+        paused = isinstance(over, Paused)
+        not_before = held_not_before(row.not_before) if paused else now + over.wait_seconds
         try:
             marked = await self.outbox.apply_claimed(
                 claim.ref, claim.claim_id,
-                T.defer(now=now, not_before=now + over.wait_seconds, reason=cap(over.reason, 300)))
+                T.defer(now=now, not_before=not_before, reason=cap(over.reason, 300)))
         except StoreUnavailable as exc:  # stays claimed; it runs again after its lease
             log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
             return "unrecorded"
@@ -407,6 +412,10 @@ class Completer:
                                           f"{over.reason}; then defer failed: {exc}", _ctx(row))
         if not marked:
             return "lease_lost"
+        if paused:
+            if self.metrics is not None:
+                self.metrics.row_paused(over.scope)
+            return "held"
         if self.metrics is not None:
             self.metrics.row_limited(over.scope, over.kind)
         return "deferred"

@@ -70,6 +70,10 @@ async def explain_row(stores: Stores, row: EffectRow, now: float,
         case.notes.append(NOT_RECORDED)
     if row.state == CLAIMED:
         case.notes.append("which replica holds the claim is not recorded on the row")
+    if row.priority:
+        case.notes.append(f"priority {row.priority}: within its tenant's share of a claim, "
+                          "rows of a higher priority go before it and rows of a lower one after "
+                          "it, whatever their due time (a count of rows ahead is by due time)")
     return Explanation(schema=EXPLAIN_SCHEMA, row_key=row_key, at=now, row=_facts(row, settings),
                        holds=holds, timeline=timeline, notes=case.notes)
 
@@ -79,7 +83,8 @@ def _facts(row: EffectRow, settings: ExplainSettings) -> RowFacts:
                     target=row.sub_id or row.projection, state=row.state, attempts=row.attempts,
                     max_attempts=settings.worker.max_attempts, not_before=row.not_before,
                     claim_id=row.claim_id, lease_until=row.lease_until, waiting=row.waiting,
-                    created_at=row.created_at, updated_at=row.updated_at)
+                    created_at=row.created_at, updated_at=row.updated_at,
+                    priority=row.priority)
 
 
 async def _event(row: EffectRow, events: EventLog, notes: list[str]) -> Moment:

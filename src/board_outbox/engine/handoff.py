@@ -18,11 +18,11 @@ from typing import Any
 from board_outbox.engine.leases import Lease, current
 from board_outbox.engine.pressure import Pressure
 from board_outbox.model.clock import Clock
-from board_outbox.model.fairness import round_robin
+from board_outbox.model.fairness import prioritized, round_robin
 from board_outbox.ports import Claim, ClaimTerms
 
 __all__ = ["HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX", "PICK_IDLES", "TERMS_SHARE",
-           "HandoffQueue"]
+           "HandoffQueue", "by_priority", "claim_priority"]
 
 # The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
 # they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
@@ -36,6 +36,18 @@ HANDOFF_MAX = 2000
 PICK_IDLES = 4
 # the inserts of our tail within this share of a lease share one claim_id (``terms``)
 TERMS_SHARE = 0.25
+
+
+def claim_priority(claim: Claim) -> int:
+    """The priority a claimed row was materialized with (a row that does not decode: 0)."""
+    return claim.row.priority if claim.row is not None else 0
+
+
+def by_priority(claims: list[Claim]) -> list[Claim]:
+    """A tick's claims (the hand-off's, the expired leases', the pick's) with each tenant's
+    highest priority first, equal priorities in their claimed order, the tenants' turns where
+    they were (``fairness.prioritized``): the lanes then run each tenant's rows in this order."""
+    return prioritized(claims, lambda c: c.tenant_id, claim_priority)
 
 
 class HandoffQueue:
@@ -149,14 +161,16 @@ class HandoffQueue:
 
     def take(self, room: int, tenants: Collection[str] | None) -> list[Claim]:
         """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin
-        by tenant, each tenant's oldest first, so a quiet tenant's fresh row is not queued
-        behind a noisy tenant's burst. Each comes with its lease as the heartbeat left it."""
+        by tenant, each tenant's highest priority first and, among equal priorities, oldest
+        first, so a quiet tenant's fresh row is not queued behind a noisy tenant's burst. Each
+        comes with its lease as the heartbeat left it."""
         if room <= 0 or not self._queued:
             return []
         self.dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting
         eligible = [x for x in self._queued.values()
                     if tenants is None or x.claim.tenant_id in tenants]
-        taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]
+        taken = round_robin(eligible, lambda x: x.claim.tenant_id,
+                            lambda x: claim_priority(x.claim))[:room]
         self.dequeue(taken)
         return [current(x) for x in taken]
 

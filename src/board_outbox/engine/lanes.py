@@ -1,10 +1,12 @@
 """A claimed batch run in lanes: one lane per tenant, up to ``concurrency`` lanes at once.
 
-A tenant's units run one after another in the order the claim gave them (F1: no row overtakes an
-earlier due row of its tenant, hence of its subscription and card); different tenants' units run
-side by side. One slow launch then holds up only its own tenant's rows, not every row the batch
-claimed (before, a batch ran strictly one unit after another, so a 60-second launch held every
-other tenant's launch in the replica for 60 seconds).
+A tenant's units run one after another in the order the claim gave them (F1: each tenant's
+highest priority first, and no row overtakes an earlier due row of its tenant of the same or
+higher priority, hence of its subscription and card -- the worker orders a tick's claims so,
+``handoff.by_priority``); different tenants' units run side by side. One slow launch then holds
+up only its own tenant's rows, not every row the batch claimed (before, a batch ran strictly
+one unit after another, so a 60-second launch held every other tenant's launch in the replica
+for 60 seconds).
 
 Failure stays as it was when units ran one by one: once a unit raises, no unit starts anywhere
 (the ones running finish), and the first error is raised as itself after the lanes stop. A unit

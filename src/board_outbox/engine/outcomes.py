@@ -11,7 +11,7 @@ import msgspec
 # "staged": the effect happened and its done mark waits for the completer's next flush, which
 # then tells what became of it ("done", "lease_lost" or "unrecorded").
 Outcome = Literal["done", "retried", "failed", "skipped_expired", "lease_lost", "unrecorded",
-                  "deferred", "staged", "coalesced"]
+                  "deferred", "held", "staged", "coalesced"]
 
 
 class TickResult(msgspec.Struct, kw_only=True):
@@ -24,6 +24,7 @@ class TickResult(msgspec.Struct, kw_only=True):
     released: int = 0
     unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
     deferred: int = 0  # over a concurrency or rate limit (F2): pending again, attempts unchanged
+    held: int = 0  # its tenant, subscription or bot is paused (issue 33): held, attempts unchanged
     coalesced: int = 0  # superseded by a newer row of its (subscription, card) (issue 33)
 
     def count(self, outcome: Outcome) -> None:

@@ -21,10 +21,11 @@ from opentelemetry import trace
 from board_outbox.engine import telemetry
 from board_outbox.engine.batch import BatchUnit, plan
 from board_outbox.engine.completer import Completer
-from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue
+from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
 from board_outbox.engine.lanes import Lanes, run_lanes
 from board_outbox.engine.leases import Lease, Leases, Rider, current
 from board_outbox.engine.outcomes import Outcome, TickResult
+from board_outbox.engine.pause import PauseGate
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
@@ -151,6 +152,8 @@ class EffectWorker:
         # called when rows arrive (the service wakes its worker loop)
         self.on_receive: Callable[[], None] = lambda: None
         self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
+        # issue 33: a row whose tenant or subscription is paused is held, not run (pause.py)
+        self.pause: PauseGate | None = None
 
     @property
     def outbox(self) -> EffectOutbox:
@@ -307,7 +310,7 @@ class EffectWorker:
             self.pressure.observe(time.monotonic() - asked)
         self.adapt(limit, len(claims))
         t0 = self.clock.now()
-        res = await self.run_claims(claims)
+        res = await self.run_claims(by_priority(claims))  # each tenant's highest priority first
         ran = res.claimed - res.skipped_expired - res.released
         if claims and ran <= 0 and res.skipped_expired:
             # every row's lease ran out before it started (a slow store): claim fewer
@@ -538,6 +541,8 @@ class EffectWorker:
                     raise PermanentEffectError(
                         f"row tenant {row.tenant_id!r} claimed for tenant {claim.tenant_id!r}"
                     )
+                if self.pause is not None:
+                    self.pause.check(row)  # Paused: held below, as a limit defers
                 handler = self.registry.handler(row.kind)
                 ctx: ExecutionContext[Any] = ExecutionContext(
                     claim, self.outbox, self.clock, (prefetched or {}).get(row.kind), riders)

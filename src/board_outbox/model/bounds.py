@@ -26,3 +26,7 @@ AtLeastOne = Annotated[float, msgspec.Meta(ge=1, le=100)]
 MAX_SLOTS: Final = 1000
 InFlight = Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)]
 PerSecond = Annotated[float, msgspec.Meta(ge=0, le=MAX_COUNT)]
+# a subscription's priority (issue 33): higher first within its tenant's fair share (F1)
+MIN_PRIORITY: Final = -10
+MAX_PRIORITY: Final = 10
+Priority = Annotated[int, msgspec.Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
-from board_outbox.model.bounds import InFlight, PerSecond
+from board_outbox.model.bounds import InFlight, PerSecond, Priority
 from board_outbox.model.errors import InvalidId, InvalidRowKey, MalformedDocument
 
 LAUNCH: Final = "launch"
@@ -131,7 +131,11 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     stored before ``kind`` existed reads as a launch.
 
     ``max_in_flight`` / ``max_per_second`` (F2) override the ``[limits]`` bot limits for the
-    launches of this subscription (0: no limit; None, or absent: the configured ones)."""
+    launches of this subscription (0: no limit; None, or absent: the configured ones).
+
+    ``priority`` (-10..10, default 0) orders the subscription's rows within their tenant's fair
+    share (F1, ``model/fairness``): higher first. Each row carries the priority it was
+    materialized with, so a change affects only rows materialized after it."""
 
     sub_id: str
     tenant_id: str
@@ -142,6 +146,7 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     kind: str = LAUNCH
     max_in_flight: InFlight | None = None
     max_per_second: PerSecond | None = None
+    priority: Priority = 0
     # --- coalescing (issue 33, item 2): None (the default) launches once per matching event
     coalesce: Coalesce | None = None
 
@@ -214,6 +219,9 @@ class EffectRow(msgspec.Struct, kw_only=True):
     done_at: datetime | None = None
     # F2: why the row waits (a limit it was over when last claimed); cleared by the next claim
     waiting: str | None = None
+    # its subscription's priority when it was materialized (projection rows: 0); higher first
+    # within its tenant's share of a claim (F1, ``model/fairness``)
+    priority: Priority = 0
     # --- coalescing (issue 33): set only on the rows of a coalescing subscription.
     # ``burst_at``: when the burst this row belongs to began (born ``created_at``; an older row
     # superseded by this one lowers it to its own); ``coalesced_into``: the row that superseded
@@ -280,7 +288,7 @@ def new_launch_row(
     """A ``launch`` row for ``sub`` (whatever kind it names: see ``new_subscription_row``)."""
     return EffectRow(
         tenant_id=tenant_id, row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id), seq=ev.seq,
-        kind=LAUNCH, sub_id=sub.sub_id, event=ev, trace=trace,
+        kind=LAUNCH, sub_id=sub.sub_id, event=ev, trace=trace, priority=sub.priority,
         not_before=now, created_at=now, updated_at=now, materialized_at=now,
     )
 
@@ -295,7 +303,7 @@ def new_subscription_row(
     reads the subscription when the row runs (a launch re-verifies it there, M10b)."""
     row = EffectRow(
         tenant_id=tenant_id, row_key=launch_row_key(tenant_id, ev.seq, sub.sub_id), seq=ev.seq,
-        kind=sub.kind, sub_id=sub.sub_id, event=ev, trace=trace,
+        kind=sub.kind, sub_id=sub.sub_id, event=ev, trace=trace, priority=sub.priority,
         not_before=now, created_at=now, updated_at=now, materialized_at=now,
     )
     if sub.coalesce is not None and sub.kind == LAUNCH:
@@ -325,11 +333,12 @@ def born_due(row: EffectRow) -> bool:
 
 # A new row's fields that are left out of its stored document while at their zero value: every
 # reader decodes a missing one as that value (``from_doc``), the update operators create them
-# ($inc, $push, $set), and no query matches on their absence. ``state``, ``not_before``, ``kind``
-# and the timestamps stay: queries and indexes use them.
+# ($inc, $push, $set), and no query matches on their absence (the pick's ``priority: {$gt: 0}``
+# means a missing one as 0 does). ``state``, ``not_before``, ``kind`` and the timestamps stay:
+# queries and indexes use them.
 _ROW_ZERO_FIELDS: Final = ("sub_id", "projection", "attempts", "claim_id", "lease_until",
                            "consume_marked", "errors", "audit", "outcome", "trace", "done_at",
-                           "coalesced_into", "burst_closed")
+                           "coalesced_into", "burst_closed", "priority")
 # left out only while None (0.0 is a time an injected clock may start at)
 _ROW_NONE_FIELDS: Final = ("burst_at",)
 _SNAPSHOT_ZERO_FIELDS: Final = ("deleted", "actor")

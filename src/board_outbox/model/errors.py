@@ -165,6 +165,19 @@ class OverLimit(BoardOutboxError):
         return (type(self), (self.scope, self.kind, self.key, self.wait_seconds))
 
 
+class Paused(OverLimit):
+    """The row's tenant, subscription or bot is paused (issue 33): not a failure and not an
+    attempt; the row is held (``model/pause``) until the pause is lifted. An ``OverLimit`` so
+    that it takes the limits' way out of a handler: the worker defers the row."""
+
+    def __init__(self, scope: str, key: str) -> None:
+        super().__init__(scope, "paused", key, 0.0)
+        self.args = (f"paused: {scope} {key}",)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:  # type: ignore[override]
+        return (type(self), (self.scope, self.key))
+
+
 class Superseded(BoardOutboxError):
     """Issue 33: a coalescing launch row has a newer row of its (subscription, card) that runs
     instead (``into``): the worker moves it to ``coalesced`` (terminal, attempts unchanged)."""

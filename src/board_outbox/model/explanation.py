@@ -155,6 +155,7 @@ class RowFacts(msgspec.Struct, frozen=True, kw_only=True):
     waiting: str | None
     created_at: float
     updated_at: float
+    priority: int = 0  # its subscription's when it was materialized (issue 33)
 
 
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):

@@ -15,6 +15,7 @@ from typing import Any, TypeGuard
 
 import msgspec
 
+from board_outbox.model.bounds import MAX_PRIORITY, MIN_PRIORITY
 from board_outbox.model.domain import (
     CLAIMED,
     COALESCED,
@@ -70,7 +71,11 @@ def tenant_problem(tenant_id: object) -> str | None:
 def subscription_problem(sub: Subscription) -> str | None:
     """Why a decoded subscription must not be used (None: it may). Its label lists are bounded:
     a 10,000-label consume is a pathological write that would pause the whole store. Its effect
-    kind must be an id, and not ``projection``."""
+    kind must be an id, and not ``projection``. Its priority is a whole number from
+    ``MIN_PRIORITY`` to ``MAX_PRIORITY`` (a decoded document is held to that by its type; a
+    subscription built in memory is checked here)."""
+    if (problem := priority_problem(sub.priority)) is not None:
+        return problem
     try:
         check_kind(sub.kind)
     except InvalidId as exc:
@@ -83,6 +88,16 @@ def subscription_problem(sub: Subscription) -> str | None:
         return f"max_per_second: {problem}"
     if sub.coalesce is not None and sub.kind != LAUNCH:
         return f"coalesce applies to launch subscriptions only (this one is of kind {sub.kind!r})"
+    return None
+
+
+def priority_problem(value: object) -> str | None:
+    """Why ``value`` is not a priority (None: it is): an int, not a bool, in range."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"priority {cap(repr(value), 100)} is not a whole number"
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        shown = repr(value) if abs(value) < 10**18 else "beyond 10^18"  # str(10**5000) raises
+        return f"priority {shown} is outside {MIN_PRIORITY}..{MAX_PRIORITY}"
     return None
 
 
@@ -116,7 +131,7 @@ _DEFAULTS: dict[str, Any] = {
     "projection": None, "event": None, "attempts": 0, "not_before": 0.0, "claim_id": None,
     "lease_until": None, "consume_marked": False, "errors": [], "audit": [], "outcome": None,
     "trace": None, "created_at": 0.0, "updated_at": 0.0, "materialized_at": 0.0,
-    "done_at": None, "burst_at": None, "coalesced_into": None,
+    "done_at": None, "priority": 0, "burst_at": None, "coalesced_into": None,
     "burst_closed": False,
 }
 

@@ -49,6 +49,8 @@ class TenantStatus(msgspec.Struct, kw_only=True):
     effect_latency_rows: int = 0
     # F2: pending rows waiting on a concurrency or rate limit (deferred, attempts unchanged)
     waiting_on_limit: int = 0
+    # issue 33: pending rows held by a pause (of the tenant, a subscription or a bot)
+    held_by_pause: int = 0
 
 
 async def tenant_status(stores: Stores, tenant_id: str, now: float) -> TenantStatus:
@@ -147,7 +149,8 @@ def _status(t: str, head: int, cursor: int, summary: RowSummary | None, problems
         lag_seconds=max(0.0, now - at) if at is not None and at > 0 else 0.0,
         oldest_pending_age_seconds=None if oldest is None else max(0.0, now - oldest),
         rows=rows, dead_letters=rows.get(FAILED, 0), problems=problems,
-        waiting_on_limit=summary.waiting if summary is not None else 0)
+        waiting_on_limit=summary.waiting if summary is not None else 0,
+        held_by_pause=summary.held if summary is not None else 0)
 
 
 async def page_statuses(stores: Stores, page: Sequence[TenantLag], now: float,

@@ -22,6 +22,7 @@ from board_outbox.engine.handlers.contract import Projection
 from board_outbox.engine.limits import LaunchGate, LimitSettings
 from board_outbox.engine.membership import Ownership, new_member_id
 from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.pause import PauseGate
 from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.engine.pressure import Pressure
 from board_outbox.engine.registry import HandlerRegistry
@@ -31,9 +32,8 @@ from board_outbox.engine.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
-from board_outbox.model.domain import CLAIMED, COALESCED, DONE, FAILED, PENDING, EffectRow
+from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ConfigError, StoreUnavailable
-from board_outbox.model.series import SeriesCounts
 from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
@@ -41,18 +41,15 @@ from board_outbox.service.health import (
     NextEvents,
     StallDetector,
     TenantStatus,
-    history_headroom,
-    tenant_statuses,
 )
 from board_outbox.service.plugins import build_handlers, register_projections
 from board_outbox.service.resume import ResumePoint
 from board_outbox.service.stats import Stats
-from board_outbox.service.waker import StreamWaker, failure_key
+from board_outbox.service.upkeep import Upkeep
+from board_outbox.service.waker import StreamWaker
 
 log = logging.getLogger("board_outbox.service")
 
-DONE_COUNT_EVERY = 6  # the done-rows gauge is refreshed every 6th metrics refresh
-SERIES_CHECK_SECONDS = 1.0  # the series loop looks this often whether a minute has ended
 
 
 # the counters live in service/stats.py (the waker counts too)
@@ -60,24 +57,25 @@ SERIES_CHECK_SECONDS = 1.0  # the series loop looks this often whether a minute 
 
 def build_registry(
     stores: Stores, projections: list[str], handlers: Mapping[str, str] | None = None,
-    limits: LimitSettings | None = None,
+    limits: LimitSettings | None = None, pause: PauseGate | None = None,
 ) -> HandlerRegistry:
     """The built-in handlers, the named projections and the user effect kinds (``[handlers]``
     and the ``board_outbox.handlers`` entry points; see ``plugins``). Launches keep to
-    ``limits`` and to their subscriptions' own limits (F2) on a backend with a limit store."""
+    ``limits`` and to their subscriptions' own limits (F2) on a backend with a limit store, and
+    are held while their bot is paused in ``pause`` (issue 33)."""
     registry = HandlerRegistry()
     if limits is not None and limits.configured and stores.limits is None:
         raise ConfigError("limits: this backend keeps no limit store")
     gate = None if stores.limits is None else LaunchGate(stores.limits, limits or LimitSettings())
     registry.register("launch", LaunchHandler(stores.subs, stores.cards, stores.labels,
-                                              stores.launcher, gate))
+                                              stores.launcher, gate, pause))
     register_projections(registry, stores.readmodels, projections)
     for kind, handler in build_handlers(handlers or {}, stores).items():
         registry.register(kind, handler)
     return registry
 
 
-class Service(StreamWaker):
+class Service(StreamWaker, Upkeep):
     def __init__(
         self,
         stores: Stores,
@@ -94,13 +92,17 @@ class Service(StreamWaker):
         self.clock = clock or SystemClock()
         # projection rows write the building generation too while a shadow rebuild runs (B3)
         self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
+        # issue 33: the pauses, read once per membership heartbeat (the pause loop); the worker
+        # holds a paused tenant's or subscription's rows, the launch handler a paused bot's
+        self.pauses = None if stores.pauses is None else PauseGate(
+            stores.pauses, stores.outbox, self.clock, every=config.membership.interval_seconds)
         # the subscriptions, served from memory while their change stream is open (issue 31)
         self.subscriptions: SubscriptionCache | None = None
         if stores.sub_changes is not None and config.tail.change_streams:
             self.subscriptions = SubscriptionCache(stores.subs)
             self.stores = stores = dataclasses.replace(stores, subs=self.subscriptions)
         self.registry = registry or build_registry(stores, config.projections, config.handlers,
-                                                   config.limits)
+                                                   config.limits, self.pauses)
         self.tail = Tail(
             events=stores.events,
             cursors=stores.cursors,
@@ -125,6 +127,7 @@ class Service(StreamWaker):
         self.stats = Stats()
         self.metrics = Metrics()
         self.worker.metrics = self.metrics
+        self.worker.pause = self.pauses
         # the tail's rows go to this replica's worker born claimed, as far as it has room (T1)
         self.tail.handoff = self.worker
         self.worker.on_receive = lambda: self._worker_wake.set()
@@ -228,6 +231,8 @@ class Service(StreamWaker):
         # stream already leaves out those another member owns (S5), rather than waking every
         # replica for each until the first poll has seen it
         self.tail.seen = frozenset(await self.tail.tenants())
+        if self.pauses is not None:  # no row runs before the pauses are known (issue 33)
+            await self.pauses.refresh(strict=True)
 
     async def run(self) -> None:
         await self.preflight()
@@ -255,6 +260,8 @@ class Service(StreamWaker):
                 tg.start_soon(self._alive, "membership", self._membership_loop)
             if self.config.audit.enabled:
                 tg.start_soon(self._alive, "audit", self._audit_loop)
+            if self.pauses is not None:
+                tg.start_soon(self._alive, "pauses", self._pause_loop)
             if self.series is not None:
                 tg.start_soon(self._alive, "series", self._series_loop)
             if self.stores.limits is not None:
@@ -404,114 +411,3 @@ class Service(StreamWaker):
             return None
         self.stats.worker.add(res)
         return res
-
-    async def refresh_gauges(self) -> None:
-        """Tail lag per tenant (allocated seq - cursor) and rows by state, for the gauges."""
-        heads, cursors = await self.stores.events.heads(), await self.stores.cursors.all()
-        self.metrics.lag = {t: max(0, h - cursors.get(t, 0)) for t, h in heads.items()}
-        # the live states and the dead-letters every refresh (each count over its state's
-        # partial index); done rows -- a week of history -- every DONE_COUNT_EVERY refreshes
-        states = [PENDING, CLAIMED, FAILED]
-        if self._gauge_refreshes % DONE_COUNT_EVERY == 0:
-            states += [DONE, COALESCED]  # the coalesced rows are a week of history too
-        self._gauge_refreshes += 1
-        counts = await self.stores.outbox.count_by_state(states=states)
-        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED)},
-                             **{s: counts.get(s, 0) for s in states}}
-        if self.status_enabled:
-            await self.refresh_status()
-            self.history_headroom = await history_headroom(self.stores)  # A2
-
-    async def refresh_status(self) -> None:
-        """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
-        now = self.clock.now()
-        # live rows only: done rows are a week of history, and this runs every refresh
-        status = await tenant_statuses(self.stores, now, self.next_events, live_only=True)
-        for tenant, st in status.items():
-            st.stalled_for_seconds = self.stalls.observe(tenant, st.cursor, st.lag_events > 0, now)
-            st.stalled = st.stalled_for_seconds > 0
-        self.stalls.forget(status)
-        self.status = status
-
-    async def _membership_loop(self) -> None:
-        """Heartbeat (S1) every ``interval_seconds``."""
-        every = self.config.membership.interval_seconds
-        while not self.stopping:
-            await anyio.sleep(every)
-            await self.membership_pass()
-
-    async def membership_pass(self) -> None:
-        """One heartbeat; a changed view rescopes the stream and polls at once, so tenants that
-        moved to us are drained within ``heartbeat_timeout_seconds`` of their owner's last beat."""
-        try:
-            if await self.ownership.beat():
-                self._rescope_stream()
-                self.request_full_poll()
-        except Exception as exc:
-            log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
-
-    async def _audit_loop(self) -> None:
-        """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` events of
-        the owned tenants (``BackgroundAudit.tick``); a failed pass is logged, the next retries."""
-        while not self.stopping:
-            try:
-                cursors = await self.stores.cursors.all()
-                await self.audit.tick({t: c for t, c in cursors.items() if self.ownership.owns(t)})
-            except Exception as exc:
-                log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)
-            await anyio.sleep(self.config.audit.interval_seconds)
-
-    def series_counts(self) -> SeriesCounts:
-        """What this replica materialized (events it moved its tenants' cursors past), marked
-        done and dead-lettered since it started."""
-        return SeriesCounts(materialized=self.stats.events_passed, done=self.stats.worker.done,
-                            dead=self.stats.worker.failed)
-
-    def owned_lag(self) -> dict[str, int]:
-        """Events behind per tenant this replica owns, as its last metrics refresh read them (it
-        reads every counter and cursor anyway: the series costs no read of its own)."""
-        return {t: n for t, n in self.metrics.lag.items() if n > 0 and self.ownership.owns(t)}
-
-    async def _series_loop(self) -> None:
-        """Issue 33: one series document once each minute has ended (``flush_due``); a failed
-        flush is logged and its counts go with the next minute's."""
-        assert self.series is not None
-        while not self.stopping:
-            try:
-                await self.series.flush_due()
-            except Exception as exc:
-                log.warning("series pass failed: %s: %s", type(exc).__name__, exc)
-            await anyio.sleep(SERIES_CHECK_SECONDS)
-
-    async def _limits_loop(self) -> None:
-        """F2: every ``limits.index_check_seconds``, the limits store's indexes are re-created
-        if they are gone (``LimitStore.upkeep``: the collection dropped while we run), off every
-        launch's path."""
-        every = self.config.limits.index_check_seconds
-        while not self.stopping:
-            await anyio.sleep(every)
-            await self.limits_pass()
-
-    async def limits_pass(self) -> list[str]:
-        """One check of the limits store's indexes; the names re-created (logged once each
-        time). A failed check is logged and retried on the next pass."""
-        assert self.stores.limits is not None
-        try:
-            created = await self.stores.limits.upkeep()
-        except Exception as exc:
-            self._once(("limits-upkeep", failure_key(exc)), logging.WARNING,
-                       "could not check the limits' indexes: %s", failure_key(exc))
-            return []
-        if created:
-            log.warning("the limits' indexes were gone (their collection dropped?): re-created "
-                        "%s", ", ".join(created))
-        return created
-
-    async def _metrics_loop(self) -> None:
-        while not self.stopping:
-            try:
-                await self.refresh_gauges()
-            except Exception as exc:
-                log.warning("metrics refresh failed: %s: %s", type(exc).__name__, exc)
-            await anyio.sleep(self.config.service.metrics_interval_seconds)
-

@@ -17,6 +17,7 @@ from board_outbox.adapters.memory.launcher import MemoryLauncher
 from board_outbox.adapters.memory.limits import MemoryLimitStore
 from board_outbox.adapters.memory.membership import MemoryMembershipStore
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
+from board_outbox.adapters.memory.pauses import MemoryPauseStore
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.adapters.memory.readmodels import MemoryReadModelStore
 from board_outbox.adapters.memory.series import MemorySeriesStore
@@ -36,6 +37,7 @@ __all__ = [
     "MemoryLauncher",
     "MemoryLimitStore",
     "MemoryMembershipStore",
+    "MemoryPauseStore",
     "MemoryReadModelStore",
     "MemoryResumeTokenStore",
     "MemorySeriesStore",
@@ -64,6 +66,7 @@ class MemoryBackend:
         self.rm_versions = MemoryGenerationStore()
         self.limits = MemoryLimitStore()
         self.sessions = MemorySessionStore()
+        self.pauses = MemoryPauseStore()
         self.series = MemorySeriesStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
@@ -74,7 +77,7 @@ class MemoryBackend:
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
             status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
-            sessions=self.sessions, sub_changes=self.subs, series=self.series,
+            sessions=self.sessions, pauses=self.pauses, sub_changes=self.subs, series=self.series,
         )
 
 

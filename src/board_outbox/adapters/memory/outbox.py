@@ -28,6 +28,7 @@ from board_outbox.model.domain import (
     to_doc,
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
+from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     OnceLog,
@@ -169,9 +170,10 @@ class MemoryEffectOutbox:
         prefer: Collection[str] | None = None, steal_before: float | None = None,
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Due rows oldest first, taken round-robin by tenant (F1, ``fairness.pick``): the twin
-        sees every due row, so its round-robin is exact (each tenant's ``limit`` oldest due rows
-        are all a claim of ``limit`` can take from it)."""
+        """Due rows oldest first, taken round-robin by tenant, each tenant's highest priority
+        first (F1, ``fairness.pick``): the twin sees every due row, so its pick is exact (each
+        tenant's ``limit`` first rows by (priority desc, due time) are all a claim of ``limit``
+        can take from it)."""
         await checkpoint()
         candidates: list[list[tuple[float, int, dict[str, Any]]]] = []
         for tenant, refs in self._live.items():
@@ -187,7 +189,9 @@ class MemoryEffectOutbox:
                         stealable or fairness.stealable(doc, steal_before)):
                     due.append((nb, ref, doc))
             if due:
-                candidates.append(heapq.nsmallest(limit, due, key=lambda d: (d[0], d[1])))
+                first = heapq.nsmallest(limit, due, key=lambda d: (
+                    -fairness.priority_of(d[2]), d[0], d[1]))
+                candidates.append(sorted(first, key=lambda d: (d[0], d[1])))  # oldest first
         candidates.sort(key=lambda rows: (rows[0][0], rows[0][1]))  # tenants by their oldest row
         ref_of = {id(doc): ref for rows in candidates for _, ref, doc in rows}
         picked = fairness.pick((doc for rows in candidates for _, _, doc in rows), limit,
@@ -376,6 +380,18 @@ class MemoryEffectOutbox:
             doc = self._docs.pop(ref)
             self._by_key.pop(doc.get("row_key"), None)  # type: ignore[arg-type]
         return len(victims)
+
+    async def release_held(self, now: float, keep: Collection[str]) -> int:
+        await checkpoint()
+        moved = 0
+        for doc in self._docs.values():
+            nb, why = doc.get("not_before"), doc.get("waiting")
+            # as the server compares: a non-number never matches the numeric bound
+            if doc.get("state") == PENDING and _number(nb) and nb >= HELD_OFFSET and \
+                    isinstance(why, str) and why not in keep:
+                doc.update(not_before=nb - HELD_OFFSET, waiting=None, updated_at=now)
+                moved += 1
+        return moved
 
     # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
 

@@ -11,6 +11,7 @@ from board_outbox.adapters.memory.cursors import MemoryCursorStore
 from board_outbox.adapters.memory.events import MemoryEventLog
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.model.domain import FAILED, LIVE_STATES, PENDING
+from board_outbox.model.pause import is_held
 from board_outbox.model.records import AttentionPage, TenantLag
 from board_outbox.model.validation import finite
 from board_outbox.ports import RowSummary
@@ -34,7 +35,9 @@ class MemoryStatusStore:
                 continue
             summary = out.setdefault(tenant, RowSummary(rows={}))
             summary.rows[state] = summary.rows.get(state, 0) + 1
-            if state == PENDING and doc.get("waiting"):
+            if state == PENDING and is_held(doc.get("not_before")):
+                summary.held += 1  # issue 33: held by a pause
+            elif state == PENDING and doc.get("waiting"):
                 summary.waiting += 1  # F2: deferred over a limit
             created = finite(doc.get("created_at"))
             if state in LIVE_STATES and created is not None:

@@ -13,6 +13,7 @@ from board_outbox.adapters.mongo.events import MongoEventLog
 from board_outbox.adapters.mongo.limits import MongoLimitStore
 from board_outbox.adapters.mongo.membership import MongoMembershipStore
 from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
+from board_outbox.adapters.mongo.pauses import MongoPauseStore
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
 from board_outbox.adapters.mongo.schema import ensure_schema
 from board_outbox.adapters.mongo.series import MongoSeriesStore
@@ -27,6 +28,7 @@ __all__ = [
     "MongoEventLog",
     "MongoLimitStore",
     "MongoMembershipStore",
+    "MongoPauseStore",
     "MongoReadModelStore",
     "MongoResumeTokenStore",
     "MongoSeriesStore",

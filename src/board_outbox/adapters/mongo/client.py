@@ -18,6 +18,7 @@ from board_outbox.adapters.mongo.generations import MongoGenerationStore
 from board_outbox.adapters.mongo.limits import MongoLimitStore
 from board_outbox.adapters.mongo.membership import MongoMembershipStore
 from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
+from board_outbox.adapters.mongo.pauses import MongoPauseStore
 from board_outbox.adapters.mongo.readmodels import MongoReadModelStore
 from board_outbox.adapters.mongo.schema import ensure_schema as ensure
 from board_outbox.adapters.mongo.series import MongoSeriesStore
@@ -96,6 +97,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         status=MongoStatusStore(db),
         limits=MongoLimitStore(db),
         sessions=MongoSessionStore(db),
+        pauses=MongoPauseStore(db),
         series=MongoSeriesStore(db),
         sub_changes=MongoSubscriptionChanges(db) if change_feed else None,
     )

@@ -43,6 +43,7 @@ from board_outbox.model.domain import (
     to_doc,
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
+from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     ROW_STATES,
@@ -81,6 +82,11 @@ IN_STATE: dict[str, dict[str, Any]] = {
     COALESCED: {"state": COALESCED, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
 }
 
+
+# the pick's third query under a backlog: the key of the partial index on the pending rows of a
+# priority above 0 (``schema``): highest priority first, then oldest due first
+PRIORITY_ORDER = [("priority", DESCENDING), ("not_before", ASCENDING)]
+PRIORITY_INDEX = "pending_priority_not_before"
 
 # the dead-letters' walk order: the key of the failed rows' partial index (``schema``)
 FAILED_ORDER = [("updated_at", ASCENDING), ("row_key", ASCENDING)]
@@ -192,8 +198,20 @@ class MongoEffectOutbox:
         that fills its window means a backlog, which may hide other tenants' rows behind one
         tenant's: then a second query, bounded the same, reads the oldest due rows of the
         tenants the first did not return (over the ``pending_tenant_not_before`` index, whose
-        bounds skip the backlogged tenants' keys). Two round trips under a backlog, one
-        otherwise, whatever the number of tenants."""
+        bounds skip the backlogged tenants' keys), and a third the due rows of a priority above
+        0, highest first, then oldest first (over the ``pending_priority_not_before`` index,
+        which holds only those: a seek on an empty index while no subscription sets a
+        priority), so a high-priority row newer than the window still goes first within its
+        tenant's share.
+        Three round trips under a backlog, one otherwise, whatever the number of tenants: a
+        pick that does not fill its window has read every due row, priorities and all.
+
+        Each tenant's rows reach ``fairness.pick`` oldest due first: the window is the oldest
+        due rows of all; a tenant's rows from the second or third query are newer than its
+        rows in the window (or it has none there), and the third query's are put in due order.
+        A negative priority sinks a row beneath the rows of its tenant this pick sees: under a
+        backlog, a row at -1 in the window goes before a newer row at 0 of its tenant outside
+        it (the window moves on by age, so that row's turn comes by age as ever)."""
         started = time.monotonic()
         due: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}}
         if tenants is not None:
@@ -208,6 +226,15 @@ class MongoEffectOutbox:
             have = {d["_id"] for d in picked}
             picked += [d for d in await self.coll.find(hidden).limit(window).to_list(None)
                        if d["_id"] not in have]
+            urgent = {**due, "priority": {"$gt": 0}}
+            have = {d["_id"] for d in picked}
+            # hinted: a planner that would not pick the partial index (the wire test server
+            # scans the collection, history and all, without it) reads only its entries; in
+            # the index's own order, so no sort stage where the server sorts by the index
+            top = await (self.coll.find(urgent).sort(PRIORITY_ORDER).hint(PRIORITY_INDEX)
+                         .limit(window).to_list(None))
+            picked += sorted((d for d in top if d["_id"] not in have),
+                             key=lambda d: d["not_before"])  # each tenant's oldest due first
         picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before)
         ids = [d["_id"] for d in picked]
         if not ids:
@@ -496,6 +523,16 @@ class MongoEffectOutbox:
             return 0
         res = await self.coll.delete_many({"_id": {"$in": ids}, "state": FAILED})
         return int(res.deleted_count)
+
+    @translated
+    async def release_held(self, now: float, keep: Collection[str]) -> int:
+        """One ``update_many`` over the ``pending_not_before`` index from ``HELD_OFFSET`` up:
+        only held rows lie there, whatever the backlog of due ones."""
+        res = await self.coll.update_many(
+            {"state": PENDING, "not_before": {"$gte": HELD_OFFSET},
+             "waiting": {"$type": "string", "$nin": sorted(keep)}},
+            {"$inc": {"not_before": -HELD_OFFSET}, "$set": {"waiting": None, "updated_at": now}})
+        return int(res.modified_count)
 
     # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymongo import ASCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.errors import OperationFailure
 
 from board_outbox.adapters.mongo.errors import translated
@@ -37,6 +37,12 @@ INDEXES: dict[str, list[IndexModel]] = {
         # (``tenant_id: {$nin: seen}``: its bounds skip the backlogged tenants' keys)
         IndexModel([("tenant_id", ASCENDING), ("not_before", ASCENDING)],
                    name="pending_tenant_not_before", partialFilterExpression={"state": PENDING}),
+        # the pick's third query under a backlog: the due rows of a priority above 0, highest
+        # first, then oldest first (issue 33); a row at 0 has no ``priority`` field (slim
+        # rows), so while no subscription sets a priority this index is empty and costs no write
+        IndexModel([("priority", DESCENDING), ("not_before", ASCENDING)],
+                   name="pending_priority_not_before",
+                   partialFilterExpression={"state": PENDING, "priority": {"$gt": 0}}),
         # the expired-lease sweep
         IndexModel([("lease_until", ASCENDING)], name="claimed_lease_until",
                    partialFilterExpression={"state": CLAIMED}),

@@ -16,6 +16,7 @@ from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import COUNTERS, EVENTS
 from board_outbox.adapters.mongo.outbox import EFFECTS, IN_STATE
 from board_outbox.model.domain import FAILED, LIVE_STATES, PENDING
+from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.records import AttentionPage, TenantLag
 from board_outbox.model.validation import finite, is_seq
 from board_outbox.ports import RowSummary
@@ -50,7 +51,10 @@ class MongoStatusStore:
             {"$group": {"_id": {"t": "$tenant_id", "s": "$state"}, "n": {"$sum": 1},
                         "oldest": {"$min": "$created_at"},
                         # F2: rows that carry a reason they wait on a limit
-                        "waiting": {"$sum": {"$cond": [{"$ifNull": ["$waiting", False]}, 1, 0]}}}},
+                        "waiting": {"$sum": {"$cond": [{"$ifNull": ["$waiting", False]}, 1, 0]}},
+                        # issue 33: held by a pause (they carry a reason too)
+                        "held": {"$sum": {"$cond": [{"$gte": ["$not_before", HELD_OFFSET]},
+                                                    1, 0]}}}},
         ])
         out: dict[str, RowSummary] = {}
         for d in await cursor.to_list(None):
@@ -60,7 +64,9 @@ class MongoStatusStore:
             summary = out.setdefault(tenant, RowSummary(rows={}))
             summary.rows[str(state)] = summary.rows.get(str(state), 0) + int(d["n"])
             if state == PENDING:
-                summary.waiting += int(d.get("waiting") or 0)
+                held = int(d.get("held") or 0)
+                summary.held += held
+                summary.waiting += max(0, int(d.get("waiting") or 0) - held)
             oldest = finite(d.get("oldest"))
             if state in LIVE_STATES and oldest is not None:
                 prev = summary.oldest_live_created_at

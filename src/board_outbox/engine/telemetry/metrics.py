@@ -9,6 +9,8 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.wakes`` (counter, source=stream|poll): what woke the tail;
 - ``board_outbox.limited`` (counter, scope=bot|tenant, kind=in_flight|per_second): launches
   deferred because they were over a limit (F2);
+- ``board_outbox.paused_rows`` (counter, scope=tenant|subscription|bot): rows held because
+  their tenant, subscription or bot was paused (issue 33);
 - ``board_outbox.rows.coalesced`` (counter): launch rows superseded by a newer row of their
   (subscription, card) (issue 33; Prometheus ``board_outbox_rows_coalesced_total``), counted
   where the ``coalesce`` transition is applied;
@@ -73,6 +75,9 @@ class Metrics:
         self.limited = m.create_counter(
             "board_outbox.limited", unit="{row}",
             description="launches deferred over a concurrency or rate limit")
+        self.paused_rows = m.create_counter(
+            "board_outbox.paused_rows", unit="{row}",
+            description="rows held because their tenant, subscription or bot was paused")
         self.coalesced = m.create_counter(
             "board_outbox.rows.coalesced", unit="{row}",
             description="launch rows superseded by a newer row of their (subscription, card)")
@@ -179,6 +184,11 @@ class Metrics:
         """A launch was deferred over a limit (F2)."""
         self.limited.add(1, {"scope": scope, "kind": kind})
         self.prom.limited.labels(scope, kind).inc()
+
+    def row_paused(self, scope: str) -> None:
+        """A row was held by a pause of its ``scope`` (issue 33)."""
+        self.paused_rows.add(1, {"scope": scope})
+        self.prom.paused_rows.labels(scope).inc()
 
     def row_coalesced(self) -> None:
         """A launch row moved to ``coalesced`` (issue 33)."""

@@ -32,6 +32,9 @@ class PrometheusMirror:
         self.limited = Counter(
             "board_outbox_limited", "launches this replica deferred over a concurrency or rate "
             "limit (F2)", ["scope", "kind"], registry=self.registry)
+        self.paused_rows = Counter(
+            "board_outbox_paused_rows", "rows this replica held because their tenant, "
+            "subscription or bot was paused (issue 33)", ["scope"], registry=self.registry)
         self.coalesced = Counter(
             "board_outbox_rows_coalesced", "launch rows this replica moved to coalesced: "
             "superseded by a newer row of their (subscription, card) (issue 33)",

@@ -24,6 +24,7 @@ from board_outbox.surface.cli.commands.cursor import cmd_cursor
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
 from board_outbox.surface.cli.commands.explain import cmd_explain
+from board_outbox.surface.cli.commands.pause import cmd_pause, cmd_paused, cmd_resume
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
 from board_outbox.surface.cli.commands.replay import cmd_replay
 from board_outbox.surface.cli.commands.run import cmd_run
@@ -63,6 +64,9 @@ COMMANDS["console"] = cmd_console
 COMMANDS["cursor"] = cmd_cursor
 COMMANDS["audit"] = cmd_audit
 COMMANDS["replay"] = cmd_replay
+COMMANDS["pause"] = cmd_pause
+COMMANDS["resume"] = cmd_resume
+COMMANDS["paused"] = cmd_paused
 COMMANDS["explain"] = cmd_explain
 
 

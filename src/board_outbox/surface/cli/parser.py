@@ -195,6 +195,33 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "stalled_for_seconds}]} (stalled is only known to a running service: see /readyz).\n"
         "An unknown --tenant is an error (exit 2).",
     ),
+    "pause": (
+        "hold the effects of a tenant, a subscription or a bot until `resume`",
+        "Pause one tenant, subscription or bot (issue 33): every replica reads the pauses once\n"
+        "per membership heartbeat (heartbeat_timeout_seconds / 6) and, from then on, holds the\n"
+        "rows it pauses instead of running them: each waits (state pending, waiting \"paused:\n"
+        "tenant T\") without spending an attempt, and runs in its order after `resume`. The tail\n"
+        "keeps materializing (nothing is lost; the oldest pending row's age shows the hold). A\n"
+        "tenant or subscription pause holds the launches and the other effect kinds of its\n"
+        "subscriptions, never its projection rows (the board's read models stay current); a bot\n"
+        "pause holds that bot's launches in every tenant. Rows already running finish. Pausing\n"
+        "what is paused already replaces the reason. Recorded (who, when, why) in the pause's\n"
+        "audit. An unknown tenant or subscription is exit 2 unless --force.",
+    ),
+    "resume": (
+        "lift a pause: the held rows run again, in their order",
+        "Lift the pause of one tenant, subscription or bot: within one heartbeat every replica\n"
+        "stops holding its rows and gives the held ones back their own due time, so they run\n"
+        "in the order they were due. Recorded in the pause's audit. Exit 1 when it is not\n"
+        "paused.",
+    ),
+    "paused": (
+        "list the pauses that are on",
+        "The pauses that are on: scope, key, since when, by whom and why. --json prints one\n"
+        "document: {\"schema\": 1, \"pauses\": [{scope, key, reason, by, at}],\n"
+        "\"bad_documents\": [...]} (a pause document that does not parse pauses nothing; it is\n"
+        "listed there, and `pause` writes it whole again).",
+    ),
     "explain": (
         "why one row waits: its timeline and what holds it now",
         "The row's timeline (its event's insert, materialization, each failed attempt, operator\n"
@@ -370,6 +397,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="rows printed (default 100; --json prints all)")
     rpl.add_argument("--batch-size", type=_positive_int, default=500,
                      help="events read per query (default 500)")
+    for name in ("pause", "resume"):
+        pz = _command(sub, name, common)
+        which = pz.add_mutually_exclusive_group(required=True)
+        which.add_argument("--tenant", metavar="T", help=f"{name} this tenant")
+        which.add_argument("--subscription", metavar="S", help=f"{name} this subscription")
+        which.add_argument("--bot", metavar="B", help=f"{name} this bot (in every tenant)")
+        pz.add_argument("--by", default="", help=f"who {name}s (audit; default $USER)")
+        if name == "pause":
+            pz.add_argument("--reason", default="", metavar="TEXT",
+                            help="why (shown by `paused`, the console and the audit)")
+            pz.add_argument("--force", action="store_true",
+                            help="pause a tenant or subscription the store does not know (yet)")
+    pl = _command(sub, "paused", common)
+    pl.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
     st = _command(sub, "status", common)
     st.add_argument("--json", action="store_true", help="one stable JSON document (schema 1)")
     st.add_argument("--tenant", help="only this tenant (unknown: exit 2)")

@@ -33,6 +33,7 @@ from board_outbox.service.config import Config
 from board_outbox.surface.admin import parse_when, replay_rows
 from board_outbox.surface.console.bulk import bulk_routes
 from board_outbox.surface.console.data import ConsoleData, trace_id
+from board_outbox.surface.console.pauses import pause_routes, pause_view
 from board_outbox.surface.console.rows import row_page
 from board_outbox.surface.console.security import (
     SESSION_COOKIE,
@@ -111,7 +112,8 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         after = BackgroundTask(data.refresh_view) if data.refresh_due() else None
         return await page(request, "overview.html", ov=ov, refresh=REFRESH_SECONDS,
                           background=after,
-                          spark=await trends.sparklines([t.tenant_id for t in ov.tenants]))
+                          spark=await trends.sparklines([t.tenant_id for t in ov.tenants]),
+                          pv=await pause_view(stores))
 
     async def find_tenant(request: Request) -> Response:
         """The overview's "open a tenant" form: straight to that tenant's page."""
@@ -126,7 +128,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         if tp is None:
             return await page(request, "message.html", 404, title="No such tenant",
                         message=f"The store knows no tenant {tenant_id!r}.")
-        return await page(request, "tenant.html", tp=tp)
+        return await page(request, "tenant.html", tp=tp, pv=await pause_view(stores, tenant_id))
 
     async def dead_letters(request: Request) -> Response:
         q = request.query_params
@@ -258,6 +260,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
                          admin_token=admin_token),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
+            *pause_routes(stores, sessions, admin_token, page, refused),  # issue 33
             *chart_routes(trends, page),
         ],
         middleware=[Middleware(SessionMiddleware, secret_key=session_secret(admin_token),

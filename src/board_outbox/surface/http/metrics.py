@@ -56,6 +56,17 @@ class ServiceCollector(Collector):
         yield per_tenant("board_outbox_rows_waiting_on_limit",
                          "pending rows deferred over a concurrency or rate limit (F2), per tenant",
                          "", [(s.tenant_id, s.waiting_on_limit) for s in status])
+        yield per_tenant("board_outbox_rows_held_by_pause",
+                         "pending rows held by a pause of their tenant, subscription or bot "
+                         "(issue 33), per tenant", "",
+                         [(s.tenant_id, s.held_by_pause) for s in status])
+        if svc.pauses is not None:
+            pauses = GaugeMetricFamily("board_outbox_pauses",
+                                       "pauses on, by scope, as this replica last read them",
+                                       labels=["scope"])
+            for scope, n in svc.pauses.by_scope().items():
+                pauses.add_metric([scope], n)
+            yield pauses
         yield per_tenant("board_outbox_tenant_stalled",
                          "1 while the tenant is behind and its cursor has not moved for "
                          "tail.stall_seconds", "", [(s.tenant_id, int(s.stalled)) for s in status])

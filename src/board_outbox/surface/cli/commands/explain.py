@@ -59,7 +59,8 @@ def lines(x: Explanation) -> list[str]:
         out.append(f"row {x.row_key}: the stored document does not decode")
     else:
         target = f" of {r.target}" if r.target else ""
-        out.append(f"row {x.row_key}: {r.kind}{target}, tenant {r.tenant_id}, seq {r.seq}")
+        out.append(f"row {x.row_key}: {r.kind}{target}, tenant {r.tenant_id}, seq {r.seq}"
+                   + (f", priority {r.priority}" if r.priority else ""))
         out.append(f"  state {r.state}, attempts {r.attempts} of {r.max_attempts}"
                    + (f", waiting on: {r.waiting}" if r.waiting else ""))
     out.append("holds:" if x.holds else "holds: none")

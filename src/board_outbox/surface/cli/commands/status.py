@@ -61,6 +61,10 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
             if lat is not None:
                 st.effect_latency_p50_seconds, st.effect_latency_p99_seconds = lat.p50, lat.p99
                 st.effect_latency_rows = lat.rows
+        # F3: the pauses on (one small read; a pause document that does not parse is listed
+        # under bad_documents like any other)
+        pauses = [] if stores.pauses is None else [p for p in await stores.pauses.all()
+                                                   if p.active]
         replicas = None
         if stores.members is not None:
             live = trusted(await stores.members.live(now), now, cfg.membership)
@@ -74,6 +78,7 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
         print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
         return 0
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"board-outbox status ({len(rows)} tenants)")
@@ -86,6 +91,8 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
         by_state = ", ".join(f"{k} {v}" for k, v in st.rows.items()) or "-"
         if st.waiting_on_limit:  # F2: pending rows deferred over a limit
             by_state += f" ({st.waiting_on_limit} limited)"
+        if st.held_by_pause:  # issue 33: pending rows held by a pause
+            by_state += f" ({st.held_by_pause} paused)"
         table.add_row(st.tenant_id, str(st.cursor), str(st.allocated_seq), str(st.lag_events),
                       age(st.lag_seconds if st.lag_events else None),
                       age(st.oldest_pending_age_seconds), by_state,
@@ -97,10 +104,16 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
     if replicas is not None:
         names = ", ".join(r.member_id for r in replicas) or "none (no replica is running)"
         console.print(f"replicas alive: {len(replicas)}: {names}", highlight=False)
+    for p in sorted(pauses, key=lambda p: (p.scope, p.key)):
+        line = (f"paused: {p.scope} {p.key} since {age(now - p.at)} ago, by {p.by}"
+                f"{': ' + p.reason if p.reason else ''}")
+        console.print(f"[yellow]{escape(line)}[/yellow] (`board-outbox paused`)",
+                      highlight=False, emoji=False)
     for st in rows:
         for problem in st.problems:
             console.print(f"[red]tenant {st.tenant_id}: {problem}[/red]", highlight=False)
     for doc in bad:
-        console.print(f"[red]malformed {doc.collection} document {doc.key}: {doc.problem}[/red]",
-                      highlight=False)
+        # escaped, no emoji: a key such as a pause's "bot:x" followed by ": " read ":x:" as an emoji
+        line = f"malformed {doc.collection} document {doc.key}: {doc.problem}"
+        console.print(f"[red]{escape(line)}[/red]", highlight=False, emoji=False)
     return 0

@@ -1,0 +1,163 @@
+"""Priority per subscription (issue 33) on every backend: within a tenant's fair share (F1) its
+higher-priority rows are claimed and run first, equal priorities oldest first; a tenant with
+only low-priority rows keeps its round-robin turn beside a tenant with high-priority ones; a
+row carries the priority it was materialized with (a change affects only later rows), stored
+slim (no field at 0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from board_outbox.model.domain import MatchRule, Subscription
+from board_outbox.ports import Claim
+from tests.support.kits import Kit
+
+pytestmark = pytest.mark.anyio
+
+
+def sub(tenant: str, name: str, priority: int = 0) -> Subscription:
+    return Subscription(sub_id=f"{tenant}.{name}", tenant_id=tenant, bot=f"bot-{name}",
+                        rule=MatchRule(event_types=("card.created",)), priority=priority)
+
+
+async def events(kit: Kit, tenant: str, n: int) -> None:
+    """``n`` events of one card for ``tenant``, materialized, then the clock +1 s (rows
+    materialized later are due later)."""
+    await kit.card(tenant, "c")
+    for _ in range(n):
+        await kit.emit(tenant, "card.created", "c")
+    await kit.tail(seed="earliest").drain_all([tenant])
+    kit.clock.advance(1)
+
+
+def seen(claims: list[Claim]) -> list[tuple[str, str, int]]:
+    return [(c.tenant_id, str(c.row.sub_id), c.row.seq) for c in claims if c.row is not None]
+
+
+async def claim_all(kit: Kit, limit: int) -> list[list[tuple[str, str, int]]]:
+    """Claims of ``limit`` until none is due: what each took, in order."""
+    out: list[list[tuple[str, str, int]]] = []
+    while batch := seen(await kit.outbox.claim_any(kit.clock.now(), 30, limit)):
+        out.append(batch)
+    return out
+
+
+async def test_a_tenants_higher_priority_rows_are_claimed_first_oldest_first(kit: Kit) -> None:
+    await kit.sub(sub("a", "low"))
+    await kit.sub(sub("a", "high", priority=5))
+    await kit.sub(sub("a", "top", priority=9))
+    await events(kit, "a", 3)
+    order = [r for batch in await claim_all(kit, 2) for r in batch]
+    assert order == [("a", "a.top", 1), ("a", "a.top", 2), ("a", "a.top", 3),
+                     ("a", "a.high", 1), ("a", "a.high", 2), ("a", "a.high", 3),
+                     ("a", "a.low", 1), ("a", "a.low", 2), ("a", "a.low", 3)]
+
+
+async def test_a_negative_priority_sinks_a_row_beneath_its_tenants_rows_in_the_claim(
+    kit: Kit,
+) -> None:
+    """Below 0: after every row of its tenant the claim sees (docs/design.md, F1: under a
+    backlog that is the pick's window; here every due row fits in it)."""
+    await kit.sub(sub("a", "sunk", priority=-3))
+    await kit.sub(sub("a", "low"))
+    await events(kit, "a", 3)
+    (batch,) = await claim_all(kit, 10)
+    assert batch == [("a", "a.low", 1), ("a", "a.low", 2), ("a", "a.low", 3),
+                     ("a", "a.sunk", 1), ("a", "a.sunk", 2), ("a", "a.sunk", 3)]
+
+
+async def test_a_high_priority_row_newer_than_a_backlog_goes_first(kit: Kit) -> None:
+    """Twelve older rows at priority 0 fill any claim's window; the two high-priority rows
+    materialized after them are still the tenant's first (Mongo: the pick's third query)."""
+    await kit.sub(sub("a", "low"))
+    await events(kit, "a", 12)
+    await kit.subs.delete("a.low")
+    await kit.sub(sub("a", "high", priority=10))
+    await events(kit, "a", 2)
+    first = seen(await kit.outbox.claim_any(kit.clock.now(), 30, 2))
+    assert first == [("a", "a.high", 13), ("a", "a.high", 14)]
+    rest = [r for batch in await claim_all(kit, 5) for r in batch]
+    assert rest == [("a", "a.low", s) for s in range(1, 13)]  # then oldest first, as ever
+
+
+async def test_a_tenant_with_only_low_priority_rows_keeps_its_turn(kit: Kit) -> None:
+    """No starvation: priority orders rows within a tenant, never across tenants."""
+    await kit.sub(sub("hot", "urgent", priority=10))
+    await kit.sub(sub("cold", "slow", priority=-10))
+    await events(kit, "cold", 3)
+    await events(kit, "hot", 6)
+    batches = await claim_all(kit, 2)
+    for batch in batches[:3]:  # while both have due rows, every claim takes one of each
+        assert sorted(t for t, _, _ in batch) == ["cold", "hot"], batches
+    assert [s for b in batches for t, _, s in b if t == "cold"] == [1, 2, 3]
+    assert [s for b in batches for t, _, s in b if t == "hot"] == [1, 2, 3, 4, 5, 6]
+
+
+async def test_a_priority_change_affects_only_rows_materialized_after_it(kit: Kit) -> None:
+    await kit.sub(sub("a", "s"))
+    await kit.sub(sub("a", "other", priority=1))
+    await events(kit, "a", 2)
+    await kit.sub(sub("a", "s", priority=2))  # raised after two events
+    await events(kit, "a", 2)
+    rows = {(r.sub_id, r.seq): r.priority for r in await kit.rows("a")}
+    assert rows == {("a.s", 1): 0, ("a.s", 2): 0, ("a.s", 3): 2, ("a.s", 4): 2,
+                    ("a.other", 1): 1, ("a.other", 2): 1, ("a.other", 3): 1, ("a.other", 4): 1}
+    # stored slim: a row at 0 has no priority field (the Mongo adapter's documents)
+    raw0, raw2 = await kit.raw_row("a/1/sub/a.s"), await kit.raw_row("a/3/sub/a.s")
+    assert raw0 is not None and raw2 is not None and raw2["priority"] == 2
+    assert raw0.get("priority", 0) == 0 and (kit.name == "memory" or "priority" not in raw0)
+    order = [r for batch in await claim_all(kit, 3) for r in batch]
+    assert order == [("a", "a.s", 3), ("a", "a.s", 4),
+                     ("a", "a.other", 1), ("a", "a.other", 2), ("a", "a.other", 3),
+                     ("a", "a.other", 4), ("a", "a.s", 1), ("a", "a.s", 2)]
+
+
+async def test_the_worker_runs_a_tenants_higher_priority_rows_first(kit: Kit) -> None:
+    """The worker's lanes run a tenant's rows in claimed order: highest priority first, handed
+    rows (born claimed by our tail) and picked rows alike."""
+    await kit.sub(sub("a", "low"))
+    await kit.sub(sub("a", "high", priority=3))
+    worker = kit.worker(batch_size=10)
+    tail = kit.tail(seed="earliest")
+    tail.handoff = worker
+    await kit.card("a", "c")
+    for _ in range(3):
+        await kit.emit("a", "card.created", "c")
+    await tail.drain_all(["a"])
+    for _ in range(3):
+        await worker.tick_any()
+    ran = [(r.bot, r.seq) for r in kit.launcher.launches]
+    assert ran == [("bot-high", 1), ("bot-high", 2), ("bot-high", 3),
+                   ("bot-low", 1), ("bot-low", 2), ("bot-low", 3)]
+
+
+async def test_a_tick_runs_its_handed_and_picked_rows_highest_priority_first(kit: Kit) -> None:
+    """One tick merges the rows our tail handed over (born claimed) with the rows it picked:
+    within the tenant, the higher priority runs first whichever way a row came."""
+    await kit.sub(sub("a", "low"))
+    await kit.sub(sub("a", "high", priority=3))
+    await events(kit, "a", 2)  # materialized without a hand-off: pending, for the pick
+    worker = kit.worker(batch_size=10)
+    tail = kit.tail(seed="earliest")
+    tail.handoff = worker
+    for _ in range(2):
+        await kit.emit("a", "card.created", "c")
+    await tail.drain_all(["a"])  # born claimed for this worker
+    res = await worker.tick_any()
+    assert res.claimed == 8
+    bots = [r.bot for r in kit.launcher.launches]
+    assert bots == ["bot-high"] * 4 + ["bot-low"] * 4
+
+
+def test_the_order_within_a_tenant_and_a_stored_priority_read_as_0_when_it_is_none() -> None:
+    """``prioritized`` keeps every tenant's turns where they were and reorders only within a
+    tenant (stable); ``priority_of`` reads a missing or bad stored value as 0."""
+    from board_outbox.model.fairness import prioritized, priority_of
+
+    items = [("a", 0, 1), ("b", 0, 1), ("a", 5, 2), ("b", -1, 2), ("a", 0, 3), ("b", 2, 3)]
+    assert prioritized(items, lambda r: r[0], lambda r: r[1]) == [
+        ("a", 5, 2), ("b", 2, 3), ("a", 0, 1), ("b", 0, 1), ("a", 0, 3), ("b", -1, 2)]
+    for bad in ("high", 10**9, -11, 1.5, float("nan"), True, None):
+        assert priority_of({"priority": bad}) == 0
+    assert priority_of({}) == 0 and priority_of({"priority": -10}) == -10
+    assert priority_of({"priority": 10}) == 10
