@@ -19,7 +19,7 @@ import msgspec
 
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings, owner, trusted
-from board_outbox.engine.worker import WorkerSettings
+from board_outbox.engine.worksettings import WorkerSettings
 from board_outbox.model.domain import (
     CLAIMED,
     COALESCED,

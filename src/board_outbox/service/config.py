@@ -17,7 +17,7 @@ from board_outbox.engine.drain import TailSettings
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings
 from board_outbox.engine.series import SeriesSettings
-from board_outbox.engine.worker import WorkerSettings
+from board_outbox.engine.worksettings import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.limits import rate_problem
