@@ -34,7 +34,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def machine_info() -> dict[str, Any]:
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("board-outbox", "pymongo", "anyio", "msgspec", "opentelemetry-sdk"):
         try:
             versions[pkg] = metadata.version(pkg)

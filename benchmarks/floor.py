@@ -9,6 +9,10 @@ event), the cursor CAS. Beside it, the worker: up to 20 pending rows (one find),
 projection rows, one ``update_many`` done mark.
 
 ``python -m benchmarks.floor URI DATABASE RUNNER_URL ROWS`` exits once ROWS rows are done.
+
+``python -m benchmarks.floor --follow URI DATABASE RUNNER_URL [--projection]`` is the latency
+floor (issue 31, ``shortpath.py``; ``floor_follow.py``): it watches the change stream and runs
+until SIGTERM.
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ async def work(db: Any, runner: str, rows: int, stop: asyncio.Event) -> None:
 
 
 async def main(uri: str, database: str, runner: str, rows: int) -> None:
+    """The throughput floor: exits once ``rows`` rows are done."""
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri)
     db = client[database]
     await indexes(db)
@@ -129,5 +134,16 @@ async def main(uri: str, database: str, runner: str, rows: int) -> None:
     await client.close()
 
 
+def cli(argv: list[str]) -> None:
+    """``URI DATABASE RUNNER_URL ROWS`` (the throughput floor) or ``--follow URI DATABASE
+    RUNNER_URL [--projection]`` (the latency floor)."""
+    if argv[:1] == ["--follow"]:
+        from benchmarks.floor_follow import follow_main
+
+        asyncio.run(follow_main(argv[1], argv[2], argv[3], projection="--projection" in argv[4:]))
+        return
+    asyncio.run(main(argv[0], argv[1], argv[2], int(argv[3])))
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    cli(sys.argv[1:])

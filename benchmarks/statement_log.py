@@ -4,7 +4,8 @@ update command of 2 upserts is 2), the shape of its filter (the field names) and
 in microseconds. The file is named by the ``BENCH_STATEMENT_LOG`` environment variable.
 
 Run: ``python -m benchmarks.statement_log run --config FILE`` (the CLI's own arguments), or
-``python -m benchmarks.statement_log --floor ARGS`` (the floor pipeline, ``floor.py``'s arguments).
+``python -m benchmarks.statement_log --floor ARGS`` (a floor pipeline, ``floor.py``'s arguments:
+the throughput floor, or ``--follow ...`` the latency floor).
 """
 
 from __future__ import annotations
@@ -64,12 +65,9 @@ def main() -> int:
     out = open(os.environ["BENCH_STATEMENT_LOG"], "a", buffering=1)  # noqa: SIM115
     monitoring.register(StatementLog(out))
     if sys.argv[1:2] == ["--floor"]:
-        import asyncio
-
         from benchmarks import floor
 
-        uri, database, runner, rows = sys.argv[2:6]
-        asyncio.run(floor.main(uri, database, runner, int(rows)))
+        floor.cli(sys.argv[2:])
         return 0
     from board_outbox.surface.cli import main as cli
 

@@ -150,7 +150,7 @@ def statements(paths: list[Path], start: float, end: float, events: int) -> dict
     shape (a getMore by collection: a change stream's wake is one), from the logs of
     ``statement_log.py``."""
     count: Counter[str] = Counter()
-    ms: Counter[str] = Counter()
+    ms: dict[str, float] = {}
     for path in paths:
         if not path.exists():
             continue
@@ -161,7 +161,7 @@ def statements(paths: list[Path], start: float, end: float, events: int) -> dict
                 continue
             key = f"{name} {coll} {{{shape}}}".replace(" {}", "")
             count[key] += int(k)
-            ms[key] += float(dur or 0) / 1000
+            ms[key] = ms.get(key, 0.0) + float(dur or 0) / 1000
     return {k: {"per_event": round(count[k] / events, 3), "ms_per_event": round(ms[k] / events, 3)}
             for k, _ in count.most_common()}
 
