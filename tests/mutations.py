@@ -16,7 +16,10 @@ with ``PYTHONPATH`` pointing at the copy (so the copy, not the editable install,
 checked before the campaign):
 
 (a) the unit suite: ``pytest -m "not live_mongo" -x -q -p no:cacheprovider``; the first failing
-    test id is what caught the mutant;
+    test id is what caught the mutant. When the mutant's catcher is known (``first=``, or the
+    test the last results table names, ``--catchers``), that test runs alone first and a
+    failure there is the kill (seconds instead of the suite up to it); only when it passes
+    does the whole suite run (``--suite-only``: always the whole suite);
 
 
 """
@@ -55,6 +58,9 @@ class Mutant:
     original: str
     replacement: str
     hint: str = ""  # a path fragment, used only to pick between several files with the snippet
+    # a test id expected to catch it (run alone first: a kill there is a kill of the suite, and
+    # costs seconds, not the suite up to that test); "" -- the last results table's catcher
+    first: str = ""
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -188,9 +194,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "steal_before=None if prefer is None else now - s.reclaim_every_seconds,", "worker"),
     # the preference (S1) is shared too: model/fairness.pick takes every row oldest due first
     Mutant("prefer-ignored-under-limit", "bounds",
-           "    return (round_robin(mine, tenant) + round_robin(others, tenant))[:limit]",
+           "    return (round_robin(mine, tenant, priority_of)\n"
+           "            + round_robin(others, tenant, priority_of))[:limit]",
            "    return round_robin(sorted(mine + others, key=lambda d: _number(d.get(\"not_before\"))),\n"
-           "                       tenant)[:limit]", "fairness"),
+           "                       tenant, priority_of)[:limit]", "fairness"),
     Mutant("int-times-not-claimable-memory", "bounds",
            "return isinstance(value, (int, float)) and not isinstance(value, bool)\n",
            "return isinstance(value, float)\n", "memory/outbox"),
@@ -232,7 +239,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "return await self.resume.save(force=True)", "return await self.resume.save()",
            "runtime"),
     Mutant("handoff-first-come-first-served", "bounds",
-           "taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]",
+           "taken = round_robin(eligible, lambda x: x.claim.tenant_id,\n"
+           "                            lambda x: claim_priority(x.claim))[:room]",
            "taken = eligible[:room]", "handoff"),
     # --- ownership (S1): the harness's early-steal invariant -------------------------------
     Mutant("membership-owns-every-tenant", "membership",
@@ -283,7 +291,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("marks-trust-the-modified-count", "completion",
            "if modified == len(marks):", "if True:", "mongo/outbox"),
     Mutant("handoff-claims-rows-it-did-not-insert", "completion",
-           "for i, r in enumerate(rows) if i not in refused)", "for i, r in enumerate(rows))",
+           "for i, r in enumerate(rows) if i not in refused and claimed[i])",
+           "for i, r in enumerate(rows) if claimed[i])",
            "mongo/outbox"),
     Mutant("pressure-never-backs-off", "pressure",
            "self.factor = max(MIN_FACTOR, self.factor / 2)", "self.factor = self.factor",
@@ -348,8 +357,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("next-events-stale-cursor-trusted", "console",
            "if seen is not None and seen[0] == cursor:", "if seen is not None:", "health"),
     Mutant("console-overview-every-tenant", "console",
-           "        att = await self.stores.status.attention(offset, PAGE_SIZE)\n",
-           "        att = await self.stores.status.attention(0, 10**9)\n", "console/data"),
+           "look = await self.status.attention(0, VIEW_PAGES * self.page_size)",
+           "look = await self.status.attention(0, 10**9)", "console/attention"),
     # --- issue 32: the held-out kinds -- times as stored, parsing, audit, rebuild, ops ------
     # every rule that reads a time, with int/Int64/float at the boundary instant
     Mutant("steal-int-created-at-read-as-zero", "bounds",
@@ -380,8 +389,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if token is not None:\n            self.token = token",
            "        self.token = token", "resume"),
     Mutant("limits-release-unshielded", "limits",
-           "        with anyio.CancelScope(shield=True):\n            for key in keys:",
-           "        if True:\n            for key in keys:", "engine/limits"),
+           "with anyio.move_on_after(RELEASE_SECONDS, shield=True):",
+           "with anyio.move_on_after(RELEASE_SECONDS):", "engine/limits"),
     Mutant("limits-bot-key-without-tenant", "limits",
            'return f"bot:{tenant_id}/{bot}"', 'return f"bot:{bot}"', "model/limits"),
     Mutant("accept-errors-reported-every-time", "ops",
@@ -549,10 +558,40 @@ class Result:
     seconds: float = 0.0
 
 
-def unit_run(res: Result, copy: Path) -> None:
-    """The unit suite against the mutant. A kill is confirmed by re-running the failing test
+def catchers(table_file: Path) -> dict[str, str]:
+    """Each mutant's catcher in an earlier results table (``--out``; the committed one is
+    benchmarks/results/mutations.txt): the test id its unit-suite column names."""
+    out: dict[str, str] = {}
+    if not table_file.is_file():
+        return out
+    for line in table_file.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[2] == "killed" and "::" in parts[4]:
+            out[parts[0]] = parts[4]
+    return out
+
+
+def first_run(res: Result, copy: Path, test: str) -> bool:
+    """Run the mutant's expected catcher alone; True (killed, by it) when it fails. A test
+    that fails alone fails the suite: the same standard as a kill's confirmation below. A test
+    id that no longer exists is not a kill (pytest's exit status 4/5): the suite decides."""
+    rc, out = run([sys.executable, "-m", "pytest", "-m", "not live_mongo", "-q", "-p",
+                   "no:cacheprovider", test], copy, 300)
+    if rc is None:
+        return False  # a hang alone is not trusted as the catch: the suite decides
+    if rc == 1 and first_failure(out) != "exit status":
+        res.unit, res.unit_by = "killed", f"{first_failure(out)} (run first)"
+        return True
+    return False
+
+
+def unit_run(res: Result, copy: Path, first: str = "") -> None:
+    """The unit suite against the mutant (its expected catcher ``first`` alone before it, when
+    known: the suite runs only if that test passes). A kill is confirmed by re-running the failing test
     alone on the mutant: a test that then passes failed for another reason (a timing test under
     load), so it is deselected and the suite runs again -- it does not count as the catch."""
+    if first and first_run(res, copy, first):
+        return
     flaky: list[str] = []
     for _ in range(3):
         rc, out = run([*UNIT, *(f"--deselect={t}" for t in flaky)], copy, UNIT_TIMEOUT)
@@ -578,7 +617,7 @@ def unit_run(res: Result, copy: Path) -> None:
         res.unit_by += f" (not counted, passed alone: {', '.join(t.split('::')[-1] for t in flaky)})"
 
 
-def run_mutant(m: Mutant, unit: bool, harness: bool) -> Result:
+def run_mutant(m: Mutant, unit: bool, harness: bool, first: str = "") -> Result:
     res = Result(m)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{m.name}-") as tmp:
@@ -591,7 +630,7 @@ def run_mutant(m: Mutant, unit: bool, harness: bool) -> Result:
             res.unit_by = str(exc).splitlines()[0]
             return res
         if unit:
-            unit_run(res, copy)
+            unit_run(res, copy, first)
         if harness:
             n = HARNESS_SCHEDULES_CORE if m.group in HARNESS_GROUPS else HARNESS_SCHEDULES
             rc, out = run([sys.executable, "-c", HARNESS_SCRIPT.format(*n)], copy, HARNESS_TIMEOUT)
@@ -690,6 +729,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the unmutated copy's unit run (it must pass)")
     ap.add_argument("--out", type=Path, help="also write the table to this file")
+    ap.add_argument("--catchers", type=Path, default=ROOT / "benchmarks/results/mutations.txt",
+                    help="an earlier results table: each mutant's catcher there is run alone "
+                         "first (default: the committed table)")
+    ap.add_argument("--suite-only", action="store_true",
+                    help="never run a catcher first: the whole unit suite for every mutant")
     args = ap.parse_args(argv)
     if args.list:
         for m in MUTANTS:
@@ -706,12 +750,14 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown mutant(s): {', '.join(unknown)}")
         chosen = [m for m in MUTANTS if m.name in args.only]
+    known = catchers(args.catchers)
     preflight(baseline=not args.no_unit and not args.no_baseline)
     t0 = time.monotonic()
     done: list[Result] = []
 
     def one(m: Mutant) -> Result:
-        r = run_mutant(m, unit=not args.no_unit, harness=not args.no_harness)
+        first = "" if args.suite_only else (m.first or known.get(m.name, ""))
+        r = run_mutant(m, unit=not args.no_unit, harness=not args.no_harness, first=first)
         print(f"  {m.name:44} unit {r.unit:9} {r.unit_by[:50]:50} harness {r.harness:9} "
               f"{r.harness_by[:60]}  ({r.seconds:.0f}s)", file=sys.stderr, flush=True)
         return r
