@@ -64,9 +64,22 @@ def _matches(doc: dict[str, Any], flt: RowFilter) -> bool:
     if flt.sub_ids and doc.get("sub_id") not in flt.sub_ids:
         return False
     upd = doc.get("updated_at", 0.0)
+    if (flt.updated_after is not None or flt.updated_before is not None) and not _number(upd):
+        return False  # as the server: a time bound matches numbers only (a string is no time)
     if flt.updated_after is not None and not upd >= flt.updated_after:
         return False
     return not (flt.updated_before is not None and not upd < flt.updated_before)
+
+
+def _newest_first(doc: dict[str, Any]) -> tuple[int, float, str, str]:
+    """The server's descending ``(updated_at, row_key)`` order over any stored values: a
+    missing or null time lowest, then numbers, then anything else (by its text)."""
+    upd = doc.get("updated_at")
+    if upd is None:
+        return (0, 0.0, "", str(doc.get("row_key")))
+    if _number(upd):
+        return (1, float(upd), "", str(doc.get("row_key")))
+    return (2, 0.0, str(upd), str(doc.get("row_key")))
 
 
 def _check(doc: dict[str, Any], t: T.Transition) -> None:
@@ -315,7 +328,7 @@ class MemoryEffectOutbox:
     async def find(self, flt: RowFilter) -> list[EffectRow]:
         await checkpoint()
         docs = [d for d in self._docs.values() if _matches(d, flt)]
-        docs.sort(key=lambda d: (d.get("updated_at", 0.0), str(d.get("row_key"))), reverse=True)
+        docs.sort(key=_newest_first, reverse=True)
         out: list[EffectRow] = []
         for d in docs[: flt.limit]:
             try:
