@@ -496,6 +496,52 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("explain-turn-counts-itself-mongo", "explain",
            '{"not_before": not_before, "seq": {"$lt": seq}}]},',
            '{"not_before": not_before, "seq": {"$lte": seq}}]},', "mongo/outbox"),
+    # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
+    # failure, ``[worker] concurrency`` honoured
+    Mutant("lanes-one-per-row", "lanes",
+           "await run_lanes(units, lambda unit: unit[0].tenant_id, run,",
+           "await run_lanes(units, lambda unit: unit[0].ref, run,", "running"),
+    Mutant("lanes-start-after-a-failure", "lanes",
+           "if out.error is not None or stopping():", "if stopping():", "lanes"),
+    Mutant("lanes-unbounded", "lanes",
+           "limiter = anyio.CapacityLimiter(max(1, concurrency))",
+           "limiter = anyio.CapacityLimiter(max(1, len(queues)))", "lanes"),
+    Mutant("lanes-concurrency-setting-ignored", "lanes",
+           "concurrency=s.concurrency, stopping=lambda: self.stopping,",
+           "concurrency=8, stopping=lambda: self.stopping,", "running"),
+    # the stream buffer: trusted only after a read that began with this very buffer; cleared on
+    # (re)open; forgotten on ownership loss; bounded
+    Mutant("stream-trust-from-an-older-buffer", "stream",
+           "        if self._gen.get(tenant_id) == gen:\n            self._trusted.add(tenant_id)",
+           "        if tenant_id in self._gen:\n            self._trusted.add(tenant_id)",
+           "prefetch"),
+    Mutant("stream-clear-keeps-trust", "stream",
+           "        self._gen.clear()\n        self._trusted.clear()\n        self._count = 0",
+           "        self._gen.clear()\n        self._count = 0", "prefetch"),
+    Mutant("stream-reopen-keeps-the-buffer", "stream",
+           "                                    self.tail.streamed.clear()",
+           "                                    pass", "waker"),
+    Mutant("stream-owner-loss-not-forgotten", "stream",
+           "                streamed.forget(change.tenant_id)  # not ours now",
+           "                pass  # not ours now", "waker"),
+    Mutant("stream-per-tenant-bound-off-by-one", "stream",
+           "if len(docs) >= self.per_tenant:", "if len(docs) > self.per_tenant:", "prefetch"),
+    # the subscription cache: a read overtaken by a change is not kept; served only while open;
+    # our own writes empty it; bounded
+    Mutant("subcache-epoch-taken-after-the-read", "subcache",
+           "        epoch = self._epoch\n        self.reads += 1\n"
+           "        subs = await self.store.list_for_tenant(tenant_id)\n",
+           "        self.reads += 1\n        subs = await self.store.list_for_tenant(tenant_id)\n"
+           "        epoch = self._epoch\n", "subcache"),
+    Mutant("subcache-closed-still-live", "subcache",
+           "    def closed(self) -> None:\n        self.live = False\n",
+           "    def closed(self) -> None:\n", "subcache"),
+    Mutant("subcache-own-put-kept", "subcache",
+           "        await self.store.put(sub)\n        self._reset()",
+           "        await self.store.put(sub)", "subcache"),
+    Mutant("subcache-unbounded", "subcache",
+           "            if len(self._tenants) >= self.max_tenants:\n                self._reset()\n",
+           "", "subcache"),
 )
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
 
