@@ -138,13 +138,17 @@ async def test_the_worker_runs_at_most_its_concurrency_of_lanes_at_once(concurre
         await kit.emit(t, "card.created", "c")
     await kit.tail(seed="earliest").drain_all(["a", "b", "c"])
     running = peak = 0
+    full = anyio.Event()  # ``concurrency`` launches running: none ends before that
     inner = kit.launcher.launch
 
     async def launch(req: LaunchRequest) -> Any:
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await anyio.sleep(0.02)  # a slow runner
+        if running == concurrency:
+            full.set()
+        await full.wait()
+        await anyio.sleep(0.05)  # a slow runner: a lane beyond the limit would start meanwhile
         running -= 1
         return await inner(req)
 
