@@ -439,6 +439,118 @@ MUTANTS: tuple[Mutant, ...] = (
            "mongo/outbox"),
     Mutant("bulk-replay-unpaced", "ops",
            "return 0.0 if self.next_at is None else", "return 0.0 if True else", "bulk_replay"),
+    # --- issue 32: this round's code -- pause, coalescing, priority, explain, lanes, the stream
+    # buffer, the subscription cache ---------------------------------------------------------
+    # pause: the lift releases only the rows of pauses no longer on, twice (a late hold); the
+    # pause set is read once per heartbeat, from the exact instant; a pause holds its own scope
+    # only; a held row keeps its own due time
+    Mutant("pause-release-ignores-pauses-still-on", "pause",
+           '"waiting": {"$type": "string", "$nin": sorted(keep)}},',
+           '"waiting": {"$type": "string"}},', "mongo/outbox"),
+    Mutant("pause-lift-released-on-one-read-only", "pause",
+           "RELEASE_PASSES = 2", "RELEASE_PASSES = 1", "engine/pause"),
+    Mutant("pause-read-late-at-the-heartbeat-instant", "pause",
+           "if not force and now < self._next_read:", "if not force and now <= self._next_read:",
+           "engine/pause"),
+    Mutant("pause-scope-ignored", "pause",
+           "frozenset(p.key for p in on.values() if p.scope == scope)",
+           "frozenset(p.key for p in on.values())", "engine/pause"),
+    Mutant("pause-held-row-loses-its-own-time", "pause",
+           "not_before = held_not_before(row.not_before) if paused else",
+           "not_before = held_not_before(now) if paused else", "completer"),
+    # coalescing: the burst closes at its deadline's exact instant; the carry is fenced on the
+    # newer row still pending; a burst is one subscription's; coalesced rows expire like done ones
+    Mutant("coalesce-deadline-instant-not-closed", "coalesce",
+           "close = now >= deadline", "close = now > deadline", "coalesce"),
+    Mutant("coalesce-carry-onto-a-claimed-row-memory", "coalesce",
+           '        if doc is None or doc.get("state") != PENDING:\n            return False\n'
+           '        doc["burst_at"]',
+           '        if doc is None:\n            return False\n        doc["burst_at"]',
+           "memory/outbox"),
+    Mutant("coalesce-carry-onto-a-claimed-row-mongo", "coalesce",
+           'await self.coll.update_one({"row_key": row_key, "state": PENDING}, update)',
+           'await self.coll.update_one({"row_key": row_key}, update)', "mongo/outbox"),
+    Mutant("coalesce-burst-spans-subscriptions-mongo", "coalesce",
+           '        return {"tenant_id": tenant_id, "sub_id": sub_id, "event.card_id": card_id,',
+           '        return {"tenant_id": tenant_id, "event.card_id": card_id,', "mongo/outbox"),
+    Mutant("coalesced-rows-never-expire", "coalesce",
+           '        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",\n'
+           "                   expireAfterSeconds=DONE_TTL_SECONDS,\n",
+           '        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",\n', "schema"),
+    # priority: highest first within a tenant; the stored range inclusive; the pick's third
+    # query takes only due rows; a tick's merged claims are ordered by priority
+    Mutant("priority-lowest-first", "priority",
+           "q.sort(key=lambda r: -priority_of(r))  # stable",
+           "q.sort(key=lambda r: priority_of(r))  # stable", "fairness"),
+    Mutant("priority-range-exclusive", "priority",
+           "MIN_PRIORITY <= value <= MAX_PRIORITY):", "MIN_PRIORITY < value < MAX_PRIORITY):",
+           "fairness"),
+    Mutant("priority-pick-takes-rows-not-due", "priority",
+           'urgent = {**due, "priority": {"$gt": 0}}',
+           'urgent = {"state": PENDING, "priority": {"$gt": 0}}', "mongo/outbox"),
+    Mutant("priority-tick-not-reordered", "priority",
+           "res = await self.run_claims(by_priority(claims))", "res = await self.run_claims(claims)",
+           "worker"),
+    # explain: a lease is live until its exact end, a row due from its exact not_before (as the
+    # reclaim and the claim read them); the turn counts only the tenant's rows, strictly ahead
+    Mutant("explain-lease-live-at-its-end", "explain",
+           "if r.lease_until is not None and r.lease_until > c.now:",
+           "if r.lease_until is not None and r.lease_until >= c.now:", "holds"),
+    Mutant("explain-backs-off-at-its-due-instant", "explain",
+           "if r.state != PENDING or r.not_before <= c.now or r.waiting:",
+           "if r.state != PENDING or r.not_before < c.now or r.waiting:", "holds"),
+    Mutant("explain-turn-counts-other-tenants-memory", "explain",
+           'if (d.get("state") == PENDING and d.get("tenant_id") == tenant_id and nb is not None',
+           'if (d.get("state") == PENDING and nb is not None', "memory/outbox"),
+    Mutant("explain-turn-counts-itself-mongo", "explain",
+           '{"not_before": not_before, "seq": {"$lt": seq}}]},',
+           '{"not_before": not_before, "seq": {"$lte": seq}}]},', "mongo/outbox"),
+    # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
+    # failure, ``[worker] concurrency`` honoured
+    Mutant("lanes-one-per-row", "lanes",
+           "await run_lanes(units, lambda unit: unit[0].tenant_id, run,",
+           "await run_lanes(units, lambda unit: unit[0].ref, run,", "running"),
+    Mutant("lanes-start-after-a-failure", "lanes",
+           "if out.error is not None or stopping():", "if stopping():", "lanes"),
+    Mutant("lanes-unbounded", "lanes",
+           "limiter = anyio.CapacityLimiter(max(1, concurrency))",
+           "limiter = anyio.CapacityLimiter(max(1, len(queues)))", "lanes"),
+    Mutant("lanes-concurrency-setting-ignored", "lanes",
+           "concurrency=s.concurrency, stopping=lambda: self.stopping,",
+           "concurrency=8, stopping=lambda: self.stopping,", "running"),
+    # the stream buffer: trusted only after a read that began with this very buffer; cleared on
+    # (re)open; forgotten on ownership loss; bounded
+    Mutant("stream-trust-from-an-older-buffer", "stream",
+           "        if self._gen.get(tenant_id) == gen:\n            self._trusted.add(tenant_id)",
+           "        if tenant_id in self._gen:\n            self._trusted.add(tenant_id)",
+           "prefetch"),
+    Mutant("stream-clear-keeps-trust", "stream",
+           "        self._gen.clear()\n        self._trusted.clear()\n        self._count = 0",
+           "        self._gen.clear()\n        self._count = 0", "prefetch"),
+    Mutant("stream-reopen-keeps-the-buffer", "stream",
+           "                                    self.tail.streamed.clear()",
+           "                                    pass", "waker"),
+    Mutant("stream-owner-loss-not-forgotten", "stream",
+           "                streamed.forget(change.tenant_id)  # not ours now",
+           "                pass  # not ours now", "waker"),
+    Mutant("stream-per-tenant-bound-off-by-one", "stream",
+           "if len(docs) >= self.per_tenant:", "if len(docs) > self.per_tenant:", "prefetch"),
+    # the subscription cache: a read overtaken by a change is not kept; served only while open;
+    # our own writes empty it; bounded
+    Mutant("subcache-epoch-taken-after-the-read", "subcache",
+           "        epoch = self._epoch\n        self.reads += 1\n"
+           "        subs = await self.store.list_for_tenant(tenant_id)\n",
+           "        self.reads += 1\n        subs = await self.store.list_for_tenant(tenant_id)\n"
+           "        epoch = self._epoch\n", "subcache"),
+    Mutant("subcache-closed-still-live", "subcache",
+           "    def closed(self) -> None:\n        self.live = False\n",
+           "    def closed(self) -> None:\n", "subcache"),
+    Mutant("subcache-own-put-kept", "subcache",
+           "        await self.store.put(sub)\n        self._reset()",
+           "        await self.store.put(sub)", "subcache"),
+    Mutant("subcache-unbounded", "subcache",
+           "            if len(self._tenants) >= self.max_tenants:\n                self._reset()\n",
+           "", "subcache"),
 )
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
 

@@ -124,3 +124,34 @@ async def test_a_slow_launch_holds_up_only_its_own_tenant() -> None:
         finally:
             release.set()
     assert launched[:2] == [("b", 1), ("b", 2)] and launched[2:] == [("a", 1), ("a", 2)]
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+async def test_the_worker_runs_at_most_its_concurrency_of_lanes_at_once(concurrency: int) -> None:
+    """``[worker] concurrency`` is what the production worker's lanes honour: three tenants'
+    slow launches in one claimed batch, never more than ``concurrency`` running at once, and
+    that many when there is room."""
+    kit = memory_kit()
+    for t in ("a", "b", "c"):
+        await kit.sub(Subscription(sub_id=f"{t}.s", tenant_id=t, bot="bot"))
+        await kit.card(t, "c")
+        await kit.emit(t, "card.created", "c")
+    await kit.tail(seed="earliest").drain_all(["a", "b", "c"])
+    running = peak = 0
+    full = anyio.Event()  # ``concurrency`` launches running: none ends before that
+    inner = kit.launcher.launch
+
+    async def launch(req: LaunchRequest) -> Any:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        if running == concurrency:
+            full.set()
+        await full.wait()
+        await anyio.sleep(0.05)  # a slow runner: a lane beyond the limit would start meanwhile
+        running -= 1
+        return await inner(req)
+
+    kit.launcher.launch = launch  # type: ignore[method-assign]
+    res = await kit.worker(batch_size=10, concurrency=concurrency).tick_any()
+    assert res.done == 3 and peak == concurrency

@@ -139,6 +139,35 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     assert left == {2: "failed", 3: "done"}
 
 
+async def test_coalesced_rows_expire_like_done_rows() -> None:
+    """Issue 33 on mongomock (TTL expiry on read): a coalesced row is history like a done row --
+    ``coalesced_ttl`` expires it 7 days after its ``done_at``; a newer one stays."""
+    import time
+
+    from board_outbox.adapters.mongo import MongoEffectOutbox
+    from board_outbox.model.domain import Coalesce, EventSnapshot, Subscription, new_launch_row
+
+    db = mock_database()
+    await ensure_schema(db)
+    ttl = (await db["trigger_effects"].index_information())["coalesced_ttl"]
+    assert ttl["expireAfterSeconds"] == DONE_TTL_SECONDS
+    assert ttl["partialFilterExpression"] == {"state": "coalesced"}
+    outbox = MongoEffectOutbox(db)
+    sub = Subscription(sub_id="s", tenant_id="t", bot="b",
+                       coalesce=Coalesce(quiet_seconds=1.0, max_wait_seconds=10.0))
+    rows = [new_launch_row("t", EventSnapshot(seq=i, type="x", card_id="c"), sub, 0.0)
+            for i in (1, 2, 3)]
+    await outbox.upsert_rows(rows)
+    long_ago = time.time() - DONE_TTL_SECONDS - 3600
+    c1, c2, c3 = await outbox.claim_any(long_ago, 30, 3)
+    into = rows[2].row_key
+    assert await outbox.apply_claimed(c1.ref, c1.claim_id, tr.coalesce(now=long_ago, into=into))
+    assert await outbox.apply_claimed(c2.ref, c2.claim_id, tr.coalesce(now=time.time(), into=into))
+    assert await outbox.apply_claimed(c3.ref, c3.claim_id, tr.done(now=time.time(), outcome="ok"))
+    left = {r.seq: r.state for r in await outbox.find(RowFilter(tenant_id="t"))}
+    assert left == {2: "coalesced", 3: "done"}
+
+
 async def test_new_rows_are_stored_slim_and_read_back_whole() -> None:
     """Issue 22: a new row's document leaves out the fields at their zero value (fewer bytes to
     encode and store); every reader gets the same row back, and the first write of a row key

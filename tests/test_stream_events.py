@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.engine.membership import owner
 from board_outbox.engine.prefetch import StreamEvents
 from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.records import Change
 from board_outbox.ports import Stores
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
@@ -88,6 +92,28 @@ def test_trust_needs_a_read_that_began_after_the_buffer_and_survives_no_drop() -
     assert not buf.trusted(T)
     buf.end_read(T, buf.begin_read(T))
     assert buf.trusted(T)
+
+
+def test_a_read_that_began_with_an_older_buffer_earns_the_new_one_nothing() -> None:
+    """The stream reopened (or the tenant changed owner and came back) while a read ran, and
+    the new stream delivered already: that new buffer is not vouched for by the older read."""
+    for drop in (StreamEvents.clear, lambda b: b.forget(T)):
+        buf = StreamEvents()
+        gen = buf.begin_read(T)
+        drop(buf)
+        buf.offer(T, 7, doc(7))  # the new stream's first delivery: a new buffer
+        buf.end_read(T, gen)
+        assert not buf.trusted(T) and buf.take(T, 6, 10) is None
+
+
+def test_clear_and_forget_take_back_the_trust_a_read_earned() -> None:
+    for drop in (StreamEvents.clear, lambda b: b.forget(T)):
+        buf = trusted(StreamEvents())
+        buf.offer(T, 1, doc(1))
+        drop(buf)
+        assert not buf.trusted(T) and len(buf) == 0
+        buf.offer(T, 2, doc(2))  # delivered after: held, but not served until a read vouches
+        assert buf.take(T, 1, 10) is None
 
 
 def test_a_buffer_over_its_bound_loses_its_trust() -> None:
@@ -176,6 +202,75 @@ async def test_a_malformed_streamed_document_costs_only_itself() -> None:
     # the store's own copy of seq 2 is fine: the next batch reads it, nothing is lost
     res = await tail.drain_tenant(T)
     assert res.streamed == 0 and res.cursor_after == 3
+
+
+# -- the waker feeding the buffer ----------------------------------------------------------------
+
+class TwoStreams:
+    """A change feed whose first stream delivers seq 1, then fails when told; the second (the
+    reopen) delivers seq 5 and stays open."""
+
+    def __init__(self) -> None:
+        self.opens = 0
+        self.fail = anyio.Event()
+        self.second = anyio.Event()
+
+    async def watch(self, resume_token: Any, *, exclude: Any = ()) -> AsyncGenerator[Change, None]:
+        self.opens += 1
+        if self.opens == 1:
+            yield Change(T, 1, "tok1", doc(1))
+            await self.fail.wait()
+            raise StoreUnavailable("stream interrupted")
+        yield Change(T, 5, "tok2", doc(5))
+        self.second.set()
+        await anyio.sleep_forever()
+
+    async def history_start(self) -> float | None:
+        return None
+
+
+def service_on(feed: Any) -> Service:
+    stores = dataclasses.replace(MemoryBackend().stores(), feed=feed)
+    cfg = load_config(env={}, projections=[],  # type: ignore[arg-type]
+                      tail={"poll_interval_seconds": 60, "seed": "earliest"})
+    return Service(stores, cfg, rng=random.Random(1))
+
+
+async def test_a_reopened_stream_starts_an_untrusted_buffer() -> None:
+    """Deliveries between two streams may be lost: the new stream's first change drops what
+    the buffer held and the trust it had earned."""
+    feed = TwoStreams()
+    service = service_on(feed)
+    buf = service.tail.streamed
+    assert buf is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service._waker_loop)
+        await eventually(lambda: len(buf) == 1)
+        buf.end_read(T, buf.begin_read(T))  # a complete read since: trusted
+        assert buf.trusted(T)
+        feed.fail.set()
+        await eventually(feed.second.is_set)
+        assert not buf.trusted(T) and len(buf) == 1 and buf.take(T, 4, 10) is None
+        tg.cancel_scope.cancel()
+
+
+async def test_a_tenant_another_replica_owns_now_loses_its_buffer() -> None:
+    """Its deliveries stop here (the stream leaves it out): what the buffer holds, and the trust
+    it earned, go at its first change seen after the ownership moved."""
+    service = service_on(TwoStreams())
+    buf = service.tail.streamed
+    assert buf is not None
+    service.on_change(Change(T, 1, "a", doc(1)))
+    buf.end_read(T, buf.begin_read(T))
+    assert buf.trusted(T) and len(buf) == 1
+    me = service.ownership.member_id
+    other = next(m for m in (f"r{i}" for i in range(100)) if owner([me, m], T) == m)
+    service.ownership.set_members([me, other])
+    service.on_change(Change(T, 2, "b", doc(2)))  # delivered before the stream is rescoped
+    assert not buf.trusted(T) and len(buf) == 0
+    service.ownership.set_members([me])  # back: the deliveries it missed are read, not served
+    service.on_change(Change(T, 3, "c", doc(3)))
+    assert buf.take(T, 0, 10) is None and buf.take(T, 2, 10) is None
 
 
 # -- a running service ---------------------------------------------------------------------------

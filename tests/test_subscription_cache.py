@@ -96,8 +96,29 @@ async def test_our_own_writes_empty_the_cache() -> None:
     cache = SubscriptionCache(store)
     cache.opened()
     await cache.list_for_tenant(T)
+    edited = Subscription(sub_id="s1", tenant_id=T, bot="other")
+    await cache.put(edited)  # before its change arrives, the re-check sees it
+    assert await cache.get_many({"s1"}) == {"s1": edited} and await cache.get("s1") == edited
+    await cache.list_for_tenant(T)
     await cache.delete("s1")
     assert await cache.get_many({"s1"}) == {}
+
+
+async def test_the_cache_holds_at_most_its_tenants_then_starts_over() -> None:
+    store = MemorySubscriptionStore()
+    for i, tenant in enumerate(("a", "b", "c")):
+        await store.put(sub(i, tenant))
+    cache, calls = await cached(store)
+    cache.opened()
+    cache.max_tenants = 2
+    await cache.list_for_tenant("a")
+    await cache.list_for_tenant("b")
+    assert set(await cache.get_many({"s0", "s1"})) == {"s0", "s1"} and "get_many" not in calls
+    resets = cache.resets
+    await cache.list_for_tenant("c")  # a third tenant: the cache starts over with it alone
+    assert cache.resets == resets + 1
+    assert set(await cache.get_many({"s2"})) == {"s2"} and "get_many" not in calls
+    assert set(await cache.get_many({"s0"})) == {"s0"} and calls.get("get_many", 0) == 1  # read
 
 
 class Flaky:

@@ -14,6 +14,7 @@ from board_outbox.engine.handlers.coalesce import coalesce_check
 from board_outbox.engine.holds import ExplainSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.worker import EffectWorker
+from board_outbox.model import transitions as T_
 from board_outbox.model.domain import (
     CLAIMED,
     COALESCED,
@@ -253,3 +254,50 @@ async def test_a_coalescing_row_is_never_born_claimed(kit: Kit) -> None:
     assert [c.row.row_key for c in res.claims if c.row is not None] == [rows[1].row_key]
     states = {r.sub_id: r.state for r in await kit.rows(T)}
     assert states == {"s1": PENDING, "s2": CLAIMED}
+
+
+async def test_a_burst_is_one_subscriptions_never_another_ones_on_the_same_card(kit: Kit) -> None:
+    """Two coalescing subscriptions on one card: each coalesces only its own rows. s1 matches
+    the first edit only (its label); s2 both: s1's one row launches -- s2's newer row is no
+    row of s1's burst, and superseding s1's row by it would lose s1's launch."""
+    window = Coalesce(quiet_seconds=5.0, max_wait_seconds=60.0)
+    await kit.sub(Subscription(sub_id="s1", tenant_id=T, bot="b", coalesce=window,
+                               rule=MatchRule(event_types=("card.updated",), labels_all=("x",))))
+    await kit.sub(Subscription(sub_id="s2", tenant_id=T, bot="b", coalesce=window,
+                               rule=MatchRule(event_types=("card.updated",))))
+    first = await _edit(kit, "c1", "v0", labels=("x",))
+    second = await _edit(kit, "c1", "v1")
+    worker = kit.worker()
+    await _run(kit, worker, 10.0)
+    assert sorted((x.sub_id, x.seq) for x in kit.launcher.launches) == [
+        ("s1", first), ("s2", second)]
+    rows = {(r.sub_id, r.seq): r for r in await kit.rows(T)}
+    assert rows["s1", first].state == DONE
+    assert rows["s2", first].state == COALESCED
+    assert rows["s2", first].coalesced_into == rows["s2", second].row_key
+
+
+async def test_the_carry_is_fenced_on_the_newer_row_still_pending(kit: Kit) -> None:
+    """``carry_burst`` moves a newer row's burst only while that row is pending: a row claimed
+    meanwhile (its launch under way) is left as it is, and False tells the older row to wait."""
+    sub = _sub(quiet=1.0, max_wait=10.0)
+    t0 = kit.clock.now()
+    newer = new_subscription_row(T, EventSnapshot(seq=2, type="card.updated", card_id="c1"),
+                                 sub, t0)
+    await kit.outbox.upsert_rows([newer])
+    [c] = await kit.outbox.claim_any(t0 + 5.0, 30.0, 10)
+    assert c.row is not None and c.row.row_key == newer.row_key
+    before = await kit.raw_row(newer.row_key)
+    assert not await kit.outbox.carry_burst(newer.row_key, burst_at=t0 - 50.0, due_by=t0 - 40.0,
+                                            now=t0 + 5.0, close=True)
+    assert await kit.raw_row(newer.row_key) == before  # nothing written
+    [row] = await kit.rows(T)
+    assert (row.state, row.burst_at, row.burst_closed) == (CLAIMED, t0, False)
+    # pending, it is carried: the burst's start and deadline lowered, the burst closed
+    assert await kit.outbox.apply_claimed(c.ref, c.claim_id,
+                                          T_.coalesce_hold(now=t0 + 5.0, not_before=t0 + 6.0))
+    assert await kit.outbox.carry_burst(newer.row_key, burst_at=t0 - 50.0, due_by=t0 - 40.0,
+                                        now=t0 + 5.0, close=True)
+    [row] = await kit.rows(T)
+    assert (row.state, row.burst_at, row.not_before, row.burst_closed) == (
+        PENDING, t0 - 50.0, t0 - 40.0, True)

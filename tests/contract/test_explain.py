@@ -232,6 +232,13 @@ async def test_ownership_names_the_replica_that_owns_the_tenant(kit: Kit) -> Non
 
 
 async def test_a_due_row_waits_its_turn_behind_the_tenants_earlier_rows(kit: Kit) -> None:
+    # another tenant's rows, due earlier: not ahead of it (claims are fair across tenants)
+    await kit.sub(Subscription(sub_id="o", tenant_id="other", bot="b"))
+    await kit.card("other", "c")
+    for _ in range(2):
+        await kit.emit("other", "card.created", "c")
+    await kit.tail(seed="earliest").drain_tenant("other")
+    kit.clock.advance(1)
     await _rows(kit, n=3)
     kit.clock.advance(1)
     turns = []
@@ -239,13 +246,10 @@ async def test_a_due_row_waits_its_turn_behind_the_tenants_earlier_rows(kit: Kit
         [t] = [h for h in (await _explain(kit, f"{T}/{seq}/sub/s1")).holds if isinstance(h, Turn)]
         turns.append(t.ahead)
     assert turns == [0, 1, 2]
-    # another tenant's rows are not ahead of it
-    await kit.sub(Subscription(sub_id="o", tenant_id="other", bot="b"))
-    await kit.card("other", "c")
-    await kit.emit("other", "card.created", "c")
-    await kit.tail(seed="earliest").drain_tenant("other")
     [t] = [h for h in (await _explain(kit, f"{T}/1/sub/s1")).holds if isinstance(h, Turn)]
     assert t.ahead == 0 and "first in line" in t.summary
+    [t] = [h for h in (await _explain(kit, "other/2/sub/o")).holds if isinstance(h, Turn)]
+    assert t.ahead == 1
 
 
 async def test_a_row_not_due_without_an_error_is_not_a_backoff(kit: Kit) -> None:

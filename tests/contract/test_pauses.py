@@ -265,6 +265,33 @@ async def test_a_paused_tenants_rows_are_held_then_run_in_order_after_resume(kit
     assert all(r.state == DONE and r.attempts == 0 and r.waiting is None for r in rows)
 
 
+async def test_a_released_row_is_due_again_at_its_own_time(kit: Kit) -> None:
+    """The worker holds a row by setting its own ``not_before`` aside, not the hold's instant:
+    released, each row is due at the time it had (rows due 5 s apart, held 30 s later), so it
+    keeps its place among its tenant's rows."""
+    await kit.sub(Subscription(sub_id="s1", tenant_id=T1, bot="b"))
+    await kit.card(T1, "c")
+    tail = kit.tail(seed="earliest")
+    for _ in range(3):
+        await kit.emit(T1, "card.updated", "c")
+        await tail.drain_tenant(T1)
+        kit.clock.advance(5.0)
+    before = {r.row_key: r.not_before for r in await kit.rows(T1)}
+    assert len(set(before.values())) == 3  # three distinct due times
+    kit.clock.advance(30.0)
+    gate = _gate(kit)
+    await _pauses(kit).pause("tenant", T1, reason="", by="ana", at=kit.clock.now())
+    await gate.refresh()
+    assert (await _drain(_worker(kit, gate))).held == 3
+    held = {r.row_key: r.not_before for r in _held(await kit.rows(T1))}
+    assert held == pytest.approx({k: nb + HELD_OFFSET for k, nb in before.items()}, abs=1e-5)
+    await _pauses(kit).resume("tenant", T1, by="ana", at=kit.clock.now())
+    kit.clock.advance(EVERY)
+    await gate.refresh()
+    after = {r.row_key: r.not_before for r in await kit.rows(T1)}
+    assert after == pytest.approx(before, abs=1e-5)
+
+
 async def test_a_paused_subscription_holds_only_its_rows(kit: Kit) -> None:
     await _rows(kit, Subscription(sub_id="s1", tenant_id=T1, bot="b"), 2)
     await kit.sub(Subscription(sub_id="s3", tenant_id=T1, bot="b"))

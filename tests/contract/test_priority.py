@@ -80,6 +80,28 @@ async def test_a_high_priority_row_newer_than_a_backlog_goes_first(kit: Kit) -> 
     assert rest == [("a", "a.low", s) for s in range(1, 13)]  # then oldest first, as ever
 
 
+async def test_a_high_priority_row_takes_no_place_in_a_claim_it_is_not_for(kit: Kit) -> None:
+    """Under a backlog (the window full) a claim still takes only due rows of the tenants it is
+    for: a high-priority row not due yet, or of a tenant the claim does not serve, does not
+    take the place of a due row (Mongo: the pick's third query is bounded like the others)."""
+    t0 = kit.clock.now()
+    await kit.sub(sub("a", "low"))
+    await events(kit, "a", 12)  # due at t0
+    await kit.sub(sub("b", "high", priority=10))
+    await events(kit, "b", 2)  # due at t0 + 1
+    kit.clock.advance(5)
+    await kit.sub(sub("a", "high", priority=10))
+    await events(kit, "a", 2)  # due at t0 + 7
+    first = seen(await kit.outbox.claim_any(t0, 30, 2))
+    assert first == [("a", "a.low", 1), ("a", "a.low", 2)]
+    # at t0 + 2 b's rows are due, but this claim serves only tenant a
+    got = seen(await kit.outbox.claim_any(t0 + 2, 30, 2, tenants=["a"]))
+    assert got == [("a", "a.low", 3), ("a", "a.low", 4)]
+    # once due, the high-priority rows go first within their tenant
+    got = seen(await kit.outbox.claim_any(t0 + 7, 30, 2, tenants=["a"]))
+    assert got == [("a", "a.high", 13), ("a", "a.high", 14)]
+
+
 async def test_a_tenant_with_only_low_priority_rows_keeps_its_turn(kit: Kit) -> None:
     """No starvation: priority orders rows within a tenant, never across tenants."""
     await kit.sub(sub("hot", "urgent", priority=10))

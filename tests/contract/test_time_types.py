@@ -9,7 +9,9 @@ The rules (``tests/contract/test_boundaries.py`` states them):
 - a claimed row's lease has expired at ``lease_until <= now`` (the reclaim takes it);
 - another owner's row may be stolen once ``created_at <= steal_before`` (its materialization,
   whatever its due time);
-- a claimed lease is a lease up to exactly ``now + horizon`` (beyond: the stuck-row sweep).
+- a claimed lease is a lease up to exactly ``now + horizon`` (beyond: the stuck-row sweep);
+- ``explain`` reads both as the claim and the reclaim do: a row due from its exact
+  ``not_before`` waits its turn (before: not due), a lease ends at its exact ``lease_until``.
 
 The times are whole seconds, so the int and Int64 forms hold the exact instant.
 """
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 from bson.int64 import Int64
 
+from board_outbox.engine.explain import explain
 from board_outbox.model.validation import LEASE_HORIZON_SECONDS
 from tests.contract.test_boundaries import LEASE, raw_row
 from tests.support.kits import Kit
@@ -96,3 +99,22 @@ async def test_a_lease_is_a_lease_up_to_exactly_the_horizon(
     stuck = await kit.outbox.stuck_rows(t0, 10)
     assert sorted(doc["tenant_id"] for _, doc in stuck) == [
         f"t{i}" for i, off in enumerate(OFFSETS) if off > 0]
+
+
+@PARAMS
+async def test_explain_reads_due_and_expired_exactly_as_the_claims_do(
+        kit: Kit, conv: Callable[[float], Any]) -> None:
+    t0 = _t0(kit)
+    for i, off in enumerate(OFFSETS):
+        await kit.insert_raw_row(raw_row(f"p{i}", f"p{i}/1/sub/s", 1, not_before=conv(t0 + off),
+                                         created_at=conv(t0 - 100)))
+        await kit.insert_raw_row(raw_row(f"c{i}", f"c{i}/1/sub/s", 1, not_before=conv(t0 - 100),
+                                         state="claimed", lease_until=conv(t0 + off),
+                                         claim_id="k"))
+    for i, off in enumerate(OFFSETS):
+        pending = {h.name for h in (await explain(kit.stores, f"p{i}/1/sub/s", t0)).holds}
+        # due exactly when not_before <= now: its turn; else not due (no error: no backoff)
+        assert pending & {"turn", "not_due", "backoff"} == ({"not_due"} if off > 0 else {"turn"})
+        claimed = [h.name for h in (await explain(kit.stores, f"c{i}/1/sub/s", t0)).holds]
+        # a lease has ended exactly when lease_until <= now (the reclaim takes it then)
+        assert claimed == (["lease"] if off > 0 else ["expired_lease"])
