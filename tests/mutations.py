@@ -218,13 +218,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if now >= cap:\n", "        if now > cap:\n", "leases"),
     # a batch's done rows are counted in Completer.done_many: only the metrics, or only the hook
     Mutant("hook-on-done-not-called-batched", "bounds",
-           "                self._count_done(row, label, done_at)\n",
+           "                self._count_done(x.row, x.label, x.done_at)\n",
            "                if self.metrics is not None:\n"
-           "                    self.metrics.row_done(row, done_at)\n", "completer"),
+           "                    self.metrics.row_done(x.row, x.done_at)\n", "completer"),
     Mutant("hook-metrics-not-called-batched", "bounds",
-           "                self._count_done(row, label, done_at)\n",
+           "                self._count_done(x.row, x.label, x.done_at)\n",
            "                if self.on_done is not None:\n"
-           "                    self.on_done(row, label)\n", "completer"),
+           "                    self.on_done(x.row, x.label)\n", "completer"),
     Mutant("hook-prepare-not-called", "bounds",
            "out[kind] = await prepare.prepare(rows)", "continue", "worker"),
     Mutant("budget-check-skipped-in-batched-plan", "bounds",
