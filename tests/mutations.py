@@ -548,6 +548,40 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("subcache-unbounded", "subcache",
            "            if len(self._tenants) >= self.max_tenants:\n                self._reset()\n",
            "", "subcache"),
+    # --- issue 32: fair claims ----------------------------------------------------------------
+    # the held-out survivors: the Mongo pick's window not widened under a preference (owned
+    # rows behind others' fresh rows unseen), the twin's tenants in first-insertion order, the
+    # hand-off's backlog pick dropped (a full pick no longer brings the next one forward)
+    Mutant("fair-mongo-pick-window-not-widened", "fair",
+           "window = limit if prefer is None else limit * 2", "window = limit", "mongo/outbox"),
+    Mutant("fair-memory-tenants-by-first-insertion", "fair",
+           "        candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row\n",
+           "", "memory/outbox"),
+    Mutant("fair-handoff-drops-the-backlog-pick", "fair",
+           "return not self._handing or self._pick_full or now >= self._next_pick",
+           "return not self._handing or now >= self._next_pick", "handoff"),
+    # more of the kind: stolen rows before owned ones; tenants by name, not by oldest row; the
+    # twin's tenants by their oldest high-priority row; the Mongo pick in the server's order
+    # (mongomock: as stored); a hand-off whose backlog pick never stops, or gets no room
+    Mutant("fair-stolen-before-owned", "fair",
+           "    return (round_robin(mine, tenant, priority_of)\n"
+           "            + round_robin(others, tenant, priority_of))[:limit]",
+           "    return (round_robin(others, tenant, priority_of)\n"
+           "            + round_robin(mine, tenant, priority_of))[:limit]", "fairness"),
+    Mutant("fair-tenants-by-name", "fair",
+           "        for q in queues.values():\n            if depth < len(q):",
+           "        for _, q in sorted(queues.items(), key=lambda kv: str(kv[0])):\n"
+           "            if depth < len(q):", "fairness"),
+    Mutant("fair-memory-tenants-by-oldest-candidate", "fair",
+           "oldest = min((nb, ref) for nb, ref, _ in due)",
+           "oldest = min((nb, ref) for nb, ref, _ in first)", "memory/outbox"),
+    Mutant("fair-mongo-pick-in-server-order", "fair",
+           "        picked.sort(key=_due)\n", "", "mongo/outbox"),
+    Mutant("fair-handoff-backlog-pick-never-stops", "fair",
+           "self._pick_full = full", "self._pick_full = self._pick_full or full", "handoff"),
+    Mutant("fair-handoff-crowds-out-the-pick", "fair",
+           "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)",
+           "claims += self._handoff.take(limit, tenants)", "worker"),
 )
 
 # The test expected to catch a mutant, for those the committed results table does not name yet

@@ -6,6 +6,8 @@ that existed keeps its state and its holder."""
 
 from __future__ import annotations
 
+import math
+import random
 from typing import Any
 
 import msgspec
@@ -42,14 +44,19 @@ def _terms(kit: Kit, lease: float = 30.0, claim_id: str = "c-1") -> ClaimTerms:
 
 
 class PickSpy:
-    """The outbox, counting the worker's due-row picks (``claim_any``)."""
+    """The outbox, counting the worker's due-row picks (``claim_any``); ``calls``: each pick's
+    (limit, rows claimed)."""
 
     def __init__(self, outbox: EffectOutbox) -> None:
         self._outbox, self.picks = outbox, 0
+        self.calls: list[tuple[int, int]] = []
 
-    async def claim_any(self, *args: Any, **kwargs: Any) -> Any:
+    async def claim_any(self, now: float, lease_seconds: float, limit: int,
+                        **kwargs: Any) -> Any:
         self.picks += 1
-        return await self._outbox.claim_any(*args, **kwargs)
+        got = await self._outbox.claim_any(now, lease_seconds, limit, **kwargs)
+        self.calls.append((limit, len(got)))
+        return got
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._outbox, name)
@@ -303,3 +310,45 @@ async def test_a_quiet_tenants_handed_row_is_not_queued_behind_a_burst(kit: Kit)
     res = await worker.tick_any()  # within idle_seconds: the hand-off only
     assert res.claimed == 2
     assert [(r.tenant_id, r.seq) for r in kit.launcher.launches] == [("noisy", 1), ("quiet", 1)]
+
+
+async def test_a_worker_fed_by_its_tail_picks_every_tick_while_its_picks_come_back_full(
+    kit: Kit,
+) -> None:
+    """Generated backlogs: rows this worker was not handed (another replica's tail wrote them,
+    or they are retries, stolen or released rows) beside rows it was handed, of several
+    tenants, the clock moving a little or not at all between ticks. A worker fed by a hand-off
+    picks on the schedule ``HandoffQueue.pick_due`` states: at its first tick, on every tick
+    after a pick that came back full (a backlog), else once ``PICK_IDLES * idle_seconds`` have
+    passed since the last; and a pick that runs gets at least half the claim. So a backlog
+    drains a full claim a tick -- ``ceil(rows / batch) + 1`` ticks at most -- whether or not
+    the clock moves."""
+    rng = random.Random(32)
+    idle = 1.0
+    for n in range(20):
+        batch = rng.randint(2, 8)
+        worker = kit.worker(batch_size=batch, idle_seconds=idle)
+        spy = spied(worker)
+        tenants = [f"h{n}{c}" for c in "abcd"[:rng.randint(1, 4)]]
+        now = kit.clock.now()
+        rows = [_row(seq, rng.choice(tenants), now) for seq in range(1, rng.randint(2, 6 * batch))]
+        cut = rng.randint(0, len(rows))  # the first ``cut`` rows: handed to this worker
+        res = await kit.outbox.upsert_rows(rows[:cut], claim=worker.terms())
+        await kit.outbox.upsert_rows(rows[cut:])  # born pending: not ours to hand
+        worker.hand_off(res.claims)
+        left, ticks, last_pick, full = len(rows), 0, -math.inf, False
+        while left:
+            kit.clock.advance(rng.choice([0.0, 0.0, 0.3, idle]))
+            now = kit.clock.now()
+            due = full or now >= last_pick + PICK_IDLES * idle
+            picks = spy.picks
+            res = await worker.tick_any()
+            ticks += 1
+            assert spy.picks - picks == int(due), (n, ticks, due, spy.calls)
+            if due:
+                want, got = spy.calls[-1]
+                assert want >= batch // 2  # the handed rows leave the pick half the claim
+                last_pick, full = now, got >= want
+            left -= res.claimed
+            assert res.claimed and ticks <= math.ceil(len(rows) / batch) + 1, (n, ticks, left)
+        assert {r.state for t in tenants for r in await kit.rows(t)} == {"done"}

@@ -188,7 +188,8 @@ class MemoryEffectOutbox:
         tenant's ``limit`` first rows by (priority desc, due time) are all a claim of ``limit``
         can take from it)."""
         await checkpoint()
-        candidates: list[list[tuple[float, int, dict[str, Any]]]] = []
+        # per tenant: its oldest claimable row's (due time, ref), and its candidate rows
+        candidates: list[tuple[tuple[float, int], list[tuple[float, int, dict[str, Any]]]]] = []
         for tenant, refs in self._live.items():
             if tenants is not None and tenant not in tenants:
                 continue
@@ -204,10 +205,11 @@ class MemoryEffectOutbox:
             if due:
                 first = heapq.nsmallest(limit, due, key=lambda d: (
                     -fairness.priority_of(d[2]), d[0], d[1]))
-                candidates.append(sorted(first, key=lambda d: (d[0], d[1])))  # oldest first
-        candidates.sort(key=lambda rows: (rows[0][0], rows[0][1]))  # tenants by their oldest row
-        ref_of = {id(doc): ref for rows in candidates for _, ref, doc in rows}
-        picked = fairness.pick((doc for rows in candidates for _, _, doc in rows), limit,
+                oldest = min((nb, ref) for nb, ref, _ in due)  # whatever its priority
+                candidates.append((oldest, sorted(first, key=lambda d: (d[0], d[1]))))
+        candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row
+        ref_of = {id(doc): ref for _, rows in candidates for _, ref, doc in rows}
+        picked = fairness.pick((doc for _, rows in candidates for _, _, doc in rows), limit,
                                prefer=prefer, steal_before=steal_before)
         claims: list[Claim] = []
         claim_id = uuid.uuid4().hex

@@ -50,6 +50,7 @@ from board_outbox.model.validation import (
     OnceLog,
     cap,
     done_latency,
+    finite,
     park_fields,
     row_summary,
 )
@@ -115,6 +116,12 @@ def row_query(flt: RowFilter) -> dict[str, Any]:
     if upd:
         q["updated_at"] = upd
     return q
+
+
+def _due(doc: dict[str, Any]) -> float:
+    """A due row's ``not_before`` as a sort key (one that is not a finite number: first)."""
+    due = finite(doc.get("not_before"))
+    return -float("inf") if due is None else due
 
 
 def _decode(doc: dict[str, Any]) -> EffectRow:
@@ -206,9 +213,11 @@ class MongoEffectOutbox:
         Three round trips under a backlog, one otherwise, whatever the number of tenants: a
         pick that does not fill its window has read every due row, priorities and all.
 
-        Each tenant's rows reach ``fairness.pick`` oldest due first: the window is the oldest
-        due rows of all; a tenant's rows from the second or third query are newer than its
-        rows in the window (or it has none there), and the third query's are put in due order.
+        The rows read reach ``fairness.pick`` oldest due first (sorted here: on a server that
+        walks ``pending_not_before`` that is the order they came in; a tenant's rows from the
+        second or third query are newer than its rows in the window, or it has none there).
+        Under a preference the window is twice the limit, so owned rows behind others' fresh
+        (not yet stealable) rows still fill the claim.
         A negative priority sinks a row beneath the rows of its tenant this pick sees: under a
         backlog, a row at -1 in the window goes before a newer row at 0 of its tenant outside
         it (the window moves on by age, so that row's turn comes by age as ever)."""
@@ -233,8 +242,11 @@ class MongoEffectOutbox:
             # the index's own order, so no sort stage where the server sorts by the index
             top = await (self.coll.find(urgent).sort(PRIORITY_ORDER).hint(PRIORITY_INDEX)
                          .limit(window).to_list(None))
-            picked += sorted((d for d in top if d["_id"] not in have),
-                             key=lambda d: d["not_before"])  # each tenant's oldest due first
+            picked += [d for d in top if d["_id"] not in have]
+        # oldest due first, whatever order the server returned them in: a planner may walk
+        # another index (a tenant filter: ``pending_tenant_not_before``, tenant by tenant) and a
+        # server that walks none returns them as stored; at most three windows of documents
+        picked.sort(key=_due)
         picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before)
         ids = [d["_id"] for d in picked]
         if not ids:
