@@ -188,6 +188,10 @@ class Report:
 IDLE = "replica.idle"  # the turn a replica's loop takes after each tick
 
 
+class TurnMisuse(BaseException):
+    """The simulation's own bug (two store calls of one replica at once): it ends the run."""
+
+
 class Turns:
     """The turn scheduler: replicas park before each store call; the driver resumes one."""
 
@@ -210,9 +214,11 @@ class Turns:
         if self.closed:  # the schedule is over: let shielded clean-up (claim release) through
             return "none"
         if rid in self.parked:  # a turn is one store call per replica: a second one at once
-            # (a real-time timer's) would corrupt the count and hang the schedule; say so
-            raise AssertionError(f"replica {rid} calls {point} while parked at "
-                                 f"{self.parked[rid][1]}")
+            # (a real-time timer's, a second lane's) would corrupt the count and hang the
+            # schedule; say so, past the worker's ``except Exception`` (which took an
+            # AssertionError here for an effect's failure, and retried)
+            raise TurnMisuse(f"replica {rid} calls {point} while parked at "
+                             f"{self.parked[rid][1]}")
         ev = anyio.Event()
         self.parked[rid] = (ev, point)
         self.running -= 1
@@ -694,6 +700,9 @@ class Simulation:
                     # nor does the real-time mark flush run: a turn is one store call per
                     # replica at a time, and marks flush at each batch's end (a pass)
                     "mark_flush_seconds": 86400,
+                    # nor do a batch's lanes run side by side (``lanes.py``): two tenants' rows
+                    # at once would be two store calls at once
+                    "concurrency": 1,
                     "steal_after_seconds": STEAL_AFTER, "reclaim_every_seconds": RECLAIM_EVERY},
             membership={"enabled": self.membership},
             # F2: one launch in flight per bot of a tenant: replicas launching at once defer rows
