@@ -430,6 +430,21 @@ MUTANTS: tuple[Mutant, ...] = (
            "mongo/outbox"),
     Mutant("bulk-replay-unpaced", "ops",
            "return 0.0 if self.next_at is None else", "return 0.0 if True else", "bulk_replay"),
+    # --- issue 32: the slot lifetime (harness) ---
+    Mutant("limits-mongo-renew-unfenced", "limits",
+           '            {"key": key, "holder": holder},\n            {"$set": {"until": until',
+           '            {"key": key},\n            {"$set": {"until": until', "mongo/limits"),
+    Mutant("limits-memory-renew-unfenced", "limits",
+           'if d.get("key") == key and d.get("holder") == holder]', 'if d.get("key") == key]',
+           "memory/limits"),
+    Mutant("limits-riders-never-ride", "limits",
+           "for ride in list(lease.riders):", "for ride in []:", "engine/leases"),
+    Mutant("limits-bound-not-renewed", "limits",
+           "slots.scope.deadline = anyio.current_time() + until - clock.now()", "pass",
+           "engine/limits"),
+    Mutant("limits-takeover-not-cut", "limits",
+           'slots.cut(f"the in-flight slot of {key} was taken over by another holder")', "pass",
+           "engine/limits"),
 )
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
 
