@@ -582,6 +582,21 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fair-handoff-crowds-out-the-pick", "fair",
            "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)",
            "claims += self._handoff.take(limit, tenants)", "worker"),
+    # --- issue 32: the slot lifetime (harness) ---
+    Mutant("limits-mongo-renew-unfenced", "limits",
+           '            {"key": key, "holder": holder},\n            {"$set": {"until": until',
+           '            {"key": key},\n            {"$set": {"until": until', "mongo/limits"),
+    Mutant("limits-memory-renew-unfenced", "limits",
+           'if d.get("key") == key and d.get("holder") == holder]', 'if d.get("key") == key]',
+           "memory/limits"),
+    Mutant("limits-riders-never-ride", "limits",
+           "for ride in list(lease.riders):", "for ride in []:", "engine/leases"),
+    Mutant("limits-bound-not-renewed", "limits",
+           "slots.scope.deadline = anyio.current_time() + until - clock.now()", "pass",
+           "engine/limits"),
+    Mutant("limits-takeover-not-cut", "limits",
+           'slots.cut(f"the in-flight slot of {key} was taken over by another holder")', "pass",
+           "engine/limits"),
 )
 
 # The test expected to catch a mutant, for those the committed results table does not name yet

@@ -47,6 +47,7 @@ from board_outbox.model.records import Change
 from board_outbox.ports import Stores
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
+from tests.harness import limits as F2
 from tests.support.faults import Crash, point_of
 
 LEASE = 10.0
@@ -67,8 +68,11 @@ CONSUMED_MARK = "outbox.apply_claimed[consumed]"
 DONE_MARK = "outbox.apply_claimed[done]"
 # the completer's flush: the staged done marks of a batch in one write (issue 29)
 BULK_DONE = "outbox.apply_marks[done]"
+DEFER = "outbox.apply_claimed[defer]"  # a row over a limit waits (F2)
 MARKS = (CONSUMED_MARK, DONE_MARK, "outbox.apply_claimed[retry]", "outbox.apply_claimed[park]",
          "outbox.apply_claimed[release]")
+# where a replica waits holding a launch's in-flight slots (F2)
+MID_LAUNCH = ("launcher.launch", "labels.consume", CONSUMED_MARK, "limits.take", "limits.release")
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
 ENV_ACTIONS = ("emit", "emit_slow", "finish_slow", "tick", "jump", "edit_sub", "delete_sub",
                "delete_card", "poison", "outage", "cross_tenant", "stop")
@@ -79,6 +83,9 @@ VIOLATION_KINDS = (
     "one-shot-lost", "one-shot-count", "labels-consumed-twice", "consume-again", "cross-tenant",
     "stale-rule", "budget", "parked-early", "reclaim-uncounted", "outage-not-parked", "unfenced",
     "early-steal", "token-not-saved", "token-throttle", "projection-failure",
+    # F2, the launch gate's limits (tests/harness/limits.py)
+    "over-limit", "deferral-attempt", "slot-leaked", "needless-deferral", "over-rate",
+    "slot-lifetime", "slot-fence",
 )
 
 
@@ -188,6 +195,10 @@ class Report:
 IDLE = "replica.idle"  # the turn a replica's loop takes after each tick
 
 
+class TurnMisuse(BaseException):
+    """The simulation's own bug (two store calls of one replica at once): it ends the run."""
+
+
 class Turns:
     """The turn scheduler: replicas park before each store call; the driver resumes one."""
 
@@ -210,9 +221,11 @@ class Turns:
         if self.closed:  # the schedule is over: let shielded clean-up (claim release) through
             return "none"
         if rid in self.parked:  # a turn is one store call per replica: a second one at once
-            # (a real-time timer's) would corrupt the count and hang the schedule; say so
-            raise AssertionError(f"replica {rid} calls {point} while parked at "
-                                 f"{self.parked[rid][1]}")
+            # (a real-time timer's, a second lane's) would corrupt the count and hang the
+            # schedule; say so, past the worker's ``except Exception`` (which took an
+            # AssertionError here for an effect's failure, and retried)
+            raise TurnMisuse(f"replica {rid} calls {point} while parked at "
+                             f"{self.parked[rid][1]}")
         ev = anyio.Event()
         self.parked[rid] = (ev, point)
         self.running -= 1
@@ -260,15 +273,27 @@ class SimPort:
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             point = point_of(prefix, name, args)
+            if point != "launcher.launch":
+                return await faulted(point, *args, **kwargs)
+            # F2: a launch is in flight from the runner's side from its turn to its end
+            launch = sim.limits.launch_begins(rid, args[0])
+            try:
+                return await faulted(point, *args, **kwargs)
+            finally:
+                sim.limits.launch_ends(launch)
+
+        async def faulted(point: str, *args: Any, **kwargs: Any) -> Any:
             sim.called_at[rid] = sim.clock.now()  # when the caller decided (before its turn)
             fault = await sim.turns.turn(rid, point)
+            if fault != "none" and prefix == "limits":
+                sim.limits.faulted(name, args, fault)
             if fault == "transient":
                 sim.note_transient(rid, point)
                 raise StoreUnavailable(f"injected at {point}")
             if fault == "crash_before":
                 sim.note_crash(rid, point, "before")
                 raise Crash(point)
-            before = sim.store.row_by_ref(args[0]) if point in MARKS else None
+            before = sim.store.row_by_ref(args[0]) if point in (*MARKS, DEFER) else None
             befores = [sim.store.row_by_ref(m.ref) for m in args[0]] if point == BULK_DONE else []
             result = await attr(*args, **kwargs)
             if point in MARKS:
@@ -279,6 +304,8 @@ class SimPort:
                             was.get("claim_id") == m.claim_id:
                         continue  # a retry finding its own landed mark: moved, by us
                     sim.check_fenced(point, (m.ref, m.claim_id), m.ref in result, was)
+            if point == DEFER:
+                sim.limits.deferred(before, sim.store.row_by_ref(args[0]), bool(result))
             sim.observe(rid, point, args, kwargs, result)
             if fault == "crash_after":
                 sim.note_crash(rid, point, "after")
@@ -461,6 +488,15 @@ class Simulation:
         self.launch_open: dict[int, set[str]] = {}
         self.split: dict[int, list[str]] = {}  # replica -> the split view it adopts next
         self.called_at: dict[int, float] = {}  # clock time of each replica's current store call
+        # F2: every limit store call accounted (tests/harness/limits.py), and what the limits
+        # collection holds at the start
+        slot_docs, self.put_limit_doc = F2.raw_access(self.store)
+        self.limits = F2.LimitsWatch(self.clock, lambda sid: sid.partition(".")[2], slot_docs)
+        self.limits.covered = self.report.covered
+        base = self.store.stores.limits
+        self.limit_store = None if base is None else self.limits.store(base)
+        self.stops: dict[int, anyio.CancelScope] = {}  # each replica's, for a hard stop
+        self.stop_armed = False  # a hard stop waits for a replica resumed mid-launch
 
     # --- observation hooks (called by SimPort) ----------------------------------------------
 
@@ -678,7 +714,7 @@ class Simulation:
                       readmodels=w(b.readmodels, "readmodel"), tokens=w(self.tokens, "tokens"),
                       members=self.members,
                       rm_versions=None if b.rm_versions is None else w(b.rm_versions, "generations"),
-                      limits=None if b.limits is None else w(b.limits, "limits"))
+                      limits=None if self.limit_store is None else w(self.limit_store, "limits"))
 
     def _service(self, rid: int) -> Service:
         """One replica: the service ``run`` builds (config, composition root, the loops' passes),
@@ -694,10 +730,14 @@ class Simulation:
                     # nor does the real-time mark flush run: a turn is one store call per
                     # replica at a time, and marks flush at each batch's end (a pass)
                     "mark_flush_seconds": 86400,
+                    # nor do a batch's lanes run side by side (``lanes.py``): two tenants' rows
+                    # at once would be two store calls at once
+                    "concurrency": 1,
                     "steal_after_seconds": STEAL_AFTER, "reclaim_every_seconds": RECLAIM_EVERY},
             membership={"enabled": self.membership},
-            # F2: one launch in flight per bot of a tenant: replicas launching at once defer rows
-            limits={"bot_in_flight": 1, "wait_seconds": 0.5, "slot_seconds": 2 * LEASE})
+            # F2: one launch in flight per bot of a tenant, two per tenant: replicas launching
+            # at once defer rows
+            limits=F2.settings(slot_seconds=2 * LEASE))
         service = Service(self._stores(rid), config, clock=self.clock, rng=random.Random(rid),
                           member_id=f"r{rid}.{self.step}")
         service.resume.now = self.clock.now  # the token throttle runs on the simulation's clock
@@ -724,44 +764,48 @@ class Simulation:
                 self.delivered.pop(rid, None)
                 self.token_writes.pop(rid, None)
                 self.token_saved_at.pop(rid, None)  # a new process: its first save is due at once
-                try:
-                    with contextlib.suppress(StoreUnavailable):  # the waker retries; so do we
-                        await service.resume.load()  # where the stream resumes (S4)
-                    # the stream opens after the token it resumes from
-                    start = service.resume.token or 0
-                    self.changes[rid] = [c for c in self.changes[rid] if c.token > start]
-                    while True:
-                        if service.stopping:
-                            await self._graceful_stop(rid, service)
-                            break
-                        # the passes of the loops ``run`` runs: heartbeat, stream changes (the
-                        # throttled token save), the drain pass (the poll net when nothing
-                        # woke a tenant, as the poll interval would), the worker's tick_any
-                        if rid in self.split:  # a split view, as a heartbeat would have read it
-                            if service.ownership.set_members(self.split.pop(rid)):
-                                service.request_full_poll()
-                        elif (self.membership and rid not in self.frozen
-                                and self.silent.get(rid, -1) < self.step):
-                            await service.membership_pass()
-                        changes, self.changes[rid] = self.changes[rid], []
-                        for change in changes:
-                            service.on_change(change)
-                            self.delivered[rid] = change.token
-                            # a refused save interrupts the stream: it reopens from the token
-                            # reached (the waker's StoreUnavailable path), the rest follows
-                            with contextlib.suppress(StoreUnavailable):
-                                await service.resume.save()
-                        full = (service.poll_requested or not service.woken
-                                or self.d.choose(4) == 0)
-                        await service.drain_pass(full)
-                        await service.work_pass()
-                        # a pass with nothing to do may make no store call: park here, so
-                        # that the loop waits its turn (a crash here is a crash too)
-                        if (await self.turns.turn(rid, IDLE)).startswith("crash"):
-                            self.note_crash(rid, IDLE, "before")
-                            raise Crash(IDLE)
-                except Crash:
-                    self.log(f"replica {rid} crashed and restarts")
+                with anyio.CancelScope() as self.stops[rid]:  # a hard stop cancels it
+                    try:
+                        with contextlib.suppress(StoreUnavailable):  # the waker retries; so do we
+                            await service.resume.load()  # where the stream resumes (S4)
+                        # the stream opens after the token it resumes from
+                        start = service.resume.token or 0
+                        self.changes[rid] = [c for c in self.changes[rid] if c.token > start]
+                        while True:
+                            if service.stopping:
+                                await self._graceful_stop(rid, service)
+                                break
+                            # the passes of the loops ``run`` runs: heartbeat, stream changes (the
+                            # throttled token save), the drain pass (the poll net when nothing
+                            # woke a tenant, as the poll interval would), the worker's tick_any
+                            if rid in self.split:  # a split view, as a heartbeat would have read it
+                                if service.ownership.set_members(self.split.pop(rid)):
+                                    service.request_full_poll()
+                            elif (self.membership and rid not in self.frozen
+                                    and self.silent.get(rid, -1) < self.step):
+                                await service.membership_pass()
+                            changes, self.changes[rid] = self.changes[rid], []
+                            for change in changes:
+                                service.on_change(change)
+                                self.delivered[rid] = change.token
+                                # a refused save interrupts the stream: it reopens from the token
+                                # reached (the waker's StoreUnavailable path), the rest follows
+                                with contextlib.suppress(StoreUnavailable):
+                                    await service.resume.save()
+                            full = (service.poll_requested or not service.woken
+                                    or self.d.choose(4) == 0)
+                            await service.drain_pass(full)
+                            await service.work_pass()
+                            # a pass with nothing to do may make no store call: park here, so
+                            # that the loop waits its turn (a crash here is a crash too)
+                            if (await self.turns.turn(rid, IDLE)).startswith("crash"):
+                                self.note_crash(rid, IDLE, "before")
+                                raise Crash(IDLE)
+                    except Crash:
+                        self.log(f"replica {rid} crashed and restarts")
+                        self.current_row.pop(rid, None)
+                        self.launch_open.pop(rid, None)
+                if self.stops[rid].cancelled_caught:
                     self.current_row.pop(rid, None)
                     self.launch_open.pop(rid, None)
         finally:
@@ -803,8 +847,9 @@ class Simulation:
                 (f"{t}.broken", MatchRule(event_types=("card.moved",)), ()),
             ]
             for sid, rule, consume in specs:
-                sub = Subscription(sub_id=sid, tenant_id=t, bot=sid.split(".")[1], rule=rule,
-                                   consume_labels=consume)
+                bot = sid.split(".")[1]
+                sub = Subscription(sub_id=sid, tenant_id=t, bot=bot, rule=rule,
+                                   consume_labels=consume, max_per_second=F2.rate_of(bot))
                 await b.subs.put(sub)
                 self.subs[sid] = sub
             # History from before the service ran: two inserted events, and the highest
@@ -812,6 +857,7 @@ class Simulation:
             # history; ``latest`` seeds at the highest INSERTED seq, so the slow one is read.
             for kind in ("emit", "emit", "emit_slow"):
                 await self._emit(kind, t, quiet=True)
+        F2.plant(self.put_limit_doc, self.tenants, self.clock.now())
         self.log(f"seed mode {self.seed_mode}; history per tenant: 1, 2 inserted, 3 slow")
 
     def _new_event(self, tenant: str | None = None) -> tuple[str, int, str, str, Card]:
@@ -846,11 +892,13 @@ class Simulation:
             old = self.subs[sid]
             if self.d.choose(3) == 0:  # disabled: none of its rows may launch from now on
                 new = Subscription(sub_id=sid, tenant_id=old.tenant_id, bot=old.bot,
-                                   rule=old.rule, consume_labels=old.consume_labels, enabled=False)
+                                   rule=old.rule, consume_labels=old.consume_labels, enabled=False,
+                                   max_per_second=old.max_per_second)
             else:
                 new = Subscription(sub_id=sid, tenant_id=old.tenant_id, bot=old.bot,
                                    rule=MatchRule(event_types=("card.moved",)),
-                                   consume_labels=old.consume_labels, enabled=old.enabled)
+                                   consume_labels=old.consume_labels, enabled=old.enabled,
+                                   max_per_second=old.max_per_second)
             await b.subs.put(new)
             self.subs[sid] = new
             self.edited_subs.add(sid)
@@ -901,9 +949,32 @@ class Simulation:
             await self._plant_cross_tenant()
         elif action == "stop":
             rid = self.d.choose(self.n_replicas)
-            if rid in self.services:
+            how = self.d.choose(8)
+            if how == 0:  # a hard stop: the service's task group cancelled
+                await self._hard_stop(rid)
+            elif how == 1:  # the next replica resumed mid-launch (its slots held: the shield)
+                self.stop_armed = True
+            elif rid in self.services:
                 self.services[rid].stop()  # graceful: it leaves at its next pass, then restarts
                 self.log(f"replica {rid} is asked to stop")
+
+    async def _hard_stop(self, rid: int) -> None:
+        """A hard stop (the service's task group cancelled): the replica is cancelled where it
+        waits -- the call it waits for is not made, as with a crash before it -- runs its
+        shielded clean-up (an in-flight slot's release, F2; the closing flush), and restarts."""
+        parked = self.turns.parked.get(rid)
+        if rid not in self.stops or parked is None:
+            return
+        self.report.faults["hard stop"] += 1
+        self.note_crash(rid, parked[1], "before")
+        self.stops[rid].cancel()
+        await self._let_cancelled_run()
+        self.log(f"replica {rid} hard-stopped at {parked[1]}")
+
+    async def _let_cancelled_run(self) -> None:
+        """Replicas just cancelled where they wait run their clean-up until they wait again."""
+        await anyio.lowlevel.checkpoint()
+        await self.turns.wait_all_parked()
 
     async def _emit(self, action: str, tenant: str | None = None, quiet: bool = False) -> None:
         t, seq, card_id, etype, card = self._new_event(tenant)
@@ -961,6 +1032,8 @@ class Simulation:
             d = min(step, left)
             self.clock.advance(d)
             left -= d
+            if self.limits.fire():  # F2: the launches whose slots ended now are cut here
+                await self._let_cancelled_run()
             for worker in [v.worker for _r, v in sorted(self.services.items())] if HEARTBEAT else []:
                 for lease in worker.leases:  # in flight, and handed rows waiting their turn
                     if self.faults_on and self.d.choose(100) < self.fault_percent:
@@ -971,10 +1044,11 @@ class Simulation:
                     # a beat renews the launch's in-flight slots too (F2): on the store as well
                     gate = _gate(worker)
                     slots_via = None if gate is None else gate.store
-                    if gate is not None and self.store.stores.limits is not None:
-                        gate.store = self.store.stores.limits
+                    if gate is not None and self.limit_store is not None:
+                        gate.store = self.limit_store
                     try:
                         await worker.extend(lease)
+                        self.limits.beat(lease)
                     finally:
                         worker.outbox = via
                         if gate is not None and slots_via is not None:
@@ -1013,6 +1087,10 @@ class Simulation:
         if not parked:
             return
         rid = parked[self.d.choose(len(parked))]
+        if self.stop_armed and self.turns.parked[rid][1] in MID_LAUNCH:
+            self.stop_armed = False
+            await self._hard_stop(rid)
+            return
         fault = "none"
         if self.faults_on and self.d.choose(100) < self.fault_percent:
             fault = FAULT_KINDS[1 + self.d.choose(3)]
@@ -1046,6 +1124,13 @@ class Simulation:
         return True
 
     async def run(self, max_steps: int = 400) -> Report:
+        with self.limits.sim_time():
+            await self._run(max_steps)
+        # F2: checked once every replica has stopped (their releases made, shielded)
+        self.report.violations += self.limits.finish()
+        return self.report
+
+    async def _run(self, max_steps: int) -> None:
         await self.setup()
         async with anyio.create_task_group() as tg:
             for rid in range(self.n_replicas):
@@ -1074,7 +1159,6 @@ class Simulation:
         close = getattr(self.store, "close", None)
         if close is not None:
             await close()
-        return self.report
 
     # --- invariants -------------------------------------------------------------------------
 
