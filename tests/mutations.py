@@ -602,6 +602,22 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "fair-mongo-pick-window-not-widened": "tests/contract/test_fairness.py",
+    "fair-memory-tenants-by-first-insertion": "tests/contract/test_fairness.py",
+    "fair-stolen-before-owned": "tests/contract/test_fairness.py",
+    "fair-tenants-by-name": "tests/contract/test_fairness.py",
+    "fair-memory-tenants-by-oldest-candidate": "tests/contract/test_fairness.py",
+    "fair-mongo-pick-in-server-order": "tests/contract/test_fairness.py",
+    "fair-handoff-drops-the-backlog-pick": "tests/contract/test_handoff.py",
+    "fair-handoff-backlog-pick-never-stops": "tests/contract/test_handoff.py",
+    "fair-handoff-crowds-out-the-pick": "tests/contract/test_handoff.py",
+    "limits-mongo-renew-unfenced": "tests/test_harness_limits.py",
+    "limits-memory-renew-unfenced": "tests/test_harness_limits.py",
+    "limits-riders-never-ride": "tests/test_harness_limits.py",
+    "limits-bound-not-renewed": "tests/test_harness_limits.py",
+    "limits-takeover-not-cut": "tests/contract/test_slot_lifetime.py",
+    "hook-on-done-not-called-batched": "tests/contract/test_boundaries.py",
+    "hook-metrics-not-called-batched": "tests/contract/test_boundaries.py",
     "pause-release-ignores-pauses-still-on":
         "tests/contract/test_pauses.py::test_release_held_gives_rows_back_their_own_time_and_nothing_else[mongomock]",
     "pause-lift-released-on-one-read-only":
