@@ -216,7 +216,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "cap = lease.started + self.max_execution_seconds + self.lease_seconds", "leases"),
     Mutant("heartbeat-cap-exact-instant", "bounds",
            "        if now >= cap:\n", "        if now > cap:\n", "leases"),
-    # a batch's done rows are counted in Completer.done_many: only the metrics, or only the hook
+    # a batch's done rows are counted in the completer's flush: only the metrics, or only the hook
     Mutant("hook-on-done-not-called-batched", "bounds",
            "                self._count_done(x.row, x.label, x.done_at)\n",
            "                if self.metrics is not None:\n"

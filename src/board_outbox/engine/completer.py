@@ -234,56 +234,21 @@ class Completer:
         self, claims: Sequence[Claim], labels: Sequence[str], tenant_id: str,
         result: list[Outcome] | None = None,
     ) -> list[Outcome]:
-        """The effects of several claimed rows happened (``labels[i]`` for ``claims[i]``): one
-        fenced write per (claim_id, outcome label), each riding out a store outage while the
-        group's leases last. One outcome per claim, written into ``result`` group by group (so a
-        caller whose write raised midway knows which rows were recorded). While batching, every
-        mark is staged for the next flush ("staged")."""
+        """The effects of several claimed rows happened (``labels[i]`` for ``claims[i]``): each
+        mark is staged for the batch's next flush, which writes them in one fenced bulk write
+        ("staged", written into ``result`` too). Only inside ``batching()``, where the worker
+        runs every batch: a batch unit's marks have no other way to the store."""
+        if self._staged is None:
+            raise RuntimeError("done_many stages marks for a flush: call it inside batching()")
         done_at = self.clock.now()
-        if self._staged is not None:
-            for c, label in zip(claims, labels, strict=True):
-                assert c.row is not None  # the batch unit only holds decoded rows
-                self._staged.append(Staged(c, c.row, label, done_at))
-                self._staged_refs.add(c.ref)
-            out: list[Outcome] = ["staged"] * len(claims)
-            if result is not None:
-                result[:] = out
-            return out
-        groups: dict[tuple[str, str], list[int]] = {}
-        for i, (c, label) in enumerate(zip(claims, labels, strict=True)):
-            groups.setdefault((c.claim_id, label), []).append(i)
-        if result is None:
-            result = ["unrecorded"] * len(claims)
-        for (claim_id, label), idx in groups.items():
-            group = [claims[i] for i in idx]
-            marked = await self._done_group(group, claim_id, T.done(now=done_at, outcome=label),
-                                            tenant_id)
-            if marked is None:
-                continue
-            for i in idx:
-                row = claims[i].row
-                assert row is not None
-                if claims[i].ref not in marked:
-                    result[i] = "lease_lost"
-                    log.warning("lease lost before mark_done (late write was a no-op)",
-                                extra=_ctx(row))
-                    continue
-                result[i] = "done"
-                self._count_done(row, label, done_at)
-        return result
-
-    async def _done_group(
-        self, group: list[Claim], claim_id: str, t: T.Transition, tenant_id: str
-    ) -> set[Any] | None:
-        refs = [c.ref for c in group]
-
-        async def write() -> set[Any]:
-            return set(await self.outbox.apply_claimed_many(refs, claim_id, t))
-
-        return await self._ride_out(
-            write, lambda: min(self.lease_until(c) for c in group),
-            f"{len(refs)} effects done but not recorded (%s): they run again after their lease",
-            {"tenant_id": tenant_id})
+        for c, label in zip(claims, labels, strict=True):
+            assert c.row is not None  # the batch unit only holds decoded rows
+            self._staged.append(Staged(c, c.row, label, done_at))
+            self._staged_refs.add(c.ref)
+        out: list[Outcome] = ["staged"] * len(claims)
+        if result is not None:
+            result[:] = out
+        return out
 
     async def _ride_out(
         self, write: Callable[[], Awaitable[R]], lease_until: Callable[[], float], lost: str,
