@@ -123,7 +123,7 @@ class BatchUnit:
             result: list[Outcome] = ["unrecorded"] * len(live)
             if labels is not None:
                 try:
-                    await self.completer.done_many(live, labels, tenant_id, result)
+                    self.completer.done_many(live, labels, result)
                 finally:
                     for span, label, res in zip(spans, labels, result, strict=True):
                         span.set_attribute(telemetry.ATTR_OUTCOME,

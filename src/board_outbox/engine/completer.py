@@ -230,9 +230,8 @@ class Completer:
         self._count_done(row, outcome, done_at)
         return "done"
 
-    async def done_many(
-        self, claims: Sequence[Claim], labels: Sequence[str], tenant_id: str,
-        result: list[Outcome] | None = None,
+    def done_many(
+        self, claims: Sequence[Claim], labels: Sequence[str], result: list[Outcome] | None = None,
     ) -> list[Outcome]:
         """The effects of several claimed rows happened (``labels[i]`` for ``claims[i]``): each
         mark is staged for the batch's next flush, which writes them in one fenced bulk write
