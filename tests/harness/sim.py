@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import msgspec
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
@@ -764,6 +765,7 @@ class Simulation:
                 self.delivered.pop(rid, None)
                 self.token_writes.pop(rid, None)
                 self.token_saved_at.pop(rid, None)  # a new process: its first save is due at once
+                crashed = False
                 with anyio.CancelScope() as self.stops[rid]:  # a hard stop cancels it
                     try:
                         with contextlib.suppress(StoreUnavailable):  # the waker retries; so do we
@@ -803,9 +805,8 @@ class Simulation:
                                 raise Crash(IDLE)
                     except Crash:
                         self.log(f"replica {rid} crashed and restarts")
-                        self.current_row.pop(rid, None)
-                        self.launch_open.pop(rid, None)
-                if self.stops[rid].cancelled_caught:
+                        crashed = True
+                if crashed or self.stops[rid].cancelled_caught:  # its launch is gone with it
                     self.current_row.pop(rid, None)
                     self.launch_open.pop(rid, None)
         finally:
@@ -891,14 +892,9 @@ class Simulation:
                 return
             old = self.subs[sid]
             if self.d.choose(3) == 0:  # disabled: none of its rows may launch from now on
-                new = Subscription(sub_id=sid, tenant_id=old.tenant_id, bot=old.bot,
-                                   rule=old.rule, consume_labels=old.consume_labels, enabled=False,
-                                   max_per_second=old.max_per_second)
+                new = msgspec.structs.replace(old, enabled=False)
             else:
-                new = Subscription(sub_id=sid, tenant_id=old.tenant_id, bot=old.bot,
-                                   rule=MatchRule(event_types=("card.moved",)),
-                                   consume_labels=old.consume_labels, enabled=old.enabled,
-                                   max_per_second=old.max_per_second)
+                new = msgspec.structs.replace(old, rule=MatchRule(event_types=("card.moved",)))
             await b.subs.put(new)
             self.subs[sid] = new
             self.edited_subs.add(sid)
