@@ -42,13 +42,20 @@ def _t0(kit: Kit) -> float:
     return float(math.floor(kit.clock.now()))
 
 
+async def _pending_at_offsets(kit: Kit, conv: Callable[[float], Any], t0: float, tenant: str,
+                              suffix: str) -> None:
+    """One pending row per offset, tenant ``{tenant}{i}``, due at ``t0 + OFFSETS[i]``, stored
+    as ``conv`` types it."""
+    for i, off in enumerate(OFFSETS):
+        await kit.insert_raw_row(raw_row(f"{tenant}{i}", f"{tenant}{i}/1{suffix}", 1,
+                                         not_before=conv(t0 + off), created_at=conv(t0 - 100)))
+
+
 @PARAMS
 async def test_a_pending_row_is_due_exactly_from_its_not_before(
         kit: Kit, conv: Callable[[float], Any]) -> None:
     t0 = _t0(kit)
-    for i, off in enumerate(OFFSETS):
-        await kit.insert_raw_row(raw_row(f"t{i}", f"t{i}/1", 1, not_before=conv(t0 + off),
-                                         created_at=conv(t0 - 100)))
+    await _pending_at_offsets(kit, conv, t0, "t", "")
     got = await kit.outbox.claim_any(t0, LEASE, 10)
     # due exactly when not_before <= now: the rows at t0 - 1 and t0, not the one at t0 + 1
     assert sorted(c.tenant_id for c in got) == [f"t{i}" for i, off in enumerate(OFFSETS) if off <= 0]
@@ -105,9 +112,8 @@ async def test_a_lease_is_a_lease_up_to_exactly_the_horizon(
 async def test_explain_reads_due_and_expired_exactly_as_the_claims_do(
         kit: Kit, conv: Callable[[float], Any]) -> None:
     t0 = _t0(kit)
+    await _pending_at_offsets(kit, conv, t0, "p", "/sub/s")
     for i, off in enumerate(OFFSETS):
-        await kit.insert_raw_row(raw_row(f"p{i}", f"p{i}/1/sub/s", 1, not_before=conv(t0 + off),
-                                         created_at=conv(t0 - 100)))
         await kit.insert_raw_row(raw_row(f"c{i}", f"c{i}/1/sub/s", 1, not_before=conv(t0 - 100),
                                          state="claimed", lease_until=conv(t0 + off),
                                          claim_id="k"))
