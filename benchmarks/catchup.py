@@ -113,7 +113,7 @@ def spawn_replica(src: Path, cfg: Path, log: Path,
         module, env["BENCH_STATEMENT_LOG"] = "benchmarks.taskdump", str(statements)
         env["BENCH_TASK_DUMP"] = str(statements.with_suffix(".tasks"))
     return subprocess.Popen([sys.executable, "-m", module, "run", "--config", str(cfg)],
-                            cwd=src.parent, env=env, stdout=subprocess.DEVNULL,
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=open(log, "wb"))
 
 

@@ -28,6 +28,7 @@ from board_outbox.model.records import (
     Member,
     PushRecent,
     ReadModelVersions,
+    ReadModelWrites,
     RowFilter,
     RowIdentity,
     RowSummary,
@@ -68,6 +69,7 @@ __all__ = [
     "ReadModelStore",
     "ReadModelVersionStore",
     "ReadModelVersions",
+    "ReadModelWrites",
     "ResumeTokenStore",
     "RowFilter",
     "RowIdentity",
@@ -470,6 +472,12 @@ class ReadModelStore(Protocol):
     ) -> list[bool]:
         """Apply a batch of writes in one bulk write (Mongo: one unordered ``bulk_write``); for
         each op, True if it changed the model, False if it was stale or already applied."""
+        ...
+
+    async def write_groups(self, groups: Sequence[ReadModelWrites]) -> list[list[bool]]:
+        """``write_many`` for several (model, tenant) read models at once, in one bulk write
+        (Mongo: one unordered ``bulk_write`` for every group's ops): a claimed batch's rows of
+        one projection across tenants. Per group, per op, what ``write_many`` says."""
         ...
 
     async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None: ...

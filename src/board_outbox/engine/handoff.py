@@ -21,16 +21,22 @@ from board_outbox.model.clock import Clock
 from board_outbox.model.fairness import prioritized, round_robin
 from board_outbox.ports import Claim, ClaimTerms
 
-__all__ = ["HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX", "PICK_IDLES", "TERMS_SHARE",
+__all__ = ["HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX_BATCHES", "PICK_IDLES",
+           "TERMS_SHARE",
            "HandoffQueue", "by_priority", "claim_priority"]
 
 # The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
 # they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
-# HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX rows; a tenant with a claim's worth
-# queued waits for it to run (its backlog stays in the event log meanwhile).
+# HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX_BATCHES claims' worth (counting the
+# batch in flight); a tenant with a claim's worth queued waits for it to run (its backlog stays
+# in the event log meanwhile). Every row held is a lease: if the store stalls, each is a lease to
+# extend, and a hand-off sized by a fast pace (a 2,000-row bound let 703 pile up) turned one
+# stall into a beat too big to answer within the op timeout. Ten claims keep the worker fed
+# while the tail refills it (a tail pass inserts about a claim per tenant), and their leases are
+# two writes of a beat (``leases.BEAT_CHUNK``).
 HANDOFF_BATCHES = 4
 HANDOFF_LEASE_SHARE = 0.1
-HANDOFF_MAX = 2000
+HANDOFF_MAX_BATCHES = 10
 # a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
 # as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
 PICK_IDLES = 4
@@ -72,25 +78,28 @@ class HandoffQueue:
         self._terms_until = -float("inf")
 
     def capacity(self, row_seconds: float, pressure: Pressure | None) -> int:
-        """Rows the hand-off holds at most: what starts within ``HANDOFF_LEASE_SHARE`` of a lease
-        at the measured pace (``row_seconds`` a row; 0: not measured yet), at least
-        ``HANDOFF_BATCHES`` claims, at most ``HANDOFF_MAX``; scaled by the backpressure."""
+        """Rows the worker holds at most, the batch in flight and the hand-off's together: what
+        starts within ``HANDOFF_LEASE_SHARE`` of a lease at the measured pace (``row_seconds`` a
+        row; 0: not measured yet), at least ``HANDOFF_BATCHES`` claims, at most
+        ``HANDOFF_MAX_BATCHES`` claims; scaled by the backpressure."""
         floor = self.batch_size * HANDOFF_BATCHES
+        most = self.batch_size * HANDOFF_MAX_BATCHES
         if row_seconds <= 0:
-            cap = max(floor, min(HANDOFF_MAX, self.batch_size * 25))
+            cap = max(floor, most)
         else:
             pace = int(self.lease_seconds * HANDOFF_LEASE_SHARE / row_seconds)
-            cap = max(floor, min(HANDOFF_MAX, pace))
+            cap = max(floor, min(most, pace))
         return cap if pressure is None else pressure.scale(cap, self.batch_size)
 
-    def room(self, tenant_id: str, capacity: int, *, stopping: bool) -> int:
+    def room(self, tenant_id: str, capacity: int, *, stopping: bool, running: int = 0) -> int:
         """Rows of ``tenant_id`` this worker takes now: none while it holds a claim's worth of
         the tenant's rows (F1: a burst waits in the event log, a quiet tenant's row never waits
-        behind it) or while it stops; else what the hand-off has room for (``capacity``), at
-        least a claim's worth."""
+        behind it) or while it stops; else what it has room for (``capacity``, less the
+        ``running`` rows of the batch in flight and the rows queued), at least a claim's
+        worth."""
         if stopping or self._queued_by_tenant.get(tenant_id, 0) >= self.batch_size:
             return 0
-        return max(self.batch_size, capacity - len(self._queued))
+        return max(self.batch_size, capacity - running - len(self._queued))
 
     def terms(self, *, stopping: bool) -> ClaimTerms | None:
         """The claim for the rows of one insert, leased from now (None while stopping). Inserts

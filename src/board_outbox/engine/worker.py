@@ -112,6 +112,7 @@ class EffectWorker(BatchRunning):
         # called when rows arrive (the service wakes its worker loop)
         self.on_receive: Callable[[], None] = lambda: None
         self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
+        self._leases.on_unavailable = self._store_failed  # a lease beat that timed out
         # issue 33: a row whose tenant or subscription is paused is held, not run (pause.py)
         self.pause: PauseGate | None = None
 
@@ -145,6 +146,10 @@ class EffectWorker(BatchRunning):
     def on_done(self, on_done: Callable[[EffectRow, str], None] | None) -> None:
         self.completer.on_done = on_done
 
+    def _store_failed(self, why: str) -> None:
+        if self.pressure is not None:
+            self.pressure.failed(why)
+
     def claim_limit(self) -> int:
         """The claim size the backlog asks for (``adapt``), capped at as many rows as run within
         half the lease at the measured pace: the tail of a batch must not outlive its lease and
@@ -173,9 +178,10 @@ class EffectWorker(BatchRunning):
         return self._handoff.capacity(self._row_seconds, self.pressure)
 
     def room(self, tenant_id: str) -> int:
-        """Rows of ``tenant_id`` this worker takes now (``HandoffQueue.room``; none while it
-        stops)."""
-        return self._handoff.room(tenant_id, self.capacity(), stopping=self.stopping)
+        """Rows of ``tenant_id`` this worker takes now (``HandoffQueue.room``: the rows in
+        flight count against it; none while it stops)."""
+        return self._handoff.room(tenant_id, self.capacity(), stopping=self.stopping,
+                                  running=len(self.inflight))
 
     def terms(self) -> ClaimTerms | None:
         """The claim for the rows of one insert (``HandoffQueue.terms``; None while stopping)."""

@@ -4,7 +4,7 @@ can both name them without an import pointing up (River's leaf-type modules)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -97,6 +97,15 @@ class PushRecent(msgspec.Struct, frozen=True, kw_only=True):
     entry: Mapping[str, Any]
     keep: int
     field: str = "recent"
+
+
+class ReadModelWrites(msgspec.Struct, frozen=True):
+    """One (model, tenant) read model's batch writes, as a part of a bulk write that spans read
+    models and tenants (``ReadModelStore.write_groups``)."""
+
+    model: str
+    tenant_id: str
+    ops: Sequence[UpsertIfNewer | PushRecent]
 
 
 class ReadModelVersions(msgspec.Struct, frozen=True, kw_only=True):

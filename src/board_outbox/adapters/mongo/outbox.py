@@ -26,13 +26,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import pymongo
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne
-from pymongo.errors import BulkWriteError, OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import fairness
@@ -73,9 +74,12 @@ from board_outbox.ports import (
 )
 
 EFFECTS = "trigger_effects"
+R = TypeVar("R")
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
 DUPLICATE_KEY = 11000
 SCAN_CHUNK = 2000  # rows the stuck-row sweep's rolling unknown-state scan reads per sweep
+# what the stuck-row sweep's statements may take together, server-side (``stuck_rows``)
+SWEEP_BUDGET_SECONDS = 2.0
 # The rows one statement names at most (``by_ids``): a write's server time grows with the rows it
 # rewrites -- about 7 ms a row on the wire test server under load, where a lease beat over 703
 # rows timed out at the 10 s op timeout -- so 100 rows keep a statement under a second there, a
@@ -158,6 +162,30 @@ def _packed(ops: Sequence[tuple[int, Any]]) -> list[list[Any]]:
         out[-1].append(op)
         rows += n
     return out
+
+
+class _Budget:
+    """Statements sharing a time budget (``pymongo.timeout``: the server stops each at what is
+    left). ``run`` returns None, said once per what, when the budget is spent or the statement
+    ran out of it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.until = time.monotonic() + seconds
+
+    async def run(self, statement: Callable[..., Awaitable[R]], what: str) -> R | None:
+        left = self.until - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            with pymongo.timeout(left):
+                return await statement()
+        except PyMongoError as exc:
+            if not exc.timeout:
+                raise
+            _once(("budget", what), logging.WARNING,
+                  "%s did not finish within the stuck-row sweep's budget (%gs) on this server: "
+                  "it waits for the next sweep", what, SWEEP_BUDGET_SECONDS)
+            return None
 
 
 def _due(doc: dict[str, Any]) -> float:
@@ -450,7 +478,13 @@ class MongoEffectOutbox:
         state, never the done history. (As one ``$or``, a planner that plans no ``$or`` on an
         index scanned the collection.) A state outside the enum has no index that can find it:
         a rolling scan of the ``_id`` index, ``SCAN_CHUNK`` rows per sweep, looks for those (a
-        lap over a million rows takes ``1e6 / SCAN_CHUNK`` sweeps)."""
+        lap over a million rows takes ``1e6 / SCAN_CHUNK`` sweeps).
+
+        The sweep is housekeeping beside the worker's claims: its statements share
+        ``SWEEP_BUDGET_SECONDS`` (a server-side time limit each); on a server where one cannot
+        finish in that (a planner that walks a whole index, or scans the collection for an
+        ``_id`` range), the rest waits for the next sweep, said once, instead of holding the
+        worker and loading the store for as long as the scan takes."""
         not_number = {"$not": {"$type": "number"}}
         not_string = {"$not": {"$type": "string"}}
         queries = [
@@ -462,15 +496,22 @@ class MongoEffectOutbox:
         ]
         docs: list[dict[str, Any]] = []
         seen: set[Any] = set()
+        budget = _Budget(SWEEP_BUDGET_SECONDS)
         for q, index in queries:
             if len(docs) >= limit:
                 break
-            for d in await self.coll.find(q).hint(index).limit(limit - len(docs)).to_list(None):
+            found = await budget.run(
+                self.coll.find(q).hint(index).limit(limit - len(docs)).to_list,
+                f"stuck-row query over {index}")
+            if found is None:
+                return [(d["_id"], d) for d in docs]
+            for d in found:
                 if d["_id"] not in seen:
                     seen.add(d["_id"])
                     docs.append(d)
         if len(docs) < limit:
-            docs += await self._unknown_states(limit - len(docs))
+            docs += await budget.run(lambda: self._unknown_states(limit - len(docs)),
+                                     "unknown-state scan") or []
         return [(d["_id"], d) for d in docs]
 
     async def _unknown_states(self, limit: int) -> list[dict[str, Any]]:
@@ -613,19 +654,22 @@ class MongoEffectOutbox:
         and that range alone, which every planner serves from the partial index: a clause on
         ``waiting`` beside it made one planner scan the collection); those whose pause is no
         longer on are released by ``_id``, ``ROW_CHUNK`` a statement, each fenced on still
-        being held for a pause that is not on."""
+        being held for that same pause."""
         held = {"state": PENDING, "not_before": {"$gte": HELD_OFFSET}}
         docs = await self.coll.find(held, {"_id": 1, "waiting": 1}).to_list(None)
-        lifted = [d["_id"] for d in docs
-                  if isinstance(d.get("waiting"), str) and d["waiting"] not in keep]
-        fence = {**held, "waiting": {"$type": "string", "$nin": sorted(keep)}}
+        lifted: dict[str, list[Any]] = {}  # what a row waits on -> the rows
+        for d in docs:
+            why = d.get("waiting")
+            if isinstance(why, str) and why not in keep:
+                lifted.setdefault(why, []).append(d["_id"])
         moved = 0
-        for chunk in chunks(lifted):
-            res = await self.coll.update_many(
-                by_ids(chunk, **fence),
-                {"$inc": {"not_before": -HELD_OFFSET}, "$set": {"waiting": None, "updated_at": now}},
-                hint=BY_ID)
-            moved += int(res.modified_count)
+        for why, ids in sorted(lifted.items()):
+            for chunk in chunks(ids):
+                res = await self.coll.update_many(
+                    by_ids(chunk, **held, waiting=why),  # still held, for the same pause
+                    {"$inc": {"not_before": -HELD_OFFSET},
+                     "$set": {"waiting": None, "updated_at": now}}, hint=BY_ID)
+                moved += int(res.modified_count)
         return moved
 
     # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
