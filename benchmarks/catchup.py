@@ -245,10 +245,32 @@ def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, src: P
     }
     if profile_ms:
         out["slow_commands"] = slow_commands(store, db)
+    if spy_dir is not None:  # the replicas' commands, per event, by command and collection
+        out["commands_per_event"] = commands_per_event(
+            [spy_dir / f"{db}-r{i}.statements" for i in range(replicas)], start, end,
+            max(1, done_events))
     store.client.drop_database(db)
-    print(json.dumps({k: v for k, v in out.items() if k not in ("progress", "slow_commands")}),
-          flush=True)
+    print(json.dumps({k: v for k, v in out.items()
+                      if k not in ("progress", "slow_commands", "commands_per_event")}), flush=True)
+    if "commands_per_event" in out:
+        print("  commands/event:", json.dumps(dict(list(out["commands_per_event"].items())[:8])),
+              flush=True)
     return out
+
+
+def commands_per_event(paths: list[Path], start: float, end: float,
+                       events: int) -> dict[str, float]:
+    """Commands per event by command and collection (a getMore too), from ``statement_log.py``
+    logs, between ``start`` and ``end``."""
+    count: dict[str, int] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            at, name, coll = [*line.split("\t"), "", "", ""][:3]
+            if start <= float(at) <= end:
+                count[f"{name} {coll}"] = count.get(f"{name} {coll}", 0) + 1
+    return {k: round(v / events, 3) for k, v in sorted(count.items(), key=lambda kv: -kv[1])}
 
 
 def table(runs: list[dict[str, Any]]) -> str:

@@ -11,6 +11,7 @@ The worker (``worker.py``) owns the queue and answers the tail's ``Handoff`` pro
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -21,9 +22,8 @@ from board_outbox.model.clock import Clock
 from board_outbox.model.fairness import prioritized, round_robin
 from board_outbox.ports import Claim, ClaimTerms
 
-__all__ = ["HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX_BATCHES", "PICK_IDLES",
-           "TERMS_SHARE",
-           "HandoffQueue", "by_priority", "claim_priority"]
+__all__ = ["EXPECTED_MAX", "HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX_BATCHES",
+           "PICK_IDLES", "TERMS_SHARE", "HandoffQueue", "by_priority", "claim_priority"]
 
 # The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
 # they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
@@ -42,6 +42,8 @@ HANDOFF_MAX_BATCHES = 10
 PICK_IDLES = 4
 # the inserts of our tail within this share of a lease share one claim_id (``terms``)
 TERMS_SHARE = 0.25
+# due times of rows given back pending that the pick schedule keeps (``expect``): the earliest
+EXPECTED_MAX = 1000
 
 
 def claim_priority(claim: Claim) -> int:
@@ -60,7 +62,7 @@ class HandoffQueue:
     """The handed rows waiting their turn, and the hand-off's room, terms and schedules."""
 
     def __init__(self, *, clock: Clock, batch_size: int, lease_seconds: float,
-                 heartbeat_fraction: float, idle_seconds: float) -> None:
+                 heartbeat_fraction: float, idle_seconds: float, net_seconds: float = 5.0) -> None:
         self.clock = clock
         self.batch_size = batch_size
         self.lease_seconds = lease_seconds
@@ -72,6 +74,9 @@ class HandoffQueue:
         self._queued_by_tenant: dict[str, int] = {}
         self._handing = False  # fed by a tail: the pick runs on its schedule (``pick_due``)
         self._next_pick = -float("inf")
+        self._next_net = -float("inf")  # the pick's schedule while the change stream is open
+        self.net_seconds = net_seconds
+        self._due: list[float] = []  # when rows this worker gave back pending are due (a heap)
         self._pick_full = False  # the last pick filled its claim: a backlog, pick every tick
         self.next_beat = -float("inf")  # the handed rows' leases, extended meanwhile
         self._terms_id: str | None = None  # the claim_id the hand-off's inserts share (``terms``)
@@ -155,18 +160,37 @@ class HandoffQueue:
         self.dequeue(leases)
         return [current(x) for x in leases]
 
-    def pick_due(self, now: float) -> bool:
-        """Whether this tick runs the due-row pick. Without a hand-off, every tick. With one,
-        the rows our own tail inserts come by hand, and the pick is only for the rest (retries
-        whose backoff ended, another owner's rows past ``steal_after_seconds``, released rows):
-        it runs every ``PICK_IDLES * idle_seconds`` -- as often as an idle worker polls at its
-        slowest -- and on every tick while the last pick came back full (a backlog)."""
-        return not self._handing or self._pick_full or now >= self._next_pick
+    def pick_due(self, now: float, *, stream_open: bool = False) -> bool:
+        """Whether this tick runs the due-row pick. Without a hand-off or a change stream, every
+        tick. With a hand-off, the rows our own tail inserts come by hand, and the pick is only
+        for the rest (retries whose backoff ended, another owner's rows past
+        ``steal_after_seconds``, released rows): it runs every ``PICK_IDLES * idle_seconds`` --
+        as often as an idle worker polls at its slowest. While the change stream is open, the
+        owned tenants' new rows come by hand as soon as they are inserted, so the pick is only
+        the net: every ``net_seconds``, and as soon as a row this worker gave back pending is
+        due (``expect``: it knows their ``not_before``). Whatever the schedule, every tick while
+        the last pick came back full (a backlog)."""
+        if self._pick_full or (not self._handing and not stream_open):
+            return True
+        if self._due and self._due[0] <= now:
+            return True
+        return now >= (self._next_net if stream_open else self._next_pick)
 
     def picked(self, now: float, *, full: bool) -> None:
         """A pick ran at ``now``; ``full``: it filled its claim (a backlog: pick every tick)."""
         self._pick_full = full
         self._next_pick = now + PICK_IDLES * self.idle_seconds
+        self._next_net = now + self.net_seconds
+        while self._due and self._due[0] <= now:
+            heapq.heappop(self._due)
+
+    def expect(self, due: float) -> None:
+        """A row this worker gave back pending (a retry, a deferral) is due at ``due``: the pick
+        runs then, whatever its schedule. At most ``EXPECTED_MAX`` are kept (the earliest: a
+        later one is caught by the net)."""
+        heapq.heappush(self._due, due)
+        if len(self._due) > EXPECTED_MAX:
+            self._due = heapq.nsmallest(EXPECTED_MAX, self._due)
 
     def take(self, room: int, tenants: Collection[str] | None) -> list[Claim]:
         """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin

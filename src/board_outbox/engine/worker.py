@@ -108,7 +108,10 @@ class EffectWorker(BatchRunning):
         self._handoff = HandoffQueue(clock=clock, batch_size=s.batch_size,
                                      lease_seconds=s.lease_seconds,
                                      heartbeat_fraction=s.heartbeat_fraction,
-                                     idle_seconds=s.idle_seconds)
+                                     idle_seconds=s.idle_seconds, net_seconds=s.net_pick_seconds)
+        self.completer.on_pending = self._handoff.expect  # the pick runs when they are due
+        # whether the change stream is open (the service's waker says): the pick is the net
+        self.stream_open: Callable[[], bool] = lambda: False
         # called when rows arrive (the service wakes its worker loop)
         self.on_receive: Callable[[], None] = lambda: None
         self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
@@ -226,7 +229,7 @@ class EffectWorker(BatchRunning):
         now = self.clock.now()
         claims: list[Claim] = []
         limit = self.claim_limit()
-        pick = self._handoff.pick_due(now)
+        pick = self._handoff.pick_due(now, stream_open=self.stream_open())
         # F1: when the pick runs the handed rows take half the claim (at least one row: a tick
         # with handed rows always runs one), the fair pick the rest
         claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)

@@ -131,6 +131,7 @@ class Service(StreamWaker, Upkeep):
         # the tail's rows go to this replica's worker born claimed, as far as it has room (T1)
         self.tail.handoff = self.worker
         self.worker.on_receive = lambda: self._worker_wake.set()
+        self.worker.stream_open = lambda: self.stream_open  # the idle pick is then the net
         self._awaiting_room: set[str] = set()  # tenants the worker had no room for yet
         # backpressure (T1): one factor for the tail, the worker and the loops' pauses
         self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
