@@ -568,8 +568,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "        candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row\n",
            "", "memory/outbox"),
     Mutant("fair-handoff-drops-the-backlog-pick", "fair",
-           "return not self._handing or self._pick_full or now >= self._next_pick",
-           "return not self._handing or now >= self._next_pick", "handoff"),
+           "if self._pick_full or (not self._handing and not stream_open):",
+           "if not self._handing and not stream_open:", "handoff"),
+    # while the change stream is open the idle pick is the net: it must still run at the due
+    # time of a retry this worker wrote, and must not run on the old schedule
+    Mutant("net-pick-misses-due-retries", "fair",
+           "if self._due and self._due[0] <= now:", "if False:", "handoff"),
+    Mutant("net-pick-ignores-the-open-stream", "fair",
+           "return now >= (self._next_net if stream_open else self._next_pick)",
+           "return now >= self._next_pick", "handoff"),
     # more of the kind: stolen rows before owned ones; tenants by name, not by oldest row; the
     # twin's tenants by their oldest high-priority row; the Mongo pick in the server's order
     # (mongomock: as stored); a hand-off whose backlog pick never stops, or gets no room
@@ -612,6 +619,10 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "net-pick-misses-due-retries":
+        "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
+    "net-pick-ignores-the-open-stream":
+        "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
     "pressure-recovers-per-pass":
         "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
     "pressure-stretch-unbounded":

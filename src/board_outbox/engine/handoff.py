@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import uuid
+from collections import deque
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -81,6 +82,8 @@ class HandoffQueue:
         self.next_beat = -float("inf")  # the handed rows' leases, extended meanwhile
         self._terms_id: str | None = None  # the claim_id the hand-off's inserts share (``terms``)
         self._terms_until = -float("inf")
+        # earlier terms' claim ids, with when the last lease minted under each ends
+        self._minted: deque[tuple[str, float]] = deque()
 
     def capacity(self, row_seconds: float, pressure: Pressure | None) -> int:
         """Rows the worker holds at most, the batch in flight and the hand-off's together: what
@@ -109,14 +112,22 @@ class HandoffQueue:
     def terms(self, *, stopping: bool) -> ClaimTerms | None:
         """The claim for the rows of one insert, leased from now (None while stopping). Inserts
         within ``TERMS_SHARE`` of a lease share a claim_id (the fence is per row and per claimant:
-        sharing it only lets their done marks and lease beats go out as one write each)."""
+        sharing it only lets their done marks and lease beats go out as one write each). The
+        claim ids minted within the last lease are adopted: a row an earlier insert of ours
+        wrote after we had given up on that insert (a store timeout) comes back with the next
+        insert of it, instead of waiting out its lease unrun."""
         if stopping:
             return None
         now = self.clock.now()
         if self._terms_id is None or now >= self._terms_until:
+            if self._terms_id is not None:
+                self._minted.append((self._terms_id, self._terms_until + self.lease_seconds))
             self._terms_id = uuid.uuid4().hex
             self._terms_until = now + self.lease_seconds * TERMS_SHARE
-        return ClaimTerms(claim_id=self._terms_id, lease_until=now + self.lease_seconds)
+        while self._minted and self._minted[0][1] <= now:  # every lease under it has ended
+            self._minted.popleft()
+        return ClaimTerms(claim_id=self._terms_id, lease_until=now + self.lease_seconds,
+                          adopt=tuple(cid for cid, _ in self._minted))
 
     def receive(self, claims: Iterable[Claim]) -> bool:
         """Rows our tail inserted born claimed for us: the next ticks run them (no claim

@@ -192,8 +192,9 @@ class EffectWorker(BatchRunning):
 
     def receive(self, claims: Iterable[Claim]) -> None:
         """Rows our tail inserted born claimed for us (``HandoffQueue.receive``): the next ticks
-        run them; a row that arrives wakes the worker loop (``on_receive``)."""
-        if self._handoff.receive(claims):
+        run them; a row that arrives wakes the worker loop (``on_receive``). A row this worker
+        runs already (an insert of it adopted again) is not taken twice."""
+        if self._handoff.receive(c for c in claims if c.ref not in self.inflight):
             self.on_receive()
 
     def hand_off(self, claims: Iterable[Claim]) -> None:

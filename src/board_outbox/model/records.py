@@ -39,13 +39,19 @@ class ClaimTerms(msgspec.Struct, frozen=True, kw_only=True):
 
     claim_id: str
     lease_until: float
+    # earlier claim ids of the same claimant whose leases may still run: a row the insert finds
+    # stored already, claimed under one of them (an earlier insert of it that landed after its
+    # caller had given up on it: a store timeout), is the claimant's too -- returned with the
+    # claims, as stored, instead of waiting out its lease unrun
+    adopt: tuple[str, ...] = ()
 
 
 class UpsertResult(msgspec.Struct, frozen=True):
     inserted: int
     existing: int
     # the rows this insert wrote born claimed (under its ``ClaimTerms``): ours to run, and only
-    # these -- a row that existed keeps its state and its holder
+    # these -- a row that existed keeps its state and its holder (one found claimed under the
+    # terms' own claim id or one they adopt is ours as well, and comes with them)
     claims: tuple[Claim, ...] = ()
 
 

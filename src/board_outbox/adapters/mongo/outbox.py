@@ -259,7 +259,24 @@ class MongoEffectOutbox:
             claims = tuple(T.claim_of_row(docs[i]["_id"], r, t, claim_id=claim.claim_id,
                                           lease_until=claim.lease_until)
                            for i, r in enumerate(rows) if i not in refused and claimed[i])
+            if refused:
+                claims += await self._adopted([rows[i].row_key for i in sorted(refused)], claim)
         return UpsertResult(inserted, len(refused), claims)
+
+    async def _adopted(self, keys: list[str], claim: ClaimTerms) -> tuple[Claim, ...]:
+        """The rows of ``keys`` (refused as existing) stored claimed under the terms' claim id or
+        one they adopt: an earlier insert of ours that landed after we gave up on it. One read
+        by ``row_key`` (its unique index) per ``ROW_CHUNK`` keys, only when an insert met rows
+        that exist."""
+        ours = {claim.claim_id, *claim.adopt}
+        out: list[Claim] = []
+        for chunk in chunks(keys):
+            for d in await self.coll.find({"row_key": {"$in": chunk}}).to_list(None):
+                until = finite(d.get("lease_until"))
+                if d.get("state") == CLAIMED and d.get("claim_id") in ours and until is not None:
+                    out.append(T.claim_of(d["_id"], d, claim_id=d["claim_id"], lease_until=until,
+                                          reclaimed=False))
+        return tuple(out)
 
     @translated
     async def claim_any(
