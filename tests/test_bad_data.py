@@ -1242,12 +1242,18 @@ async def test_a_stored_token_with_string_or_binary_data_loads_as_it_is(
 
 
 async def _other_collections_token(db: Any) -> Any:
-    stream = await db["elsewhere"].watch()
-    async with stream:
-        await db["elsewhere"].insert_one({"x": 1})
-        while await stream.try_next() is None:
-            pass
-        return stream.resume_token
+    """A token of another database's stream: the service's one stream watches its own database
+    (S6), where any collection's token is a position it can resume from."""
+    other = db.client[f"{db.name}_elsewhere"]
+    stream = await other["elsewhere"].watch()
+    try:
+        async with stream:
+            await other["elsewhere"].insert_one({"x": 1})
+            while await stream.try_next() is None:
+                pass
+            return stream.resume_token
+    finally:
+        await db.client.drop_database(other.name)
 
 
 @pytest.mark.anyio
