@@ -27,8 +27,9 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # poll_interval_seconds again as soon as the stream closes (S7)
     stream_poll_interval_seconds: Pos = 10.0
     # S6: while the tail is busy, the stream's next getMore waits for its next pass, at most
-    # this long (also the most a subscription change reaches the cache late on a busy replica)
-    stream_pace_seconds: Pos = 0.25
+    # this long: what a quiet tenant's wake may wait behind a busy one at most, and the most a
+    # subscription change reaches the cache late on a busy replica
+    stream_pace_seconds: Pos = 0.1
     young_gap_seconds: Pos = 30.0
     poison_ticks: PosInt = 20
     seed: Literal["latest", "earliest"] = "latest"

@@ -212,8 +212,10 @@ class Service(StreamWaker, Upkeep):
 
     @property
     def tail_busy(self) -> bool:
-        """A drain pass runs, or one is due at once (tenants woken, a full poll asked for)."""
-        return self._draining or bool(self._dirty) or self._full_poll
+        """A drain pass runs, or one is due at once (tenants woken, a full poll asked for), or
+        tenants wait for room in the worker (drained again as soon as it has some)."""
+        return (self._draining or bool(self._dirty) or self._full_poll
+                or bool(self._awaiting_room))
 
     def _tail_move(self) -> None:
         self._tail_moved.set()

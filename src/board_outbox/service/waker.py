@@ -130,12 +130,14 @@ class StreamWaker:
 
     async def pace_stream(self) -> None:
         """S6: awaited by the feed before each getMore. While the tail is busy (a drain pass
-        running, or one due at once), what the stream delivers now is acted on only at the
-        tail's next pass: the read waits until a pass has begun since the last one went out, at
-        most ``tail.stream_pace_seconds``. So a busy replica reads its stream about once per
-        pass, not once per write (each getMore the server answers costs it a wake and a scan of
-        the new oplog entries), and no wake is later than it would have been: a pass begins
-        before the read that could have woken it. A tail with nothing to do reads at once."""
+        running or due at once, or tenants waiting for room in the worker), what the stream
+        delivers now is acted on only at the tail's next pass: the read waits until a pass has
+        begun since the last one went out, at most ``tail.stream_pace_seconds``. So a busy
+        replica reads its stream about once per pass, not once per write (each getMore the
+        server answers costs it a wake and a scan of the new oplog entries, and a backlog's
+        tenant is drained when the worker has room, not when its next insert arrives). A
+        wake for another tenant comes at most one pass, or ``stream_pace_seconds``, later. A
+        tail with nothing to do reads at once."""
         seen = self._read_at_pass
         if self.tail_busy and self._passes == seen and not self.stopping:
             self.stats.stream_paced += 1
