@@ -1017,7 +1017,7 @@ async def test_a_bad_membership_lease_is_not_a_member(
 @pytest.mark.parametrize("side", ["memory", pytest.param("mongo-live", marks=pytest.mark.live_mongo)])
 async def test_the_heartbeats_one_read_parses_each_member_and_pause_alone(
         side: str, request: pytest.FixtureRequest) -> None:
-    """S7: the heartbeat reads the members and the pauses in one read. A bad lease and a bad
+    """S6: the heartbeat reads the members and the pauses in one read. A bad lease and a bad
     pause document each cost only themselves there too: the good member and the good pause are
     read, the bad ones left out and listed."""
     from board_outbox.model.validation import BAD_DOCUMENTS

@@ -1,4 +1,4 @@
-"""S7: what a replica sends with nothing to do does not grow with the replica count or the tenant
+"""S6: what a replica sends with nothing to do does not grow with the replica count or the tenant
 count. One replica, the keeper, refreshes the store-wide gauges; every replica takes its own
 tenants' lag from its poll net's last read; the pauses ride the membership heartbeat's read of
 the members; a quiet stream's token is saved once a minute."""

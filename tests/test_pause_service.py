@@ -1,5 +1,5 @@
 """The service's pause reads (F3, issue 33): once per membership heartbeat, riding the heartbeat's
-own read of the members (S7: no round trip of their own), on a fixed cadence whatever a read
+own read of the members (S6: no round trip of their own), on a fixed cadence whatever a read
 costs; without a membership, in a pause loop of their own at the same cadence. Neither loop ever
 ends the service."""
 

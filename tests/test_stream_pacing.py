@@ -1,4 +1,4 @@
-"""S6 and S7: a replica's one change stream is read at the pace of its busy tail, and its poll
+"""S6: a replica's one change stream is read at the pace of its busy tail, and its poll
 net stretches while the stream is open -- without a tenant waiting longer than before.
 
 - ``pace_stream`` (awaited by the feed before each getMore): an idle tail reads at once; a busy

@@ -666,7 +666,7 @@ class MembershipStore(Protocol):
     async def heartbeat_with_pauses(self, member_id: str, now: float, ttl_seconds: float,
                                     ) -> tuple[list[Member], list[Pause]]:
         """``heartbeat`` whose read of the members reads the pauses too (F3), in the same
-        round trip: the pauses ride the heartbeat (S7). Each pause document parsed alone, as
+        round trip: the pauses ride the heartbeat (S6). Each pause document parsed alone, as
         ``PauseStore.all`` parses them; a backend without pauses returns none."""
         ...
 

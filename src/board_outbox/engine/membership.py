@@ -103,7 +103,7 @@ class Ownership:
         self.member_id = member_id or new_member_id()
         self.members: tuple[str, ...] = (self.member_id,)
         self._owned: dict[str, bool] = {}
-        self.pauses: list[Pause] | None = None  # what the last beat read of them (S7)
+        self.pauses: list[Pause] | None = None  # what the last beat read of them (S6)
 
     @property
     def active(self) -> bool:
@@ -128,7 +128,7 @@ class Ownership:
         return got
 
     def keeps(self) -> bool:
-        """S7: this replica is the keeper, the one that refreshes the store-wide gauges (rows by
+        """S6: this replica is the keeper, the one that refreshes the store-wide gauges (rows by
         state, the history headroom) and every tenant's status: the member that wins the
         rendezvous for ``KEEPER_KEY``, so exactly one of the live members (two, for a moment,
         while their views differ) and another at once when it leaves."""
@@ -154,7 +154,7 @@ class Ownership:
     async def beat(self, *, pauses: bool = False) -> bool:
         """One heartbeat (renew our lease, read the live members); True if the view changed.
         A store error keeps the last view: at worst two replicas both drain a tenant.
-        ``pauses``: the read of the members reads the pauses too (S7), kept in ``pauses``
+        ``pauses``: the read of the members reads the pauses too (S6), kept in ``pauses``
         (None after a beat that failed or did not read them)."""
         self.pauses = None
         if not self.active:

@@ -2,7 +2,7 @@
 
 Every replica reads the pause documents once per heartbeat, in the heartbeat's own read of the
 members (``MembershipStore.heartbeat_with_pauses``, then ``adopt``: no round trip of their own,
-S7), or, without a membership, in one small read of their own (``refresh``, the service's pause
+S6), or, without a membership, in one small read of their own (``refresh``, the service's pause
 loop), and checks every claimed row against what it read, in memory: ``check`` (the worker,
 right before a row's handler: its tenant or its subscription) and ``check_bot`` (the launch
 handler, where the limits gate is: the launch's bot, which only the subscription names). A row
@@ -108,7 +108,7 @@ class PauseGate:
         return True
 
     async def adopt(self, pauses: Collection[Pause]) -> None:
-        """The pause set as just read (by ``refresh``, or by the heartbeat it rides, S7): the
+        """The pause set as just read (by ``refresh``, or by the heartbeat it rides, S6): the
         pauses on are honoured from now on, and the rows of those lifted since are released."""
         now = self.clock.now()
         self._once.forget(("read", "StoreUnavailable"))

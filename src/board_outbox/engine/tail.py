@@ -97,7 +97,7 @@ class Tail:
         # change stream leaves out those another member owns (S5)
         self.seen: frozenset[str] = frozenset()
         # what the last poll net read, and when (clock time): the gauges and the series take
-        # every tenant's lag from it instead of reading the counters and cursors again (S7)
+        # every tenant's lag from it instead of reading the counters and cursors again (S6)
         self.figures: Figures | None = None
         self._event_seconds = 0.0  # EWMA of one event's share of a batch (F1: sizes batches)
         # the worker the rows go to, born claimed (None: born pending, no room asked)

@@ -161,7 +161,7 @@ class Service(StreamWaker, Upkeep):
         self._full_poll = False
         # tenants whose last drain stopped short (a store error, a young gap, poison...), each
         # drained again once tail.poll_interval_seconds have passed, and when a failed poll net
-        # is tried again: while the stream is open the poll net is stretched (S7), its retries
+        # is tried again: while the stream is open the poll net is stretched (S6), its retries
         # are not
         self._retry: dict[str, float] = {}
         self._poll_retry: float | None = None
@@ -294,7 +294,7 @@ class Service(StreamWaker, Upkeep):
             if self.config.audit.enabled:
                 tg.start_soon(self._alive, "audit", self._audit_loop)
             if self.pauses is not None and not self.ownership.active:
-                # with a membership, the pauses ride its heartbeat (S7)
+                # with a membership, the pauses ride its heartbeat (S6)
                 tg.start_soon(self._alive, "pauses", self._pause_loop)
             if self.series is not None:
                 tg.start_soon(self._alive, "series", self._series_loop)

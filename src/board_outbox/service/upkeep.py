@@ -76,7 +76,7 @@ class Upkeep:
         raise NotImplementedError
 
     async def refresh_gauges(self) -> None:
-        """The gauges (S7). Every replica: the lag of the tenants it owns, from what its poll net
+        """The gauges (S6). Every replica: the lag of the tenants it owns, from what its poll net
         read (no read of its own while that is fresh). The keeper alone (``Ownership.keeps``):
         the rows by state, and, while the operator endpoints serve them, every tenant's status
         and the history headroom. Another replica's status holds its own tenants, from the same
@@ -160,7 +160,7 @@ class Upkeep:
 
     async def _membership_loop(self) -> None:
         """Heartbeat (S1) every ``interval_seconds``, on a fixed cadence (a beat starts every
-        interval, however long the last one took): the pauses ride it (S7), so a pause is read
+        interval, however long the last one took): the pauses ride it (S6), so a pause is read
         by every replica within one heartbeat of being written."""
         await self._every(self.config.membership.interval_seconds, self.membership_pass)
 
@@ -172,7 +172,7 @@ class Upkeep:
             await body()
 
     async def membership_pass(self) -> None:
-        """One heartbeat, whose read of the members reads the pauses too (S7; ``adopt``: it
+        """One heartbeat, whose read of the members reads the pauses too (S6; ``adopt``: it
         also releases the rows of the pauses lifted since); a changed view rescopes the stream
         and polls at once, so tenants that moved to us are drained within
         ``heartbeat_timeout_seconds`` of their owner's last beat. A failed beat keeps the last
@@ -221,7 +221,7 @@ class Upkeep:
         the owned tenants (``BackgroundAudit.tick``); a failed pass is logged, the next retries."""
         while not self.stopping:
             try:
-                cursors = (await self._figures()).cursors  # the poll net's, while fresh (S7)
+                cursors = (await self._figures()).cursors  # the poll net's, while fresh (S6)
                 await self.audit.tick({t: c for t, c in cursors.items() if self.ownership.owns(t)})
             except Exception as exc:
                 log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)

@@ -1,7 +1,7 @@
 """``board_outbox_members``: a lease per replica, renewed by heartbeats (S1). Two round trips
 per heartbeat whatever the tenant count: renew ours, read the live ones -- and, in that read, the
 pauses (``heartbeat_with_pauses``: one aggregate whose ``$unionWith`` appends the pause
-documents, so the pauses cost no round trip of their own, S7).
+documents, so the pauses cost no round trip of their own, S6).
 
 Each lease document is parsed on its own (R1): one with a non-string id or an expiry that is
 not a finite number is left out with one line (``BAD_DOCUMENTS``), never the whole view."""
