@@ -23,8 +23,8 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     batch_seconds: Pos = 0.25
     poll_interval_seconds: Pos = 1.0
     # the poll net's interval while the change stream is open (never below
-    # poll_interval_seconds): the stream wakes, the poll is only the net (C1);
-    # poll_interval_seconds again as soon as the stream closes (S6)
+    # poll_interval_seconds, never above half of stall_seconds): the stream wakes, the poll is
+    # only the net (C1); poll_interval_seconds again as soon as the stream closes (S6)
     stream_poll_interval_seconds: Pos = 10.0
     # S6: while the tail is busy, the stream's next getMore waits for its next pass, at most
     # this long: what a quiet tenant's wake may wait behind a busy one at most, and the most a

@@ -224,12 +224,13 @@ class Service(StreamWaker, Upkeep):
     @property
     def poll_interval(self) -> float:
         """The poll net's interval: ``tail.stream_poll_interval_seconds`` while the change stream
-        is open (it wakes; the poll is only the net, C1), ``tail.poll_interval_seconds`` while it
-        is not (or change streams are off) and whenever that is the longer."""
+        is open (it wakes; the poll is only the net, C1), but never above half of
+        ``tail.stall_seconds`` (a tenant the stream missed would look stalled) nor below
+        ``tail.poll_interval_seconds``, the interval while it is not open (or streams are off)."""
         t = self.config.tail
         if not self.stream_open:
             return t.poll_interval_seconds
-        return max(t.poll_interval_seconds, t.stream_poll_interval_seconds)
+        return max(t.poll_interval_seconds, min(t.stream_poll_interval_seconds, t.stall_seconds / 2))
 
     @property
     def poll_requested(self) -> bool:
