@@ -209,3 +209,44 @@ async def test_the_stream_follows_another_clients_writes_on_the_wire(live_db: An
     store = MongoSubscriptionStore(live_db)
     await store.put(sub(1))
     await follows(mongo_stores(live_db, MemoryLauncher()), MongoSubscriptionStore(live_db))
+
+
+class Reopens:
+    """A change feed whose streams each open, deliver one insert (a position), then wait; the
+    tokens each open was given are kept."""
+
+    def __init__(self) -> None:
+        self.tokens: list[Any] = []
+        self.more = anyio.Event()
+
+    async def watch(self, resume_token: Any, *, exclude: Any = (),
+                    pace: Any = None) -> AsyncGenerator[Change, None]:
+        self.tokens.append(resume_token)
+        n = len(self.tokens)
+        yield Change("", 0, None)
+        yield Change(T, n, f"tok{n}")
+        await self.more.wait()
+        yield Change(T, 10 + n, f"tok{10 + n}")
+        await anyio.sleep_forever()
+
+    async def history_start(self) -> float | None:
+        return None
+
+
+async def test_a_rescoped_stream_keeps_the_cache_it_resumes_from_its_token() -> None:
+    """A rescope (S5) reopens the stream from the token reached: no write to the subscriptions
+    can fall between the two streams, so the cache is neither closed nor emptied by it."""
+    feed = Reopens()
+    service = service_on(dataclasses.replace(MemoryBackend().stores(), feed=feed))
+    cache = service.subscriptions
+    assert cache is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service._waker_loop)
+        await eventually(lambda: len(feed.tokens) == 1 and cache.live)
+        await eventually(lambda: service.resume.token == "tok1")
+        resets = cache.resets
+        service.stream_exclude = frozenset({"other"})  # a new scope: the waker reopens
+        feed.more.set()  # at the stream's next change
+        await eventually(lambda: len(feed.tokens) == 2 and service.stats.stream_rescopes == 1)
+        assert feed.tokens[1] == "tok11" and cache.live and cache.resets == resets
+        tg.cancel_scope.cancel()

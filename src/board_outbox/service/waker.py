@@ -162,6 +162,7 @@ class StreamWaker:
         losses = 0
         refusals = 0  # consecutive failures to open the stream from a stored token
         poll_when_open = False  # after a loss: reconcile once the new stream is really open
+        rescoping = False  # the last stream ended for a rescope (reopened from its token)
 
         try:
             while not self.stopping:
@@ -170,6 +171,9 @@ class StreamWaker:
                     token = await resume.load()
                     exclude = self.stream_exclude
                     opened = False
+                    # a rescope reopens from the token reached: nothing is lost between the two
+                    # streams, so the subscription cache stays as it is across it
+                    keep_cache, rescoping = rescoping and token is not None, False
                     try:
                         watch = feed.watch(token, exclude=exclude, pace=self.pace_stream)
                         async with contextlib.aclosing(watch) as changes:
@@ -180,7 +184,7 @@ class StreamWaker:
                                         # deliveries may be lost between two streams: nothing the
                                         # buffer holds is trusted until a read after this point
                                         self.tail.streamed.clear()
-                                    if self.subscriptions is not None:
+                                    if self.subscriptions is not None and not keep_cache:
                                         # every write from here on is delivered: served from memory
                                         self.subscriptions.opened()
                                 if not self.stream_open:
@@ -198,11 +202,11 @@ class StreamWaker:
                                     break
                                 if self.stream_exclude is not exclude:
                                     self.stats.stream_rescopes += 1
-                                    poll_when_open = True
+                                    poll_when_open = rescoping = True
                                     break
                     finally:
-                        if self.subscriptions is not None:  # nothing vouches for it now
-                            self.subscriptions.closed()
+                        if self.subscriptions is not None and not rescoping:
+                            self.subscriptions.closed()  # nothing vouches for it now
                 except ChangeStreamLost as exc:
                     self._stream_state(False, str(exc))
                     log.warning("change stream lost (%s): dropping the resume token, polling "
