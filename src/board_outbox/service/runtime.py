@@ -100,7 +100,7 @@ class Service(StreamWaker, Upkeep):
         self.pauses = None if stores.pauses is None else PauseGate(
             stores.pauses, stores.outbox, self.clock, every=config.membership.interval_seconds)
         # the subscriptions, served from memory while the change stream, which carries their
-        # writes too (S6), is open (issue 31)
+        # writes too (S6), is open (M10b)
         self.subscriptions: SubscriptionCache | None = None
         if stores.feed is not None and config.tail.change_streams:
             self.subscriptions = SubscriptionCache(stores.subs)

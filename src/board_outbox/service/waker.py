@@ -1,5 +1,5 @@
 """The change-stream waker: the stream's inserts wake their tenants' tails (C1), its documents
-feed the tail's buffer (issue 31), its writes to the subscriptions reset their cache, its
+feed the tail's buffer, its writes to the subscriptions reset their cache, its
 position is saved (S4), it leaves out the tenants other members own and reopens when that
 changes (S5), it is read at the pace of a busy tail's passes (S6), and a lost or refused stream
 falls back to the poll net and reopens. A part of ``Service`` (``service/runtime.py``), kept

@@ -2,7 +2,7 @@
 
 One ``$changeStream`` on the database, whose ``$match`` keeps two namespaces: the inserts into
 ``board_events`` (projecting the event's fields, those the event log's read returns: the tail
-takes the next events from them instead of reading them again, issue 31), less the inserts of
+takes the next events from them instead of reading them again), less the inserts of
 the tenants other replicas own (S5: ``$match`` on ``fullDocument.tenant_id``, so the server, or
 mongos on a sharded cluster, returns a replica only the inserts it will act on); and every write
 to ``trigger_subscriptions`` (the subscription cache starts over at each). Before, each replica
