@@ -570,7 +570,7 @@ CASES: list[Case] = [
     pause_case("pause-active-string", "active 'yes' is not true or false",
                lambda t, _h: _pause(t, active="yes")),
     pause_case("pause-key-a-list", "is not a string", lambda t, _h: _pause(t, key=[t])),
-    pause_case("pause-at-infinite", "is not a finite number",
+    pause_case("pause-at-infinite", "at inf is out of range",
                lambda t, _h: _pause(t, at=float("inf"))),
     pause_case("pause-reason-16k", "reason is 16384 characters long",
                lambda t, _h: _pause(t, reason="x" * 16384)),
@@ -981,8 +981,10 @@ def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(("bad_id", "expires_at", "match"), [
-    ("string-expiry", "soon", "is not a finite number"),
-    ("far-ahead", 1e12, "further ahead than the heartbeat timeout"),
+    ("string-expiry", "soon", "is not a number of seconds"),
+    ("far-ahead", 10**10, "further ahead than the heartbeat timeout"),  # year 2286
+    ("milliseconds", 1e12, "is out of range (epoch seconds from 1970-01-01 to 9999-12-31 UTC; "
+                           "a millisecond timestamp?)"),  # R7
     (7, None, "is not a non-empty string"),
 ])
 async def test_a_bad_membership_lease_is_not_a_member(
@@ -1032,7 +1034,8 @@ async def test_status_lists_a_bad_lease_instead_of_crashing(
     doc = json.loads(capsys.readouterr().out)
     assert doc["replicas"] == []
     assert {"collection": "board_outbox_members", "key": bad,
-            "problem": "expires_at 'soon' is not a finite number"} in doc["bad_documents"]
+            "problem": "expires_at 'soon' is not a number of seconds (epoch seconds from "
+                       "1970-01-01 to 9999-12-31 UTC)"} in doc["bad_documents"]
     assert [t["tenant_id"] for t in doc["tenants"]] == ["t"]
 
 
@@ -1876,7 +1879,8 @@ BAD_DEAD_LETTERS: list[dict[str, Any]] = [  # each a failed t1 launch row of s1 
     {"attempts": "3"}, {"errors": "boom"}, {"audit": 5}, {"event": "e"}, {"sub_id": ["s1"]},
     {"errors": [{"error": 5}]}, {"tenant_id": 7}, {"kind": 9}, {"updated_at": "yesterday"},
     {"row_key": 12}, {"state": "failed ", "updated_at": 0.5},
-    {"updated_at": 2**62 + 1},  # decodes, as 2^62: the fence (updated_at as read) never holds
+    # R7: beyond 9999-12-31 (it once decoded, as 2^62, and only the fence kept it): no time
+    {"updated_at": 2**62 + 1},
 ]
 
 
@@ -1885,8 +1889,8 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     """Issue 33 item 5: failed rows with wrong-typed fields that a filter matches cost only
     themselves -- those that do not decode are counted and named by the plan and never written,
     those the store cannot name (a row key or parked time of another type) are not walked, and
-    one whose stored parked time no float holds is skipped by the fence -- while every good
-    row beside them is planned and replayed, on every backend."""
+    one whose stored parked time is out of the time range (R7) does not decode either -- while
+    every good row beside them is planned and replayed, on every backend."""
     from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
     from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
@@ -1912,12 +1916,12 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     plan = await plan_bulk_replay(kit.outbox, kit.subs, BulkFilter(tenant="t1", kind="launch"),
                                   clock=kit.clock, page=2)
     undecodable = ["t1/10/sub/s1", "t1/11/sub/s1", "t1/12/sub/s1", "t1/13/sub/s1",
-                   "t1/14/sub/s1", "t1/15/sub/s1"]
-    assert plan.matched == 4 and plan.unreadable == len(undecodable)
+                   "t1/14/sub/s1", "t1/15/sub/s1", "t1/21/sub/s1"]
+    assert plan.matched == 3 and plan.unreadable == len(undecodable)
     assert sorted(plan.unreadable_keys) == undecodable
     prog = await apply_bulk_replay(kit.outbox, kit.subs, plan, bulk_id="x", by="ops",
                                    clock=kit.clock, rate=1e6)
-    assert (prog.state, prog.replayed, prog.skipped, prog.refused) == ("done", 3, 1, 0)
+    assert (prog.state, prog.replayed, prog.skipped, prog.refused) == ("done", 3, 0, 0)
     for i in (1, 2, 3):
         good = await kit.raw_row(f"t1/{i}/sub/s1")
         assert good is not None and good["state"] == "pending" and len(good["audit"]) == 1
@@ -2020,6 +2024,8 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 #                                             never written; the good rows replayed
 # failed row updated_at:"yesterday" / row_key:12 -> (new) not walked (as dead-letters list)
 # failed row updated_at 2^62+1 (no float holds it) -> (new) planned, skipped by the fence
+#                                          -> (R7) out of the time range: does not decode;
+#                                             counted and named by the plan, left alone
 # failed row updated_at "yesterday"/null/missing, listed with --since -> memory twin TypeError
 #                                          -> left out of the time window, as on the server
 # trigger_series minute 61 s past / 0.0, replica "", counts "lots" / done -5 / Decimal, base dead true,

@@ -21,8 +21,9 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from board_outbox.model.domain import AuditEntry, check_id
+from board_outbox.model.domain import AuditEntry, check_id, decode_problem
 from board_outbox.model.errors import InvalidId
+from board_outbox.model.times import HELD_OFFSET, Stamp, time_problem
 from board_outbox.model.validation import BAD_DOCUMENTS, cap, finite, tenant_problem
 
 __all__ = ["AUDIT_KEEP", "HELD_OFFSET", "MAX_REASON", "PAUSES_COLLECTION", "SCOPES", "Pause",
@@ -36,22 +37,32 @@ MAX_REASON: Final = 500  # characters of an operator's reason
 MAX_BOT: Final = 200  # characters of a bot name a pause can name
 MAX_BY: Final = 200
 AUDIT_KEEP: Final = 50  # the newest audit entries a pause document keeps
-# A held row's not_before is its own plus this (2**33 s, about 272 years): no clock reaches it,
-# so no claim picks the row, and taking it off again gives back the very order the rows had.
-HELD_OFFSET: Final = float(2**33)
 HELD_PREFIX: Final = "paused: "
 
 
 class Pause(msgspec.Struct, frozen=True, kw_only=True):
-    """One pause document, parsed. ``at`` / ``by`` / ``reason``: the last ``pause`` of it."""
+    """One pause document, parsed. ``at`` / ``by`` / ``reason``: the last ``pause`` of it (a
+    pause that is on again with a new reason keeps its ``since``)."""
 
     scope: PauseScope
     key: str
     active: bool
     reason: str = ""
     by: str = ""
-    at: float
+    at: Stamp
     audit: tuple[AuditEntry, ...] = ()
+
+    @property
+    def since(self) -> float:
+        """When it went on: its first ``pause`` after the last ``resume`` its audit keeps (the
+        audit keeps the newest ``AUDIT_KEEP``: at least since then), else ``at``."""
+        start = self.at
+        for entry in reversed(self.audit):
+            if entry.action == "resume":
+                break
+            if entry.action == "pause":
+                start = min(start, entry.at)
+        return start
 
     @property
     def id(self) -> str:
@@ -135,11 +146,12 @@ def decode_pause(doc_id: object, doc: Mapping[str, Any]) -> Pause | str:
     problem = _problem(doc_id, doc)
     if problem is not None:
         return problem
+    fields = {k: doc[k] for k in ("scope", "key", "active", "reason", "by", "at", "audit")
+              if k in doc}
     try:
-        return msgspec.convert({k: doc[k] for k in ("scope", "key", "active", "reason", "by",
-                                                    "at", "audit") if k in doc}, Pause)
+        return msgspec.convert(fields, Pause)
     except msgspec.ValidationError as exc:
-        return cap(exc, 300)
+        return cap(decode_problem(fields, str(exc)), 300)
 
 
 def good_audit(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -178,8 +190,8 @@ def _problem(doc_id: object, doc: Mapping[str, Any]) -> str | None:
     for name, limit in (("reason", MAX_REASON), ("by", MAX_BY)):
         if name in doc and (problem := text_problem(name, doc[name], limit)) is not None:
             return problem
-    if finite(doc.get("at")) is None:
-        return f"at {cap(repr(doc.get('at')), 60)} is not a finite number"
+    if (problem := time_problem("at", doc.get("at"))) is not None:
+        return problem
     audit = doc.get("audit", [])
     if not isinstance(audit, list) or len(audit) > 10 * AUDIT_KEEP:
         return f"audit is not a list of at most {10 * AUDIT_KEEP} entries"

@@ -44,6 +44,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.times import due_limit
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     ROW_STATES,
@@ -393,6 +394,7 @@ class MongoEffectOutbox:
         not_string = {"$not": {"$type": "string"}}
         q = {"$or": [
             {"state": PENDING, "not_before": not_number},
+            {"state": PENDING, "not_before": {"$gt": due_limit(now)}},  # R7: no writer's
             {**IN_STATE[PENDING], "tenant_id": not_string},
             {"state": CLAIMED, "lease_until": not_number},
             {"state": CLAIMED, "lease_until": {"$gt": now + horizon}},
