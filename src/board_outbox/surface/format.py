@@ -1,6 +1,14 @@
-"""How the operator surfaces (the CLI's tables, the console's pages) write values for a person."""
+"""How the operator surfaces (the CLI's tables, the console's pages) write values for a person.
+Times go through ``model/times.when`` (R7: a stored time out of range is written as what it is,
+never raised); durations through ``age``."""
 
 from __future__ import annotations
+
+import math
+
+from board_outbox.model.times import when as when
+
+__all__ = ["age", "when"]
 
 
 def age(seconds: float | None, *, days: bool = False) -> str:
@@ -8,6 +16,8 @@ def age(seconds: float | None, *, days: bool = False) -> str:
     days past 48 h). The status table and the console both show ages this way."""
     if seconds is None:
         return "-"
+    if not math.isfinite(seconds):  # an age from no time in range: say so, never "infh"
+        return "?"
     if seconds < 120:
         return f"{seconds:.1f}s"
     if seconds < 7200:
