@@ -290,6 +290,30 @@ async def _held_by_no_pause(rig: Rig, t: str) -> None:
                    "event": {"seq": 9, "type": "card.created", "card_id": "ok"}})
 
 
+async def _launched_event(rig: Rig, t: str, at: float) -> None:
+    """A good event whose ``at`` is out of the time range: it launches like any."""
+    await rig.tenant(t)
+    await rig.event(_ev(t, at=at))
+
+
+async def _runnable_row(rig: Rig, t: str, **fields: Any) -> None:
+    await rig.tenant(t)
+    await rig.row({"tenant_id": t, "row_key": f"{t}/9/sub/{t}-sub", "seq": 9, "kind": "launch",
+                   "sub_id": f"{t}-sub", "state": "pending", "attempts": 0, "not_before": 0.0,
+                   "event": {"seq": 9, "type": "card.created", "card_id": "ok"}, **fields})
+
+
+async def _history_with_a_bad_time(rig: Rig, t: str) -> None:
+    """A pending retry whose second error entry is dated in milliseconds: claimed, parked as
+    malformed -- with the entries that do decode kept in its history."""
+    await rig.tenant(t)
+    await rig.row({"tenant_id": t, "row_key": f"{t}/9/sub/{t}-sub", "seq": 9, "kind": "launch",
+                   "sub_id": f"{t}-sub", "state": "pending", "attempts": 2, "not_before": 0.0,
+                   "updated_at": 0.0,
+                   "errors": [{"attempt": 1, "at": 5.0, "error": "first", "kind": "error"},
+                              {"attempt": 2, "at": 1e12, "error": "second", "kind": "error"}]})
+
+
 def cursor_case(id: str, seq: object) -> Case:
     async def plant(rig: Rig, t: str) -> None:
         await rig.tenant(t)
@@ -469,6 +493,11 @@ CASES: list[Case] = [
     event_case("event-at-string", "poison", at="yesterday"),
     event_case("event-actor-int", "poison", actor=7),
     event_case("event-type-list", "poison", type=["card.created"]),
+    # R7: the board's time is only read: out of range it reads as none, one line; it runs
+    Case("event-at-milliseconds", lambda rig, t: _launched_event(rig, t, 1e12), "log",
+         "at 1000000000000.0 is out of range", later_flows=True),
+    Case("event-at-minus-infinity", lambda rig, t: _launched_event(rig, t, float("-inf")), "log",
+         "at -inf is out of range", later_flows=True),
     Case("event-huge-extra-field", _huge_extra_field, "flows", later_flows=True),
     # --- cards ----------------------------------------------------------------------------
     card_case("card-title-200k", "poison", title="t" * 200_000),
@@ -564,6 +593,21 @@ CASES: list[Case] = [
     row_case("row-event-string", "malformed row", event="x"),
     row_case("row-trace-string", "malformed row", trace="00-abc"),
     row_case("row-consume-marked-string", "malformed row", consume_marked="yes"),
+    # --- times out of range (R7): claimed and parked, or swept; never a crash ----------------
+    row_case("row-not-before-milliseconds", "due further ahead than any writer sets one",
+             not_before=1e12),
+    row_case("row-not-before-infinite", "pending with not_before inf", not_before=float("inf")),
+    row_case("row-not-before-minus-1e308", "not_before -1e+308 is out of range",
+             not_before=-1e308),
+    row_case("row-created-at-minus-1e15", "created_at -1000000000000000.0 is out of range",
+             created_at=-1e15),
+    # its claim writes updated_at before the row is decoded: it runs
+    Case("row-updated-at-infinite", lambda rig, t: _runnable_row(rig, t, updated_at=float("inf")),
+         "flows"),
+    Case("row-error-at-milliseconds", lambda rig, t: _history_with_a_bad_time(rig, t), "dead",
+         "errors[1].at 1000000000000.0 is out of range", row_key="{t}/9/sub/{t}-sub"),
+    row_case("row-lease-until-1e20", "more than 86400s ahead", state="claimed", claim_id="x",
+             lease_until=1e20),
     # --- pauses (issue 33) ------------------------------------------------------------------
     pause_case("pause-scope-unknown", "is not one of tenant, subscription, bot",
                lambda t, _h: (f"galaxy:{t}", {**_pause(t)[1], "scope": "galaxy"})),
@@ -572,6 +616,12 @@ CASES: list[Case] = [
     pause_case("pause-key-a-list", "is not a string", lambda t, _h: _pause(t, key=[t])),
     pause_case("pause-at-infinite", "at inf is out of range",
                lambda t, _h: _pause(t, at=float("inf"))),
+    # R7: a JavaScript writer's milliseconds (its year 33658 made `paused` and every console
+    # page that lists the pauses raise)
+    pause_case("pause-at-milliseconds", "at 1000000000000.0 is out of range",
+               lambda t, _h: _pause(t, at=1e12)),
+    pause_case("pause-audit-at-milliseconds", "audit[0].at 1000000000000.0 is out of range",
+               lambda t, _h: _pause(t, audit=[{"at": 1e12, "action": "pause", "by": "js"}])),
     pause_case("pause-reason-16k", "reason is 16384 characters long",
                lambda t, _h: _pause(t, reason="x" * 16384)),
     pause_case("pause-audit-garbage", "audit", lambda t, _h: _pause(t, audit=[{"at": "x"}])),
@@ -601,7 +651,9 @@ LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-health
         "limit-counter-garbage", "limit-slot-infinite", "limit-slot-ghost-for-a-month",
         "limit-counter-negative", "pause-active-string", "pause-id-names-the-healthy-tenant",
         "row-held-by-no-pause", "sub-priority-huge", "sub-priority-nan",
-        "row-priority-string", "row-priority-huge"}
+        "row-priority-string", "row-priority-huge", "event-at-milliseconds",
+        "row-not-before-milliseconds", "row-not-before-minus-1e308", "row-created-at-minus-1e15",
+        "row-error-at-milliseconds", "pause-at-milliseconds"}
 
 
 def _params() -> list[Any]:

@@ -28,7 +28,7 @@ from board_outbox.model.validation import BAD_DOCUMENTS, cap, finite, tenant_pro
 
 __all__ = ["AUDIT_KEEP", "HELD_OFFSET", "MAX_REASON", "PAUSES_COLLECTION", "SCOPES", "Pause",
            "PauseScope", "decode_pause", "good_audit", "held_not_before", "is_held", "key_problem",
-           "parse_pause", "pause_id", "reason_of", "text_problem", "was_on"]
+           "parse_pause", "pause_id", "paused_by", "reason_of", "text_problem", "was_on"]
 
 PAUSES_COLLECTION: Final = "board_outbox_pauses"
 PauseScope = Literal["tenant", "subscription", "bot"]
@@ -73,6 +73,11 @@ class Pause(msgspec.Struct, frozen=True, kw_only=True):
         """What a row this pause holds says it waits on (its ``waiting``)."""
         return reason_of(self.scope, self.key)
 
+    @property
+    def lifted(self) -> AuditEntry | None:
+        """Its last ``resume`` (None: never resumed, or not kept by the audit)."""
+        return next((e for e in reversed(self.audit) if e.action == "resume"), None)
+
 
 def pause_id(scope: str, key: str) -> str:
     return f"{scope}:{key}"
@@ -81,6 +86,18 @@ def pause_id(scope: str, key: str) -> str:
 def reason_of(scope: str, key: str) -> str:
     """A held row's ``waiting``: ``paused: tenant acme``."""
     return f"{HELD_PREFIX}{scope} {key}"
+
+
+def paused_by(waiting: str | None) -> tuple[PauseScope, str] | None:
+    """The (scope, key) a held row's ``waiting`` names (``reason_of`` read back); None: it names
+    no pause."""
+    if not waiting or not waiting.startswith(HELD_PREFIX):
+        return None
+    scope, _sep, key = waiting[len(HELD_PREFIX):].partition(" ")
+    for s in SCOPES:
+        if s == scope and key:
+            return s, key
+    return None
 
 
 def key_problem(scope: object, key: object) -> str | None:
