@@ -1774,6 +1774,122 @@ async def test_explain_reads_past_bad_slots_counters_leases_and_events(
         assert any("names no limit" in n for n in y.notes)
 
 
+# --- times out of range at every page and command (R7) --------------------------------------
+#
+# The stored times a JavaScript writer, an overflow or a sign slip leave: a pause at 1e12 (its
+# milliseconds), dead-letters parked at +inf, -inf, 1e20 and -1e308, a row materialized at -1e15,
+# an error dated 1e12. Each used to end a command in a traceback ("year 33658 is out of range",
+# "timestamp out of range for platform time_t") and answer 500 on every console page that listed
+# it; each now costs only its own document, which every listing names with why.
+
+R7_ROWS: dict[int, dict[str, Any]] = {
+    2: {"updated_at": float("inf")}, 3: {"updated_at": float("-inf")}, 4: {"updated_at": 1e20},
+    5: {"updated_at": -1e308},
+    6: {"state": "pending", "created_at": -1e15},
+    7: {"state": "pending", "errors": [{"attempt": 1, "at": 1e12, "error": "x", "kind": "error"}]},
+}
+R7_WHY = {2: "updated_at inf is out of range", 3: "updated_at -inf is out of range",
+          4: "updated_at 1e+20 is out of range", 5: "updated_at -1e+308 is out of range",
+          6: "created_at -1000000000000000.0 is out of range",
+          7: "errors[0].at 1000000000000.0 is out of range"}
+R7_PAGES = ["/", "/pauses", "/tenants/{t}", "/dead-letters?tenant={t}",
+            "/dead-letters/plan?tenant={t}", *[f"/rows/{{t}}/{seq}/sub/s" for seq in range(1, 8)]]
+
+
+async def _r7_plant(s: Side, t: str, now: float) -> None:
+    await s.stores.subs.put(Subscription(sub_id="s", tenant_id=t, bot="b"))
+    bad = {"scope": "tenant", "key": t, "active": True, "reason": "js", "by": "js", "at": 1e12}
+    if s.backend is not None:
+        s.backend.pauses.put_raw(f"tenant:{t}", bad)
+    else:
+        await s.db["board_outbox_pauses"].insert_one({"_id": f"tenant:{t}", **bad})
+    assert s.stores.pauses is not None
+    await s.stores.pauses.pause("bot", f"{t}-bot", reason="fine", by="ana", at=now - 60)
+    for seq in range(1, 8):
+        await _raw_row(s, {"tenant_id": t, "row_key": f"{t}/{seq}/sub/s", "seq": seq,
+                           "kind": "launch", "sub_id": "s", "state": "failed", "attempts": 3,
+                           "not_before": now - 100, "created_at": now - 100,
+                           "updated_at": now - 50 + seq, "materialized_at": now - 100,
+                           "errors": [{"attempt": 3, "at": now - 50, "error": "LaunchFailed: 503",
+                                       "kind": "error"}], **R7_ROWS.get(seq, {})})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_times_out_of_range_cost_only_their_documents_on_every_page_and_command(
+        side: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """R7, on every backend: ``paused``, ``dead-letters list``, ``dead-letters replay --filter
+    ... --dry-run`` and ``explain`` exit 0 without a traceback, and the console's overview,
+    pauses, tenant, dead-letters, plan and row pages answer 200, each naming the documents it
+    left out and why; the good pause and the good dead-letter beside them are shown as ever.
+    The CLI runs through ``main`` (on the wire: its own client, from a configuration file)."""
+    import time
+
+    import httpx
+
+    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.console import build_console
+
+    t, now = _uniq("r7"), time.time()
+    keys = {seq: f"{t}/{seq}/sub/s" for seq in range(1, 8)}
+    async with open_side(side, request) as s:
+        await _r7_plant(s, t, now)
+        if s.db is not None and side == "mongo-live":
+            conf = tmp_path / "bo.toml"
+            conf.write_text(f'[store]\nbackend = "mongo"\nuri = "{request.getfixturevalue("live_uri")}"\n'
+                            f'database = "{s.db.name}"\n')
+            extra, factory = ["--config", str(conf)], None
+        else:
+            @asynccontextmanager
+            async def opened(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+                yield s.stores
+
+            extra, factory = [], opened
+
+        async def cli(*args: str) -> tuple[int, str, str]:
+            code = await anyio.to_thread.run_sync(lambda: main([*args, *extra], factory=factory))
+            out, err = capsys.readouterr()
+            assert "Traceback" not in out + err, (args, err)
+            return code, out, err
+
+        code, out, err = await cli("paused")
+        assert code == 0 and f"{t}-bot" in out and "1 pause on" in out
+        assert f"malformed pause document tenant:{t}: at 1000000000000.0 is out of range" in err
+        code, out, _ = await cli("dead-letters", "list", "--tenant", t)
+        assert code == 0 and keys[1] in out and "1 dead-letters" in out
+        assert "4 more matching rows do not decode" in out
+        for seq in (2, 3, 4, 5):
+            assert f"  {keys[seq]}: {R7_WHY[seq]}" in out
+        code, out, _ = await cli("dead-letters", "replay", "--filter", f"tenant={t}", "--dry-run")
+        assert code == 0 and "plan: 1 dead-letter match" in out
+        assert "4 matching documents do not decode and are left alone" in out
+        for seq in (2, 5, 6, 7):
+            code, out, _ = await cli("explain", keys[seq])
+            assert code == 0 and "malformed" in out and R7_WHY[seq] in out, out
+
+        app = build_console(s.stores, load_config(env={}))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as client:
+            pages = {p: await client.get(p.format(t=t)) for p in R7_PAGES}
+        assert {p: r.status_code for p, r in pages.items()} == dict.fromkeys(R7_PAGES, 200)
+        assert "Malformed pause document" in pages["/pauses"].text
+        assert "out of range" in pages["/pauses"].text and f"{t}-bot" in pages["/"].text
+        listing = pages["/dead-letters?tenant={t}"].text
+        assert 'id="unreadable"' in listing and keys[1] in listing
+        assert all(keys[seq] in listing for seq in (2, 3, 4, 5))
+        tenant = pages["/tenants/{t}"].text
+        assert 'id="unreadable"' in tenant and all(keys[seq] in tenant for seq in R7_ROWS)
+        plan = pages["/dead-letters/plan?tenant={t}"].text
+        assert 'id="matched">1<' in plan and "match but do not decode: left alone" in plan
+        assert all(keys[seq] in plan for seq in (2, 3, 4, 5))
+        for seq in range(2, 8):
+            row = pages[f"/rows/{{t}}/{seq}/sub/s"].text
+            assert 'data-hold="malformed"' in row and R7_WHY[seq] in row, seq
+    BAD_DOCUMENTS.resolved("board_outbox_pauses", f"tenant:{t}")
+
+
 # --- config and CLI ----------------------------------------------------------------------------
 
 

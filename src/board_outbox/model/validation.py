@@ -173,7 +173,12 @@ def repaired_fields(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 break
             old = work.get(name)
             new = _clean(name, old)
-            notes.append(f"{name} was {cap(repr(old), 120)}")
+            if isinstance(old, list) and isinstance(new, list) and new:
+                dropped = [e for e in old if e not in new]
+                notes.append(f"{name}: {len(dropped)} of {len(old)} entries dropped, "
+                             f"{cap(repr(dropped), 120)}")
+            else:
+                notes.append(f"{name} was {cap(repr(old), 120)}")
             fixed[name] = work[name] = new
     return fixed, notes
 
