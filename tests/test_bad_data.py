@@ -903,7 +903,7 @@ async def test_the_running_service_outlives_the_worst_documents(
     from board_outbox.service.runtime import Service
 
     b = MemoryBackend()
-    for t in ("healthy", "r1", "c1", "e1"):
+    for t in ("healthy", "r1", "c1", "e1", "e7"):
         await b.subs.put(Subscription(sub_id=f"{t}-sub", tenant_id=t, bot="b"))
         await b.board.put(Card(tenant_id=t, card_id="ok", title="ok"))
     b.outbox.insert_raw({"tenant_id": "r1", "row_key": "r1/k", "seq": 1, "state": "claimed",
@@ -919,6 +919,16 @@ async def test_the_running_service_outlives_the_worst_documents(
     b.members._leases["bad-member"] = "soon"  # type: ignore[assignment]
     b.tokens.token = "garbage"
     b.rm_versions._docs[("board-reflect", "ghost")] = {"active": "x"}  # type: ignore[assignment]
+    # R7: times out of range in every loop's reads -- the pause loop, the status and metrics
+    # refresh, the claims, membership
+    b.pauses.put_raw("tenant:healthy", {"scope": "tenant", "key": "healthy", "active": True,
+                                        "at": 1e12})
+    b.members._leases["js-member"] = 1e12
+    for seq, field in enumerate(("updated_at", "created_at", "not_before"), start=1):
+        b.outbox.insert_raw({"tenant_id": "t7", "row_key": f"t7/{seq}/sub/t7-sub", "seq": seq,
+                             "sub_id": "t7-sub", "state": "failed" if seq == 1 else "pending",
+                             "not_before": 0.0, field: -1e308 if seq == 3 else float("inf")})
+    await b.events.emit("e7", "card.created", "ok", at=1e12)  # read as no time: it runs
     config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest"},
                          worker={"idle_seconds": 0.02})
     service = Service(b.stores(), config, rng=random.Random(1))
@@ -937,6 +947,11 @@ async def test_the_running_service_outlives_the_worst_documents(
             while launched("e1") < 2:
                 await anyio.sleep(0.01)
             while b.outbox.raw("r1/k")["state"] != "failed":  # type: ignore[index]
+                await anyio.sleep(0.01)
+            while any(b.outbox.raw(f"t7/{seq}/sub/t7-sub")["state"] != "failed"  # type: ignore[index]
+                      for seq in (2, 3)):  # claimed, malformed: parked
+                await anyio.sleep(0.01)
+            while launched("e7") < 1:
                 await anyio.sleep(0.01)
         assert not service.stopping
         service.stop()
@@ -1988,6 +2003,8 @@ def test_a_bad_environment_value_names_the_setting(capsys: pytest.CaptureFixture
     ["--since", "inf"],
     ["--until", "-inf"],
     ["--since", "yesterday"],
+    ["--since", "1e20"],  # R7: no stored time lies there
+    ["--until", "99999999d"],
 ])
 def test_bad_cli_argument_is_a_usage_error(args: list[str],
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -2273,6 +2290,43 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 # row priority "high" / 10**9 / true             -> (new) ordered as 0 by the pick (claimed in its
 #                                                   turn), then parked as a malformed row when
 #                                                   claimed: it costs only itself
+#
+# --- note table (R7, times out of range): input -> before -> after ----------------------------
+#
+# pause at 1e12 (a JavaScript writer's milliseconds) / at inf / an audit entry at 1e12
+#                                          -> `paused` "ValueError: year 33658 is out of range";
+#                                             /ui/, /ui/pauses and every tenant page 500; the pause
+#                                             held the tenant (1e12 and inf were finite enough)
+#                                          -> malformed: it pauses nothing; one line, listed by
+#                                             `paused`, status --json and the pause panels, counted
+# failed row updated_at +inf / -inf / 1e20 / -1e308 (and 2^62+1)
+#                                          -> `dead-letters list`, `replay --filter ... --dry-run`,
+#                                             /ui/dead-letters and the plan page: OverflowError
+#                                             tracebacks and 500s; bulk replay could not be planned
+#                                          -> does not decode: the listings name it with why, the
+#                                             plan counts and names it and never writes it; explain
+#                                             and its row page say `malformed` (the field, the value)
+# pending row created_at -1e15 / an error entry at 1e12 / not_before -1e308
+#                                          -> explain and the row pages: ValueError / OverflowError
+#                                             tracebacks and 500s; status: "oldest pending 2.8e11 h"
+#                                          -> malformed: explained; claimed and parked, its bad
+#                                             fields replaced, the error entries that decode kept;
+#                                             status's oldest pending row passes over it
+# pending row not_before 1e12 / inf (due beyond any writer's reach)
+#                                          -> never claimed, never swept, counted as "paused"
+#                                          -> the stuck-row sweep parks it with one line
+# pending row updated_at inf               -> (ran: the claim writes updated_at) -> runs, as before
+# event at 1e12 / -inf                     -> read as a time (latency, audit age, explain: a
+#                                             traceback on the timeline)
+#                                          -> read as no time, one line (board_events listed as a
+#                                             bad document); the event runs
+# membership lease expires_at 1e12         -> "further ahead than the heartbeat timeout"
+#                                          -> "out of range ... a millisecond timestamp?" (not a lease)
+# `--filter since=1e20` / `--since 99999999d` -> the plan raised formatting the bound (OverflowError)
+#                                          -> usage error, exit 2
+# a BSON date past year 9999 in done_at    -> (mongod) the driver raised for the whole reply
+#                                          -> DATETIME_AUTO: that row alone is malformed (the wire
+#                                             server refuses to store such a date: codec test)
 
 
 @pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a b", "a/b", ""])

@@ -19,6 +19,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 from bson import Decimal128
 from bson.int64 import Int64
@@ -284,3 +285,18 @@ async def test_the_production_client_decodes_a_date_past_9999_per_document() -> 
     with pytest.raises(bson.errors.InvalidBSON):  # the driver's default, for the record
         bson.decode(bson.encode(bad), codec_options=opts.with_options(
             datetime_conversion=bson.codec_options.DatetimeConversion.DATETIME))
+
+
+async def test_a_filter_bound_out_of_range_is_one_line_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``replay --filter since=1e20 --dry-run`` raised OverflowError writing the plan's filter
+    back; now it is refused before the store is opened."""
+    from board_outbox.surface.cli import main
+
+    def never(cfg: object, *, ensure_schema: bool = False) -> object:
+        raise AssertionError("the store was opened for a bad filter")
+
+    code = await anyio.to_thread.run_sync(lambda: main(
+        ["dead-letters", "replay", "--filter", "since=1e20", "--dry-run"], factory=never))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is not a time from 1970-01-01" in err
