@@ -524,7 +524,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("explain-pause-not-named", "explain",
            "    paused,  # before the limits: a paused row tries none\n", "", "holds"),
     Mutant("explain-chain-not-followed", "explain",
-           "        if row.state != COALESCED or row.coalesced_into is None:\n            return chain, row, None",
+           "        if row.state != COALESCED or row.coalesced_into is None:\n"
+           "            return chain, row, None",
            "        if True:\n            return chain, row, None", "holds"),
     Mutant("explain-chain-loop-followed", "explain",
            "        if key in seen:", "        if False:", "holds"),
