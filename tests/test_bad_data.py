@@ -1845,6 +1845,7 @@ async def test_times_out_of_range_cost_only_their_documents_on_every_page_and_co
 
     from board_outbox.model.validation import BAD_DOCUMENTS
     from board_outbox.service.config import load_config
+    from board_outbox.service.health import tenant_status
     from board_outbox.surface.console import build_console
 
     t, now = _uniq("r7"), time.time()
@@ -1902,6 +1903,12 @@ async def test_times_out_of_range_cost_only_their_documents_on_every_page_and_co
         for seq in range(2, 8):
             row = pages[f"/rows/{{t}}/{seq}/sub/s"].text
             assert 'data-hold="malformed"' in row and R7_WHY[seq] in row, seq
+        # the tenant's oldest live row is row 7 (materialized 100 s ago), not row 6 at -1e15
+        st = await tenant_status(s.stores, t, now)
+        assert st.oldest_pending_age_seconds == pytest.approx(100.0)
+        if s.stores.status is not None:
+            summary = (await s.stores.status.row_summary([t], ["pending"]))[t]
+            assert summary.oldest_live_created_at == pytest.approx(now - 100)
     BAD_DOCUMENTS.resolved("board_outbox_pauses", f"tenant:{t}")
 
 

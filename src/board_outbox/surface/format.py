@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from board_outbox.model.times import TIME_MAX
 from board_outbox.model.times import when as when
 
 __all__ = ["age", "when"]
@@ -16,8 +17,8 @@ def age(seconds: float | None, *, days: bool = False) -> str:
     days past 48 h). The status table and the console both show ages this way."""
     if seconds is None:
         return "-"
-    if not math.isfinite(seconds):  # an age from no time in range: say so, never "infh"
-        return "?"
+    if not math.isfinite(seconds) or abs(seconds) > TIME_MAX:  # no two times in range are
+        return "?"  # that far apart (R7): an age from a time out of range, never "infh"
     if seconds < 120:
         return f"{seconds:.1f}s"
     if seconds < 7200:
