@@ -419,3 +419,17 @@ async def test_a_chain_that_loops_dangles_or_does_not_decode_is_said_not_followe
         assert isinstance(h, Coalesced) and h.ran is None and h.problem is not None, seq
         assert words in h.problem and words in h.summary, (seq, h.summary)
         assert len(h.chain) <= CHAIN_LIMIT
+
+
+async def test_an_event_dated_in_milliseconds_leaves_its_moment_undated(kit: Kit) -> None:
+    """R7: the event store's ``at: 1e12`` is no time: the timeline's event moment is undated and
+    a note says why (it was shown as the year 33658 and broke the formatter)."""
+    now = kit.clock.now()
+    await kit.insert_raw_event({"tenant_id": T, "seq": 1, "type": "card.created", "card_id": "c",
+                                "at": 1e12})
+    await kit.insert_raw_row({"tenant_id": T, "row_key": KEY1, "seq": 1, "kind": "launch",
+                              "sub_id": "s1", "state": PENDING, "not_before": now,
+                              "created_at": now, "updated_at": now})
+    x = await _explain(kit)
+    assert x.timeline[0].what == "event" and x.timeline[0].at is None
+    assert any("is not a time (at 1000000000000.0 is out of range" in n for n in x.notes), x.notes
