@@ -119,7 +119,7 @@ class NotDue(_Hold, frozen=True, kw_only=True, tag="not_due"):
 
 
 class Coalesced(_Hold, frozen=True, kw_only=True, tag="coalesced"):
-    """Superseded by a newer row of its (subscription, card) (issue 33). ``into`` may itself
+    """Superseded by a newer row of its (subscription, card). ``into`` may itself
     have been superseded since: ``chain`` follows ``coalesced_into`` from ``into`` to the row
     that runs for them all (its last entry), ``ran`` names it once it is done; ``problem`` says
     why the chain could not be followed to its end (a row gone or undecodable, a loop, more
