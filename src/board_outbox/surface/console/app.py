@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -25,7 +24,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import FAILED
+from board_outbox.model.domain import FAILED, unreadable
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import RowFilter
 from board_outbox.ports import Stores
@@ -46,7 +45,7 @@ from board_outbox.surface.console.security import (
     token_matches,
 )
 from board_outbox.surface.console.trends import Trends, chart_routes
-from board_outbox.surface.format import age
+from board_outbox.surface.format import age, when
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -58,9 +57,8 @@ REFRESH_SECONDS = 5  # the overview reloads itself this often
 
 
 def _when(epoch: float | None) -> str:
-    if not epoch:
-        return "-"
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """A time on a page (R7: guarded, ``times.when``); 0 or None: none recorded."""
+    return "-" if not epoch else when(epoch)
 
 
 def _templates() -> Jinja2Templates:
@@ -140,12 +138,15 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             since = parse_when(form["since"]) if form["since"] else None
             until = parse_when(form["until"]) if form["until"] else None
         except ValueError as exc:
-            return await page(request, "dead_letters.html", 400, rows=[], form=form, error=str(exc))
+            return await page(request, "dead_letters.html", 400, rows=[], form=form, error=str(exc),
+                              unreadable=[])
         read = limit if not form["sub"] else min(max(limit * 10, 1000), 5000)
         flt = RowFilter(tenant_id=form["tenant"] or None, states=(FAILED,), kind=form["kind"] or None,
                         updated_after=since, updated_before=until, limit=read)
-        rows = (await data.dead_letters(flt, form["sub"] or None))[:limit]
-        return await page(request, "dead_letters.html", rows=rows, form=form, error=None)
+        with unreadable() as bad:  # R1, R7: each costs only itself, and is named
+            rows = (await data.dead_letters(flt, form["sub"] or None))[:limit]
+        return await page(request, "dead_letters.html", rows=rows, form=form, error=None,
+                          unreadable=bad)
 
     async def row(request: Request) -> Response:
         """The row and why it waits (``rows.row_page``: ``explain``'s answer)."""
