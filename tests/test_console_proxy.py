@@ -130,14 +130,22 @@ async def test_a_login_over_https_through_a_trusted_proxy_works_with_a_secure_co
         assert [(a.action, a.by) for a in row.audit] == [("replay", "console:ana")]
 
 
-async def test_without_the_proxy_in_trusted_proxies_its_https_login_is_refused() -> None:
+async def test_without_the_proxy_in_trusted_proxies_its_https_login_is_refused(
+        caplog: pytest.LogCaptureFixture) -> None:
     """What the console did behind every proxy before (its own scheme against an https
-    ``Origin``): the headers of a proxy not listed are not believed."""
+    ``Origin``): the headers of a proxy not listed are not believed; the log line names the
+    origins and the proxy's address to list."""
+    from board_outbox.surface.console import security
+
+    security._REFUSED_ORIGINS.clear()  # one line per pair and process: this test's is new
     async with proxied(trusted_proxies=[]) as (_b, app, _key), browser(app) as b:
         await b.request("GET", "/ui/login")
         assert "secure" not in b.set_cookie.lower()
         r = await b.login()
         assert r.status_code == 403 and "origin does not match" in r.text
+    [line] = [r.getMessage() for r in caplog.records if "refused a POST from origin" in r.getMessage()]
+    assert f"'https://{PUBLIC}'" in line and "'http://127.0.0.1:9464'" in line
+    assert f"proxy at {PROXY}, list that address in [ui] trusted_proxies" in line
 
 
 async def test_the_proxy_may_pass_the_public_host_as_host_instead() -> None:

@@ -233,8 +233,29 @@ def same_origin(request: Request) -> bool:
     if origin is None:
         return True
     theirs = _origin(origin)
-    ours = _origin(f"{request.url.scheme}://{request.headers.get('host', '')}")
-    return theirs is not None and theirs == ours
+    here = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    if theirs is not None and theirs == _origin(here):
+        return True
+    _origin_refused(origin, here, request)
+    return False
+
+
+_REFUSED_ORIGINS: set[tuple[str, str]] = set()
+
+
+def _origin_refused(origin: str, here: str, request: Request) -> None:
+    """One line per (origin, console origin) pair, at most 100 (a POST from a page elsewhere
+    is refused silently after that): behind a proxy, the usual cause is a proxy the console
+    does not believe."""
+    pair = (origin[:100], here[:100])
+    if pair in _REFUSED_ORIGINS or len(_REFUSED_ORIGINS) >= 100:
+        return
+    _REFUSED_ORIGINS.add(pair)
+    v = via(request.scope)
+    hint = ("" if v.trusted else
+            f"; if the browser reached it through a proxy at {v.peer}, list that address in "
+            "[ui] trusted_proxies")
+    log.warning("console: refused a POST from origin %r: this console's is %r%s", *pair, hint)
 
 
 def csrf_ok(request: Request, form_token: object) -> bool:

@@ -315,8 +315,8 @@ class ProxyHeaders:
         self.identity = settings.identity_header.encode("latin-1")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
+        if scope["type"] != "http" or not (self.settings.trusted or self.identity):
+            await self.app(scope, receive, send)  # nothing to believe: ``via`` reads the peer
             return
         headers: list[tuple[bytes, bytes]] = list(scope.get("headers", ()))
         client = scope.get("client")
