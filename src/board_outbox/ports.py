@@ -248,7 +248,8 @@ class EffectOutbox(Protocol):
     ) -> list[tuple[Any, dict[str, Any]]]:
         """Live-looking rows no claim can ever pick (``validation.stuck_reason``): a state
         outside the enum, a non-string tenant, a non-numeric not_before or lease_until, a lease
-        beyond ``horizon`` seconds. (ref, raw document) pairs."""
+        beyond ``horizon`` seconds, a pending row due beyond ``times.due_limit(now)`` (R7).
+        (ref, raw document) pairs."""
         ...
 
     async def get(self, row_key: str) -> EffectRow | None: ...

@@ -67,6 +67,9 @@ def _client(
     return AsyncMongoClient(
         uri,
         tz_aware=True,
+        # R7: a stored date no datetime holds (past 9999) decodes as a DatetimeMS, which its
+        # document's decode refuses -- that document alone, not the read it came in
+        datetime_conversion="DATETIME_AUTO",
         appname=app_name,
         timeoutMS=int(op_timeout_seconds * 1000),
         connectTimeoutMS=int(connect_timeout_seconds * 1000),

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from board_outbox.model.errors import UsageError
+from board_outbox.model.errors import MalformedDocument, UsageError
+from board_outbox.model.times import when
 
-__all__ = ["UsageError", "confirm_bulk_replay", "confirm_purge", "print_dead_letters"]
-
+__all__ = ["UsageError", "confirm_bulk_replay", "confirm_purge", "print_dead_letters",
+           "print_unreadable"]
 
 
 def print_dead_letters(rows: Sequence[Any]) -> None:
@@ -19,11 +19,25 @@ def print_dead_letters(rows: Sequence[Any]) -> None:
         return
     print(f"{'PARKED (UTC)':20} {'TENANT':14} {'SEQ':>7} {'KIND':10} {'ATTEMPTS':>8}  ROW_KEY / LAST ERROR")
     for r in rows:
-        when = datetime.fromtimestamp(r.updated_at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        parked = when(r.updated_at, fmt="%Y-%m-%d %H:%M:%S")
         err = r.errors[-1].error if r.errors else ""
-        print(f"{when:20} {r.tenant_id[:14]:14} {r.seq:>7} {r.kind[:10]:10} {r.attempts:>8}  "
+        print(f"{parked:20} {r.tenant_id[:14]:14} {r.seq:>7} {r.kind[:10]:10} {r.attempts:>8}  "
               f"{r.row_key}\n{'':64}{err[:100]}")
     print(f"{len(rows)} dead-letters")
+
+
+def print_unreadable(bad: Sequence[MalformedDocument], *, file: Any = None) -> None:
+    """The matching rows a listing left out because they do not decode (R1, R7): each named,
+    with why, one line each; ``explain KEY`` explains one."""
+    if not bad:
+        return
+    out = sys.stdout if file is None else file
+    one = len(bad) == 1
+    print(f"{len(bad)} more matching row{'' if one else 's'} {'does' if one else 'do'} not decode "
+          f"and {'is' if one else 'are'} left out (`board-outbox explain KEY` says why):",
+          file=out)
+    for exc in bad:
+        print(f"  {exc.ref}: {exc.detail}", file=out)
 
 
 def confirm_purge(count: int) -> bool:

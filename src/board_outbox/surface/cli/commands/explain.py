@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime
 
 import msgspec
 
 from board_outbox.model.errors import InvalidRowKey, RowNotFound, UsageError
 from board_outbox.model.explanation import DeadLettered, Explanation, Limit
+from board_outbox.model.times import when
 from board_outbox.surface.cli.commands import StoresFactory
 
 
@@ -46,9 +46,7 @@ def _ttl() -> str:
 
 
 def _when(at: float | None) -> str:
-    if at is None:
-        return "-" + " " * 22
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return when(at, fmt="%Y-%m-%d %H:%M:%S.%f", ms=True, none="-" + " " * 22)
 
 
 def lines(x: Explanation) -> list[str]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import UTC, datetime
 
 import msgspec
 
+from board_outbox.model.times import when
 from board_outbox.surface.cli.commands import StoresFactory
 from board_outbox.surface.cli.output import UsageError
 
@@ -23,7 +23,8 @@ class PauseView(msgspec.Struct, kw_only=True):
     key: str
     reason: str
     by: str
-    at: float
+    at: float  # the last pause of it (a new reason)
+    since: float  # when it went on
 
 
 class PausedReport(msgspec.Struct, kw_only=True):
@@ -39,10 +40,6 @@ def scope_of(args: argparse.Namespace) -> tuple[str, str]:
         if key is not None:
             return scope, key
     raise UsageError(f"{args.command}: give --tenant, --subscription or --bot")
-
-
-def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 async def cmd_pause(args: argparse.Namespace, factory: StoresFactory) -> int:
@@ -103,7 +100,8 @@ async def cmd_paused(args: argparse.Namespace, factory: StoresFactory) -> int:
     bad = [d for d in BAD_DOCUMENTS.current() if d.collection == PAUSES_COLLECTION]
     if args.json:
         report = PausedReport(schema=SCHEMA, bad_documents=list(bad), pauses=[
-            PauseView(scope=p.scope, key=p.key, reason=p.reason, by=p.by, at=p.at) for p in on])
+            PauseView(scope=p.scope, key=p.key, reason=p.reason, by=p.by, at=p.at,
+                      since=p.since) for p in on])
         print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
         return 0
     if not on:
@@ -111,7 +109,7 @@ async def cmd_paused(args: argparse.Namespace, factory: StoresFactory) -> int:
     else:
         print(f"{'SCOPE':13} {'KEY':30} {'SINCE':24} {'BY':16} REASON")
         for p in on:
-            print(f"{p.scope:13} {p.key:30} {_when(p.at):24} {p.by[:16]:16} {p.reason}")
+            print(f"{p.scope:13} {p.key:30} {when(p.since):24} {p.by[:16]:16} {p.reason}")
         print(f"{len(on)} pause{'s' if len(on) != 1 else ''} on")
     for doc in bad:
         print(f"malformed pause document {doc.key}: {doc.problem} (it pauses nothing; "
