@@ -80,7 +80,7 @@ class Upkeep:
         read (no read of its own while that is fresh). The keeper alone (``Ownership.keeps``):
         the rows by state, and, while the operator endpoints serve them, every tenant's status
         and the history headroom. Another replica's status holds its own tenants, from the same
-        figures: their lag and stalls, for its ``/readyz``."""
+        figures: their lag and stalls, for its probes and ``/metrics``."""
         figures = await self._figures()
         owns = self.ownership.owns
         self.metrics.lag = {t: figures.lag(t) for t in figures.heads if owns(t)}
@@ -113,7 +113,7 @@ class Upkeep:
                              **{s: counts.get(s, 0) for s in states}}
 
     async def refresh_status(self) -> None:
-        """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz: every
+        """Per-tenant status and stall detection (O1, O2), for /metrics and the probes: every
         tenant's, read from the store (the keeper's refresh)."""
         now = self.clock.now()
         # live rows only: done rows are a week of history, and this runs every refresh
