@@ -222,3 +222,26 @@ async def test_an_idle_replicas_heartbeat_is_its_only_pause_read() -> None:
         assert "pauses" not in service.loops and service.loops["membership"]
         service.stop()
     assert calls.n["all"] == service.pauses.reads  # each read is a beat's (and the start-up one)
+
+
+async def test_a_tenant_that_moved_to_another_replica_is_not_drained_here_any_more() -> None:
+    """A backlog keeps a tenant woken batch after batch (and waiting for the worker's room); once
+    the membership gives it to another replica, this one stops draining it: two replicas on one
+    tenant only race for its cursor (the new owner's poll net takes it)."""
+    backend = MemoryBackend()
+    t = next(x for x in TENANTS if owner(("a", "b"), x) == "b")
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=t, bot="b"))
+    await backend.board.put(Card(tenant_id=t, card_id="c"))
+    for _ in range(5):
+        await backend.events.emit(t, "card.created", "c")
+    cfg = load_config(env={}, projections=[], tail={"seed": "earliest", "batch_size": 2})  # type: ignore[arg-type]
+    a = Service(backend.stores(), cfg, rng=random.Random(1), member_id="a")
+    a.wake_tenant(t)
+    await a.drain_pass(False)  # alone: a owns it, drains a batch, more is behind
+    assert await backend.cursors.get(t) == 2 and t in a.woken
+    a._awaiting_room.add(t)
+    assert a.ownership.set_members(["a", "b"])  # b joined: t is b's
+    await a.drain_pass(False)
+    a._room_again()
+    assert await backend.cursors.get(t) == 2 and a.stats.last_drain == []
+    assert t not in a.woken and t not in a._awaiting_room

@@ -376,7 +376,10 @@ class Service(StreamWaker, Upkeep):
             self.stats.poll_wakes += 1
             self.metrics.wake("poll")
         else:
-            tenants = sorted(self._dirty)
+            # only the tenants this replica owns (S1): one drained here before the membership
+            # changed (a backlog keeps it woken, batch after batch) is its new owner's now, and
+            # two replicas draining it would only race for its cursor (S6)
+            tenants = self.ownership.owned(sorted(self._dirty))
         self._dirty.clear()
         ok = True
         try:
@@ -426,6 +429,7 @@ class Service(StreamWaker, Upkeep):
         room for them now."""
         if not self._awaiting_room:
             return
+        self._awaiting_room = {t for t in self._awaiting_room if self.ownership.owns(t)}
         ready = {t for t in self._awaiting_room if self.worker.room(t) > 0}
         if ready:
             self._awaiting_room -= ready
