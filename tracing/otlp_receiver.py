@@ -1,6 +1,8 @@
 """A small OTLP trace receiver: OTLP/HTTP (protobuf, POST /v1/traces) and OTLP/gRPC
 (TraceService/Export), decoding ``opentelemetry-proto`` messages exactly as Jaeger's OTLP
 receiver does, and keeping the spans (optionally appending them as OTLP JSON lines to a file).
+Log records (POST /v1/logs) are kept too, with their trace and span ids; metrics are accepted
+and dropped.
 
 For tests, and for trying board-outbox's tracing without a Jaeger binary:
 
@@ -22,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -34,6 +40,7 @@ class SpanSink:
 
     def __init__(self, out: Path | None = None) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
+        self.log_requests: list[ExportLogsServiceRequest] = []
         self.out = out
         self._lock = threading.Lock()
 
@@ -63,10 +70,24 @@ class SpanSink:
                                 "end": s.end_time_unix_nano,
                                 "attributes": {a.key: _value(a.value) for a in s.attributes},
                                 "links": [(ln.trace_id.hex(), ln.span_id.hex()) for ln in s.links],
+                                "kind": s.kind,
                                 "events": [e.name for e in s.events],
                                 "status": s.status.code,
                             })
         return out
+
+    def add_logs(self, req: ExportLogsServiceRequest) -> None:
+        with self._lock:
+            self.log_requests.append(req)
+
+    def logs(self) -> list[dict[str, Any]]:
+        """The log records received: body, severity, attributes, trace and span ids (hex)."""
+        with self._lock:
+            return [{"body": _value(r.body), "severity": r.severity_text,
+                     "trace_id": r.trace_id.hex(), "span_id": r.span_id.hex(),
+                     "attributes": {a.key: _value(a.value) for a in r.attributes}}
+                    for req in self.log_requests for rl in req.resource_logs
+                    for sl in rl.scope_logs for r in sl.log_records]
 
     def wait_for(self, pred: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
@@ -100,6 +121,8 @@ def otlp_json(req: ExportTraceServiceRequest) -> dict[str, Any]:
 
 def _value(v: Any) -> Any:
     kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
     return getattr(v, kind) if kind else None
 
 
@@ -112,17 +135,23 @@ def _http_handler(sink: SpanSink) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            if self.path != "/v1/traces":
+            if self.path not in ("/v1/traces", "/v1/logs"):
                 self.send_error(404)
                 return
             if self.headers.get("Content-Type") != "application/x-protobuf":
                 self.send_error(415, "OTLP/HTTP protobuf expected")
                 return
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            req = ExportTraceServiceRequest()
-            req.ParseFromString(body)
-            sink.add(req)
-            payload = ExportTraceServiceResponse().SerializeToString()
+            if self.path == "/v1/logs":
+                logs = ExportLogsServiceRequest()
+                logs.ParseFromString(body)
+                sink.add_logs(logs)
+                payload = ExportLogsServiceResponse().SerializeToString()
+            else:
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                sink.add(req)
+                payload = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(payload)))
