@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ MATERIALIZE = "materialize board_events"
 EXECUTE = "execute trigger_effects"
 # the names before the messaging conventions (files exported by older releases still render)
 OLD_NAMES = {"board_outbox.materialize": DRAIN, "board_outbox.execute": EXECUTE}
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 KINDS = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 
 
@@ -103,10 +105,18 @@ def _seq_range(attrs: dict[str, Any]) -> list[tuple[int, int]]:
         return []
 
 
+def _service(name: object, instance: object) -> str:
+    """``name/instance`` (a replica's ``service.replica_name``), or the name alone when the
+    instance is the SDK's random default (a UUID)."""
+    if not instance or _UUID.fullmatch(str(instance)):
+        return str(name or "")
+    return f"{name}/{instance}" if name else str(instance)
+
+
 def _otlp_spans(doc: dict[str, Any]) -> Iterable[Span]:
     for rs in doc.get("resourceSpans", []):
         res = {a["key"]: _attr_value(a["value"]) for a in rs.get("resource", {}).get("attributes", [])}
-        service = str(res.get("service.instance.id") or res.get("service.name") or "")
+        service = _service(res.get("service.name"), res.get("service.instance.id"))
         for ss in rs.get("scopeSpans", []):
             for s in ss.get("spans", []):
                 attrs = {a["key"]: _attr_value(a["value"]) for a in s.get("attributes", [])}
@@ -126,7 +136,7 @@ def _otlp_spans(doc: dict[str, Any]) -> Iterable[Span]:
                     kind=KINDS.get(kind, "") if isinstance(kind, int) else
                     str(kind).removeprefix("SPAN_KIND_").lower(),
                     links=[(_hex(ln["traceId"]), _hex(ln["spanId"])) for ln in s.get("links", [])],
-                    error=(status.get("message") or "error") if failed else "",
+                    error=(status.get("message") or "status ERROR") if failed else "",
                     event_rows=rows, event_seqs=seqs,
                 )
 
@@ -151,7 +161,7 @@ def _jaeger_spans(doc: dict[str, Any]) -> Iterable[Span]:
                 start_ns=start, end_ns=start + int(s["duration"]) * 1000,
                 service=procs.get(s.get("processID"), {}).get("serviceName", ""),
                 kind=str(tags.get("span.kind", "")), attributes=tags, links=links,
-                error=str(tags.get("otel.status_description", "error")) if tags.get("error") else "",
+                error=str(tags.get("otel.status_description", "status ERROR")) if tags.get("error") else "",
                 event_rows=rows, event_seqs=seqs,
             )
 
@@ -190,6 +200,14 @@ def row_tree(spans: list[Span], row_key: str) -> list[tuple[int, Span]]:
     if not keep:
         return []
     roots = {s.span_id for s in mine} if executed else set()  # a batch's other rows stay out
+    if executed:
+        # spans of the row whose parent is not in the file -- lost with a replica that crashed
+        # mid-attempt (its execute and POST spans never ended) -- still belong to its trace
+        traces = {s.trace_id for s in mine}
+        lost = {s.span_id for s in spans if s.trace_id in traces and s.names_row(row_key)
+                and s.parent_id and s.parent_id not in by_id}
+        keep |= lost
+        roots |= lost
     children: dict[str, list[Span]] = {}
     for s in spans:
         children.setdefault(s.parent_id, []).append(s)
@@ -245,6 +263,7 @@ def render_text(tree: list[tuple[int, Span]] | list[Span], row_key: str, width: 
         return f"no spans for row {row_key!r}"
     t0 = min(s.start_ns for _, s in nodes)
     total = max(max(s.end_ns for _, s in nodes) - t0, 1)
+    present = {s.span_id for _, s in nodes}
     traces = sorted({s.trace_id for _, s in nodes})
     lines = [f"row {row_key}   trace {', '.join(traces)}   {total / 1e6:.1f} ms end to end"]
     for depth, s in nodes:
@@ -254,7 +273,9 @@ def render_text(tree: list[tuple[int, Span]] | list[Span], row_key: str, width: 
         what, info = label(s)
         if s.error:
             info += f" error={s.error[:60]}"
-        lines.append(f"{'  ' * depth + what:34} {s.service[:14]:14} |{bar}| "
+        if s.parent_id and s.parent_id not in present and depth == 0:
+            info += "  (its parent span was never exported: lost with a crashed process?)"
+        lines.append(f"{'  ' * depth + what:32} {s.service[:16]:16} |{bar}| "
                      f"+{(s.start_ns - t0) / 1e6:8.1f} ms {s.ms:7.2f} ms  {info}")
     return "\n".join(lines)
 
