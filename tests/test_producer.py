@@ -1,4 +1,4 @@
-"""The producer API (P5, C7): ``emit`` / ``emit_sync`` allocate the seq, insert the event the
+"""The producer API (C7): ``emit`` / ``emit_sync`` allocate the seq, insert the event the
 service reads, return it, and store the caller's trace context -- on mongomock and on the wire.
 A bad argument raises before a seq is spent; a failed insert leaves a hole the tail steps over."""
 

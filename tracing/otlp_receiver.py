@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,14 +39,20 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 class SpanSink:
     """What the receivers got: decoded requests, and a flat list of spans as dicts."""
 
-    def __init__(self, out: Path | None = None) -> None:
+    def __init__(self, out: Path | None = None, keep: bool = True) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
         self.log_requests: list[ExportLogsServiceRequest] = []
         self.out = out
+        self.keep = keep  # False: count the spans only (a long benchmark run)
+        self.received = 0
         self._lock = threading.Lock()
 
     def add(self, req: ExportTraceServiceRequest) -> None:
         with self._lock:
+            self.received += sum(len(ss.spans) for rs in req.resource_spans
+                                 for ss in rs.scope_spans)
+            if not self.keep:
+                return
             self.requests.append(req)
             if self.out is not None:
                 with self.out.open("a") as f:
@@ -204,13 +211,21 @@ def main() -> None:
     ap.add_argument("--grpc", type=int, default=4317, help="OTLP/gRPC port (default 4317)")
     ap.add_argument("--out", type=Path, default=Path("spans.jsonl"),
                     help="append received requests as OTLP JSON lines (default spans.jsonl)")
+    ap.add_argument("--count-only", action="store_true",
+                    help="keep nothing, write nothing: print the spans received so far on each "
+                         "line read from stdin (for benchmarks)")
     args = ap.parse_args()
-    sink = SpanSink(args.out)
+    sink = SpanSink(None if args.count_only else args.out, keep=not args.count_only)
     with http_receiver(sink, args.http) as h, grpc_receiver(sink, args.grpc) as g:
-        print(f"OTLP receiver: HTTP {h}/v1/traces, gRPC {g}; writing {args.out}; Ctrl-C stops")
+        where = "counting only" if args.count_only else f"writing {args.out}"
+        print(f"OTLP receiver: HTTP {h}/v1/traces, gRPC {g}; {where}; Ctrl-C stops", flush=True)
         try:
-            while True:
-                time.sleep(3600)
+            if args.count_only:
+                for _ in sys.stdin:
+                    print(sink.received, flush=True)
+            else:
+                while True:
+                    time.sleep(3600)
         except KeyboardInterrupt:
             pass
 

@@ -1,4 +1,4 @@
-"""The public face for producers: the board application's side of board-outbox (P5, C7).
+"""The public face for producers: the board application's side of board-outbox (C7).
 
 ``emit`` writes one board event the way the service reads them: it allocates the tenant's next
 seq in ``board_event_counters``, inserts the event with that seq into ``board_events`` and

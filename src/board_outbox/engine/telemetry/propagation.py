@@ -13,8 +13,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 from opentelemetry import propagate, trace
@@ -45,15 +43,6 @@ class _WhileReadingStored(logging.Filter):
 _QUIET = _WhileReadingStored()
 for _name in ("opentelemetry.trace.propagation.tracecontext", "opentelemetry.trace.span"):
     logging.getLogger(_name).addFilter(_QUIET)  # a no-op if already there
-
-
-@contextmanager
-def _quietly() -> Iterator[None]:
-    token = _reading_stored.set(True)
-    try:
-        yield
-    finally:
-        _reading_stored.reset(token)
 
 
 def stored_context(value: object) -> tuple[SpanContext | None, str | None]:
@@ -91,15 +80,37 @@ def stored_context(value: object) -> tuple[SpanContext | None, str | None]:
 def parse_traceparent(traceparent: str | None, tracestate: str = "") -> SpanContext | None:
     """The remote span context a W3C ``traceparent`` (and ``tracestate``) names, through the
     propagator: exactly its widths of lowercase hex, trace and span ids not all zeros (None:
-    not one). ``int(x, 16)`` would also take ``0x`` prefixes, ``_``, upper case and newlines."""
-    if not traceparent or not isinstance(traceparent, str):
+    not one). ``int(x, 16)`` would also take ``0x`` prefixes, ``_``, upper case and newlines.
+
+    A row's context is read at each attempt and again for its exemplar, the rows of one event
+    share one: the results without a tracestate are kept (``_PARSED``, a few thousand), so the
+    propagator runs about once per event, and not at all for a context this process wrote."""
+    if not traceparent or not isinstance(traceparent, str) or len(traceparent) > MAX_TRACEPARENT:
         return None
     carrier = {"traceparent": traceparent}
-    if tracestate:
-        carrier["tracestate"] = tracestate
-    with _quietly():
-        ctx = trace.get_current_span(W3C.extract(carrier, context=Context())).get_span_context()
+    if not tracestate:  # the propagator warns about nothing else (the length is checked above)
+        if traceparent in _PARSED:
+            return _PARSED[traceparent]
+        ctx = trace.get_current_span(W3C.extract(carrier)).get_span_context()
+        return _keep(traceparent, ctx if ctx.is_valid else None)
+    carrier["tracestate"] = tracestate
+    token = _reading_stored.set(True)
+    try:
+        ctx = trace.get_current_span(W3C.extract(carrier)).get_span_context()
+    finally:
+        _reading_stored.reset(token)
     return ctx if ctx.is_valid else None
+
+
+_PARSED: dict[str, SpanContext | None] = {}
+_PARSED_MAX = 4096
+
+
+def _keep(traceparent: str, ctx: SpanContext | None) -> SpanContext | None:
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()  # the rows in flight are recent: a cold start costs one parse each
+    _PARSED[traceparent] = ctx
+    return ctx
 
 
 def trace_id_of(traceparent: str) -> str | None:
@@ -116,8 +127,11 @@ def stored(ctx: SpanContext) -> TraceContext | None:
         return None
     carrier: dict[str, str] = {}
     W3C.inject(carrier, context=trace.set_span_in_context(trace.NonRecordingSpan(ctx)))
-    return TraceContext(traceparent=carrier["traceparent"],
-                        tracestate=carrier.get("tracestate", ""))
+    tc = TraceContext(traceparent=carrier["traceparent"], tracestate=carrier.get("tracestate", ""))
+    if not tc.tracestate:  # its rows' attempts here read it back without parsing
+        _keep(tc.traceparent, trace.SpanContext(ctx.trace_id, ctx.span_id, is_remote=True,
+                                                trace_flags=ctx.trace_flags))
+    return tc
 
 
 def trace_context_of(ctx: SpanContext) -> str | None:

@@ -1,0 +1,313 @@
+"""What tracing costs (C7): the whole ``board-outbox run`` process's CPU per event with tracing
+off, sampling every trace, and ``parentbased_traceidratio`` at 0.01 -- in one run, on the wire.
+
+Every pipeline gets a fresh database with the same backlog (default 2,000 events over 10
+tenants, one subscription each that every event matches plus the default projection
+``board-reflect``: a launch row and a projection row per event, launches over HTTP to a local
+bot runner, as ``throughput.py``), then one ``board-outbox run`` drains it until every row is
+done. The events carry their producer's W3C context (``trace``) as ``board_outbox.producer.emit``
+writes it: for the sampled configurations the producer sampled them alike (every one at 100%;
+at 0.01, the ones the same trace-id ratio keeps). Spans go over OTLP/HTTP to the in-repo
+receiver in another process (its CPU is not counted). Configurations:
+
+- ``off``: no OTEL_* exporter (the API's no-op; contexts are still parsed and passed on);
+- ``off-no-context``: the same, events without a context;
+- ``100%``: ``parentbased_always_on`` (every trace sampled, exported);
+- ``100%-no-context``: the same, events without a context (no per-event span: what the
+  ``materialize`` span per event costs is the difference);
+- ``0.01``: ``parentbased_traceidratio`` with ``OTEL_TRACES_SAMPLER_ARG=0.01``;
+- ``baseline-off`` (with ``--baseline-src``): ``off`` on another checkout, e.g. before tracing
+  passed the stored contexts on.
+
+Measured per run: the process is spawned on the board without events and left to start up
+(imports differ between configurations: the exporters); then the backlog is written (counters,
+then events, as producers write them) and the process's CPU (utime + stime from /proc) is taken
+from there to the last row done and the exporter's last batch out (6 s later), minus its idle
+rate measured right after (3 s, nothing to do), per event; and the spans the receiver got.
+The configurations run interleaved, ``--rounds`` times (every other round in reverse order);
+each figure is the median of its rounds, and each ratio is against ``off`` of the same run.
+
+Run: ``.venv/bin/python -m benchmarks.trace_overhead`` (``--events 1000 --rounds 1`` for a quick
+look). Writes ``results/trace-overhead.json`` and ``trace-overhead.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+from pymongo import MongoClient
+
+from board_outbox.adapters.mongo.outbox import IN_STATE
+from board_outbox.service.wireserver import WireServer, free_port
+
+from .common import RESULTS, bot_runner, cpu_seconds, pyplot, stop, write_result
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"  # the replicas' code (``--src``: a snapshot, so edits meanwhile change nothing)
+TENANTS = 10
+CARDS = 20
+CONFIGS: dict[str, dict[str, Any]] = {
+    "off": {"env": {}, "context": True},
+    "off-no-context": {"env": {}, "context": False},
+    "100%": {"env": {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}, "context": True,
+             "export": True},
+    "100%-no-context": {"env": {"OTEL_TRACES_SAMPLER": "parentbased_always_on"},
+                        "context": False, "export": True},
+    "0.01": {"env": {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                     "OTEL_TRACES_SAMPLER_ARG": "0.01"}, "context": True, "export": True,
+             "ratio": 0.01},
+}
+GOALS = {"100%": 0.10, "0.01": 0.02}
+DRAIN_SECONDS = 6.0  # past the batch span processor's 5 s schedule
+
+
+def traceparent(rng: random.Random, ratio: float) -> str:
+    """A producer's context: a random trace, sampled as a ``TraceIdRatioBased(ratio)``
+    producer would have sampled it."""
+    trace_id, span_id = rng.getrandbits(128) or 1, rng.getrandbits(64) or 1
+    sampled = (trace_id & TraceIdRatioBased.TRACE_ID_LIMIT) < TraceIdRatioBased.get_bound_for_rate(
+        ratio)
+    return f"00-{trace_id:032x}-{span_id:016x}-{'01' if sampled else '00'}"
+
+
+def prepare(client: MongoClient[dict[str, Any]], db_name: str) -> None:
+    """The board before the backlog: subscriptions and cards."""
+    db = client[db_name]
+    tenants = [f"t{i:02d}" for i in range(TENANTS)]
+    db["trigger_subscriptions"].insert_many([
+        {"_id": f"{t}.s", "sub_id": f"{t}.s", "tenant_id": t, "bot": "bot", "rule": {}}
+        for t in tenants])
+    db["board_cards"].insert_many([
+        {"_id": f"{t}/c{c}", "tenant_id": t, "card_id": f"c{c}", "title": f"card {c}",
+         "column": "inbox"} for t in tenants for c in range(CARDS)])
+
+
+def backlog(client: MongoClient[dict[str, Any]], db_name: str, events: int, context: bool,
+            ratio: float) -> None:
+    """The events, as producers write them: each tenant's seqs allocated, then the events
+    inserted (the running service sees young gaps for the moment in between)."""
+    db = client[db_name]
+    tenants = [f"t{i:02d}" for i in range(TENANTS)]
+    rng = random.Random(7)  # the same contexts in every run of a configuration
+    now = time.time()
+    docs, seqs = [], dict.fromkeys(tenants, 0)
+    for k in range(events):
+        t = tenants[k % TENANTS]
+        seqs[t] += 1
+        doc: dict[str, Any] = {"tenant_id": t, "seq": seqs[t], "type": "card.updated",
+                               "card_id": f"c{k % CARDS}", "at": now}
+        if context:
+            doc["trace"] = {"traceparent": traceparent(rng, ratio), "tracestate": ""}
+        docs.append(doc)
+    db["board_event_counters"].insert_many([{"_id": t, "seq": s} for t, s in seqs.items()])
+    for i in range(0, len(docs), 5000):
+        db["board_events"].insert_many(docs[i:i + 5000])
+
+
+def settled(pid: int, timeout: float = 60.0) -> None:
+    """Wait until a freshly spawned process has started up: its CPU still for a second."""
+    deadline = time.time() + timeout
+    time.sleep(1.0)
+    last = cpu_seconds(pid)
+    while time.time() < deadline:
+        time.sleep(1.0)
+        now = cpu_seconds(pid)
+        if now - last < 0.03:
+            return
+        last = now
+    raise TimeoutError("the replica never settled after start-up")
+
+
+class Receiver:
+    """The in-repo OTLP receiver in another process, counting the spans it gets."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tracing.otlp_receiver", "--http", str(self.port),
+             "--grpc", str(free_port()), "--count-only"],
+            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.proc.stdout.readline()  # its banner: listening
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def spans(self) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        stop([self.proc], 10)
+
+
+def run_one(client: MongoClient[dict[str, Any]], uri: str, runner: str, receiver: Receiver,
+            name: str, events: int, timeout: float, tmp: Path) -> dict[str, Any]:
+    cfg = CONFIGS[name]
+    db = f"tro_{name.replace('%', 'p').replace('.', '_').replace('-', '_')}_" \
+         f"{int(time.time() * 1000) % 10**8}"
+    prepare(client, db)
+    conf = tmp / f"{db}.toml"
+    conf.write_text(
+        f'[store]\nbackend = "mongo"\nuri = "{uri}"\ndatabase = "{db}"\n'
+        '[service]\nreplica_name = "r0"\nlog_level = "WARNING"\nhttp_port = 0\n'
+        '[tail]\nseed = "earliest"\n'
+        f'[launcher]\nkind = "http"\nurl = "{runner}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update({"PYTHONPATH": str(cfg.get("src") or SRC), **cfg["env"]})
+    if cfg.get("export"):
+        env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+                    "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"})
+    log = tmp / f"{db}.log"
+    with log.open("wb") as err:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "board_outbox", "run", "--config", str(conf)],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    rows = 2 * events
+    effects = client[db]["trigger_effects"]
+    try:
+        # start-up (imports differ: the exporters) is not per event: measured from here
+        settled(proc.pid)
+        spans0 = receiver.spans()
+        c0 = cpu_seconds(proc.pid)
+        start = time.time()
+        backlog(client, db, events, cfg["context"], cfg.get("ratio", 1.0))
+        deadline = start + timeout
+        done = 0
+        while time.time() < deadline:
+            done = effects.count_documents(dict(IN_STATE["done"]))
+            if done >= rows:
+                break
+            time.sleep(max(0.25, min(2.0, (time.time() - start) / 50)))
+        end = time.time()
+        # the batch exporter sends what it holds every 5 s: its last batches are this run's
+        # work too, so the CPU is read once they are out, and the idle rate after that
+        time.sleep(DRAIN_SECONDS)
+        busy = cpu_seconds(proc.pid) - c0
+        spans = receiver.spans() - spans0
+        i0 = cpu_seconds(proc.pid)
+        time.sleep(3.0)
+        idle = (cpu_seconds(proc.pid) - i0) / 3.0
+    finally:
+        stop([proc], 30)
+    client.drop_database(db)
+    own = max(0.0, busy - idle * (end - start + DRAIN_SECONDS))
+    out = {"config": name, "events": events, "finished": done >= rows,
+           "seconds": round(end - start, 2), "cpu_s": round(busy, 3),
+           "idle_cpu_fraction": round(idle, 4),
+           "cpu_ms_per_event": round(own * 1000 / events, 4),
+           "spans": spans, "spans_per_event": round(spans / events, 3),
+           "log_errors": log.read_text(errors="replace").count('ERROR')}
+    print(out, flush=True)
+    return out
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    by = {n: [r["cpu_ms_per_event"] for r in runs if r["config"] == n] for n in CONFIGS}
+    med = {n: statistics.median(v) for n, v in by.items() if v}
+    base = med.get("off")
+    out: dict[str, Any] = {}
+    for n, m in med.items():
+        ratio = None if not base else m / base - 1.0
+        out[n] = {"cpu_ms_per_event_median": round(m, 4), "runs": by[n],
+                  "overhead_vs_off": None if ratio is None else round(ratio, 4),
+                  "goal": GOALS.get(n), "spans_per_event": statistics.median(
+                      [r["spans_per_event"] for r in runs if r["config"] == n])}
+        if n in GOALS and ratio is not None:
+            out[n]["met"] = ratio <= GOALS[n]
+    if "100%" in med and "100%-no-context" in med:
+        out["materialize_span_us_per_event"] = round(
+            (med["100%"] - med["100%-no-context"]) * 1000, 1)
+    if "off" in med and "baseline-off" in med:
+        out["off_vs_baseline"] = round(med["off"] / med["baseline-off"] - 1.0, 4)
+    if "off" in med and "off-no-context" in med:
+        out["context_parse_us_per_event_off"] = round((med["off"] - med["off-no-context"]) * 1000, 1)
+    return out
+
+
+def plot(runs: list[dict[str, Any]], summ: dict[str, Any], path: Path) -> None:
+    plt = pyplot()
+    names = [n for n in CONFIGS if n in summ]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    meds = [summ[n]["cpu_ms_per_event_median"] for n in names]
+    axes[0].bar(names, meds, color=["#8c8c8c", "#bbbbbb", "#4c72b0", "#7fa3d1", "#55a868",
+                                    "#cccccc"][:len(names)])
+    for i, n in enumerate(names):
+        xs = [r["cpu_ms_per_event"] for r in runs if r["config"] == n]
+        axes[0].scatter([i] * len(xs), xs, color="black", s=8, zorder=3)
+        ov = summ[n]["overhead_vs_off"]
+        if ov is not None and n != "off":
+            axes[0].text(i, meds[i], f"{ov:+.1%}", ha="center", va="bottom", fontsize=8)
+    axes[0].set_ylabel("whole-process CPU ms per event")
+    axes[0].set_title("board-outbox run, CPU per event (median; dots: rounds)")
+    axes[1].bar(names, [summ[n]["spans_per_event"] for n in names], color="#4c72b0")
+    axes[1].set_title("spans exported per event")
+    for ax in axes:
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle("tracing overhead, same run, SecantusDB wire server (a launch and a projection "
+                 "row per event, OTLP/HTTP export)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
+    ap.add_argument("--name", default="trace-overhead")
+    ap.add_argument("--baseline-src", type=Path,
+                    help="also run `off` on another checkout's src/ (e.g. /work/main/src): what "
+                         "passing the stored contexts on costs when tracing is off")
+    ap.add_argument("--src", type=Path, help="the replicas' src/ (default this checkout's)")
+    args = ap.parse_args()
+    global SRC
+    SRC = args.src.resolve() if args.src else SRC
+    names = [n for n in args.configs.split(",") if n]
+    if args.baseline_src:
+        CONFIGS["baseline-off"] = {"env": {}, "context": True, "src": args.baseline_src.resolve()}
+        names.append("baseline-off")
+    uri = os.environ.get("MONGODB_URI")
+    wire = WireServer().start() if not uri else None
+    uri = uri or wire.uri  # type: ignore[union-attr]
+    runs: list[dict[str, Any]] = []
+    receiver = Receiver()
+    try:
+        client: MongoClient[dict[str, Any]] = MongoClient(uri)
+        with tempfile.TemporaryDirectory() as d, bot_runner() as runner:
+            for r in range(args.rounds):
+                order = names if r % 2 == 0 else names[::-1]  # drift cancels across rounds
+                for n in order:
+                    runs.append(run_one(client, uri, runner, receiver, n, args.events,
+                                        args.timeout, Path(d)))
+    finally:
+        receiver.close()
+        if wire is not None:
+            wire.close()
+    summ = summary(runs)
+    write_result(args.name, {"runs": runs, "summary": summ, "setup": {
+        "server": "MONGODB_URI" if os.environ.get("MONGODB_URI") else "secantusd-py (WireServer)",
+        "tenants": TENANTS, **{k: str(v) if isinstance(v, Path) else v
+                               for k, v in vars(args).items()}}})
+    plot(runs, summ, RESULTS / f"{args.name}.png")
+    for n, s in summ.items():
+        print(n, s)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
