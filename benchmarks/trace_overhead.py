@@ -215,6 +215,91 @@ def run_one(client: MongoClient[dict[str, Any]], uri: str, runner: str, receiver
     return out
 
 
+# --- in process: the same pipeline on the memory twins, no server to vary its pace -----------------
+
+IN_PROCESS = {"off": None, "100%": "parentbased_always_on", "0.01": "parentbased_traceidratio"}
+
+
+async def in_process_once(name: str, events: int, runner: str, endpoint: str) -> float:
+    """One replica's ``Service`` on the memory twins, driven by its own passes (``drain_pass``,
+    ``work_pass``: the loops' bodies) until every row is done, HTTP launches to the runner and
+    spans over OTLP/HTTP to the receiver as ``run`` exports them; this process's CPU (every
+    thread: the exporter's too) per event."""
+    import gc
+
+    from opentelemetry import trace
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from board_outbox.adapters.launchers import HttpLauncher
+    from board_outbox.adapters.memory import open_stores
+    from board_outbox.model.domain import Card, MatchRule, Subscription
+    from board_outbox.service.config import load_config
+    from board_outbox.service.runtime import Service
+    from board_outbox.service.telemetry import sampler
+
+    tp: trace.TracerProvider = trace.NoOpTracerProvider()
+    sdk: TracerProvider | None = None
+    if IN_PROCESS[name] is not None:
+        env = {"OTEL_TRACES_SAMPLER": str(IN_PROCESS[name]), "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+        sdk = TracerProvider(resource=Resource.create({"service.name": "board-outbox"}),
+                             sampler=sampler(env))
+        sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(f"{endpoint}/v1/traces")))
+        tp = sdk
+    launcher = HttpLauncher(runner, tracer_provider=tp)
+    ratio = 0.01 if name == "0.01" else 1.0
+    async with open_stores(launcher=launcher) as stores:
+        svc = Service(stores, load_config(env={}, tail={"seed": "earliest",
+                                                        "change_streams": False}),
+                      tracer_provider=tp)
+        tenants = [f"t{i:02d}" for i in range(TENANTS)]
+        for t in tenants:
+            await stores.subs.put(Subscription(sub_id=f"{t}.s", tenant_id=t, bot="bot",
+                                               rule=MatchRule()))
+            for c in range(CARDS):
+                await stores.cards.put(Card(tenant_id=t, card_id=f"c{c}", title=f"card {c}"))
+        rng = random.Random(7)
+        for k in range(events):
+            t = tenants[k % TENANTS]
+            await stores.events.insert({
+                "tenant_id": t, "seq": await stores.events.allocate_seq(t),
+                "type": "card.updated", "card_id": f"c{k % CARDS}", "at": time.time(),
+                "trace": {"traceparent": traceparent(rng, ratio), "tracestate": ""}})
+        gc.collect()
+        gc.freeze()  # as ``Service.run`` does at start
+        c0 = time.process_time()
+        done = 0
+        while done < 2 * events:
+            await svc.drain_pass(full=True)
+            res = await svc.work_pass()
+            done += 0 if res is None else res.done
+        if sdk is not None:
+            sdk.force_flush()
+        cpu = time.process_time() - c0
+        gc.unfreeze()
+        await launcher.aclose()
+    if sdk is not None:
+        sdk.shutdown()
+    return cpu * 1e6 / events
+
+
+def in_process(events: int, rounds: int, runner: str, endpoint: str) -> dict[str, Any]:
+    import anyio
+
+    got: dict[str, list[float]] = {n: [] for n in IN_PROCESS}
+    for r in range(rounds):
+        for n in (IN_PROCESS if r % 2 == 0 else list(IN_PROCESS)[::-1]):
+            got[n].append(anyio.run(in_process_once, n, events, runner, endpoint))
+            print("in-process", n, round(got[n][-1], 1), "us/event", flush=True)
+    med = {n: statistics.median(v) for n, v in got.items()}
+    return {n: {"cpu_us_per_event_median": round(med[n], 1), "runs": [round(x, 1) for x in v],
+                "tracing_us_per_event": round(med[n] - med["off"], 1),
+                "overhead_vs_off": round(med[n] / med["off"] - 1.0, 4)}
+            for n, v in got.items()}
+
+
 def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     by = {n: [r["cpu_ms_per_event"] for r in runs if r["config"] == n] for n in CONFIGS}
     med = {n: statistics.median(v) for n, v in by.items() if v}
@@ -274,6 +359,10 @@ def main() -> int:
                     help="also run `off` on another checkout's src/ (e.g. /work/main/src): what "
                          "passing the stored contexts on costs when tracing is off")
     ap.add_argument("--src", type=Path, help="the replicas' src/ (default this checkout's)")
+    ap.add_argument("--in-process-events", type=int, default=2000,
+                    help="events of the in-process measurement (0: skip it)")
+    ap.add_argument("--in-process-rounds", type=int, default=5)
+    ap.add_argument("--in-process-only", action="store_true")
     args = ap.parse_args()
     global SRC
     SRC = args.src.resolve() if args.src else SRC
@@ -285,11 +374,15 @@ def main() -> int:
     wire = WireServer().start() if not uri else None
     uri = uri or wire.uri  # type: ignore[union-attr]
     runs: list[dict[str, Any]] = []
+    inproc: dict[str, Any] = {}
     receiver = Receiver()
     try:
         client: MongoClient[dict[str, Any]] = MongoClient(uri)
         with tempfile.TemporaryDirectory() as d, bot_runner() as runner:
-            for r in range(args.rounds):
+            if args.in_process_events:
+                inproc = in_process(args.in_process_events, args.in_process_rounds, runner,
+                                    receiver.endpoint)
+            for r in range(0 if args.in_process_only else args.rounds):
                 order = names if r % 2 == 0 else names[::-1]  # drift cancels across rounds
                 for n in order:
                     runs.append(run_one(client, uri, runner, receiver, n, args.events,
@@ -298,13 +391,14 @@ def main() -> int:
         receiver.close()
         if wire is not None:
             wire.close()
-    summ = summary(runs)
-    write_result(args.name, {"runs": runs, "summary": summ, "setup": {
+    summ = summary(runs) if runs else {}
+    write_result(args.name, {"runs": runs, "summary": summ, "in_process": inproc, "setup": {
         "server": "MONGODB_URI" if os.environ.get("MONGODB_URI") else "secantusd-py (WireServer)",
         "tenants": TENANTS, **{k: str(v) if isinstance(v, Path) else v
                                for k, v in vars(args).items()}}})
-    plot(runs, summ, RESULTS / f"{args.name}.png")
-    for n, s in summ.items():
+    if runs:
+        plot(runs, summ, RESULTS / f"{args.name}.png")
+    for n, s in {**summ, **{f"in-process {k}": v for k, v in inproc.items()}}.items():
         print(n, s)
     return 0
 
