@@ -19,13 +19,21 @@ receiver in another process (its CPU is not counted). Configurations:
 - ``baseline-off`` (with ``--baseline-src``): ``off`` on another checkout, e.g. before tracing
   passed the stored contexts on.
 
-Measured per run: the process is spawned on the board without events and left to start up
-(imports differ between configurations: the exporters); then the backlog is written (counters,
-then events, as producers write them) and the process's CPU (utime + stime from /proc) is taken
-from there to the last row done and the exporter's last batch out (6 s later), minus its idle
-rate measured right after (3 s, nothing to do), per event; and the spans the receiver got.
-The configurations run interleaved, ``--rounds`` times (every other round in reverse order);
-each figure is the median of its rounds, and each ratio is against ``off`` of the same run.
+A round runs every configuration **at once**, each its own process, database and receiver on
+the one server, so the machine's load -- other jobs vary it by the minute here, and a pipeline
+slowed by it spends more CPU per event on its polls and smaller batches -- weighs on all of
+them alike. Per process: spawned on the board without events and left to start up (imports
+differ between configurations: the exporters); then its backlog is written (counters, then
+events, as producers write them) and its CPU (utime + stime from /proc) is taken from there to
+its last row done and the exporter's last batch out (6 s after the last pipeline finished),
+minus its idle rate measured right after (3 s, nothing to do), per event; and the spans its
+receiver got. ``--rounds`` rounds; each figure is the median of its rounds, each ratio is
+against ``off`` of the same run.
+
+Beside it, ``--in-process-events``: the same pipeline on the memory twins in this process (a
+``Service`` driven by its own passes, HTTP launches, OTLP export): no server to vary the pace,
+so the tracing cost per event (µs) is steady; its share of the wire's ``off`` figure is a
+second reading of the overhead.
 
 Run: ``.venv/bin/python -m benchmarks.trace_overhead`` (``--events 1000 --rounds 1`` for a quick
 look). Writes ``results/trace-overhead.json`` and ``trace-overhead.png``.
@@ -41,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +163,24 @@ class Receiver:
         stop([self.proc], 10)
 
 
-def run_one(client: MongoClient[dict[str, Any]], uri: str, runner: str, receiver: Receiver,
-            name: str, events: int, timeout: float, tmp: Path) -> dict[str, Any]:
+@dataclass
+class Pipeline:
+    """One configuration's ``board-outbox run`` in a round: its database, process, receiver."""
+
+    name: str
+    db: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    receiver: Receiver | None
+    c0: float = 0.0
+    spans0: int = 0
+    start: float = 0.0
+    end: float = 0.0
+    done: int = 0
+
+
+def launch(client: MongoClient[dict[str, Any]], uri: str, runner: str, name: str,
+           tmp: Path) -> Pipeline:
     cfg = CONFIGS[name]
     db = f"tro_{name.replace('%', 'p').replace('.', '_').replace('-', '_')}_" \
          f"{int(time.time() * 1000) % 10**8}"
@@ -168,7 +193,8 @@ def run_one(client: MongoClient[dict[str, Any]], uri: str, runner: str, receiver
         f'[launcher]\nkind = "http"\nurl = "{runner}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update({"PYTHONPATH": str(cfg.get("src") or SRC), **cfg["env"]})
-    if cfg.get("export"):
+    receiver = Receiver() if cfg.get("export") else None
+    if receiver is not None:
         env.update({"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
                     "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"})
     log = tmp / f"{db}.log"
@@ -176,42 +202,60 @@ def run_one(client: MongoClient[dict[str, Any]], uri: str, runner: str, receiver
         proc = subprocess.Popen(
             [sys.executable, "-m", "board_outbox", "run", "--config", str(conf)],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    return Pipeline(name, db, proc, log, receiver)
+
+
+def run_round(client: MongoClient[dict[str, Any]], uri: str, runner: str, names: list[str],
+              events: int, timeout: float, tmp: Path) -> list[dict[str, Any]]:
+    """Every configuration at once, each its own process and database on the one server: the
+    machine's load, which other jobs vary by the minute, weighs on all of them alike."""
     rows = 2 * events
-    effects = client[db]["trigger_effects"]
+    pipes = [launch(client, uri, runner, n, tmp) for n in names]
     try:
-        # start-up (imports differ: the exporters) is not per event: measured from here
-        settled(proc.pid)
-        spans0 = receiver.spans()
-        c0 = cpu_seconds(proc.pid)
-        start = time.time()
-        backlog(client, db, events, cfg["context"], cfg.get("ratio", 1.0))
-        deadline = start + timeout
-        done = 0
-        while time.time() < deadline:
-            done = effects.count_documents(dict(IN_STATE["done"]))
-            if done >= rows:
-                break
-            time.sleep(max(0.25, min(2.0, (time.time() - start) / 50)))
-        end = time.time()
+        for p in pipes:  # start-up (imports differ: the exporters) is not per event
+            settled(p.proc.pid)
+        for p in pipes:
+            p.spans0 = p.receiver.spans() if p.receiver else 0
+            p.c0, p.start = cpu_seconds(p.proc.pid), time.time()
+            backlog(client, p.db, events, CONFIGS[p.name]["context"],
+                    CONFIGS[p.name].get("ratio", 1.0))
+        deadline = time.time() + timeout
+        waiting = list(pipes)
+        while waiting and time.time() < deadline:
+            time.sleep(0.5)
+            for p in list(waiting):
+                p.done = client[p.db]["trigger_effects"].count_documents(dict(IN_STATE["done"]))
+                if p.done >= rows:
+                    p.end = time.time()
+                    waiting.remove(p)
+        for p in waiting:
+            p.end = time.time()
         # the batch exporter sends what it holds every 5 s: its last batches are this run's
         # work too, so the CPU is read once they are out, and the idle rate after that
         time.sleep(DRAIN_SECONDS)
-        busy = cpu_seconds(proc.pid) - c0
-        spans = receiver.spans() - spans0
-        i0 = cpu_seconds(proc.pid)
+        busy = {p.name: cpu_seconds(p.proc.pid) - p.c0 for p in pipes}
+        spans = {p.name: (p.receiver.spans() - p.spans0) if p.receiver else 0 for p in pipes}
+        i0 = {p.name: cpu_seconds(p.proc.pid) for p in pipes}
         time.sleep(3.0)
-        idle = (cpu_seconds(proc.pid) - i0) / 3.0
+        idle = {p.name: (cpu_seconds(p.proc.pid) - i0[p.name]) / 3.0 for p in pipes}
+        idle_end = time.time()
     finally:
-        stop([proc], 30)
-    client.drop_database(db)
-    own = max(0.0, busy - idle * (end - start + DRAIN_SECONDS))
-    out = {"config": name, "events": events, "finished": done >= rows,
-           "seconds": round(end - start, 2), "cpu_s": round(busy, 3),
-           "idle_cpu_fraction": round(idle, 4),
-           "cpu_ms_per_event": round(own * 1000 / events, 4),
-           "spans": spans, "spans_per_event": round(spans / events, 3),
-           "log_errors": log.read_text(errors="replace").count('ERROR')}
-    print(out, flush=True)
+        stop([p.proc for p in pipes], 30)
+        for p in pipes:
+            if p.receiver is not None:
+                p.receiver.close()
+    out = []
+    for p in pipes:
+        client.drop_database(p.db)
+        own = max(0.0, busy[p.name] - idle[p.name] * (idle_end - 3.0 - p.start))
+        r = {"config": p.name, "events": events, "finished": p.done >= rows,
+             "seconds": round(p.end - p.start, 2), "cpu_s": round(busy[p.name], 3),
+             "idle_cpu_fraction": round(idle[p.name], 4),
+             "cpu_ms_per_event": round(own * 1000 / events, 4),
+             "spans": spans[p.name], "spans_per_event": round(spans[p.name] / events, 3),
+             "log_errors": p.log.read_text(errors="replace").count("ERROR")}
+        print(r, flush=True)
+        out.append(r)
     return out
 
 
@@ -311,6 +355,14 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
                   "overhead_vs_off": None if ratio is None else round(ratio, 4),
                   "goal": GOALS.get(n), "spans_per_event": statistics.median(
                       [r["spans_per_event"] for r in runs if r["config"] == n])}
+        # the same ratio round by round (each round's configurations ran side by side)
+        paired = [r["cpu_ms_per_event"] / o["cpu_ms_per_event"] - 1.0
+                  for r in runs if r["config"] == n for o in runs
+                  if o["config"] == "off" and o.get("round") == r.get("round")]
+        if paired:
+            out[n]["overhead_vs_off_by_round"] = [round(x, 4) for x in paired]
+            ratio = statistics.median(paired)
+            out[n]["overhead_vs_off_paired_median"] = round(ratio, 4)
         if n in GOALS and ratio is not None:
             out[n]["met"] = ratio <= GOALS[n]
     if "100%" in med and "100%-no-context" in med:
@@ -375,20 +427,21 @@ def main() -> int:
     uri = uri or wire.uri  # type: ignore[union-attr]
     runs: list[dict[str, Any]] = []
     inproc: dict[str, Any] = {}
-    receiver = Receiver()
     try:
         client: MongoClient[dict[str, Any]] = MongoClient(uri)
         with tempfile.TemporaryDirectory() as d, bot_runner() as runner:
             if args.in_process_events:
-                inproc = in_process(args.in_process_events, args.in_process_rounds, runner,
-                                    receiver.endpoint)
+                receiver = Receiver()
+                try:
+                    inproc = in_process(args.in_process_events, args.in_process_rounds, runner,
+                                        receiver.endpoint)
+                finally:
+                    receiver.close()
             for r in range(0 if args.in_process_only else args.rounds):
-                order = names if r % 2 == 0 else names[::-1]  # drift cancels across rounds
-                for n in order:
-                    runs.append(run_one(client, uri, runner, receiver, n, args.events,
-                                        args.timeout, Path(d)))
+                order = names if r % 2 == 0 else names[::-1]  # who writes its backlog first
+                runs += [{**x, "round": r} for x in run_round(
+                    client, uri, runner, order, args.events, args.timeout, Path(d))]
     finally:
-        receiver.close()
         if wire is not None:
             wire.close()
     summ = summary(runs) if runs else {}
