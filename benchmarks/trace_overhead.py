@@ -1,7 +1,7 @@
 """What tracing costs (C7): the whole ``board-outbox run`` process's CPU per event with tracing
 off, sampling every trace, and ``parentbased_traceidratio`` at 0.01 -- in one run, on the wire.
 
-Every pipeline gets a fresh database with the same backlog (default 2,000 events over 10
+Every pipeline gets a fresh database with the same backlog (default 1,000 events over 10
 tenants, one subscription each that every event matches plus the default projection
 ``board-reflect``: a launch row and a projection row per event, launches over HTTP to a local
 bot runner, as ``throughput.py``), then one ``board-outbox run`` drains it until every row is
@@ -35,8 +35,9 @@ Beside it, ``--in-process-events``: the same pipeline on the memory twins in thi
 so the tracing cost per event (µs) is steady; its share of the wire's ``off`` figure is a
 second reading of the overhead.
 
-Run: ``.venv/bin/python -m benchmarks.trace_overhead`` (``--events 1000 --rounds 1`` for a quick
-look). Writes ``results/trace-overhead.json`` and ``trace-overhead.png``.
+Run: ``.venv/bin/python -m benchmarks.trace_overhead`` (``--events 300 --rounds 1`` for a quick
+look; ``--configs off,off-no-context,100%,100%-no-context`` for what the context and the span per
+event cost). Writes ``results/trace-overhead.json`` and ``trace-overhead.png``.
 """
 
 from __future__ import annotations
@@ -402,10 +403,12 @@ def plot(runs: list[dict[str, Any]], summ: dict[str, Any], path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
+    ap.add_argument("--events", type=int, default=1000, help="per pipeline")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--configs", default="off,100%,0.01",
+                    help=f"of {', '.join(CONFIGS)} (a round runs them side by side: more than "
+                         "three or four saturate a single-threaded wire server)")
+    ap.add_argument("--timeout", type=float, default=900.0, help="per round, seconds")
     ap.add_argument("--name", default="trace-overhead")
     ap.add_argument("--baseline-src", type=Path,
                     help="also run `off` on another checkout's src/ (e.g. /work/main/src): what "
