@@ -24,11 +24,12 @@ the one server, so the machine's load -- other jobs vary it by the minute here, 
 slowed by it spends more CPU per event on its polls and smaller batches -- weighs on all of
 them alike. Per process: spawned on the board without events and left to start up (imports
 differ between configurations: the exporters); then its backlog is written (counters, then
-events, as producers write them) and its CPU (utime + stime from /proc) is taken from there to
-its last row done and the exporter's last batch out (6 s after the last pipeline finished),
-minus its idle rate measured right after (3 s, nothing to do), per event; and the spans its
-receiver got. ``--rounds`` rounds; each figure is the median of its rounds, each ratio is
-against ``off`` of the same run.
+events, as producers write them) and its CPU (every thread's, in nanoseconds from
+``/proc/PID/task/*/schedstat``) is taken from there to its last row done and the exporter's last
+batch out (6 s after the last pipeline finished), minus its idle rate measured right after
+(10 s, nothing to do) times that time, per event; and the spans its receiver got.
+``--rounds`` rounds; each figure is the median of its rounds, each ratio is against ``off`` of
+the same round.
 
 Beside it, ``--in-process-events``: the same pipeline on the memory twins in this process (a
 ``Service`` driven by its own passes, HTTP launches, OTLP export): no server to vary the pace,
@@ -61,7 +62,7 @@ from pymongo import MongoClient
 from board_outbox.adapters.mongo.outbox import IN_STATE
 from board_outbox.service.wireserver import WireServer, free_port
 
-from .common import RESULTS, bot_runner, cpu_seconds, pyplot, stop, write_result
+from .common import RESULTS, bot_runner, pyplot, stop, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"  # the replicas' code (``--src``: a snapshot, so edits meanwhile change nothing)
@@ -80,6 +81,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 GOALS = {"100%": 0.10, "0.01": 0.02}
 DRAIN_SECONDS = 6.0  # past the batch span processor's 5 s schedule
+IDLE_SECONDS = 10.0  # the idle rate's window: several polls, heartbeats and gauge refreshes
 
 
 def traceparent(rng: random.Random, ratio: float) -> str:
@@ -125,14 +127,32 @@ def backlog(client: MongoClient[dict[str, Any]], db_name: str, events: int, cont
         db["board_events"].insert_many(docs[i:i + 5000])
 
 
+def cpu_ns(pid: int) -> int:
+    """The process's CPU so far in nanoseconds: the sum over its threads of
+    ``/proc/PID/task/*/schedstat`` (``/proc/PID/stat`` counts 10 ms ticks: over the few seconds
+    of an idle window that is a 30% error, and multiplied by a run's minutes it swamped the
+    differences measured here). A thread that has exited drops out: the ones that matter here
+    (the event loop, the driver's monitors, the span exporter) live as long as the process."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    except OSError:
+        return 0
+    return total
+
+
 def settled(pid: int, timeout: float = 60.0) -> None:
     """Wait until a freshly spawned process has started up: its CPU still for a second."""
     deadline = time.time() + timeout
     time.sleep(1.0)
-    last = cpu_seconds(pid)
+    last = cpu_ns(pid) / 1e9
     while time.time() < deadline:
         time.sleep(1.0)
-        now = cpu_seconds(pid)
+        now = cpu_ns(pid) / 1e9
         if now - last < 0.03:
             return
         last = now
@@ -218,7 +238,7 @@ def run_round(client: MongoClient[dict[str, Any]], uri: str, runner: str, names:
             settled(p.proc.pid)
         for p in pipes:
             p.spans0 = p.receiver.spans() if p.receiver else 0
-            p.c0, p.start = cpu_seconds(p.proc.pid), time.time()
+            p.c0, p.start = cpu_ns(p.proc.pid) / 1e9, time.time()
             backlog(client, p.db, events, CONFIGS[p.name]["context"],
                     CONFIGS[p.name].get("ratio", 1.0))
         deadline = time.time() + timeout
@@ -235,12 +255,12 @@ def run_round(client: MongoClient[dict[str, Any]], uri: str, runner: str, names:
         # the batch exporter sends what it holds every 5 s: its last batches are this run's
         # work too, so the CPU is read once they are out, and the idle rate after that
         time.sleep(DRAIN_SECONDS)
-        busy = {p.name: cpu_seconds(p.proc.pid) - p.c0 for p in pipes}
+        busy = {p.name: cpu_ns(p.proc.pid) / 1e9 - p.c0 for p in pipes}
         spans = {p.name: (p.receiver.spans() - p.spans0) if p.receiver else 0 for p in pipes}
-        i0 = {p.name: cpu_seconds(p.proc.pid) for p in pipes}
-        time.sleep(3.0)
-        idle = {p.name: (cpu_seconds(p.proc.pid) - i0[p.name]) / 3.0 for p in pipes}
-        idle_end = time.time()
+        i0 = {p.name: cpu_ns(p.proc.pid) / 1e9 for p in pipes}
+        time.sleep(IDLE_SECONDS)
+        idle = {p.name: (cpu_ns(p.proc.pid) / 1e9 - i0[p.name]) / IDLE_SECONDS for p in pipes}
+        idle_end = time.time() - IDLE_SECONDS
     finally:
         stop([p.proc for p in pipes], 30)
         for p in pipes:
@@ -249,7 +269,7 @@ def run_round(client: MongoClient[dict[str, Any]], uri: str, runner: str, names:
     out = []
     for p in pipes:
         client.drop_database(p.db)
-        own = max(0.0, busy[p.name] - idle[p.name] * (idle_end - 3.0 - p.start))
+        own = max(0.0, busy[p.name] - idle[p.name] * (idle_end - p.start))
         r = {"config": p.name, "events": events, "finished": p.done >= rows,
              "seconds": round(p.end - p.start, 2), "cpu_s": round(busy[p.name], 3),
              "idle_cpu_fraction": round(idle[p.name], 4),
