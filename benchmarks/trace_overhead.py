@@ -438,7 +438,7 @@ def plot(runs: list[dict[str, Any]], summ: dict[str, Any], inproc: dict[str, Any
         for i, n in enumerate(ins):
             if n != "off":
                 axes[1].text(i, inproc[n]["cpu_us_per_event_median"],
-                             f"+{inproc[n]['tracing_us_per_event']:.0f} µs", ha="center",
+                             f"{inproc[n]['tracing_us_per_event']:+.0f} µs", ha="center",
                              va="bottom", fontsize=8)
         axes[1].set_ylim(0, 1.2 * max(inproc[n]["cpu_us_per_event_median"] for n in ins))
         axes[1].set_ylabel("CPU µs per event")
