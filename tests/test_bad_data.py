@@ -477,6 +477,9 @@ async def _huge_consume(rig: Rig, t: str) -> None:
     await rig.emit(t)
 
 
+_TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+_TRACE_LINE = "stored trace context not usable"
+
 CASES: list[Case] = [
     # --- events ---------------------------------------------------------------------------
     event_case("event-seq-float", "is not an integer seq", allocate=False, seq=2.5),
@@ -499,6 +502,18 @@ CASES: list[Case] = [
     Case("event-at-minus-infinity", lambda rig, t: _launched_event(rig, t, float("-inf")), "log",
          "at -inf is out of range", later_flows=True),
     Case("event-huge-extra-field", _huge_extra_field, "flows", later_flows=True),
+    # a producer's trace context (C7): a bad one costs only the event's parentage (its rows
+    # still launch: tests/test_trace_context.py), one line per tenant and problem
+    event_case("event-trace-string", _TRACE_LINE, trace="00-" + "c" * 32),
+    event_case("event-trace-list", _TRACE_LINE, trace=[{"traceparent": _TP}]),
+    event_case("event-traceparent-garbage", _TRACE_LINE, trace={"traceparent": "0x" + "c" * 50}),
+    event_case("event-traceparent-int", _TRACE_LINE, trace={"traceparent": 7}),
+    event_case("event-traceparent-1mb", _TRACE_LINE, trace={"traceparent": "0" * 1_000_000}),
+    event_case("event-tracestate-10k", _TRACE_LINE, trace={"traceparent": _TP,
+                                                           "tracestate": "k=" + "v" * 10_000}),
+    event_case("event-tracestate-int", _TRACE_LINE, trace={"traceparent": _TP, "tracestate": 5}),
+    event_case("event-tracestate-garbage", _TRACE_LINE,
+               trace={"traceparent": _TP, "tracestate": "no state,\n=="}),
     # --- cards ----------------------------------------------------------------------------
     card_case("card-title-200k", "poison", title="t" * 200_000),
     card_case("card-labels-string", "poison", labels="urgent"),
@@ -653,7 +668,8 @@ LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-health
         "row-held-by-no-pause", "sub-priority-huge", "sub-priority-nan",
         "row-priority-string", "row-priority-huge", "event-at-milliseconds",
         "row-not-before-milliseconds", "row-not-before-minus-1e308", "row-created-at-minus-1e15",
-        "row-error-at-milliseconds", "pause-at-milliseconds"}
+        "row-error-at-milliseconds", "pause-at-milliseconds", "event-traceparent-garbage",
+        "event-tracestate-10k"}
 
 
 def _params() -> list[Any]:
@@ -2348,6 +2364,17 @@ async def test_hostile_forwarded_headers_cost_only_their_request(
 # a membership lease expires_at "soon"           -> (new) no owner from it; the good lease owns
 # the event's at "yesterday"                     -> (new) its moment undated, with a note
 # a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
+#
+# --- note table (C7, an event's trace context): input -> before -> after -----------------------
+#
+# an event's trace a string, a list, a traceparent "0x…", 7 or 1 MB long
+#                                                -> (never read) -> no parent: the event's rows
+#                                                   join their batch's trace, one line per tenant
+#                                                   and problem; the event launches as ever
+# a tracestate of 10,000 characters, 5, or "no state,\n=="
+#                                                -> (never read) -> dropped, the traceparent kept
+#                                                   (the rows still continue the producer's trace),
+#                                                   one line per tenant and problem
 #
 # --- note table (issue 33, priorities): input -> before -> after ------------------------------
 #
