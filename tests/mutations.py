@@ -404,9 +404,9 @@ MUTANTS: tuple[Mutant, ...] = (
            'age = now - at[row.seq] if at[row.seq] > 0 else float("inf")',
            "age = now - at[row.seq] if at[row.seq] > 0 else 0.0", "audit"),
     Mutant("audit-repairs-presumed-expired-rows", "audit",
-           "            if age >= self.done_ttl_seconds:\n                rep.presumed_expired += 1\n"
+           "            if age >= self.retention_seconds:\n                rep.presumed_expired += 1\n"
            "                continue\n            missing.append(row)",
-           "            missing.append(row)\n            if age >= self.done_ttl_seconds:\n"
+           "            missing.append(row)\n            if age >= self.retention_seconds:\n"
            "                rep.presumed_expired += 1\n                continue", "audit"),
     Mutant("audit-repair-gives-up-on-a-slow-write", "audit",
            "            if len(rows) > 1:\n                half = len(rows) // 2",

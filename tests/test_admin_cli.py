@@ -179,7 +179,8 @@ def test_parse_when() -> None:
 
 def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[service]\nlog_format = "json"\nreplica_name = "r1"\n'
+    cfg.write_text('[store]\nbackend = "memory"\n'
+                   '[service]\nlog_format = "json"\nreplica_name = "r1"\n'
                    '[tail]\npoll_interval_seconds = 0.1\n')
     import httpx
 
@@ -219,7 +220,8 @@ def test_run_with_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
 
 def test_ensure_schema_needs_mongo() -> None:
     proc = subprocess.run([sys.executable, "-m", "board_outbox", "ensure-schema"],
-                          capture_output=True, text=True, timeout=30, env={**os.environ})
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "BOARD_OUTBOX_STORE__BACKEND": "memory"})
     assert proc.returncode == 2 and "needs the mongo backend" in proc.stderr
 
 
