@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -70,7 +71,11 @@ def test_dead_letters_list_show_and_filters(capsys: pytest.CaptureFixture[str]) 
     assert run_cli(backend, "dead-letters", "list", "--since", "1d", "--until", "2000-01-01") == 0
     assert "no dead-letters" in capsys.readouterr().out
     assert run_cli(backend, "dead-letters", "show", keys[0]) == 0
-    assert '"state": "failed"' in capsys.readouterr().out
+    out = capsys.readouterr().out  # for a person: where it stands and why
+    assert f"row {keys[0]}: launch of subscription s" in out and "state failed" in out
+    assert "LaunchFailed" in out and "{" not in out
+    assert run_cli(backend, "dead-letters", "show", keys[0], "--json") == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "failed"
     assert run_cli(backend, "dead-letters", "show", "nope") == 1
     assert "no row 'nope'" in capsys.readouterr().err
 

@@ -94,11 +94,12 @@ def _client(
 def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> Stores:
     """Every Mongo adapter over an open database."""
     board = MongoBoard(db)
+    subs = MongoSubscriptionStore(db)
     return Stores(
         events=MongoEventLog(db),
         cursors=MongoCursorStore(db),
         outbox=MongoEffectOutbox(db),
-        subs=MongoSubscriptionStore(db),
+        subs=subs,
         cards=board,
         labels=board,
         launcher=launcher,
@@ -113,6 +114,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         pauses=MongoPauseStore(db),
         series=MongoSeriesStore(db),
         sub_changes=MongoSubscriptionChanges(db) if change_feed else None,
+        sub_admin=subs,
     )
 
 

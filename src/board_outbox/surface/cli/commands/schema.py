@@ -16,6 +16,11 @@ async def cmd_ensure_schema(args: argparse.Namespace, factory: StoresFactory) ->
     cfg = load_config(args.config)
     async with mongo_database(cfg, command="ensure-schema") as db:
         names = await ensure_schema(db, cfg.retention)
-    print(f"schema ensured on {cfg.store.database!r}: "
-          f"{', '.join(names) if names else 'every index in place, nothing changed'}")
+    if args.json:
+        from board_outbox.surface.cli.output import print_json
+
+        print_json({"schema": 1, "database": cfg.store.database, "changed": names})
+    else:
+        print(f"schema ensured on {cfg.store.database!r}: "
+              f"{', '.join(names) if names else 'every index in place, nothing changed'}")
     return 0
