@@ -12,7 +12,7 @@ from bson import Timestamp
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.read_concern import ReadConcern
 
-from board_outbox.adapters.mongo.errors import translated
+from board_outbox.adapters.mongo.errors import classify, translated
 from board_outbox.adapters.mongo.events import EVENTS
 from board_outbox.model.diagnosis import IndexFacts, OplogFacts, Privilege, ServerFacts
 
@@ -80,7 +80,7 @@ class MongoProbe:
         out: dict[str, list[IndexFacts]] = {}
         for name in collections:
             try:
-                found = await self.db[name].list_indexes().to_list(None)
+                found = await (await self.db[name].list_indexes()).to_list(None)
             except OperationFailure as exc:
                 if exc.code != NAMESPACE_NOT_FOUND:
                     raise
@@ -100,11 +100,12 @@ class MongoProbe:
         try:
             first = await oplog.find({}, {"ts": 1, "wall": 1}).sort("$natural", 1).limit(1).to_list(None)
             last = await oplog.find({}, {"ts": 1, "wall": 1}).sort("$natural", -1).limit(1).to_list(None)
-            stats = await self.client["local"].command("collStats", "oplog.rs")
         except PyMongoError as exc:
-            from board_outbox.adapters.mongo.errors import classify
-
             raise classify(exc, "oplog") from exc
+        try:  # how full it is: a server that will not say leaves it unknown
+            stats = await self.client["local"].command("collStats", "oplog.rs")
+        except OperationFailure:
+            stats = {}
         capped = bool(stats.get("capped"))
         size, max_size = stats.get("size"), stats.get("maxSize")
         full = None

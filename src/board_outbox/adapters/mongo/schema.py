@@ -169,13 +169,14 @@ async def _follow_retention(db: Any, retention: Retention) -> list[str]:
 @translated
 async def ensure_schema(db: Any, retention: Retention | None = None) -> list[str]:
     """Create every index, make the TTL indexes follow ``retention`` (the defaults when None)
-    and drop the obsolete indexes; return the names created or changed. Safe to run again and
-    from several replicas."""
+    and drop the obsolete indexes; return the indexes created or changed (each one's name, a
+    changed TTL's with what changed). Safe to run again and from several replicas."""
     created: list[str] = []
     for coll, all_models in INDEXES.items():
         models = [m for m in all_models if m.document["name"] not in TTL_NAMES]  # below
+        before = set(await db[coll].index_information())
         try:
-            created += await db[coll].create_indexes(models)
+            created += [n for n in await db[coll].create_indexes(models) if n not in before]
         except OperationFailure as exc:
             if exc.code in (85, 86):  # IndexOptionsConflict / IndexKeySpecsConflict
                 raise StoreError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, NoReturn
 
 from board_outbox.surface.cli.argtypes import (
     first_seq,
@@ -214,6 +214,14 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input on the command line is one line on stderr, exit 2 (the usage is a --help
+    away, not a screenful above the reason)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` shows the usage)\n")
+
+
 def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
     help_, description = _COMMANDS[name]
     parser: argparse.ArgumentParser = sub.add_parser(
@@ -225,8 +233,7 @@ def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse
 
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="board-outbox", description=DESCRIPTION,
-                                     formatter_class=fmt)
+    parser = OneLineParser(prog="board-outbox", description=DESCRIPTION, formatter_class=fmt)
     parser.add_argument("--version", action="version", version="%(prog)s " + _version())
     config_help = ("TOML configuration file (default: $BOARD_OUTBOX_CONFIG; without one, "
                    "the BOARD_OUTBOX_* variables must name the store)")

@@ -37,6 +37,12 @@ class SubscriptionView(msgspec.Struct, kw_only=True):
     audit: list[AuditEntry] = msgspec.field(default_factory=list)
 
 
+class SubscriptionShown(SubscriptionView, kw_only=True):
+    """``show --json``."""
+
+    schema: int = SCHEMA
+
+
 class SubscriptionList(msgspec.Struct, kw_only=True):
     schema: int
     subscriptions: list[SubscriptionView]
@@ -71,8 +77,8 @@ def _read_file(path: str) -> dict[str, Any]:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise UsageError(f"subscriptions add --file {path}: not JSON: {exc}") from None
-    if isinstance(doc, dict) and "schema" in doc and isinstance(doc.get("subscription"), dict):
-        doc = doc["subscription"]  # `show --json`'s document
+    if isinstance(doc, dict) and isinstance(doc.get("subscription"), dict):
+        doc = doc["subscription"]  # `show --json`'s document (no subscription has that field)
     if not isinstance(doc, dict):
         raise UsageError(f"subscriptions add --file {path}: expected a JSON object")
     return doc
@@ -227,7 +233,7 @@ def _print_show(args: argparse.Namespace, rec: SubscriptionRecord) -> int:
     from board_outbox.surface.subscribing import summary
 
     if args.json:
-        print_json(_view(rec))
+        print_json(SubscriptionShown(**msgspec.structs.asdict(_view(rec))))
         return 0
     print(f"subscription {rec.sub_id} (tenant {rec.tenant_id or '?'}, revision {rec.rev})")
     if rec.sub is None:
