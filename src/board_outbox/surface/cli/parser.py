@@ -219,7 +219,7 @@ class OneLineParser(argparse.ArgumentParser):
     away, not a screenful above the reason)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` shows the usage)\n")
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` shows the usage)\n")
 
 
 def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
