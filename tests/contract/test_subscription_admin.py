@@ -58,10 +58,9 @@ async def test_a_subscription_no_command_wrote_is_revision_0_and_its_audit_is_bo
     await kit.subs.put(sub)  # as a producer's own tool writes one
     rec = await a.record("s")
     assert rec is not None and rec.rev == 0 and rec.audit == []
-    rev = 0
-    for i in range(AUDIT_KEEP + 5):
-        assert await a.update(msgspec.structs.replace(sub, priority=i % 10), entry(f"e{i}"), rev)
-        rev += 1
+    for rev in range(AUDIT_KEEP + 5):  # each write's revision is the one before plus one
+        assert await a.update(msgspec.structs.replace(sub, priority=rev % 10), entry(f"e{rev}"),
+                              rev)
     rec = await a.record("s")
     assert rec is not None and rec.rev == AUDIT_KEEP + 5 and len(rec.audit) == AUDIT_KEEP
     assert rec.audit[-1].action == f"e{AUDIT_KEEP + 4}"
