@@ -174,10 +174,12 @@ def _privilege_check(cfg: Config, users: Sequence[str], privs: Sequence[Privileg
     oplog = any(p.grants("find", "local", "oplog.rs") for p in privs)
     who = ", ".join(users)
     if missing:
-        shown = "; ".join(f"{', '.join(a)} on {c}" for c, a in sorted(missing.items())[:6])
-        more = f" (and {len(missing) - 6} more collections)" if len(missing) > 6 else ""
-        return Check(name="privileges", status="fail",
-                     found=f"{who} lacks {shown}{more}", todo=f"grant {ROLES}")
+        groups: dict[tuple[str, ...], list[str]] = {}  # the same actions missing: one group
+        for coll, actions in sorted(missing.items()):
+            groups.setdefault(tuple(actions), []).append(coll)
+        shown = "; ".join(f"{', '.join(a)} on {', '.join(c)}" for a, c in groups.items())
+        return Check(name="privileges", status="fail", found=f"{who} lacks {shown}",
+                     todo=f"grant {ROLES}")
     if not oplog:
         return Check(name="privileges", status="warn",
                      found=f"{who} has what the service needs, but cannot read local.oplog.rs",
