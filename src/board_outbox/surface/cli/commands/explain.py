@@ -32,10 +32,9 @@ async def cmd_explain(args: argparse.Namespace, factory: StoresFactory) -> int:
         try:
             x = await explain(stores, args.row_key, time.time(), settings)
         except RowNotFound as exc:
-            raise UsageError(f"explain: {exc} (a done row is deleted "
-                             f"{days(cfg.retention.done_seconds)} after it is done: "
-                             "[retention] done_seconds; `dead-letters list` names the "
-                             "dead-letters)") from None
+            raise UsageError(f"explain: {exc} (done rows are deleted "
+                             f"{days(cfg.retention.done_seconds)}: [retention] done_seconds; "
+                             "`dead-letters list` names the dead-letters)") from None
     if args.json:
         print(msgspec.json.encode(x).decode())
     else:
