@@ -98,7 +98,7 @@ FAILED_AT = "failed_at"  # a dead-letter's parked time, a BSON date (``transitio
 TTL_STATES: dict[str, tuple[str, str]] = {
     # done rows expire ``retention.done_seconds`` after ``done_at`` (M11b)
     DONE: ("done_ttl", "done_at"),
-    # coalesced rows (issue 33) on the same clock; this index also serves their count
+    # coalesced rows on the same clock; this index also serves their count
     # (``IN_STATE``)
     COALESCED: ("coalesced_ttl", "done_at"),
     # dead-letters only when ``retention.failed_seconds`` is set (else the index is dropped)
