@@ -10,7 +10,7 @@ searching every ``.py`` under ``src/`` for the snippet, so the campaign
 survives modules being moved; a snippet that is not found, or found more than once (and not
 narrowed by the hint), fails loudly so the mutant can be retargeted.
 
-For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, .ci/,
+For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, .ci/, deploy/,
 the top-level files) is copied to a temporary directory, the snippet replaced there, and run
 with ``PYTHONPATH`` pointing at the copy (so the copy, not the editable install, is imported --
 checked before the campaign):
@@ -41,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COPY = ("src", "projections", "tests", "tracing", "benchmarks", "docs", "pyproject.toml",
-        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml", "dev.sh", ".ci")
+        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml", "dev.sh", ".ci",
+        "deploy", "Dockerfile", ".dockerignore", "LICENSE", "CHANGELOG.md")
 SEARCH = ("src",)
 UNIT_TIMEOUT = 900.0
 HARNESS_TIMEOUT = 600.0

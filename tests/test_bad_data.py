@@ -1395,7 +1395,7 @@ async def test_poll_only_shows_in_readyz_and_metrics() -> None:
     from board_outbox.model.clock import ManualClock
     from board_outbox.service.config import load_config
     from board_outbox.service.runtime import Service
-    from board_outbox.surface.http.checks import readiness
+    from board_outbox.surface.http.checks import degraded, readiness
     from board_outbox.surface.http.metrics import ServiceCollector
 
     b = MemoryBackend()
@@ -1416,8 +1416,9 @@ async def test_poll_only_shows_in_readyz_and_metrics() -> None:
                 await anyio.sleep(0.01)
         clock.advance(60)
         failing, _ = await readiness(service)
-        assert "running on the poll net alone" in failing["stream"]
-        assert "the feed refuses to open" in failing["stream"]
+        assert "stream" not in failing  # events flow on the poll net: still ready
+        assert "running on the poll net alone" in degraded(service)["stream"]
+        assert "the feed refuses to open" in degraded(service)["stream"]
         from prometheus_client import generate_latest
 
         fam = {f.name: f for f in text_string_to_metric_families(
@@ -1483,7 +1484,7 @@ async def test_a_cursor_ahead_of_its_counter_holds_the_tenant_until_reset(
     from board_outbox.service.config import load_config
     from board_outbox.service.health import tenant_statuses
     from board_outbox.service.runtime import Service
-    from board_outbox.surface.http.checks import readiness
+    from board_outbox.surface.http.checks import degraded, readiness
 
     async with open_side(side, request) as s:
         t = _uniq("ahead")
@@ -1517,7 +1518,7 @@ async def test_a_cursor_ahead_of_its_counter_holds_the_tenant_until_reset(
         lines = _lines(caplog)
         assert len(lines) == 1 and "cursor ahead of its counter" in lines[0], lines
         failing, _ = await readiness(service)
-        assert t in failing["cursor"]
+        assert "cursor" not in failing and t in degraded(service)["cursor"]
         st = await tenant_statuses(s.stores, clock.now())
         assert st[t].problems == [f"cursor 5 is ahead of the counter (2): held until "
                                   f"`board-outbox cursor reset --tenant {t} --to N`"]
@@ -2330,13 +2331,13 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 #                                          the first full poll covers the gap
 # resume token {_data:"garbage"} / another collection's (server refuses) -> same as above ->
 #                                          3 attempts, one line, dropped, stream reopens + full
-#                                          poll; /readyz "stream" and board_outbox_poll_only meanwhile
+#                                          poll; degraded "stream" and board_outbox_poll_only meanwhile
 # counter seq "lots" / cursor seq "abc"   -> status, /metrics per-tenant gauges and stall
 #                                          detection blank for EVERY tenant -> that tenant carries a
 #                                          `problems` entry, the others stand; one line; counted
 # cursor ahead of its counter (restored)  -> events up to it skipped, no line, /readyz ready, lag 0
 #                                          -> tenant held (durably, across restarts), one line,
-#                                             /readyz "cursor", board_outbox_cursor_ahead, status
+#                                             degraded "cursor", board_outbox_cursor_ahead, status
 #                                             problems; `cursor reset --tenant T --to N` releases it
 #                                             and every event launches
 # 20,000 counters at seq 0, no cursor     -> first poll seeds them one by one (minutes), a live

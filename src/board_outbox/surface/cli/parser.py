@@ -23,7 +23,7 @@ exactly-once-in-steady-state effects: bot launches and projection updates (ADR-0
 
 Configuration: --config FILE (TOML) or BOARD_OUTBOX_CONFIG, overridden by environment
 variables BOARD_OUTBOX_<SECTION>__<NAME> (e.g. BOARD_OUTBOX_STORE__URI). Tracing and metrics:
-the standard OTEL_* variables (see tracing/README.md).
+the standard OTEL_* variables (e.g. OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318).
 
 Run `board-outbox COMMAND --help` for each command."""
 
