@@ -186,3 +186,22 @@ def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "error:" in err and "--help` shows the usage" in err
+
+
+def test_a_store_lost_mid_command_is_one_short_line_too() -> None:
+    """After the first contact an operation's timeout is classified like any store error: the
+    driver's topology dump and configured timeouts are cut from the line (and from the logs)."""
+    from pymongo.errors import ServerSelectionTimeoutError
+
+    from board_outbox.adapters.mongo.errors import classify
+    from board_outbox.model.errors import StoreUnavailable
+
+    exc = ServerSelectionTimeoutError(
+        "db1:27017: [Errno 111] Connect call failed ('10.0.0.5', 27017) (configured timeouts: "
+        "socketTimeoutMS: 5000.0ms, connectTimeoutMS: 5000.0ms), Timeout: 9.99s, Topology "
+        "Description: <TopologyDescription id: 6b1, topology_type: ReplicaSetNoPrimary, servers: "
+        "[<ServerDescription ('db1', 27017) server_type: Unknown, rtt: None>]>")
+    got = classify(exc, "MongoEventLog.heads")
+    assert isinstance(got, StoreUnavailable)
+    assert str(got) == ("MongoEventLog.heads: ServerSelectionTimeoutError: db1:27017: [Errno 111] "
+                        "Connect call failed ('10.0.0.5', 27017)")
