@@ -87,6 +87,11 @@ async def test_a_healthy_deployment_passes_every_check() -> None:
         "config": "ok", "server": "ok", "replica set": "ok", "clock": "ok",
         "change streams": "ok", "privileges": "ok", "indexes": "ok", "retention": "ok",
         "oplog": "ok"}
+    probe = FakeProbe(cfg)
+    probe.oplog_facts.token_saved_at = probe.oplog_facts.last
+    got = verdicts(await diagnose(cfg, probe))
+    assert got["oplog"][0] == "ok" and "the saved resume token is 3.0 days from falling off" in \
+        got["oplog"][1]
 
 
 def _probe(change: str, cfg: Any) -> FakeProbe:
@@ -117,6 +122,9 @@ def _probe(change: str, cfg: Any) -> FakeProbe:
         p.oplog_facts = OplogFacts(first=now - 3600, last=now, full=True)
     elif change == "oplog-filling":
         p.oplog_facts = OplogFacts(first=now - 600, last=now, full=None)
+    elif change == "token-gone":
+        p.oplog_facts = OplogFacts(first=now - 3 * 86400, last=now, full=True,
+                                   token_saved_at=now - 4 * 86400)
     elif change == "index-missing":
         p.index_facts["trigger_effects"] = [f for f in p.index_facts["trigger_effects"]
                                             if f.name != "pending_not_before"]
@@ -145,6 +153,7 @@ def _probe(change: str, cfg: Any) -> FakeProbe:
     ("no-auth", "privileges", "warn", "without access control"),
     ("oplog-short", "oplog", "fail", "below the lag budget"),
     ("oplog-filling", "oplog", "warn", "not full yet"),
+    ("token-gone", "oplog", "warn", "the saved resume token is 24.0 h past its end"),
     ("index-missing", "indexes", "fail", "missing trigger_effects.pending_not_before"),
     ("index-other-options", "indexes", "fail", "other options: trigger_effects.row_key_unique"),
     ("ttl", "retention", "fail", "done_ttl: 86400 s, [retention] done_seconds = 604800"),

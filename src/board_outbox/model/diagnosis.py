@@ -66,3 +66,6 @@ class OplogFacts(msgspec.Struct, kw_only=True):
     full: bool | None  # at its size limit, so trimming (None: the server does not say)
     size_bytes: float | None = None
     max_bytes: float | None = None
+    # when the service last saved its change stream's resume token (None: never); its headroom
+    # (A2) is this minus ``first``
+    token_saved_at: float | None = None

@@ -263,6 +263,15 @@ def _oplog_check(cfg: Config, facts: OplogFacts) -> Check:
                      todo="check again once the replica set has taken writes")
     window = facts.last - facts.first
     found = f"the oplog holds {_fmt_seconds(window)} of history"
+    if facts.token_saved_at is not None:
+        headroom = facts.token_saved_at - facts.first  # A2, as the service's gauge reads it
+        if headroom < 0:
+            return Check(name="oplog", status="warn",
+                         found=f"{found}; the saved resume token is {_fmt_seconds(-headroom)} "
+                               "past its end",
+                         todo="nothing is lost: the next start drops the token and polls every "
+                              "tenant once; keep a replica running to keep the token fresh")
+        found += f"; the saved resume token is {_fmt_seconds(headroom)} from falling off it"
     if window >= budget:
         return Check(name="oplog", status="ok",
                      found=f"{found}, at least the lag budget ({_fmt_seconds(budget)})")

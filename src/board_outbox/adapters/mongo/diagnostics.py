@@ -112,7 +112,13 @@ class MongoProbe:
         if capped and isinstance(size, (int, float)) and isinstance(max_size, (int, float)) \
                 and max_size > 0:
             full = size >= 0.9 * max_size
-        return OplogFacts(first=_wall(first[0]) if first else None,
+        from board_outbox.adapters.mongo.tokens import MongoResumeTokenStore
+
+        try:
+            saved = await MongoResumeTokenStore(self.db).saved_at()
+        except PyMongoError:  # the token is a nicety here: the window is the finding
+            saved = None
+        return OplogFacts(first=_wall(first[0]) if first else None, token_saved_at=saved,
                           last=_wall(last[0]) if last else None, full=full,
                           size_bytes=size if isinstance(size, (int, float)) else None,
                           max_bytes=max_size if isinstance(max_size, (int, float)) else None)
