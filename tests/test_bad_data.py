@@ -2243,6 +2243,65 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 
 
 
+
+# --- forwarded headers through a trusted proxy (U3) ------------------------------------------
+
+HOSTILE_FORWARDED = [
+    "for=1.2.3.4;for=5.6.7.8", "for=", 'for="unclosed', "for=a b", ";;=;", "\x00", "for=_x:99",
+    'for="[2001:db8::1"', "for=unknown", "for=999.1.1.1", "proto=gopher;host=a/b", "," * 200,
+    "x" * 4000, 'for="\\\\\\"', "for=1.2.3.4:99999", "host=evil.example:1:2",
+]
+HOSTILE_X_FORWARDED = [
+    "<script>", "1.2.3.4:", "[::1", ",,,", "1.2.3.4, ", "999.1.1.1", "1.2.3.4:port",
+    ", ".join(["10.0.0.9"] * 70), "unknown", "\x00\x01", "x" * 4000,
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["x-forwarded", "forwarded"])
+async def test_hostile_forwarded_headers_cost_only_their_request(
+        mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A trusted proxy passing the client's hostile forwarded headers on (with its own entry
+    appended): every request is answered (never a 500), and the login throttle sees only the
+    client the proxy wrote or the proxy itself -- no header picks or mints a client."""
+    import re
+
+    import httpx
+
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.console import build_console
+    from board_outbox.surface.http.app import build_app
+    from board_outbox.surface.http.proxies import proxy_settings
+    from board_outbox.surface.http.server import guarded
+    from tests.test_console import TOKEN, csrf_of
+
+    cfg = load_config(env={}, ui={"admin_token": TOKEN, "trusted_proxies": ["10.0.0.2"],
+                                  "proxy_headers": mode}, service={"allowed_hosts": ["c.example"]})
+    app = guarded(build_app([], ui=build_console(MemoryBackend().stores(), cfg)), "127.0.0.1",
+                  cfg.service.allowed_hosts, proxy_settings(cfg.ui))
+    caplog.set_level(logging.WARNING, logger="board_outbox.console")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.2", 1)),
+                                 base_url="http://127.0.0.1:9464") as client:
+        for bad in HOSTILE_FORWARDED if mode == "forwarded" else HOSTILE_X_FORWARDED:
+            if mode == "forwarded":
+                headers = {"Forwarded": f"{bad}, for=203.0.113.7;proto=https;host=c.example"}
+            else:
+                headers = {"X-Forwarded-For": f"{bad}, 203.0.113.7", "X-Forwarded-Proto": "https",
+                           "X-Forwarded-Host": "c.example"}
+            page = await client.get("/ui/login", headers=headers)
+            assert page.status_code == 200, (bad, page.status_code)
+            # the cookie by hand: httpx keeps a Secure one off this plain-http leg
+            cookie = page.headers["set-cookie"].split(";", 1)[0]
+            client.cookies.clear()
+            r = await client.post("/ui/login", headers={**headers, "Origin": "https://c.example",
+                                                        "Cookie": cookie},
+                                  data={"csrf": csrf_of(page.text), "token": "x" * 20})
+            assert r.status_code in (403, 429), (bad, r.status_code)
+    logins = {m.group(1) for m in (re.search(r"login from (\S+)", rec.getMessage())
+                                   for rec in caplog.records) if m}
+    assert logins and logins <= {"203.0.113.7", "10.0.0.2"}, logins
+
+
 # --- note table (issue 14): input -> behaviour before -> behaviour after ---------------------
 #
 # row claimed, lease past, attempts:"3"   -> reclaim $inc StoreError ends the process, crash-loops
@@ -2383,6 +2442,23 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 # row priority "high" / 10**9 / true             -> (new) ordered as 0 by the pick (claimed in its
 #                                                   turn), then parked as a malformed row when
 #                                                   claimed: it costs only itself
+#
+
+# --- note table (U3, forwarded headers): input -> before -> after ------------------------------
+#
+# X-Forwarded-For "6.6.6.6, <client>" / a fresh value per login, from anyone
+#                                          -> ignored (the client was the socket's: every operator
+#                                             behind one proxy shared a throttle bucket)
+#                                          -> from a trusted proxy, read from the right: the client
+#                                             the proxy wrote; from anyone else, ignored
+# X-Forwarded-Proto https / Forwarded proto=https from a peer not trusted
+#                                          -> ignored; (before: also from the proxy: its https
+#                                             logins were refused 403) -> still ignored
+# Forwarded element that does not parse, "unknown", garbage entries, lists of 70
+#                                          -> (new) the proxy that reported it stands for the
+#                                             client; its scheme and host are not believed
+# identity header from a peer not trusted, twice, empty, 129 characters, a control character
+#                                          -> (new) no name: the login is refused saying why
 #
 # --- note table (R7, times out of range): input -> before -> after ----------------------------
 #

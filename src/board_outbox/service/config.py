@@ -3,6 +3,7 @@ validated with msgspec. Every problem is a ``ConfigError`` whose message names t
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import typing
@@ -84,6 +85,16 @@ class UiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     jaeger_url: str = ""
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9465
+    # U3: the reverse proxies in front of the console's port (addresses or networks); only
+    # their forwarded headers name the client, scheme and host. Empty: none is believed
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
+    # the headers those proxies write: "x-forwarded" (X-Forwarded-For, -Proto, -Host) or
+    # "forwarded" (RFC 7239); the other family is ignored
+    proxy_headers: Literal["x-forwarded", "forwarded"] = "x-forwarded"
+    # a header an auth proxy in front sets to the operator's name (e.g. X-Forwarded-User),
+    # believed only from a trusted proxy; when set, it names the operator in every audit
+    # entry and a login without it is refused. Empty: operators name themselves at login
+    identity_header: str = ""
 
 
 class DoctorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -200,12 +211,42 @@ def validate(cfg: Config) -> Config:
                               "(e.g. \"ops.example.internal\", \"10.0.0.5\" or \"*\")")
     if cfg.ui.jaeger_url and not cfg.ui.jaeger_url.startswith(("http://", "https://")):
         raise ConfigError("ui.jaeger_url: an http(s):// URL (the Jaeger UI, e.g. http://jaeger:16686)")
+    _validate_proxies(cfg.ui)
     _validate_limits(cfg)
     from board_outbox.service.plugins import resolve_handlers, resolve_projections  # imports user code: P1
 
     resolve_projections(cfg.projections)
     resolve_handlers(cfg.handlers)
     return cfg
+
+
+# RFC 7230's token: a header name
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+# headers the console reads for itself: never an operator's name
+NOT_IDENTITY = frozenset({"host", "cookie", "origin", "referer", "forwarded", "x-forwarded-for",
+                          "x-forwarded-proto", "x-forwarded-host", "sec-fetch-site",
+                          "content-type", "content-length", "authorization"})
+
+
+def _validate_proxies(ui: UiConfig) -> None:
+    """U3: each trusted proxy an address or network; an identity header a header name that
+    only a trusted proxy can be believed on."""
+    for entry in ui.trusted_proxies:
+        try:
+            ipaddress.ip_network(entry.strip(), strict=True)
+        except ValueError as exc:
+            raise ConfigError(f"ui.trusted_proxies: {entry[:80]!r} is not an address or network "
+                              f"({exc}; e.g. \"10.0.0.2\", \"10.0.0.0/8\", \"fd00::/8\")") from None
+    name = ui.identity_header.strip()
+    if not name:
+        return
+    if not HEADER_NAME.fullmatch(name) or name.lower() in NOT_IDENTITY:
+        raise ConfigError(f"ui.identity_header: {name[:80]!r} is not a header an auth proxy "
+                          "sets to the operator's name (e.g. \"X-Forwarded-User\" or "
+                          "\"X-Auth-Request-Email\")")
+    if not ui.trusted_proxies:
+        raise ConfigError("ui.identity_header: it is believed only from ui.trusted_proxies, and "
+                          "none is set: list the auth proxy's address there")
 
 
 # an in-flight slot outlasts this many beats of the lease heartbeat that renews it

@@ -30,6 +30,7 @@ from board_outbox.model.errors import UsageError
 from board_outbox.surface.http.app import build_app, ops_routes
 from board_outbox.surface.http.guards import MAX_HEAD, AllowedHosts, HeadLimit, HostCheck
 from board_outbox.surface.http.metrics import ServiceCollector
+from board_outbox.surface.http.proxies import ProxyHeaders, ProxySettings, proxy_settings
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -138,16 +139,26 @@ def hypercorn_config(fd: int) -> HypercornConfig:
     return config
 
 
+def guarded(app: ASGIApp, host: str, allowed_hosts: Iterable[str] = (),
+            proxies: ProxySettings | None = None) -> ASGIApp:
+    """``app`` behind what every request to the port passes: the head limit, then the
+    forwarded headers of trusted proxies (``proxies``), then the ``Host`` check (``guards``;
+    ``allowed_hosts``: names beside the loopback ones and the address ``host`` bound) -- on
+    the forwarded host when a trusted proxy names one."""
+    return HeadLimit(ProxyHeaders(HostCheck(app, AllowedHosts(allowed_hosts, host)),
+                                  proxies or ProxySettings()))
+
+
 @asynccontextmanager
 async def serve_app(app: ASGIApp, host: str, port: int, setting: str = "service.http_port",
-                    allowed_hosts: Iterable[str] = ()) -> AsyncIterator[OpsServer]:
+                    allowed_hosts: Iterable[str] = (),
+                    proxies: ProxySettings | None = None) -> AsyncIterator[OpsServer]:
     """Serve ``app`` on ``host:port`` until the block ends (``port`` 0: any free port), behind
-    the head limit and the ``Host`` check (``guards``; ``allowed_hosts``: names beside the
-    loopback ones and the bound address).
+    ``guarded``'s checks.
 
     The server runs shielded from outside cancellation and is stopped through its own switch
     (a graceful stop bounded by ``GRACE``): a cancelled caller never leaves the listener open."""
-    app = HeadLimit(HostCheck(app, AllowedHosts(allowed_hosts, host)))
+    app = guarded(app, host, allowed_hosts, proxies)
     sock = bind(host, port, setting)
     server = OpsServer(int(sock.getsockname()[1]))
     config = hypercorn_config(sock.detach())  # hypercorn owns the descriptor from here on
@@ -209,7 +220,8 @@ async def open_ops_server(service: Service, host: str, port: int,
     service.status_enabled = True  # per-tenant status and stall detection, for these endpoints
     try:
         async with serve_app(build_app(ops_routes(service), ui=ui), host, port,
-                             allowed_hosts=service.config.service.allowed_hosts) as server:
+                             allowed_hosts=service.config.service.allowed_hosts,
+                             proxies=proxy_settings(service.config.ui)) as server:
             yield server
     finally:
         registry.unregister(collector)
