@@ -325,9 +325,9 @@ MUTANTS: tuple[Mutant, ...] = (
            'site not in ("same-origin", "none")', 'site not in ("same-origin", "same-site", "none")',
            "console/security"),
     Mutant("console-origin-suffix", "console",
-           "    return hmac.compare_digest(origin.encode(),\n",
-           "    return origin.endswith(request.headers.get('host', '')) or hmac.compare_digest(\n"
-           "        origin.encode(),\n", "console/security"),
+           "    if theirs is not None and theirs == _origin(here):\n",
+           "    if theirs is not None and theirs == _origin(here) or origin.endswith(\n"
+           "            request.headers.get('host', '')):\n", "console/security"),
     Mutant("console-session-any-token", "console",
            "if found is not None and hmac.compare_digest(found.token_tag, self.tag):",
            "if found is not None:", "console/security"),
@@ -405,9 +405,9 @@ MUTANTS: tuple[Mutant, ...] = (
            'age = now - at[row.seq] if at[row.seq] > 0 else float("inf")',
            "age = now - at[row.seq] if at[row.seq] > 0 else 0.0", "audit"),
     Mutant("audit-repairs-presumed-expired-rows", "audit",
-           "            if age >= self.done_ttl_seconds:\n                rep.presumed_expired += 1\n"
+           "            if age >= self.retention_seconds:\n                rep.presumed_expired += 1\n"
            "                continue\n            missing.append(row)",
-           "            missing.append(row)\n            if age >= self.done_ttl_seconds:\n"
+           "            missing.append(row)\n            if age >= self.retention_seconds:\n"
            "                rep.presumed_expired += 1\n                continue", "audit"),
     Mutant("audit-repair-gives-up-on-a-slow-write", "audit",
            "            if len(rows) > 1:\n                half = len(rows) // 2",
@@ -472,9 +472,9 @@ MUTANTS: tuple[Mutant, ...] = (
            '        return {"tenant_id": tenant_id, "sub_id": sub_id, "event.card_id": card_id,',
            '        return {"tenant_id": tenant_id, "event.card_id": card_id,', "mongo/outbox"),
     Mutant("coalesced-rows-never-expire", "coalesce",
-           '        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",\n'
-           "                   expireAfterSeconds=DONE_TTL_SECONDS,\n",
-           '        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",\n', "schema"),
+           "        if seconds:\n            out[name] = IndexModel(",
+           "        if seconds and state != COALESCED:\n            out[name] = IndexModel(",
+           "schema"),
     # priority: highest first within a tenant; the stored range inclusive; the pick's third
     # query takes only due rows; a tick's merged claims are ordered by priority
     Mutant("priority-lowest-first", "priority",
@@ -625,11 +625,32 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("limits-takeover-not-cut", "limits",
            'slots.cut(f"the in-flight slot of {key} was taken over by another holder")', "pass",
            "engine/limits"),
+    # O8, O10, P6: the TTL follows the retention; no backend is assumed; writes are fenced
+    Mutant("retention-ttl-never-changed", "adopt",
+           '        if have.get("expireAfterSeconds") != seconds:', "        if False:", "schema"),
+    Mutant("retention-audit-ignores-it", "adopt",
+           "Auditor(tail, retention_seconds=cfg.retention.horizon(),",
+           "Auditor(tail,", "commands/audit"),
+    Mutant("backend-memory-by-default", "adopt",
+           "    if cfg.store.backend is None:\n        raise ConfigError(NO_BACKEND)\n"
+           "    return cfg.store.backend",
+           '    return cfg.store.backend or "memory"', "service/config"),
+    Mutant("subscription-update-unfenced", "adopt",
+           "if sub.sub_id not in self._subs or self._rev.get(sub.sub_id, 0) != rev:",
+           "if sub.sub_id not in self._subs:", "memory/subscriptions"),
+    Mutant("subscription-written-unchecked", "adopt",
+           "    problem = subscription_problem(sub) or key_problem(\"bot\", sub.bot)",
+           "    problem = None", "subscribing"),
 )
 
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "retention-ttl-never-changed": "tests/test_retention.py",
+    "retention-audit-ignores-it": "tests/test_retention.py",
+    "backend-memory-by-default": "tests/test_no_backend.py",
+    "subscription-update-unfenced": "tests/contract/test_subscription_admin.py",
+    "subscription-written-unchecked": "tests/test_subscriptions_cli.py",
     "fair-mongo-pick-window-not-widened": "tests/contract/test_fairness.py",
     "fair-memory-tenants-by-first-insertion": "tests/contract/test_fairness.py",
     "fair-stolen-before-owned": "tests/contract/test_fairness.py",

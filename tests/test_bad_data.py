@@ -45,6 +45,7 @@ from board_outbox.model.domain import (
     TraceContext,
     new_launch_row,
 )
+from board_outbox.model.errors import UsageError
 from board_outbox.model.limits import bot_key, rate_slot, slot_id
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.ports import RowFilter
@@ -477,6 +478,9 @@ async def _huge_consume(rig: Rig, t: str) -> None:
     await rig.emit(t)
 
 
+_TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+_TRACE_LINE = "stored trace context not usable"
+
 CASES: list[Case] = [
     # --- events ---------------------------------------------------------------------------
     event_case("event-seq-float", "is not an integer seq", allocate=False, seq=2.5),
@@ -499,6 +503,18 @@ CASES: list[Case] = [
     Case("event-at-minus-infinity", lambda rig, t: _launched_event(rig, t, float("-inf")), "log",
          "at -inf is out of range", later_flows=True),
     Case("event-huge-extra-field", _huge_extra_field, "flows", later_flows=True),
+    # a producer's trace context (C7): a bad one costs only the event's parentage (its rows
+    # still launch: tests/test_trace_context.py), one line per tenant and problem
+    event_case("event-trace-string", _TRACE_LINE, trace="00-" + "c" * 32),
+    event_case("event-trace-list", _TRACE_LINE, trace=[{"traceparent": _TP}]),
+    event_case("event-traceparent-garbage", _TRACE_LINE, trace={"traceparent": "0x" + "c" * 50}),
+    event_case("event-traceparent-int", _TRACE_LINE, trace={"traceparent": 7}),
+    event_case("event-traceparent-1mb", _TRACE_LINE, trace={"traceparent": "0" * 1_000_000}),
+    event_case("event-tracestate-10k", _TRACE_LINE, trace={"traceparent": _TP,
+                                                           "tracestate": "k=" + "v" * 10_000}),
+    event_case("event-tracestate-int", _TRACE_LINE, trace={"traceparent": _TP, "tracestate": 5}),
+    event_case("event-tracestate-garbage", _TRACE_LINE,
+               trace={"traceparent": _TP, "tracestate": "no state,\n=="}),
     # --- cards ----------------------------------------------------------------------------
     card_case("card-title-200k", "poison", title="t" * 200_000),
     card_case("card-labels-string", "poison", labels="urgent"),
@@ -653,7 +669,8 @@ LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-health
         "row-held-by-no-pause", "sub-priority-huge", "sub-priority-nan",
         "row-priority-string", "row-priority-huge", "event-at-milliseconds",
         "row-not-before-milliseconds", "row-not-before-minus-1e308", "row-created-at-minus-1e15",
-        "row-error-at-milliseconds", "pause-at-milliseconds"}
+        "row-error-at-milliseconds", "pause-at-milliseconds", "event-traceparent-garbage",
+        "event-tracestate-10k"}
 
 
 def _params() -> list[Any]:
@@ -1946,6 +1963,90 @@ async def test_times_out_of_range_cost_only_their_documents_on_every_page_and_co
     BAD_DOCUMENTS.resolved("board_outbox_pauses", f"tenant:{t}")
 
 
+# --- subscriptions the operators manage (P6) -----------------------------------------------------
+
+# stored subscription documents the service cannot read: each listed by `subscriptions list` as
+# a named bad document (never a traceback), refused by `edit`, removable by `rm`
+BAD_SUBS: dict[str, dict[str, Any]] = {
+    "priority-99": {"bot": "b", "priority": 99},
+    "bot-a-number": {"bot": 7},
+    "rule-a-string": {"bot": "b", "rule": "card.moved"},
+    "kind-projection": {"bot": "b", "kind": "projection"},
+    "coalesce-backwards": {"bot": "b", "coalesce": {"quiet_seconds": 60, "max_wait_seconds": 5}},
+    "no-bot": {},
+}
+
+
+# the memory twin holds decoded subscriptions: only those its own checks refuse can be planted
+_SUB_PARAMS = [pytest.param(c, "memory", id=f"{c}-memory")
+               for c in ("kind-projection", "priority-99")]
+_SUB_PARAMS += [pytest.param(c, "mongomock", id=f"{c}-mongomock") for c in sorted(BAD_SUBS)]
+_SUB_PARAMS += [pytest.param(c, "mongo-live", id=f"{c}-mongo-live", marks=pytest.mark.live_mongo)
+                for c in sorted(BAD_SUBS)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("case", "side"), _SUB_PARAMS)
+async def test_a_stored_subscription_that_does_not_decode_is_named_by_the_subscriptions_command(
+        side: str, case: str, request: pytest.FixtureRequest,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import json
+
+    from board_outbox.surface.subscribing import record
+
+    t = _uniq("subs")
+    bad_id = f"{t}-bad"
+    async with open_side(side, request) as s:
+        doc = {"_id": bad_id, "sub_id": bad_id, "tenant_id": t, **BAD_SUBS[case]}
+        if s.backend is not None:
+            bad = Subscription(**{k: v for k, v in doc.items() if k != "_id"})
+            s.backend.subs._subs[bad_id] = bad
+            s.backend.subs._by_tenant.setdefault(t, {})[bad_id] = bad
+        else:
+            await s.db["trigger_subscriptions"].insert_one(doc)
+        await s.stores.subs.put(Subscription(sub_id=f"{t}-good", tenant_id=t, bot="b"))
+        extra: list[str] = []
+        factory: Any = None
+        if side == "mongo-live":  # the command's own client, from a configuration file
+            conf = tmp_path / "bo.toml"
+            conf.write_text(f'[store]\nbackend = "mongo"\nuri = '
+                            f'"{request.getfixturevalue("live_uri")}"\ndatabase = "{s.db.name}"\n')
+            extra = ["--config", str(conf)]
+        else:
+            @asynccontextmanager
+            async def opened(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+                yield s.stores
+
+            factory = opened
+
+        async def cli(*args: str) -> tuple[int, str, str]:
+            code = await anyio.to_thread.run_sync(
+                lambda: main(["subscriptions", *args, *extra], factory=factory))
+            out, err = capsys.readouterr()
+            assert "Traceback" not in out + err, (args, err)
+            return code, out, err
+
+        code, out, _ = await cli("list", "--tenant", t)
+        assert code == 0 and f"{t}-good" in out
+        assert f"{bad_id}" in out and "DOES NOT DECODE: " in out and "service cannot read" in out
+        code, out, _ = await cli("list", "--tenant", t, "--json")
+        listed = json.loads(out)
+        assert [b["sub_id"] for b in listed["bad_documents"]] == [bad_id]
+        assert listed["bad_documents"][0]["problem"]
+        code, out, _ = await cli("show", bad_id)
+        assert code == 0 and "does not decode: " in out
+        code, _, err = await cli("edit", bad_id, "--priority", "1")
+        assert code == 2 and "is stored but does not decode" in err and err.count("\n") == 1
+        code, _, err = await cli("disable", bad_id)
+        assert code == 2 and "does not decode" in err
+        # the service ignores it; the good one beside it stands
+        assert [x.sub_id for x in await s.stores.subs.list_for_tenant(t)] == [f"{t}-good"]
+        code, out, _ = await cli("rm", bad_id, "--yes")
+        assert code == 0 and "removed" in out
+        with pytest.raises(UsageError):
+            await record(s.stores, bad_id)
+
+
 # --- config and CLI ----------------------------------------------------------------------------
 
 
@@ -2382,6 +2483,17 @@ async def test_hostile_forwarded_headers_cost_only_their_request(
 # the event's at "yesterday"                     -> (new) its moment undated, with a note
 # a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
 #
+# --- note table (C7, an event's trace context): input -> before -> after -----------------------
+#
+# an event's trace a string, a list, a traceparent "0x…", 7 or 1 MB long
+#                                                -> (never read) -> no parent: the event's rows
+#                                                   join their batch's trace, one line per tenant
+#                                                   and problem; the event launches as ever
+# a tracestate of 10,000 characters, 5, or "no state,\n=="
+#                                                -> (never read) -> dropped, the traceparent kept
+#                                                   (the rows still continue the producer's trace),
+#                                                   one line per tenant and problem
+#
 # --- note table (issue 33, priorities): input -> before -> after ------------------------------
 #
 # subscription priority "high" / 10**9 / -1e9 / NaN / true
@@ -2441,6 +2553,14 @@ async def test_hostile_forwarded_headers_cost_only_their_request(
 #                                          -> "out of range ... a millisecond timestamp?" (not a lease)
 # `--filter since=1e20` / `--since 99999999d` -> the plan raised formatting the bound (OverflowError)
 #                                          -> usage error, exit 2
+# subscription priority 99 / bot 7 / rule "card.moved" / kind "projection" / coalesce 60 > 5 /
+#   no bot, in `subscriptions list|show|edit|rm` (P6)
+#                                          -> (new) listed by id with why it does not decode (the
+#                                             service ignores it); edit and disable refuse it in
+#                                             one line, exit 2; rm removes it
+# `subscriptions add` with priority 11 / coalesce 60:5 / an unknown kind / 101 labels / a bot
+#   with a control character / a file with an unknown field (P6)
+#                                          -> (new) one line, exit 2, nothing written
 # a BSON date past year 9999 in done_at    -> (mongod) the driver raised for the whole reply
 #                                          -> DATETIME_AUTO: that row alone is malformed (the wire
 #                                             server refuses to store such a date: codec test)

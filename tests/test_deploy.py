@@ -242,6 +242,8 @@ def test_the_compose_file_wires_the_replica_set_the_replicas_and_the_observabili
         assert env["BOARD_OUTBOX_STORE__URI"].startswith("mongodb://mongo:27017/")
         assert "replicaSet=rs0" in env["BOARD_OUTBOX_STORE__URI"]
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://jaeger:4318"
+        # the shared endpoint turns on every signal: Jaeger takes traces only
+        assert env["OTEL_METRICS_EXPORTER"] == env["OTEL_LOGS_EXPORTER"] == "none"
         assert env["BOARD_OUTBOX_SERVICE__REPLICA_NAME"] == name
     assert svc["console"]["command"][0] == "console"
     jaeger = svc["jaeger"]

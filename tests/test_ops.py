@@ -463,7 +463,7 @@ def test_run_serves_the_endpoints_and_a_port_in_use_is_one_line_exit_2(tmp_path:
 
     port = free_port()
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[tail]\npoll_interval_seconds = 0.1\n")
+    cfg.write_text('[store]\nbackend = "memory"\n[tail]\npoll_interval_seconds = 0.1\n')
     env = {**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                             env=env, stderr=subprocess.PIPE, text=True)

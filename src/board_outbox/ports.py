@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Map
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from board_outbox.model.domain import Card, EffectRow, Subscription
+from board_outbox.model.domain import AuditEntry, Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.pause import Pause
 from board_outbox.model.records import (
@@ -36,6 +36,7 @@ from board_outbox.model.records import (
     UpsertResult,
 )
 from board_outbox.model.series import SeriesPoint
+from board_outbox.model.subscription_records import SubscriptionRecord
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
@@ -77,6 +78,8 @@ __all__ = [
     "SessionStore",
     "StatusStore",
     "Stores",
+    "SubscriptionAdmin",
+    "SubscriptionRecord",
     "SubscriptionStore",
     "TenantLag",
     "UpsertIfNewer",
@@ -408,6 +411,41 @@ class Launcher(Protocol):
 
 
 
+class SubscriptionAdmin(Protocol):
+    """The operators' reads and writes of the subscriptions (P6): each write carries its audit
+    entry in the same atomic write, and is conditional on the revision the operator read (two
+    operators editing at once: the second is told, nothing is lost). The service reads through
+    ``SubscriptionStore``; these writes reach it like any other change of the collection."""
+
+    async def records(self, tenant_id: str | None = None,
+                      limit: int = 1000) -> list[SubscriptionRecord]:
+        """The subscription documents (of ``tenant_id``; all when None), by id, at most
+        ``limit``: each parsed on its own, one that does not decode named with its problem."""
+        ...
+
+    async def record(self, sub_id: str) -> SubscriptionRecord | None:
+        """The document of ``sub_id`` (None: there is none), parsed as in ``records``."""
+        ...
+
+    async def create(self, sub: Subscription, entry: AuditEntry) -> bool:
+        """Insert ``sub`` (revision 1) with ``entry`` as its audit. False, nothing written: a
+        document with its id exists."""
+        ...
+
+    async def update(self, sub: Subscription, entry: AuditEntry, rev: int,
+                     ref: object = None) -> bool:
+        """Set every field of ``sub`` and append ``entry`` to the audit (its newest
+        ``AUDIT_KEEP`` kept), revision + 1, only if the stored revision is still ``rev``
+        (``ref``: the record's ``ref``, the document's own ``_id``). False, nothing written:
+        changed (or removed) since it was read."""
+        ...
+
+    async def remove(self, sub_id: str, rev: int, ref: object = None) -> bool:
+        """Delete the document of ``sub_id`` if its revision is still ``rev`` (False: changed
+        or gone since it was read)."""
+        ...
+
+
 class ChangeFeed(Protocol):
     def watch(
         self, resume_token: Any | None, *, exclude: Collection[str] = (),
@@ -518,6 +556,8 @@ class Stores:
     sessions: SessionStore | None = None
     pauses: PauseStore | None = None
     series: SeriesStore | None = None  # the console's charts (issue 33)
+    # the operators' subscription management (P6; None: this backend offers none)
+    sub_admin: SubscriptionAdmin | None = None
 
 
 

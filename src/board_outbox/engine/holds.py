@@ -26,7 +26,6 @@ from board_outbox.model.domain import (
     CLAIMED,
     COALESCED,
     DONE,
-    DONE_TTL_SECONDS,
     FAILED,
     LAUNCH,
     PENDING,
@@ -58,6 +57,7 @@ from board_outbox.model.pause import (
     pause_id,
     paused_by,
 )
+from board_outbox.model.retention import Retention, days
 from board_outbox.model.times import when
 from board_outbox.model.validation import BAD_DOCUMENTS
 from board_outbox.ports import Stores
@@ -72,6 +72,7 @@ class ExplainSettings(msgspec.Struct, frozen=True, kw_only=True):
     worker: WorkerSettings = WorkerSettings()
     limits: LimitSettings = LimitSettings()
     membership: MembershipSettings = MembershipSettings()
+    retention: Retention = Retention()  # how long a settled row is kept before it is gone (O8)
 
 
 _NOT_READ = object()
@@ -385,8 +386,10 @@ async def _chain(c: Case, first: str) -> tuple[list[str], EffectRow | None, str 
         except MalformedDocument as exc:
             return chain, None, f"{key} does not decode ({exc.detail}): the chain stops there"
         if row is None:
-            return chain, None, (f"{key} is gone (a done or coalesced row is deleted "
-                                 f"{DONE_TTL_SECONDS // 86400} days after it ends): the chain "
+            kept = c.settings.retention
+            return chain, None, (f"{key} is gone (a done row is deleted "
+                                 f"{days(kept.done_seconds)}, a coalesced one "
+                                 f"{days(kept.coalesced_seconds)}, once settled): the chain "
                                  "stops there")
         if row.state != COALESCED or row.coalesced_into is None:
             return chain, row, None

@@ -220,7 +220,8 @@ def park_fields(doc: Mapping[str, Any], *, now: float, error: str, attempt: int 
     entry = ErrorEntry(attempt=attempt if attempt is not None else int(attempts), at=now,
                        error=text, kind="permanent")
     return {**fixed, "state": FAILED, "lease_until": None, "updated_at": now,
-            "outcome": "failed", "errors": [*history, msgspec.to_builtins(entry)]}
+            "outcome": "failed", "errors": [*history, msgspec.to_builtins(entry)],
+            "failed_at": datetime.fromtimestamp(now, UTC)}  # the dead-letters' TTL clock (O8)
 
 
 # --- documents of the service's own collections (members, pointers, tokens, counters, cursors) --

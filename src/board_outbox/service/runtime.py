@@ -197,7 +197,7 @@ class Service(StreamWaker, Upkeep):
         self.history_headroom: float | None = None  # seconds (A2), refreshed with the status
         # A1: the bounded, incremental completeness audit of the tenants this replica owns
         self.audit = BackgroundAudit(
-            Auditor(self.tail, done_ttl_seconds=config.audit.done_ttl_seconds), config.audit)
+            Auditor(self.tail, retention_seconds=config.retention.horizon()), config.audit)
 
     # --- control ---------------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ class MemoryBackend:
             members=self.members, rm_versions=self.rm_versions,
             status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
             sessions=self.sessions, pauses=self.pauses, series=self.series,
+            sub_admin=self.subs,
         )
 
 

@@ -6,11 +6,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from board_outbox.model.errors import MalformedDocument, UsageError
 from board_outbox.model.times import when
 
 __all__ = ["UsageError", "confirm_bulk_replay", "confirm_purge", "print_dead_letters",
-           "print_unreadable"]
+           "print_json", "print_row", "print_unreadable"]
+
+
+def print_json(obj: Any) -> None:
+    """One JSON document (a record or a report: ``--json``), indented, on stdout."""
+    print(msgspec.json.format(msgspec.json.encode(obj), indent=2).decode())
 
 
 def print_dead_letters(rows: Sequence[Any]) -> None:
@@ -24,6 +31,34 @@ def print_dead_letters(rows: Sequence[Any]) -> None:
         print(f"{parked:20} {r.tenant_id[:14]:14} {r.seq:>7} {r.kind[:10]:10} {r.attempts:>8}  "
               f"{r.row_key}\n{'':64}{err[:100]}")
     print(f"{len(rows)} dead-letters")
+
+
+def print_row(row: Any) -> None:
+    """One row (``dead-letters show``) for a person: what it is, where it stands, its event,
+    its error history and audit (``--json`` prints the stored row whole)."""
+    target = f"subscription {row.sub_id}" if row.sub_id else f"projection {row.projection}"
+    print(f"row {row.row_key}: {row.kind} of {target}, tenant {row.tenant_id}, seq {row.seq}")
+    print(f"  state {row.state}, attempts {row.attempts}"
+          + (f", outcome {row.outcome}" if row.outcome else "")
+          + f", updated {when(row.updated_at)}"
+          + (f", waiting on: {row.waiting}" if row.waiting else ""))
+    ev = row.event
+    if ev is not None:
+        labels = f", labels {', '.join(ev.labels)}" if ev.labels else ""
+        print(f"  event {ev.type} of card {ev.card_id} at {when(ev.at) if ev.at else '?'}"
+              f"{', column ' + ev.column if ev.column else ''}{labels}"
+              + (f", by {ev.actor}" if ev.actor else ""))
+    print(f"  errors ({len(row.errors)}):" if row.errors else "  errors: none")
+    for e in row.errors:
+        print(f"    #{e.attempt} {when(e.at)} {e.kind}: {e.error}")
+    if row.audit:
+        print("  audit:")
+        for a in row.audit:
+            print(f"    {when(a.at)} {a.action} by {a.by or '?'}"
+                  + (f": {a.detail}" if a.detail else ""))
+    if row.trace is not None:
+        print(f"  trace {row.trace.traceparent}")
+    print(f"(`board-outbox explain {row.row_key}` says why it waits; --json prints the row)")
 
 
 def print_unreadable(bad: Sequence[MalformedDocument], *, file: Any = None) -> None:

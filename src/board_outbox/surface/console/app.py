@@ -28,6 +28,7 @@ from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import RowFilter
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
+from board_outbox.service.plugins import resolve_handlers
 from board_outbox.surface.admin import parse_when, replay_rows
 from board_outbox.surface.console.bulk import bulk_routes
 from board_outbox.surface.console.data import ConsoleData, trace_id
@@ -45,9 +46,11 @@ from board_outbox.surface.console.security import (
     session_secret,
     token_matches,
 )
+from board_outbox.surface.console.subscriptions import subscription_routes
 from board_outbox.surface.console.trends import Trends, chart_routes
 from board_outbox.surface.format import age, when
 from board_outbox.surface.http.proxies import via
+from board_outbox.surface.subscribing import known
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -277,6 +280,8 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             Route("/logout", logout, methods=["POST"]),
             *pause_routes(stores, sessions, admin_token, page, refused),  # issue 33
             *chart_routes(trends, page),
+            *subscription_routes(stores, sessions, admin_token, page, refused,  # P6
+                                 known(resolve_handlers(config.handlers))),
         ],
         middleware=[Middleware(SessionCookies, secret_key=session_secret(admin_token),
                                session_cookie=SESSION_COOKIE, max_age=SESSION_SECONDS,

@@ -13,6 +13,8 @@ from board_outbox.surface.cli.output import (
     UsageError,
     confirm_purge,
     print_dead_letters,
+    print_json,
+    print_row,
     print_unreadable,
 )
 
@@ -38,7 +40,10 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
             if row is None:
                 print(f"board-outbox: no row {args.row_key!r}", file=sys.stderr)
                 return 1
-            print(row_json(row).decode())
+            if args.json:
+                print(row_json(row).decode())
+            else:
+                print_row(row)
             return 0
         if bulk is not None:
             from board_outbox.surface.cli.commands.bulkreplay import bulk_replay
@@ -64,20 +69,26 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
                 return await _preview(stores, cfg, keys)
             by = args.by or getpass.getuser()
             done = await replay_rows(outbox, keys, SystemClock(), by)
-            for key in keys:
-                print(("replayed " if key in done else "not a dead-letter, left alone: ") + key)
-            print(f"{len(done)} of {len(keys)} rows returned to pending")
+            if args.json:
+                print_json({"schema": 1, "replayed": done,
+                            "left_alone": [k for k in keys if k not in done]})
+            else:
+                for key in keys:
+                    print(("replayed " if key in done else "not a dead-letter, left alone: ") + key)
+                print(f"{len(done)} of {len(keys)} rows returned to pending")
             return 0 if len(done) == len(keys) or args.all else 1
         # purge
         victims = await outbox.find(flt)
-        if not victims:
-            print("no dead-letters match")
-            return 0
-        if not args.yes and not confirm_purge(len(victims)):
-            print("nothing deleted")
-            return 1
-        n = await outbox.purge(flt)
-        print(f"purged {n} dead-letters")
+        n = 0
+        if victims:
+            if not args.yes and not confirm_purge(len(victims)):
+                print("nothing deleted")
+                return 1
+            n = await outbox.purge(flt)
+        if args.json:
+            print_json({"schema": 1, "purged": n})
+        else:
+            print(f"purged {n} dead-letters" if victims else "no dead-letters match")
         return 0
 
 

@@ -11,6 +11,7 @@ import msgspec
 
 from board_outbox.model.errors import InvalidRowKey, RowNotFound, UsageError
 from board_outbox.model.explanation import DeadLettered, Explanation, Limit
+from board_outbox.model.retention import days
 from board_outbox.model.times import when
 from board_outbox.surface.cli.commands import StoresFactory
 
@@ -25,24 +26,20 @@ async def cmd_explain(args: argparse.Namespace, factory: StoresFactory) -> int:
     except InvalidRowKey as exc:
         raise UsageError(f"explain: {exc}") from None
     cfg = load_config(args.config)
-    settings = ExplainSettings(worker=cfg.worker, limits=cfg.limits, membership=cfg.membership)
+    settings = ExplainSettings(worker=cfg.worker, limits=cfg.limits, membership=cfg.membership,
+                               retention=cfg.retention)
     async with factory(cfg) as stores:
         try:
             x = await explain(stores, args.row_key, time.time(), settings)
         except RowNotFound as exc:
-            raise UsageError(f"explain: {exc} (a done row is deleted {_ttl()} after it is done; "
+            raise UsageError(f"explain: {exc} (done rows are deleted "
+                             f"{days(cfg.retention.done_seconds)}: [retention] done_seconds; "
                              "`dead-letters list` names the dead-letters)") from None
     if args.json:
         print(msgspec.json.encode(x).decode())
     else:
         print("\n".join(lines(x)))
     return 0
-
-
-def _ttl() -> str:
-    from board_outbox.model.domain import DONE_TTL_SECONDS
-
-    return f"{DONE_TTL_SECONDS // 86400} days"
 
 
 def _when(at: float | None) -> str:

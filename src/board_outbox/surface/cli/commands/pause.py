@@ -13,7 +13,7 @@ import msgspec
 
 from board_outbox.model.times import when
 from board_outbox.surface.cli.commands import StoresFactory
-from board_outbox.surface.cli.output import UsageError
+from board_outbox.surface.cli.output import UsageError, print_json
 
 SCHEMA = 1  # ``paused --json``: fields are only ever added
 
@@ -57,7 +57,10 @@ async def cmd_pause(args: argparse.Namespace, factory: StoresFactory) -> int:
             raise UsageError(f"pause: {why}; --force pauses it anyway")
         new = await pause(stores, scope, key, reason=args.reason, by=by, now=time.time())
     every = cfg.membership.interval_seconds
-    if new:
+    if args.json:
+        print_json({"schema": SCHEMA, "action": "pause", "scope": scope, "key": key,
+                    "reason": args.reason, "by": by, "new": new})
+    elif new:
         print(f"paused {scope} {key} (by {by}{': ' + args.reason if args.reason else ''}): every "
               f"replica holds its rows within one heartbeat ({every:.3g} s); resume with "
               f"`board-outbox resume --{scope} {key}`")
@@ -79,6 +82,10 @@ async def cmd_resume(args: argparse.Namespace, factory: StoresFactory) -> int:
     cfg = load_config(args.config)
     async with factory(cfg) as stores:
         lifted = await resume(stores, scope, key, by=by, now=time.time())
+    if args.json:
+        print_json({"schema": SCHEMA, "action": "resume", "scope": scope, "key": key, "by": by,
+                    "lifted": lifted})
+        return 0 if lifted else 1
     if not lifted:
         print(f"board-outbox: {scope} {key} is not paused (`board-outbox paused` lists the "
               "pauses)", file=sys.stderr)
