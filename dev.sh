@@ -4,7 +4,9 @@
 #
 #   ./dev.sh demo [ARGS]    the main job: `board-outbox demo` on an embedded MongoDB-wire server
 #   ./dev.sh test [ARGS]    the test suite (the command CI runs); installs chromium and
-#                           chromium-driver for the browser tests when it can (root with apt)
+#                           chromium-driver for the browser tests when it can (root with apt),
+#                           and takes promtool out of Debian's prometheus package (apt-get
+#                           download) for the alert-rule checks
 #   ./dev.sh lint           ruff + mypy --strict on src/
 #   ./dev.sh bench [ARGS]   the benchmarks (benchmarks/run.py)
 #   ./dev.sh cli ARGS       any board-outbox command, e.g. ./dev.sh cli --help
@@ -52,6 +54,36 @@ browser() {
   fi
 }
 
+# The alert rules' check (tests/test_deploy.py) runs `promtool check rules` and `promtool test
+# rules`. promtool comes from Debian's prometheus package, but only the binary is taken: the
+# package is downloaded (apt-get download) and promtool extracted into $VENV/bin, so nothing is
+# installed system-wide and no Prometheus server is set up or started. Otherwise one line says
+# how, and pytest's summary names the skip. BOARD_OUTBOX_NO_PROMTOOL=1 leaves it alone.
+promtool_bin() {
+  if command -v promtool >/dev/null || [[ -x $VENV/bin/promtool ]]; then
+    return 0
+  fi
+  [[ -n ${BOARD_OUTBOX_NO_PROMTOOL:-} ]] && return 0
+  if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+    echo "dev.sh: no promtool: the alert-rule checks will skip (install it: sudo apt-get install prometheus)" >&2
+    return 0
+  fi
+  echo "dev.sh: fetching promtool for the alert-rule checks (apt-get download prometheus; only promtool is kept, in $VENV/bin)" >&2
+  local tmp
+  tmp=$(mktemp -d)
+  # the package lists may be missing on a fresh machine: refreshed once when we may (root)
+  if { (cd "$tmp" && apt-get download -qq prometheus) >/dev/null 2>&1 ||
+       { [[ $(id -u) -eq 0 ]] && apt-get update -qq >/dev/null 2>&1 &&
+         (cd "$tmp" && apt-get download -qq prometheus) >/dev/null 2>&1; }; } &&
+     dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool &&
+     install -m 0755 "$tmp/usr/bin/promtool" "$VENV/bin/promtool"; then
+    rm -rf "$tmp"
+    return 0
+  fi
+  rm -rf "$tmp"
+  echo "dev.sh: could not fetch promtool (apt-get download prometheus failed): the alert-rule checks will skip" >&2
+}
+
 cmd=${1:-help}
 [[ $# -gt 0 ]] && shift
 case "$cmd" in
@@ -59,6 +91,7 @@ case "$cmd" in
   test)
     bootstrap
     browser
+    promtool_bin
     set +e
     # two workers (the machines have 2 cores), each starting its own wire server; a later
     # -n (e.g. ./dev.sh test -n 0 tests/test_cli.py) overrides it
@@ -68,10 +101,10 @@ case "$cmd" in
     # pytest exits 5 when it collected no tests: that is a failure of the suite, say so.
     if [[ $rc -eq 5 ]]; then echo "dev.sh: pytest collected no tests" >&2; exit 1; fi
     exit $rc ;;
-  lint)  bootstrap; "$VENV/bin/ruff" check src projections tests tracing benchmarks; "$VENV/bin/mypy" ;;
+  lint)  bootstrap; "$VENV/bin/ruff" check src projections tests tracing benchmarks deploy; "$VENV/bin/mypy" ;;
   bench) bootstrap; exec "$VENV/bin/python" benchmarks/run.py "$@" ;;
   cli)   bootstrap; exec "$VENV/bin/board-outbox" "$@" ;;
   mutate) bootstrap; exec "$VENV/bin/python" -m tests.mutations "$@" ;;
-  help|-h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' ;;
+  help|-h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' ;;
   *) echo "dev.sh: unknown command '$cmd' (try ./dev.sh help)" >&2; exit 2 ;;
 esac

@@ -10,7 +10,7 @@ searching every ``.py`` under ``src/`` for the snippet, so the campaign
 survives modules being moved; a snippet that is not found, or found more than once (and not
 narrowed by the hint), fails loudly so the mutant can be retargeted.
 
-For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, .ci/,
+For each mutant the repository (src/, projections/, tests/, tracing/, benchmarks/, docs/, .ci/, deploy/,
 the top-level files) is copied to a temporary directory, the snippet replaced there, and run
 with ``PYTHONPATH`` pointing at the copy (so the copy, not the editable install, is imported --
 checked before the campaign):
@@ -41,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COPY = ("src", "projections", "tests", "tracing", "benchmarks", "docs", "pyproject.toml",
-        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml", "dev.sh", ".ci")
+        "README.md", "ARCHITECTURE.md", "board-outbox.example.toml", "dev.sh", ".ci",
+        "deploy", "Dockerfile", ".dockerignore", "LICENSE", "CHANGELOG.md")
 SEARCH = ("src",)
 UNIT_TIMEOUT = 900.0
 HARNESS_TIMEOUT = 600.0
@@ -334,9 +335,9 @@ MUTANTS: tuple[Mutant, ...] = (
            'site not in ("same-origin", "none")', 'site not in ("same-origin", "same-site", "none")',
            "console/security"),
     Mutant("console-origin-suffix", "console",
-           "    return hmac.compare_digest(origin.encode(),\n",
-           "    return origin.endswith(request.headers.get('host', '')) or hmac.compare_digest(\n"
-           "        origin.encode(),\n", "console/security"),
+           "    if theirs is not None and theirs == _origin(here):\n",
+           "    if theirs is not None and theirs == _origin(here) or origin.endswith(\n"
+           "            request.headers.get('host', '')):\n", "console/security"),
     Mutant("console-session-any-token", "console",
            "if found is not None and hmac.compare_digest(found.token_tag, self.tag):",
            "if found is not None:", "console/security"),
@@ -414,9 +415,9 @@ MUTANTS: tuple[Mutant, ...] = (
            'age = now - at[row.seq] if at[row.seq] > 0 else float("inf")',
            "age = now - at[row.seq] if at[row.seq] > 0 else 0.0", "audit"),
     Mutant("audit-repairs-presumed-expired-rows", "audit",
-           "            if age >= self.done_ttl_seconds:\n                rep.presumed_expired += 1\n"
+           "            if age >= self.retention_seconds:\n                rep.presumed_expired += 1\n"
            "                continue\n            missing.append(row)",
-           "            missing.append(row)\n            if age >= self.done_ttl_seconds:\n"
+           "            missing.append(row)\n            if age >= self.retention_seconds:\n"
            "                rep.presumed_expired += 1\n                continue", "audit"),
     Mutant("audit-repair-gives-up-on-a-slow-write", "audit",
            "            if len(rows) > 1:\n                half = len(rows) // 2",
@@ -481,9 +482,9 @@ MUTANTS: tuple[Mutant, ...] = (
            '        return {"tenant_id": tenant_id, "sub_id": sub_id, "event.card_id": card_id,',
            '        return {"tenant_id": tenant_id, "event.card_id": card_id,', "mongo/outbox"),
     Mutant("coalesced-rows-never-expire", "coalesce",
-           '        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",\n'
-           "                   expireAfterSeconds=DONE_TTL_SECONDS,\n",
-           '        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",\n', "schema"),
+           "        if seconds:\n            out[name] = IndexModel(",
+           "        if seconds and state != COALESCED:\n            out[name] = IndexModel(",
+           "schema"),
     # priority: highest first within a tenant; the stored range inclusive; the pick's third
     # query takes only due rows; a tick's merged claims are ordered by priority
     Mutant("priority-lowest-first", "priority",
@@ -512,6 +513,33 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("explain-turn-counts-itself-mongo", "explain",
            '{"not_before": not_before, "seq": {"$lt": seq}}]},',
            '{"not_before": not_before, "seq": {"$lte": seq}}]},', "mongo/outbox"),
+    # R7: every stored time in one checked range, one guarded formatter, a due time beyond any
+    # writer's swept; explain names a pause and follows a coalescing chain to the row that ran
+    Mutant("r7-stamp-unbounded-above", "r7",
+           "Stamp = Annotated[float, msgspec.Meta(ge=TIME_MIN, le=TIME_MAX)]",
+           "Stamp = Annotated[float, msgspec.Meta(ge=TIME_MIN)]", "times"),
+    Mutant("r7-stamp-takes-any-number", "r7",
+           "    return t if TIME_MIN <= t <= TIME_MAX else None", "    return t", "times"),
+    Mutant("r7-formatter-unguarded", "r7",
+           '    if s is None:\n        return f"out of range: {_shown(t)}"',
+           '    if s is None:\n        s = float(t)  # type: ignore[arg-type]', "times"),
+    Mutant("r7-event-time-kept", "r7",
+           "        if not TIME_MIN <= self.at <= TIME_MAX:  # NaN too",
+           "        if False:  # NaN too", "domain"),
+    Mutant("r7-far-due-not-swept-memory", "r7",
+           "        if due > due_limit(now):  # R7: no writer of ours sets one so far ahead",
+           "        if False:  # R7: no writer of ours sets one so far ahead", "validation"),
+    Mutant("r7-far-due-not-swept-mongo", "r7",
+           '            {"state": PENDING, "not_before": {"$gt": due_limit(now)}},  # R7: no writer\'s\n',
+           "", "mongo/outbox"),
+    Mutant("explain-pause-not-named", "explain",
+           "    paused,  # before the limits: a paused row tries none\n", "", "holds"),
+    Mutant("explain-chain-not-followed", "explain",
+           "        if row.state != COALESCED or row.coalesced_into is None:\n"
+           "            return chain, row, None",
+           "        if True:\n            return chain, row, None", "holds"),
+    Mutant("explain-chain-loop-followed", "explain",
+           "        if key in seen:", "        if False:", "holds"),
     # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
     # failure, ``[worker] concurrency`` honoured
     Mutant("lanes-one-per-row", "lanes",
@@ -614,6 +642,22 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("limits-takeover-not-cut", "limits",
            'slots.cut(f"the in-flight slot of {key} was taken over by another holder")', "pass",
            "engine/limits"),
+    # O8, O10, P6: the TTL follows the retention; no backend is assumed; writes are fenced
+    Mutant("retention-ttl-never-changed", "adopt",
+           '        if have.get("expireAfterSeconds") != seconds:', "        if False:", "schema"),
+    Mutant("retention-audit-ignores-it", "adopt",
+           "Auditor(tail, retention_seconds=cfg.retention.horizon(),",
+           "Auditor(tail,", "commands/audit"),
+    Mutant("backend-memory-by-default", "adopt",
+           "    if cfg.store.backend is None:\n        raise ConfigError(NO_BACKEND)\n"
+           "    return cfg.store.backend",
+           '    return cfg.store.backend or "memory"', "service/config"),
+    Mutant("subscription-update-unfenced", "adopt",
+           "if sub.sub_id not in self._subs or self._rev.get(sub.sub_id, 0) != rev:",
+           "if sub.sub_id not in self._subs:", "memory/subscriptions"),
+    Mutant("subscription-written-unchecked", "adopt",
+           "    problem = subscription_problem(sub) or key_problem(\"bot\", sub.bot)",
+           "    problem = None", "subscribing"),
 )
 
 # The test expected to catch a mutant, for those the committed results table does not name yet
@@ -629,6 +673,11 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
     "pressure-credits-slow-time":
         "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
+    "retention-ttl-never-changed": "tests/test_retention.py",
+    "retention-audit-ignores-it": "tests/test_retention.py",
+    "backend-memory-by-default": "tests/test_no_backend.py",
+    "subscription-update-unfenced": "tests/contract/test_subscription_admin.py",
+    "subscription-written-unchecked": "tests/test_subscriptions_cli.py",
     "fair-mongo-pick-window-not-widened": "tests/contract/test_fairness.py",
     "fair-memory-tenants-by-first-insertion": "tests/contract/test_fairness.py",
     "fair-stolen-before-owned": "tests/contract/test_fairness.py",
@@ -681,6 +730,21 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_explain.py::test_a_due_row_waits_its_turn_behind_the_tenants_earlier_rows[memory]",
     "explain-turn-counts-itself-mongo":
         "tests/contract/test_explain.py::test_a_due_row_waits_its_turn_behind_the_tenants_earlier_rows[mongomock]",
+    "r7-stamp-unbounded-above":
+        "tests/contract/test_time_types.py::test_a_stored_time_decodes_exactly_inside_the_range[memory-float]",
+    "r7-stamp-takes-any-number": "tests/test_time_boundaries.py",
+    "r7-formatter-unguarded": "tests/test_time_boundaries.py",
+    "r7-event-time-kept": "tests/test_time_boundaries.py",
+    "r7-far-due-not-swept-memory":
+        "tests/contract/test_time_types.py::test_a_pending_row_is_swept_exactly_past_the_furthest_due_time_a_writer_sets[memory-float]",
+    "r7-far-due-not-swept-mongo":
+        "tests/contract/test_time_types.py::test_a_pending_row_is_swept_exactly_past_the_furthest_due_time_a_writer_sets[mongomock-float]",
+    "explain-pause-not-named":
+        "tests/contract/test_explain.py::test_a_held_row_names_its_pause_scope_key_since_and_who[memory]",
+    "explain-chain-not-followed":
+        "tests/contract/test_explain.py::test_a_coalesced_row_names_the_row_that_ran_at_the_end_of_its_chain[memory]",
+    "explain-chain-loop-followed":
+        "tests/contract/test_explain.py::test_a_chain_that_loops_dangles_or_does_not_decode_is_said_not_followed[memory]",
     "lanes-one-per-row":
         "tests/test_lanes.py::test_a_slow_launch_holds_up_only_its_own_tenant",
     "lanes-start-after-a-failure":

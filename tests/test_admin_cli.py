@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -70,7 +71,11 @@ def test_dead_letters_list_show_and_filters(capsys: pytest.CaptureFixture[str]) 
     assert run_cli(backend, "dead-letters", "list", "--since", "1d", "--until", "2000-01-01") == 0
     assert "no dead-letters" in capsys.readouterr().out
     assert run_cli(backend, "dead-letters", "show", keys[0]) == 0
-    assert '"state": "failed"' in capsys.readouterr().out
+    out = capsys.readouterr().out  # for a person: where it stands and why
+    assert f"row {keys[0]}: launch of subscription s" in out and "state failed" in out
+    assert "LaunchFailed" in out and "{" not in out
+    assert run_cli(backend, "dead-letters", "show", keys[0], "--json") == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "failed"
     assert run_cli(backend, "dead-letters", "show", "nope") == 1
     assert "no row 'nope'" in capsys.readouterr().err
 
@@ -181,7 +186,8 @@ def test_parse_when() -> None:
 
 def test_run_stops_gracefully_on_sigterm(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[service]\nlog_format = "json"\nreplica_name = "r1"\n'
+    cfg.write_text('[store]\nbackend = "memory"\n'
+                   '[service]\nlog_format = "json"\nreplica_name = "r1"\n'
                    '[tail]\npoll_interval_seconds = 0.1\n')
     import httpx
 
@@ -221,7 +227,8 @@ def test_run_with_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
 
 def test_ensure_schema_needs_mongo() -> None:
     proc = subprocess.run([sys.executable, "-m", "board_outbox", "ensure-schema"],
-                          capture_output=True, text=True, timeout=30, env={**os.environ})
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "BOARD_OUTBOX_STORE__BACKEND": "memory"})
     assert proc.returncode == 2 and "needs the mongo backend" in proc.stderr
 
 

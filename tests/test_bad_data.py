@@ -45,6 +45,7 @@ from board_outbox.model.domain import (
     TraceContext,
     new_launch_row,
 )
+from board_outbox.model.errors import UsageError
 from board_outbox.model.limits import bot_key, rate_slot, slot_id
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.ports import RowFilter
@@ -290,6 +291,30 @@ async def _held_by_no_pause(rig: Rig, t: str) -> None:
                    "event": {"seq": 9, "type": "card.created", "card_id": "ok"}})
 
 
+async def _launched_event(rig: Rig, t: str, at: float) -> None:
+    """A good event whose ``at`` is out of the time range: it launches like any."""
+    await rig.tenant(t)
+    await rig.event(_ev(t, at=at))
+
+
+async def _runnable_row(rig: Rig, t: str, **fields: Any) -> None:
+    await rig.tenant(t)
+    await rig.row({"tenant_id": t, "row_key": f"{t}/9/sub/{t}-sub", "seq": 9, "kind": "launch",
+                   "sub_id": f"{t}-sub", "state": "pending", "attempts": 0, "not_before": 0.0,
+                   "event": {"seq": 9, "type": "card.created", "card_id": "ok"}, **fields})
+
+
+async def _history_with_a_bad_time(rig: Rig, t: str) -> None:
+    """A pending retry whose second error entry is dated in milliseconds: claimed, parked as
+    malformed -- with the entries that do decode kept in its history."""
+    await rig.tenant(t)
+    await rig.row({"tenant_id": t, "row_key": f"{t}/9/sub/{t}-sub", "seq": 9, "kind": "launch",
+                   "sub_id": f"{t}-sub", "state": "pending", "attempts": 2, "not_before": 0.0,
+                   "updated_at": 0.0,
+                   "errors": [{"attempt": 1, "at": 5.0, "error": "first", "kind": "error"},
+                              {"attempt": 2, "at": 1e12, "error": "second", "kind": "error"}]})
+
+
 def cursor_case(id: str, seq: object) -> Case:
     async def plant(rig: Rig, t: str) -> None:
         await rig.tenant(t)
@@ -453,6 +478,9 @@ async def _huge_consume(rig: Rig, t: str) -> None:
     await rig.emit(t)
 
 
+_TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+_TRACE_LINE = "stored trace context not usable"
+
 CASES: list[Case] = [
     # --- events ---------------------------------------------------------------------------
     event_case("event-seq-float", "is not an integer seq", allocate=False, seq=2.5),
@@ -469,7 +497,24 @@ CASES: list[Case] = [
     event_case("event-at-string", "poison", at="yesterday"),
     event_case("event-actor-int", "poison", actor=7),
     event_case("event-type-list", "poison", type=["card.created"]),
+    # R7: the board's time is only read: out of range it reads as none, one line; it runs
+    Case("event-at-milliseconds", lambda rig, t: _launched_event(rig, t, 1e12), "log",
+         "at 1000000000000.0 is out of range", later_flows=True),
+    Case("event-at-minus-infinity", lambda rig, t: _launched_event(rig, t, float("-inf")), "log",
+         "at -inf is out of range", later_flows=True),
     Case("event-huge-extra-field", _huge_extra_field, "flows", later_flows=True),
+    # a producer's trace context (C7): a bad one costs only the event's parentage (its rows
+    # still launch: tests/test_trace_context.py), one line per tenant and problem
+    event_case("event-trace-string", _TRACE_LINE, trace="00-" + "c" * 32),
+    event_case("event-trace-list", _TRACE_LINE, trace=[{"traceparent": _TP}]),
+    event_case("event-traceparent-garbage", _TRACE_LINE, trace={"traceparent": "0x" + "c" * 50}),
+    event_case("event-traceparent-int", _TRACE_LINE, trace={"traceparent": 7}),
+    event_case("event-traceparent-1mb", _TRACE_LINE, trace={"traceparent": "0" * 1_000_000}),
+    event_case("event-tracestate-10k", _TRACE_LINE, trace={"traceparent": _TP,
+                                                           "tracestate": "k=" + "v" * 10_000}),
+    event_case("event-tracestate-int", _TRACE_LINE, trace={"traceparent": _TP, "tracestate": 5}),
+    event_case("event-tracestate-garbage", _TRACE_LINE,
+               trace={"traceparent": _TP, "tracestate": "no state,\n=="}),
     # --- cards ----------------------------------------------------------------------------
     card_case("card-title-200k", "poison", title="t" * 200_000),
     card_case("card-labels-string", "poison", labels="urgent"),
@@ -564,14 +609,35 @@ CASES: list[Case] = [
     row_case("row-event-string", "malformed row", event="x"),
     row_case("row-trace-string", "malformed row", trace="00-abc"),
     row_case("row-consume-marked-string", "malformed row", consume_marked="yes"),
+    # --- times out of range (R7): claimed and parked, or swept; never a crash ----------------
+    row_case("row-not-before-milliseconds", "due further ahead than any writer sets one",
+             not_before=1e12),
+    row_case("row-not-before-infinite", "pending with not_before inf", not_before=float("inf")),
+    row_case("row-not-before-minus-1e308", "not_before -1e+308 is out of range",
+             not_before=-1e308),
+    row_case("row-created-at-minus-1e15", "created_at -1000000000000000.0 is out of range",
+             created_at=-1e15),
+    # its claim writes updated_at before the row is decoded: it runs
+    Case("row-updated-at-infinite", lambda rig, t: _runnable_row(rig, t, updated_at=float("inf")),
+         "flows"),
+    Case("row-error-at-milliseconds", lambda rig, t: _history_with_a_bad_time(rig, t), "dead",
+         "errors[1].at 1000000000000.0 is out of range", row_key="{t}/9/sub/{t}-sub"),
+    row_case("row-lease-until-1e20", "more than 86400s ahead", state="claimed", claim_id="x",
+             lease_until=1e20),
     # --- pauses (issue 33) ------------------------------------------------------------------
     pause_case("pause-scope-unknown", "is not one of tenant, subscription, bot",
                lambda t, _h: (f"galaxy:{t}", {**_pause(t)[1], "scope": "galaxy"})),
     pause_case("pause-active-string", "active 'yes' is not true or false",
                lambda t, _h: _pause(t, active="yes")),
     pause_case("pause-key-a-list", "is not a string", lambda t, _h: _pause(t, key=[t])),
-    pause_case("pause-at-infinite", "is not a finite number",
+    pause_case("pause-at-infinite", "at inf is out of range",
                lambda t, _h: _pause(t, at=float("inf"))),
+    # R7: a JavaScript writer's milliseconds (its year 33658 made `paused` and every console
+    # page that lists the pauses raise)
+    pause_case("pause-at-milliseconds", "at 1000000000000.0 is out of range",
+               lambda t, _h: _pause(t, at=1e12)),
+    pause_case("pause-audit-at-milliseconds", "audit[0].at 1000000000000.0 is out of range",
+               lambda t, _h: _pause(t, audit=[{"at": 1e12, "action": "pause", "by": "js"}])),
     pause_case("pause-reason-16k", "reason is 16384 characters long",
                lambda t, _h: _pause(t, reason="x" * 16384)),
     pause_case("pause-audit-garbage", "audit", lambda t, _h: _pause(t, audit=[{"at": "x"}])),
@@ -601,7 +667,10 @@ LIVE = {"event-seq-int64-max", "card-title-200k", "sub-tenant-array-names-health
         "limit-counter-garbage", "limit-slot-infinite", "limit-slot-ghost-for-a-month",
         "limit-counter-negative", "pause-active-string", "pause-id-names-the-healthy-tenant",
         "row-held-by-no-pause", "sub-priority-huge", "sub-priority-nan",
-        "row-priority-string", "row-priority-huge"}
+        "row-priority-string", "row-priority-huge", "event-at-milliseconds",
+        "row-not-before-milliseconds", "row-not-before-minus-1e308", "row-created-at-minus-1e15",
+        "row-error-at-milliseconds", "pause-at-milliseconds", "event-traceparent-garbage",
+        "event-tracestate-10k"}
 
 
 def _params() -> list[Any]:
@@ -851,7 +920,7 @@ async def test_the_running_service_outlives_the_worst_documents(
     from board_outbox.service.runtime import Service
 
     b = MemoryBackend()
-    for t in ("healthy", "r1", "c1", "e1"):
+    for t in ("healthy", "r1", "c1", "e1", "e7"):
         await b.subs.put(Subscription(sub_id=f"{t}-sub", tenant_id=t, bot="b"))
         await b.board.put(Card(tenant_id=t, card_id="ok", title="ok"))
     b.outbox.insert_raw({"tenant_id": "r1", "row_key": "r1/k", "seq": 1, "state": "claimed",
@@ -867,6 +936,16 @@ async def test_the_running_service_outlives_the_worst_documents(
     b.members._leases["bad-member"] = "soon"  # type: ignore[assignment]
     b.tokens.token = "garbage"
     b.rm_versions._docs[("board-reflect", "ghost")] = {"active": "x"}  # type: ignore[assignment]
+    # R7: times out of range in every loop's reads -- the pause loop, the status and metrics
+    # refresh, the claims, membership
+    b.pauses.put_raw("tenant:healthy", {"scope": "tenant", "key": "healthy", "active": True,
+                                        "at": 1e12})
+    b.members._leases["js-member"] = 1e12
+    for seq, field in enumerate(("updated_at", "created_at", "not_before"), start=1):
+        b.outbox.insert_raw({"tenant_id": "t7", "row_key": f"t7/{seq}/sub/t7-sub", "seq": seq,
+                             "sub_id": "t7-sub", "state": "failed" if seq == 1 else "pending",
+                             "not_before": 0.0, field: -1e308 if seq == 3 else float("inf")})
+    await b.events.emit("e7", "card.created", "ok", at=1e12)  # read as no time: it runs
     config = load_config(env={}, tail={"poll_interval_seconds": 0.05, "seed": "earliest"},
                          worker={"idle_seconds": 0.02})
     service = Service(b.stores(), config, rng=random.Random(1))
@@ -885,6 +964,11 @@ async def test_the_running_service_outlives_the_worst_documents(
             while launched("e1") < 2:
                 await anyio.sleep(0.01)
             while b.outbox.raw("r1/k")["state"] != "failed":  # type: ignore[index]
+                await anyio.sleep(0.01)
+            while any(b.outbox.raw(f"t7/{seq}/sub/t7-sub")["state"] != "failed"  # type: ignore[index]
+                      for seq in (2, 3)):  # claimed, malformed: parked
+                await anyio.sleep(0.01)
+            while launched("e7") < 1:
                 await anyio.sleep(0.01)
         assert not service.stopping
         service.stop()
@@ -981,8 +1065,10 @@ def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize(("bad_id", "expires_at", "match"), [
-    ("string-expiry", "soon", "is not a finite number"),
-    ("far-ahead", 1e12, "further ahead than the heartbeat timeout"),
+    ("string-expiry", "soon", "is not a number of seconds"),
+    ("far-ahead", 10**10, "further ahead than the heartbeat timeout"),  # year 2286
+    ("milliseconds", 1e12, "is out of range (epoch seconds from 1970-01-01 to 9999-12-31 UTC; "
+                           "a millisecond timestamp?)"),  # R7
     (7, None, "is not a non-empty string"),
 ])
 async def test_a_bad_membership_lease_is_not_a_member(
@@ -1014,6 +1100,33 @@ async def test_a_bad_membership_lease_is_not_a_member(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", pytest.param("mongo-live", marks=pytest.mark.live_mongo)])
+async def test_the_heartbeats_one_read_parses_each_member_and_pause_alone(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """S6: the heartbeat reads the members and the pauses in one read. A bad lease and a bad
+    pause document each cost only themselves there too: the good member and the good pause are
+    read, the bad ones left out and listed."""
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    async with open_side(side, request) as s:
+        bad_member, bad_pause = _uniq("bad-member"), _uniq("acme")
+        await s.member(bad_member, "soon")
+        await s.stores.pauses.pause("tenant", "good", reason="", by="ops", at=1.0)
+        doc = {"scope": "galaxy", "key": bad_pause, "active": True, "reason": "", "by": "x",
+               "at": 1.0}
+        if s.backend is not None:
+            s.backend.pauses.put_raw(f"galaxy:{bad_pause}", doc)
+        else:
+            await s.db["board_outbox_pauses"].insert_one({"_id": f"galaxy:{bad_pause}", **doc})
+        live, pauses = await s.stores.members.heartbeat_with_pauses("me", 100.0, 10.0)
+        assert [m.member_id for m in live] == ["me"]
+        assert [(p.scope, p.key) for p in pauses] == [("tenant", "good")]
+        listed = {(d.collection, d.key) for d in BAD_DOCUMENTS.current()}
+        assert ("board_outbox_members", bad_member) in listed
+        assert ("board_outbox_pauses", f"galaxy:{bad_pause}") in listed
+
+
+@pytest.mark.anyio
 async def test_status_lists_a_bad_lease_instead_of_crashing(
         capsys: pytest.CaptureFixture[str]) -> None:
     b = MemoryBackend()
@@ -1032,7 +1145,8 @@ async def test_status_lists_a_bad_lease_instead_of_crashing(
     doc = json.loads(capsys.readouterr().out)
     assert doc["replicas"] == []
     assert {"collection": "board_outbox_members", "key": bad,
-            "problem": "expires_at 'soon' is not a finite number"} in doc["bad_documents"]
+            "problem": "expires_at 'soon' is not a number of seconds (epoch seconds from "
+                       "1970-01-01 to 9999-12-31 UTC)"} in doc["bad_documents"]
     assert [t["tenant_id"] for t in doc["tenants"]] == ["t"]
 
 
@@ -1242,12 +1356,18 @@ async def test_a_stored_token_with_string_or_binary_data_loads_as_it_is(
 
 
 async def _other_collections_token(db: Any) -> Any:
-    stream = await db["elsewhere"].watch()
-    async with stream:
-        await db["elsewhere"].insert_one({"x": 1})
-        while await stream.try_next() is None:
-            pass
-        return stream.resume_token
+    """A token of another database's stream: the service's one stream watches its own database
+    (S6), where any collection's token is a position it can resume from."""
+    other = db.client[f"{db.name}_elsewhere"]
+    stream = await other["elsewhere"].watch()
+    try:
+        async with stream:
+            await other["elsewhere"].insert_one({"x": 1})
+            while await stream.try_next() is None:
+                pass
+            return stream.resume_token
+    finally:
+        await db.client.drop_database(other.name)
 
 
 @pytest.mark.anyio
@@ -1324,7 +1444,7 @@ async def test_poll_only_shows_in_readyz_and_metrics() -> None:
     from board_outbox.model.clock import ManualClock
     from board_outbox.service.config import load_config
     from board_outbox.service.runtime import Service
-    from board_outbox.surface.http.checks import readiness
+    from board_outbox.surface.http.checks import degraded, readiness
     from board_outbox.surface.http.metrics import ServiceCollector
 
     b = MemoryBackend()
@@ -1345,8 +1465,9 @@ async def test_poll_only_shows_in_readyz_and_metrics() -> None:
                 await anyio.sleep(0.01)
         clock.advance(60)
         failing, _ = await readiness(service)
-        assert "running on the poll net alone" in failing["stream"]
-        assert "the feed refuses to open" in failing["stream"]
+        assert "stream" not in failing  # events flow on the poll net: still ready
+        assert "running on the poll net alone" in degraded(service)["stream"]
+        assert "the feed refuses to open" in degraded(service)["stream"]
         from prometheus_client import generate_latest
 
         fam = {f.name: f for f in text_string_to_metric_families(
@@ -1412,7 +1533,7 @@ async def test_a_cursor_ahead_of_its_counter_holds_the_tenant_until_reset(
     from board_outbox.service.config import load_config
     from board_outbox.service.health import tenant_statuses
     from board_outbox.service.runtime import Service
-    from board_outbox.surface.http.checks import readiness
+    from board_outbox.surface.http.checks import degraded, readiness
 
     async with open_side(side, request) as s:
         t = _uniq("ahead")
@@ -1446,7 +1567,7 @@ async def test_a_cursor_ahead_of_its_counter_holds_the_tenant_until_reset(
         lines = _lines(caplog)
         assert len(lines) == 1 and "cursor ahead of its counter" in lines[0], lines
         failing, _ = await readiness(service)
-        assert t in failing["cursor"]
+        assert "cursor" not in failing and t in degraded(service)["cursor"]
         st = await tenant_statuses(s.stores, clock.now())
         assert st[t].problems == [f"cursor 5 is ahead of the counter (2): held until "
                                   f"`board-outbox cursor reset --tenant {t} --to N`"]
@@ -1719,6 +1840,213 @@ async def test_explain_reads_past_bad_slots_counters_leases_and_events(
         assert any("names no limit" in n for n in y.notes)
 
 
+# --- times out of range at every page and command (R7) --------------------------------------
+#
+# The stored times a JavaScript writer, an overflow or a sign slip leave: a pause at 1e12 (its
+# milliseconds), dead-letters parked at +inf, -inf, 1e20 and -1e308, a row materialized at -1e15,
+# an error dated 1e12. Each used to end a command in a traceback ("year 33658 is out of range",
+# "timestamp out of range for platform time_t") and answer 500 on every console page that listed
+# it; each now costs only its own document, which every listing names with why.
+
+R7_ROWS: dict[int, dict[str, Any]] = {
+    2: {"updated_at": float("inf")}, 3: {"updated_at": float("-inf")}, 4: {"updated_at": 1e20},
+    5: {"updated_at": -1e308},
+    6: {"state": "pending", "created_at": -1e15},
+    7: {"state": "pending", "errors": [{"attempt": 1, "at": 1e12, "error": "x", "kind": "error"}]},
+}
+R7_WHY = {2: "updated_at inf is out of range", 3: "updated_at -inf is out of range",
+          4: "updated_at 1e+20 is out of range", 5: "updated_at -1e+308 is out of range",
+          6: "created_at -1000000000000000.0 is out of range",
+          7: "errors[0].at 1000000000000.0 is out of range"}
+R7_PAGES = ["/", "/pauses", "/tenants/{t}", "/dead-letters?tenant={t}",
+            "/dead-letters/plan?tenant={t}", *[f"/rows/{{t}}/{seq}/sub/s" for seq in range(1, 8)]]
+
+
+async def _r7_plant(s: Side, t: str, now: float) -> None:
+    await s.stores.subs.put(Subscription(sub_id="s", tenant_id=t, bot="b"))
+    bad = {"scope": "tenant", "key": t, "active": True, "reason": "js", "by": "js", "at": 1e12}
+    if s.backend is not None:
+        s.backend.pauses.put_raw(f"tenant:{t}", bad)
+    else:
+        await s.db["board_outbox_pauses"].insert_one({"_id": f"tenant:{t}", **bad})
+    assert s.stores.pauses is not None
+    await s.stores.pauses.pause("bot", f"{t}-bot", reason="fine", by="ana", at=now - 60)
+    for seq in range(1, 8):
+        await _raw_row(s, {"tenant_id": t, "row_key": f"{t}/{seq}/sub/s", "seq": seq,
+                           "kind": "launch", "sub_id": "s", "state": "failed", "attempts": 3,
+                           "not_before": now - 100, "created_at": now - 100,
+                           "updated_at": now - 50 + seq, "materialized_at": now - 100,
+                           "errors": [{"attempt": 3, "at": now - 50, "error": "LaunchFailed: 503",
+                                       "kind": "error"}], **R7_ROWS.get(seq, {})})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", SIDES)
+async def test_times_out_of_range_cost_only_their_documents_on_every_page_and_command(
+        side: str, request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """R7, on every backend: ``paused``, ``dead-letters list``, ``dead-letters replay --filter
+    ... --dry-run`` and ``explain`` exit 0 without a traceback, and the console's overview,
+    pauses, tenant, dead-letters, plan and row pages answer 200, each naming the documents it
+    left out and why; the good pause and the good dead-letter beside them are shown as ever.
+    The CLI runs through ``main`` (on the wire: its own client, from a configuration file)."""
+    import time
+
+    import httpx
+
+    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.service.config import load_config
+    from board_outbox.service.health import tenant_status
+    from board_outbox.surface.console import build_console
+
+    t, now = _uniq("r7"), time.time()
+    keys = {seq: f"{t}/{seq}/sub/s" for seq in range(1, 8)}
+    async with open_side(side, request) as s:
+        await _r7_plant(s, t, now)
+        if s.db is not None and side == "mongo-live":
+            conf = tmp_path / "bo.toml"
+            conf.write_text(f'[store]\nbackend = "mongo"\nuri = "{request.getfixturevalue("live_uri")}"\n'
+                            f'database = "{s.db.name}"\n')
+            extra, factory = ["--config", str(conf)], None
+        else:
+            @asynccontextmanager
+            async def opened(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+                yield s.stores
+
+            extra, factory = [], opened
+
+        async def cli(*args: str) -> tuple[int, str, str]:
+            code = await anyio.to_thread.run_sync(lambda: main([*args, *extra], factory=factory))
+            out, err = capsys.readouterr()
+            assert "Traceback" not in out + err, (args, err)
+            return code, out, err
+
+        code, out, err = await cli("paused")
+        assert code == 0 and f"{t}-bot" in out and "1 pause on" in out
+        assert f"malformed pause document tenant:{t}: at 1000000000000.0 is out of range" in err
+        code, out, _ = await cli("dead-letters", "list", "--tenant", t)
+        assert code == 0 and keys[1] in out and "1 dead-letters" in out
+        assert "4 more matching rows do not decode" in out
+        for seq in (2, 3, 4, 5):
+            assert f"  {keys[seq]}: {R7_WHY[seq]}" in out
+        code, out, _ = await cli("dead-letters", "replay", "--filter", f"tenant={t}", "--dry-run")
+        assert code == 0 and "plan: 1 dead-letter match" in out
+        assert "4 matching documents do not decode and are left alone" in out
+        for seq in (2, 5, 6, 7):
+            code, out, _ = await cli("explain", keys[seq])
+            assert code == 0 and "malformed" in out and R7_WHY[seq] in out, out
+
+        app = build_console(s.stores, load_config(env={}))
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://127.0.0.1") as client:
+            pages = {p: await client.get(p.format(t=t)) for p in R7_PAGES}
+        assert {p: r.status_code for p, r in pages.items()} == dict.fromkeys(R7_PAGES, 200)
+        assert "Malformed pause document" in pages["/pauses"].text
+        assert "out of range" in pages["/pauses"].text and f"{t}-bot" in pages["/"].text
+        listing = pages["/dead-letters?tenant={t}"].text
+        assert 'id="unreadable"' in listing and keys[1] in listing
+        assert all(keys[seq] in listing for seq in (2, 3, 4, 5))
+        tenant = pages["/tenants/{t}"].text
+        assert 'id="unreadable"' in tenant and all(keys[seq] in tenant for seq in R7_ROWS)
+        plan = pages["/dead-letters/plan?tenant={t}"].text
+        assert 'id="matched">1<' in plan and "match but do not decode: left alone" in plan
+        assert all(keys[seq] in plan for seq in (2, 3, 4, 5))
+        for seq in range(2, 8):
+            row = pages[f"/rows/{{t}}/{seq}/sub/s"].text
+            assert 'data-hold="malformed"' in row and R7_WHY[seq] in row, seq
+        # the tenant's oldest live row is row 7 (materialized 100 s ago), not row 6 at -1e15
+        st = await tenant_status(s.stores, t, now)
+        assert st.oldest_pending_age_seconds == pytest.approx(100.0)
+        if s.stores.status is not None:
+            summary = (await s.stores.status.row_summary([t], ["pending"]))[t]
+            assert summary.oldest_live_created_at == pytest.approx(now - 100)
+    BAD_DOCUMENTS.resolved("board_outbox_pauses", f"tenant:{t}")
+
+
+# --- subscriptions the operators manage (P6) -----------------------------------------------------
+
+# stored subscription documents the service cannot read: each listed by `subscriptions list` as
+# a named bad document (never a traceback), refused by `edit`, removable by `rm`
+BAD_SUBS: dict[str, dict[str, Any]] = {
+    "priority-99": {"bot": "b", "priority": 99},
+    "bot-a-number": {"bot": 7},
+    "rule-a-string": {"bot": "b", "rule": "card.moved"},
+    "kind-projection": {"bot": "b", "kind": "projection"},
+    "coalesce-backwards": {"bot": "b", "coalesce": {"quiet_seconds": 60, "max_wait_seconds": 5}},
+    "no-bot": {},
+}
+
+
+# the memory twin holds decoded subscriptions: only those its own checks refuse can be planted
+_SUB_PARAMS = [pytest.param(c, "memory", id=f"{c}-memory")
+               for c in ("kind-projection", "priority-99")]
+_SUB_PARAMS += [pytest.param(c, "mongomock", id=f"{c}-mongomock") for c in sorted(BAD_SUBS)]
+_SUB_PARAMS += [pytest.param(c, "mongo-live", id=f"{c}-mongo-live", marks=pytest.mark.live_mongo)
+                for c in sorted(BAD_SUBS)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("case", "side"), _SUB_PARAMS)
+async def test_a_stored_subscription_that_does_not_decode_is_named_by_the_subscriptions_command(
+        side: str, case: str, request: pytest.FixtureRequest,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import json
+
+    from board_outbox.surface.subscribing import record
+
+    t = _uniq("subs")
+    bad_id = f"{t}-bad"
+    async with open_side(side, request) as s:
+        doc = {"_id": bad_id, "sub_id": bad_id, "tenant_id": t, **BAD_SUBS[case]}
+        if s.backend is not None:
+            bad = Subscription(**{k: v for k, v in doc.items() if k != "_id"})
+            s.backend.subs._subs[bad_id] = bad
+            s.backend.subs._by_tenant.setdefault(t, {})[bad_id] = bad
+        else:
+            await s.db["trigger_subscriptions"].insert_one(doc)
+        await s.stores.subs.put(Subscription(sub_id=f"{t}-good", tenant_id=t, bot="b"))
+        extra: list[str] = []
+        factory: Any = None
+        if side == "mongo-live":  # the command's own client, from a configuration file
+            conf = tmp_path / "bo.toml"
+            conf.write_text(f'[store]\nbackend = "mongo"\nuri = '
+                            f'"{request.getfixturevalue("live_uri")}"\ndatabase = "{s.db.name}"\n')
+            extra = ["--config", str(conf)]
+        else:
+            @asynccontextmanager
+            async def opened(cfg: Any, *, ensure_schema: bool = False) -> AsyncIterator[Any]:
+                yield s.stores
+
+            factory = opened
+
+        async def cli(*args: str) -> tuple[int, str, str]:
+            code = await anyio.to_thread.run_sync(
+                lambda: main(["subscriptions", *args, *extra], factory=factory))
+            out, err = capsys.readouterr()
+            assert "Traceback" not in out + err, (args, err)
+            return code, out, err
+
+        code, out, _ = await cli("list", "--tenant", t)
+        assert code == 0 and f"{t}-good" in out
+        assert f"{bad_id}" in out and "DOES NOT DECODE: " in out and "service cannot read" in out
+        code, out, _ = await cli("list", "--tenant", t, "--json")
+        listed = json.loads(out)
+        assert [b["sub_id"] for b in listed["bad_documents"]] == [bad_id]
+        assert listed["bad_documents"][0]["problem"]
+        code, out, _ = await cli("show", bad_id)
+        assert code == 0 and "does not decode: " in out
+        code, _, err = await cli("edit", bad_id, "--priority", "1")
+        assert code == 2 and "is stored but does not decode" in err and err.count("\n") == 1
+        code, _, err = await cli("disable", bad_id)
+        assert code == 2 and "does not decode" in err
+        # the service ignores it; the good one beside it stands
+        assert [x.sub_id for x in await s.stores.subs.list_for_tenant(t)] == [f"{t}-good"]
+        code, out, _ = await cli("rm", bad_id, "--yes")
+        assert code == 0 and "removed" in out
+        with pytest.raises(UsageError):
+            await record(s.stores, bad_id)
+
+
 # --- config and CLI ----------------------------------------------------------------------------
 
 
@@ -1817,6 +2145,8 @@ def test_a_bad_environment_value_names_the_setting(capsys: pytest.CaptureFixture
     ["--since", "inf"],
     ["--until", "-inf"],
     ["--since", "yesterday"],
+    ["--since", "1e20"],  # R7: no stored time lies there
+    ["--until", "99999999d"],
 ])
 def test_bad_cli_argument_is_a_usage_error(args: list[str],
                                            capsys: pytest.CaptureFixture[str]) -> None:
@@ -1876,7 +2206,8 @@ BAD_DEAD_LETTERS: list[dict[str, Any]] = [  # each a failed t1 launch row of s1 
     {"attempts": "3"}, {"errors": "boom"}, {"audit": 5}, {"event": "e"}, {"sub_id": ["s1"]},
     {"errors": [{"error": 5}]}, {"tenant_id": 7}, {"kind": 9}, {"updated_at": "yesterday"},
     {"row_key": 12}, {"state": "failed ", "updated_at": 0.5},
-    {"updated_at": 2**62 + 1},  # decodes, as 2^62: the fence (updated_at as read) never holds
+    # R7: beyond 9999-12-31 (it once decoded, as 2^62, and only the fence kept it): no time
+    {"updated_at": 2**62 + 1},
 ]
 
 
@@ -1885,8 +2216,8 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     """Issue 33 item 5: failed rows with wrong-typed fields that a filter matches cost only
     themselves -- those that do not decode are counted and named by the plan and never written,
     those the store cannot name (a row key or parked time of another type) are not walked, and
-    one whose stored parked time no float holds is skipped by the fence -- while every good
-    row beside them is planned and replayed, on every backend."""
+    one whose stored parked time is out of the time range (R7) does not decode either -- while
+    every good row beside them is planned and replayed, on every backend."""
     from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
     from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
@@ -1912,12 +2243,12 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     plan = await plan_bulk_replay(kit.outbox, kit.subs, BulkFilter(tenant="t1", kind="launch"),
                                   clock=kit.clock, page=2)
     undecodable = ["t1/10/sub/s1", "t1/11/sub/s1", "t1/12/sub/s1", "t1/13/sub/s1",
-                   "t1/14/sub/s1", "t1/15/sub/s1"]
-    assert plan.matched == 4 and plan.unreadable == len(undecodable)
+                   "t1/14/sub/s1", "t1/15/sub/s1", "t1/21/sub/s1"]
+    assert plan.matched == 3 and plan.unreadable == len(undecodable)
     assert sorted(plan.unreadable_keys) == undecodable
     prog = await apply_bulk_replay(kit.outbox, kit.subs, plan, bulk_id="x", by="ops",
                                    clock=kit.clock, rate=1e6)
-    assert (prog.state, prog.replayed, prog.skipped, prog.refused) == ("done", 3, 1, 0)
+    assert (prog.state, prog.replayed, prog.skipped, prog.refused) == ("done", 3, 0, 0)
     for i in (1, 2, 3):
         good = await kit.raw_row(f"t1/{i}/sub/s1")
         assert good is not None and good["state"] == "pending" and len(good["audit"]) == 1
@@ -1959,6 +2290,65 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
     every = await kit.outbox.find(RowFilter(tenant_id="t1", states=("failed",)))
     assert [r.row_key for r in every][:2] == ["t1/2/sub/s1", "t1/1/sub/s1"]  # bad ones: left out
 
+
+
+
+# --- forwarded headers through a trusted proxy (U3) ------------------------------------------
+
+HOSTILE_FORWARDED = [
+    "for=1.2.3.4;for=5.6.7.8", "for=", 'for="unclosed', "for=a b", ";;=;", "\x00", "for=_x:99",
+    'for="[2001:db8::1"', "for=unknown", "for=999.1.1.1", "proto=gopher;host=a/b", "," * 200,
+    "x" * 4000, 'for="\\\\\\"', "for=1.2.3.4:99999", "host=evil.example:1:2",
+]
+HOSTILE_X_FORWARDED = [
+    "<script>", "1.2.3.4:", "[::1", ",,,", "1.2.3.4, ", "999.1.1.1", "1.2.3.4:port",
+    ", ".join(["10.0.0.9"] * 70), "unknown", "\x00\x01", "x" * 4000,
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["x-forwarded", "forwarded"])
+async def test_hostile_forwarded_headers_cost_only_their_request(
+        mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A trusted proxy passing the client's hostile forwarded headers on (with its own entry
+    appended): every request is answered (never a 500), and the login throttle sees only the
+    client the proxy wrote or the proxy itself -- no header picks or mints a client."""
+    import re
+
+    import httpx
+
+    from board_outbox.service.config import load_config
+    from board_outbox.surface.console import build_console
+    from board_outbox.surface.http.app import build_app
+    from board_outbox.surface.http.proxies import proxy_settings
+    from board_outbox.surface.http.server import guarded
+    from tests.test_console import TOKEN, csrf_of
+
+    cfg = load_config(env={}, ui={"admin_token": TOKEN, "trusted_proxies": ["10.0.0.2"],
+                                  "proxy_headers": mode}, service={"allowed_hosts": ["c.example"]})
+    app = guarded(build_app([], ui=build_console(MemoryBackend().stores(), cfg)), "127.0.0.1",
+                  cfg.service.allowed_hosts, proxy_settings(cfg.ui))
+    caplog.set_level(logging.WARNING, logger="board_outbox.console")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("10.0.0.2", 1)),
+                                 base_url="http://127.0.0.1:9464") as client:
+        for bad in HOSTILE_FORWARDED if mode == "forwarded" else HOSTILE_X_FORWARDED:
+            if mode == "forwarded":
+                headers = {"Forwarded": f"{bad}, for=203.0.113.7;proto=https;host=c.example"}
+            else:
+                headers = {"X-Forwarded-For": f"{bad}, 203.0.113.7", "X-Forwarded-Proto": "https",
+                           "X-Forwarded-Host": "c.example"}
+            page = await client.get("/ui/login", headers=headers)
+            assert page.status_code == 200, (bad, page.status_code)
+            # the cookie by hand: httpx keeps a Secure one off this plain-http leg
+            cookie = page.headers["set-cookie"].split(";", 1)[0]
+            client.cookies.clear()
+            r = await client.post("/ui/login", headers={**headers, "Origin": "https://c.example",
+                                                        "Cookie": cookie},
+                                  data={"csrf": csrf_of(page.text), "token": "x" * 20})
+            assert r.status_code in (403, 429), (bad, r.status_code)
+    logins = {m.group(1) for m in (re.search(r"login from (\S+)", rec.getMessage())
+                                   for rec in caplog.records) if m}
+    assert logins and logins <= {"203.0.113.7", "10.0.0.2"}, logins
 
 
 # --- note table (issue 14): input -> behaviour before -> behaviour after ---------------------
@@ -2020,6 +2410,8 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 #                                             never written; the good rows replayed
 # failed row updated_at:"yesterday" / row_key:12 -> (new) not walked (as dead-letters list)
 # failed row updated_at 2^62+1 (no float holds it) -> (new) planned, skipped by the fence
+#                                          -> (R7) out of the time range: does not decode;
+#                                             counted and named by the plan, left alone
 # failed row updated_at "yesterday"/null/missing, listed with --since -> memory twin TypeError
 #                                          -> left out of the time window, as on the server
 # trigger_series minute 61 s past / 0.0, replica "", counts "lots" / done -5 / Decimal, base dead true,
@@ -2047,13 +2439,13 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 #                                          the first full poll covers the gap
 # resume token {_data:"garbage"} / another collection's (server refuses) -> same as above ->
 #                                          3 attempts, one line, dropped, stream reopens + full
-#                                          poll; /readyz "stream" and board_outbox_poll_only meanwhile
+#                                          poll; degraded "stream" and board_outbox_poll_only meanwhile
 # counter seq "lots" / cursor seq "abc"   -> status, /metrics per-tenant gauges and stall
 #                                          detection blank for EVERY tenant -> that tenant carries a
 #                                          `problems` entry, the others stand; one line; counted
 # cursor ahead of its counter (restored)  -> events up to it skipped, no line, /readyz ready, lag 0
 #                                          -> tenant held (durably, across restarts), one line,
-#                                             /readyz "cursor", board_outbox_cursor_ahead, status
+#                                             degraded "cursor", board_outbox_cursor_ahead, status
 #                                             problems; `cursor reset --tenant T --to N` releases it
 #                                             and every event launches
 # 20,000 counters at seq 0, no cursor     -> first poll seeds them one by one (minutes), a live
@@ -2091,6 +2483,17 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 # the event's at "yesterday"                     -> (new) its moment undated, with a note
 # a row's waiting "over some limit" (no limit named) -> (new) a note, no limit hold invented
 #
+# --- note table (C7, an event's trace context): input -> before -> after -----------------------
+#
+# an event's trace a string, a list, a traceparent "0x…", 7 or 1 MB long
+#                                                -> (never read) -> no parent: the event's rows
+#                                                   join their batch's trace, one line per tenant
+#                                                   and problem; the event launches as ever
+# a tracestate of 10,000 characters, 5, or "no state,\n=="
+#                                                -> (never read) -> dropped, the traceparent kept
+#                                                   (the rows still continue the producer's trace),
+#                                                   one line per tenant and problem
+#
 # --- note table (issue 33, priorities): input -> before -> after ------------------------------
 #
 # subscription priority "high" / 10**9 / -1e9 / NaN / true
@@ -2099,6 +2502,68 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 # row priority "high" / 10**9 / true             -> (new) ordered as 0 by the pick (claimed in its
 #                                                   turn), then parked as a malformed row when
 #                                                   claimed: it costs only itself
+#
+
+# --- note table (U3, forwarded headers): input -> before -> after ------------------------------
+#
+# X-Forwarded-For "6.6.6.6, <client>" / a fresh value per login, from anyone
+#                                          -> ignored (the client was the socket's: every operator
+#                                             behind one proxy shared a throttle bucket)
+#                                          -> from a trusted proxy, read from the right: the client
+#                                             the proxy wrote; from anyone else, ignored
+# X-Forwarded-Proto https / Forwarded proto=https from a peer not trusted
+#                                          -> ignored; (before: also from the proxy: its https
+#                                             logins were refused 403) -> still ignored
+# Forwarded element that does not parse, "unknown", garbage entries, lists of 70
+#                                          -> (new) the proxy that reported it stands for the
+#                                             client; its scheme and host are not believed
+# identity header from a peer not trusted, twice, empty, 129 characters, a control character
+#                                          -> (new) no name: the login is refused saying why
+#
+# --- note table (R7, times out of range): input -> before -> after ----------------------------
+#
+# pause at 1e12 (a JavaScript writer's milliseconds) / at inf / an audit entry at 1e12
+#                                          -> `paused` "ValueError: year 33658 is out of range";
+#                                             /ui/, /ui/pauses and every tenant page 500; the pause
+#                                             held the tenant (1e12 and inf were finite enough)
+#                                          -> malformed: it pauses nothing; one line, listed by
+#                                             `paused`, status --json and the pause panels, counted
+# failed row updated_at +inf / -inf / 1e20 / -1e308 (and 2^62+1)
+#                                          -> `dead-letters list`, `replay --filter ... --dry-run`,
+#                                             /ui/dead-letters and the plan page: OverflowError
+#                                             tracebacks and 500s; bulk replay could not be planned
+#                                          -> does not decode: the listings name it with why, the
+#                                             plan counts and names it and never writes it; explain
+#                                             and its row page say `malformed` (the field, the value)
+# pending row created_at -1e15 / an error entry at 1e12 / not_before -1e308
+#                                          -> explain and the row pages: ValueError / OverflowError
+#                                             tracebacks and 500s; status: "oldest pending 2.8e11 h"
+#                                          -> malformed: explained; claimed and parked, its bad
+#                                             fields replaced, the error entries that decode kept;
+#                                             status's oldest pending row passes over it
+# pending row not_before 1e12 / inf (due beyond any writer's reach)
+#                                          -> never claimed, never swept, counted as "paused"
+#                                          -> the stuck-row sweep parks it with one line
+# pending row updated_at inf               -> (ran: the claim writes updated_at) -> runs, as before
+# event at 1e12 / -inf                     -> read as a time (latency, audit age, explain: a
+#                                             traceback on the timeline)
+#                                          -> read as no time, one line (board_events listed as a
+#                                             bad document); the event runs
+# membership lease expires_at 1e12         -> "further ahead than the heartbeat timeout"
+#                                          -> "out of range ... a millisecond timestamp?" (not a lease)
+# `--filter since=1e20` / `--since 99999999d` -> the plan raised formatting the bound (OverflowError)
+#                                          -> usage error, exit 2
+# subscription priority 99 / bot 7 / rule "card.moved" / kind "projection" / coalesce 60 > 5 /
+#   no bot, in `subscriptions list|show|edit|rm` (P6)
+#                                          -> (new) listed by id with why it does not decode (the
+#                                             service ignores it); edit and disable refuse it in
+#                                             one line, exit 2; rm removes it
+# `subscriptions add` with priority 11 / coalesce 60:5 / an unknown kind / 101 labels / a bot
+#   with a control character / a file with an unknown field (P6)
+#                                          -> (new) one line, exit 2, nothing written
+# a BSON date past year 9999 in done_at    -> (mongod) the driver raised for the whole reply
+#                                          -> DATETIME_AUTO: that row alone is malformed (the wire
+#                                             server refuses to store such a date: codec test)
 
 
 @pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a b", "a/b", ""])

@@ -260,7 +260,7 @@ def test_console_command_serves_the_pages_alone_and_a_port_in_use_is_exit_2(tmp_
 
     port = free_port()
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[ui]\nport = {port}\nadmin_token = "{TOKEN}"\n')
+    cfg.write_text(f'[store]\nbackend = "memory"\n[ui]\nport = {port}\nadmin_token = "{TOKEN}"\n')
     cmd = [sys.executable, "-m", "board_outbox", "console", "--config", str(cfg)]
     with open(tmp_path / "console.log", "wb") as log_file:
         proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL,

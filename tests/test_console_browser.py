@@ -6,6 +6,12 @@ launch) is opened, replayed with the admin token after the confirmation, and see
 read-only session has no replay button and its forged POST is refused. The row page explains
 the dead-letter's wait, and once replayed, that it is done (issue 33).
 
+The admin part goes through a TLS-terminating proxy started in the test (U3,
+``tests/support/tls_proxy.py``: https on a self-signed certificate, ``X-Forwarded-*`` and the
+operator's name in ``X-Forwarded-User``): the login over https, its cookie ``Secure``, and the
+replay, the pause and the resume audited by the name the proxy gave; a login around the proxy
+is refused.
+
 ``CONSOLE_SCREENSHOTS=DIR`` saves the main pages there as PNG (how docs/console/*.png
 are made: ``CONSOLE_SCREENSHOTS=docs/console ./dev.sh test -n 0
 tests/test_console_browser.py``)."""
@@ -30,6 +36,7 @@ import pytest
 from pymongo import MongoClient
 
 from tests.support.live_mongo import LiveServer
+from tests.support.tls_proxy import TlsProxy, self_signed
 from tests.support.waiting import wait_until
 from tests.test_ops import free_port
 
@@ -39,6 +46,8 @@ TOKEN = "console-admin-token-for-the-browser-test"
 APP = "bo-console-browser"
 JAEGER = "http://jaeger.example:16686"
 TENANTS = ("acme", "globex", "initech")
+OPERATOR = "ana@example.com"  # who the auth proxy says is signed in
+BY = f"console:{OPERATOR}"
 
 
 def _chromium() -> tuple[str, str] | None:
@@ -121,6 +130,7 @@ def browser() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1360,900", "--force-device-scale-factor=1"):
         opts.add_argument(arg)
+    opts.accept_insecure_certs = True  # the TLS proxy's certificate is made by the test
     driver = webdriver.Chrome(service=DriverService(found[1]), options=opts)
     driver.set_page_load_timeout(30)
     try:
@@ -169,6 +179,9 @@ def test_the_console_in_a_browser_over_a_running_service(
     def shot(name: str) -> None:
         browser.save_screenshot(str(shot_dir / f"{name}.png"))
 
+    certificate = self_signed(tmp_path)
+    if certificate is None:
+        pytest.skip("openssl is not installed: the test's TLS proxy needs a certificate")
     name = f"console_{uuid.uuid4().hex[:8]}"
     client: MongoClient[dict[str, Any]] = MongoClient(live_uri)
     db = client[name]
@@ -185,18 +198,21 @@ def test_the_console_in_a_browser_over_a_running_service(
     cfg = tmp_path / "c.toml"
     cfg.write_text(
         f'[store]\nbackend = "mongo"\nuri = "{live_uri}"\ndatabase = "{name}"\n'
-        f'app_name = "{APP}"\nop_timeout_seconds = 1\nserver_selection_timeout_seconds = 2\n'
-        f'[tail]\nseed = "earliest"\npoll_interval_seconds = 0.2\nyoung_gap_seconds = 2\n'
-        f'stall_seconds = 3\n'
+        f'app_name = "{APP}"\nop_timeout_seconds = 3\nserver_selection_timeout_seconds = 2\n'
+        f'[tail]\nseed = "earliest"\npoll_interval_seconds = 0.2\nyoung_gap_seconds = 4\n'
+        f'stall_seconds = 5\n'
         f'[service]\nmetrics_interval_seconds = 0.3\nreplica_name = "replica-a"\n'
         f'[launcher]\nkind = "http"\nurl = "{runner.url}"\ntimeout_seconds = 2\n'
-        f'[ui]\nenabled = true\nadmin_token = "{TOKEN}"\njaeger_url = "{JAEGER}"\n')
+        f'[ui]\nenabled = true\nadmin_token = "{TOKEN}"\njaeger_url = "{JAEGER}"\n'
+        # the proxy reaches the port from 127.0.0.2; the test's own requests come from 127.0.0.1
+        f'trusted_proxies = ["127.0.0.2"]\nidentity_header = "X-Forwarded-User"\n')
     env = {**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)}
     log_path = tmp_path / "run.log"
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                                 env=env, stdout=subprocess.DEVNULL, stderr=log_file)
     base = f"http://127.0.0.1:{port}/ui"
+    proxy = TlsProxy(f"http://127.0.0.1:{port}", *certificate, ("X-Forwarded-User", OPERATOR))
     try:
         try:
             wait_until(lambda: _get(f"http://127.0.0.1:{port}/readyz") == 200, 30, "the service ready")
@@ -208,9 +224,12 @@ def test_the_console_in_a_browser_over_a_running_service(
         wait_until(lambda: db["trigger_effects"].count_documents({"state": "done"}) == 12, 30,
               "every first row done")
 
-        # -- a stalled tenant appears: every row write refused, acme's new events wait ------
+        # -- a stalled tenant appears: every row insert refused, acme's new events wait ------
+        # (inserts only: the replica's membership heartbeat, an update, goes on, so a slow run
+        # cannot see its lease lapse while it waits for the stall, and the overview still
+        # lists it)
         failpoints.admin.command("configureFailPoint", "failCommand", mode="alwaysOn", data={
-            "failCommands": ["update", "insert"], "appName": APP, "errorCode": 50})
+            "failCommands": ["insert"], "appName": APP, "errorCode": 50})
         _emit(db, "acme")
         browser.get(base + "/")
         assert "Overview" in browser.title
@@ -265,12 +284,25 @@ def test_the_console_in_a_browser_over_a_running_service(
         assert "board-reflect" in browser.find_element(By.ID, "generations").text
         shot("tenant")
 
-        # -- log in, open the dead-letter, replay it --------------------------------------
+        # -- a login around the proxy: no name from it, refused -----------------------------
+        with httpx.Client(base_url=base, timeout=10) as around:
+            page = around.get("/login")
+            csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+            assert csrf is not None
+            r = around.post("/login", data={"csrf": csrf.group(1), "token": TOKEN, "who": "ana"},
+                            headers={"Origin": f"http://127.0.0.1:{port}",
+                                     "X-Forwarded-User": OPERATOR})  # not believed from here
+            assert r.status_code == 403 and "X-Forwarded-User" in r.text
+
+        # -- through the TLS proxy: log in, open the dead-letter, replay it ----------------
+        base = proxy.url + "/ui"
         browser.get(base + "/login")
+        assert OPERATOR in browser.find_element(By.ID, "named").text
         browser.find_element(By.ID, "token").send_keys(TOKEN)
-        browser.find_element(By.ID, "who").send_keys("ana")
         browser.find_element(By.ID, "login").click()
         wait_until(lambda: browser.find_elements(By.ID, "mode-admin"), 10, "logged in")
+        cookie = browser.get_cookie("board_outbox_console")
+        assert cookie is not None and cookie["secure"] is True  # set over https, kept to it
         browser.get(base + "/dead-letters?tenant=acme&since=1h")
         shot("dead-letters")
         browser.find_element(By.CSS_SELECTOR, f'tr[data-row="{key}"] a.mono').click()
@@ -302,17 +334,19 @@ def test_the_console_in_a_browser_over_a_running_service(
         assert browser.find_element(By.CSS_SELECTOR, 'li[data-hold="done"]')
         assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-moment="replay"]')
         audit = browser.find_element(By.ID, "audit").text
-        assert "replay" in audit and "console:ana" in audit
+        assert "replay" in audit and BY in audit
         doc = db["trigger_effects"].find_one({"row_key": key})
-        assert [(a["action"], a["by"]) for a in doc["audit"]] == [("replay", "console:ana")]
+        assert [(a["action"], a["by"]) for a in doc["audit"]] == [("replay", BY)]
 
         # -- pause a tenant from its page (issue 33): its next launch is held, then runs ------
         browser.get(base + "/tenants/globex")
         browser.find_element(By.ID, "pause-reason").send_keys("customer asked")
         browser.find_element(By.ID, "pause-tenant").click()
         text_of(By.ID, "tenant-pause", "Paused")
-        assert "console:ana" in browser.find_element(By.ID, "tenant-pause").text
-        time.sleep(2.0)  # one membership heartbeat (10 s / 6): the replica has read the pause
+        assert BY in browser.find_element(By.ID, "tenant-pause").text
+        # the replica reads the pauses with its membership heartbeat: emit once it has
+        wait_until(lambda: 'board_outbox_pauses{scope="tenant"} 1.0' in _metrics(port), 30,
+                   "the replica has read the pause")
         held_key = f"globex/{_emit(db, 'globex')}/sub/globex.s"
 
         def held() -> bool:
@@ -333,7 +367,7 @@ def test_the_console_in_a_browser_over_a_running_service(
         assert doc.get("attempts", 0) == 0 and not doc.get("errors")
         pause_doc = db["board_outbox_pauses"].find_one({"_id": "tenant:globex"})
         assert [(a["action"], a["by"]) for a in pause_doc["audit"]] == [
-            ("pause", "console:ana"), ("resume", "console:ana")]
+            ("pause", BY), ("resume", BY)]
 
         # -- the charts: drawn on the server, in the page (issue 33) ------------------------
         browser.find_element(By.ID, "nav-charts").click()
@@ -349,6 +383,7 @@ def test_the_console_in_a_browser_over_a_running_service(
         shot("charts")
         assert proc.poll() is None
     finally:
+        proxy.close()
         proc.terminate()
         try:
             rc = proc.wait(timeout=30)
@@ -361,7 +396,17 @@ def test_the_console_in_a_browser_over_a_running_service(
             client.drop_database(name)
             client.close()
     assert rc == 0, log_path.read_text()[-3000:]
+    # the login is logged with the client and the proxy it came through
+    assert f"{OPERATOR} logged in from 127.0.0.1 (through the proxy at 127.0.0.2)" in (
+        log_path.read_text())
     assert own and max(d["counts"]["done"] for d in own) >= 14, own
+
+
+def _metrics(port: int) -> str:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.TransportError:
+        return ""
 
 
 def _get(url: str) -> int | None:

@@ -127,3 +127,60 @@ async def test_a_coalesced_row_page_links_the_row_that_ran_and_the_tenant_counts
     assert 'data-hold="coalesced"' in html
     assert f'id="coalesced-into" href="/rows/{into}"' in html  # the row that ran, one click away
     assert tenant.status_code == 200 and "<th class=\"num\">coalesced</th>" in tenant.text
+
+
+async def test_a_row_coalesced_into_a_superseded_row_links_the_row_that_ran() -> None:
+    """Edits a little apart: row 1 was superseded by row 7, itself by row 8, which ran. Row 1's
+    page links row 7 (what the row records) and, one click away, row 8: the row that ran, with
+    the chain between them."""
+    from datetime import UTC, datetime
+
+    b = MemoryBackend()
+    now = time.time()
+    done = datetime.fromtimestamp(now, UTC)
+    seven, eight = f"{T}/7/sub/s", f"{T}/8/sub/s"
+    key = await _row(b, 1, state="coalesced", coalesced_into=seven, burst_at=now - 5, done_at=done)
+    await _row(b, 7, state="coalesced", coalesced_into=eight, burst_at=now - 5, done_at=done)
+    await _row(b, 8, state="done", outcome="launched l-8", burst_at=now - 5, done_at=done)
+    async with console(b) as client:
+        page = await client.get(f"/rows/{key}")
+        last = await client.get(f"/rows/{eight}")
+    assert page.status_code == 200 and last.status_code == 200
+    html = page.text
+    assert f'id="coalesced-into" href="/rows/{seven}"' in html
+    assert f'id="coalesced-ran" href="/rows/{eight}"' in html
+    assert 'id="coalesced-chain"' in html and f"{eight} ran instead (launched l-8)" in html
+    assert 'id="coalesced-ran"' not in last.text  # the row that ran is not coalesced
+
+
+async def test_a_coalesced_row_whose_chain_loops_says_so() -> None:
+    from datetime import UTC, datetime
+
+    b = MemoryBackend()
+    now = time.time()
+    done = datetime.fromtimestamp(now, UTC)
+    key = await _row(b, 1, state="coalesced", coalesced_into=f"{T}/2/sub/s", done_at=done)
+    await _row(b, 2, state="coalesced", coalesced_into=key, done_at=done)
+    async with console(b) as client:
+        page = await client.get(f"/rows/{key}")
+    assert page.status_code == 200 and 'id="coalesced-problem"' in page.text
+    assert "loops back to" in page.text and 'id="coalesced-ran"' not in page.text
+
+
+async def test_a_held_row_page_names_its_pause_since_and_who() -> None:
+    """F3: a row held for its tenant's pause shows the ``paused`` hold -- the pause's scope,
+    key, since when and who -- and no limit."""
+    from board_outbox.model.pause import held_not_before, reason_of
+
+    b = MemoryBackend()
+    now = time.time()
+    assert await b.pauses.pause("tenant", T, reason=EVIL, by="ana", at=now - 120)
+    key = await _row(b, 1, waiting=reason_of("tenant", T),
+                     not_before=held_not_before(now - 100))
+    async with console(b) as client:
+        page = await client.get(f"/rows/{key}")
+    assert page.status_code == 200
+    html = page.text
+    assert 'data-hold="paused"' in html and 'data-hold="limit"' not in html
+    assert "held by the pause of tenant acme, since" in html and "by ana" in html
+    assert EVIL not in html and "&lt;script&gt;" in html

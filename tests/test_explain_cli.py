@@ -109,6 +109,43 @@ def test_explain_shows_the_rows_priority(capsys: pytest.CaptureFixture[str]) -> 
     assert json.loads(capsys.readouterr().out)["row"]["priority"] == 4
 
 
+async def _held(backend: MemoryBackend) -> tuple[str, float]:
+    """A launch row the service held for its tenant's pause (paused 2 minutes ago by ana)."""
+    from board_outbox.engine.pause import PauseGate
+
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+    await backend.board.put(Card(tenant_id=T, card_id="c"))
+    await backend.events.emit(T, "card.created", "c", at=time.time())
+    since = float(int(time.time())) - 120
+    assert await backend.pauses.pause("tenant", T, reason="INC-42", by="ana", at=since)
+    cfg = load_config(env={}, tail={"seed": "earliest"}, projections=[])
+    service = Service(backend.stores(), cfg)
+    assert isinstance(service.worker.pause, PauseGate)
+    await service.worker.pause.refresh(force=True)
+    await service.tail.drain_all()
+    assert (await service.worker.tick_any()).held == 1
+    return f"{T}/1/sub/s", since
+
+
+def test_explain_names_the_pause_that_holds_a_row(capsys: pytest.CaptureFixture[str]) -> None:
+    """F3: the pause's scope and key, since when (UTC) and who, and how to lift it -- not a
+    deferral "which names no limit"."""
+    from datetime import UTC, datetime
+
+    backend = MemoryBackend()
+    key, since = anyio.run(_held, backend)
+    assert main(["explain", key], factory=factory_for(backend)) == 0
+    out = capsys.readouterr().out
+    at = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"paused         held by the pause of tenant {T}, since {at}" in out
+    assert "by ana: INC-42" in out and f"`board-outbox resume --tenant {T}`" in out
+    assert "names no limit" not in out and "limit " not in out
+    assert main(["explain", key, "--json"], factory=factory_for(backend)) == 0
+    [hold] = json.loads(capsys.readouterr().out)["holds"]
+    assert (hold["hold"], hold["scope"], hold["key"], hold["since"], hold["by"]) == (
+        "paused", "tenant", T, since, "ana")
+
+
 def test_an_unknown_row_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     backend = MemoryBackend()
     anyio.run(_deferred, backend)

@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "src" / "board_outbox"
 PROJECTIONS = ROOT / "projections"
 # rank of each top-level part of the package: lower ranks never import higher ones
-RANK = {"model": 0, "ports": 1, "engine": 2, "adapters": 2, "sdk": 3, "testing": 3,
-        "service": 4, "surface": 5, "__init__": 6, "__main__": 6}
+RANK = {"model": 0, "ports": 1, "engine": 2, "adapters": 2, "sdk": 3, "testing": 3, "producer": 3,
+        "service": 4, "surface": 5, "__init__": 6, "__main__": 6,
+        # the version (its one source, read by the build): a leaf any layer may read
+        "__about__": 0}
 DRIVER = ("pymongo", "bson", "motor")
 DRIVER_OK = ("adapters/mongo/", "service/wireserver.py")
 

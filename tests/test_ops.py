@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -20,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import ConfigError, StoreUnavailable
 from board_outbox.service.config import load_config
 from board_outbox.service.health import StallDetector, tenant_status
@@ -146,9 +147,11 @@ async def test_healthz_readyz_and_metrics_on_a_running_service() -> None:
         for _ in range(3):
             await backend.events.emit(T, "card.created", "c")
         r = await client.get("/healthz")
-        assert r.status_code == 200 and r.json()["status"] == "ok"
+        assert r.status_code == 200 and r.json() == {"status": "ok", "failing": {}, "degraded": {},
+                                                     "stalled_tenants": [], "stalled_count": 0}
         r = await client.get("/readyz")
-        assert r.json() == {"status": "ready", "failing": {}, "stalled_tenants": []}
+        assert r.json() == {"status": "ready", "failing": {}, "degraded": {}, "stalled_tenants": [],
+                            "stalled_count": 0}
 
         async def settled() -> bool:
             return backend.outbox.all_docs() != [] and all(
@@ -185,9 +188,15 @@ async def test_healthz_readyz_and_metrics_on_a_running_service() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_stalled_tenant_fails_readyz_and_shows_in_metrics() -> None:
+async def test_a_stalled_tenant_shows_in_healthz_and_metrics_and_never_fails_a_probe() -> None:
+    """A stalled tenant is every replica's (they share the store): failing /readyz on it took
+    every pod out of service at once and hung the rollout of the fix. It is named in both
+    probes' ``degraded`` detail and in ``board_outbox_tenant_stalled``; both probes stay 200,
+    and another tenant keeps flowing meanwhile."""
     backend = MemoryBackend()
     await _board(backend)
+    await backend.subs.put(Subscription(sub_id="s2", tenant_id="t2", bot="b"))
+    await backend.board.put(Card(tenant_id="t2", card_id="c"))
     clock = ManualClock()
     cfg = load_config(env={}, tail={"seed": "earliest", "poll_interval_seconds": 0.05,
                                     "stall_seconds": 60},
@@ -204,42 +213,56 @@ async def test_a_stalled_tenant_fails_readyz_and_shows_in_metrics() -> None:
             return await backend.cursors.get(T) == 1 and T in service.status
 
         await until(caught_up_to_gap)
-        assert (await client.get("/readyz")).status_code == 200  # behind, but not for long yet
+        assert (await client.get("/healthz")).json()["status"] == "ok"  # behind, not for long yet
         clock.advance(29)  # young gap still young (30 s), cursor still for 29 s: healthy
         await anyio.sleep(0.1)
-        assert (await client.get("/readyz")).status_code == 200
+        assert (await client.get("/healthz")).json()["degraded"] == {}
         clock.advance(20)  # 49 s: the gap is old now and is stepped over: the cursor moves
         await until(lambda: _cursor_is(backend, 3))
-        assert (await client.get("/readyz")).status_code == 200
-        # now wedge the tail for real: every row write fails, the cursor cannot move
+        # now wedge the tenant's tail for real: its row writes fail, its cursor cannot move
         await backend.events.emit(T, "card.created", "c")
         real_upsert = backend.outbox.upsert_rows
 
-        async def unavailable(*_a: object) -> object:
-            raise StoreUnavailable("injected: trigger_effects unwritable")
+        async def unavailable(rows: list[EffectRow], **kw: Any) -> object:
+            if any(r.tenant_id == T for r in rows):
+                raise StoreUnavailable("injected: trigger_effects unwritable")
+            return await real_upsert(rows, **kw)
 
         backend.outbox.upsert_rows = unavailable  # type: ignore[method-assign,assignment]
         await anyio.sleep(0.1)
         clock.advance(61)
 
         async def stalled() -> bool:
-            return (await client.get("/readyz")).status_code == 503
+            return (await client.get("/healthz")).json()["stalled_tenants"] == [T]
 
         await until(stalled)
-        body = (await client.get("/readyz")).json()
-        assert body["status"] == "not ready" and body["stalled_tenants"] == [T]
-        assert body["failing"]["tail"] == f"stalled tenants: {T}"
+        health = await client.get("/healthz")
+        assert health.status_code == 200
+        assert health.json() == {"status": "degraded", "failing": {},
+                                 "degraded": {"tail": f"stalled tenants: {T}"},
+                                 "stalled_tenants": [T], "stalled_count": 1}
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.json()
+        assert ready.json()["status"] == "ready" and ready.json()["stalled_tenants"] == [T]
+        assert ready.json()["degraded"] == {"tail": f"stalled tenants: {T}"}
         text = (await client.get("/metrics")).text
         fam = {f.name: f for f in text_string_to_metric_families(text)}
-        assert [(s.labels["tenant_id"], s.value)
-                for s in fam["board_outbox_tenant_stalled"].samples] == [(T, 1.0)]
+        stall = {s.labels["tenant_id"]: s.value for s in fam["board_outbox_tenant_stalled"].samples}
+        assert stall == {T: 1.0, "t2": 0.0}
+        # the other tenant is served meanwhile
+        await backend.events.emit("t2", "card.created", "c")
+        await until(lambda: _cursor_is(backend, 1, "t2"))
         backend.outbox.upsert_rows = real_upsert  # type: ignore[method-assign]
         await until(lambda: _cursor_is(backend, 4))
-        await until(lambda: _ready(client))
+
+        async def recovered() -> bool:
+            return (await client.get("/healthz")).json()["status"] == "ok"
+
+        await until(recovered)
 
 
-async def _cursor_is(backend: MemoryBackend, n: int) -> bool:
-    return await backend.cursors.get(T) == n
+async def _cursor_is(backend: MemoryBackend, n: int, tenant: str = T) -> bool:
+    return await backend.cursors.get(tenant) == n
 
 
 async def _ready(client: httpx.AsyncClient) -> bool:
@@ -440,7 +463,7 @@ def test_run_serves_the_endpoints_and_a_port_in_use_is_one_line_exit_2(tmp_path:
 
     port = free_port()
     cfg = tmp_path / "c.toml"
-    cfg.write_text("[tail]\npoll_interval_seconds = 0.1\n")
+    cfg.write_text('[store]\nbackend = "memory"\n[tail]\npoll_interval_seconds = 0.1\n')
     env = {**os.environ, "BOARD_OUTBOX_SERVICE__HTTP_PORT": str(port)}
     proc = subprocess.Popen([sys.executable, "-m", "board_outbox", "run", "--config", str(cfg)],
                             env=env, stderr=subprocess.PIPE, text=True)
@@ -466,3 +489,21 @@ def test_run_serves_the_endpoints_and_a_port_in_use_is_one_line_exit_2(tmp_path:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+@pytest.mark.anyio
+async def test_the_operator_port_warns_when_bound_to_loopback_inside_kubernetes(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """kubelet probes a pod by its own address: a port on 127.0.0.1 fails every probe. The
+    default stays loopback (a bare process exposes nothing); inside a pod one line says what
+    to set."""
+    service = Service(MemoryBackend().stores(), load_config(env={}))
+    caplog.set_level(logging.WARNING, logger="board_outbox.http")
+    async with open_ops_server(service, "127.0.0.1", 0):
+        pass
+    assert not [r for r in caplog.records if "Kubernetes" in r.getMessage()]
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    async with open_ops_server(service, "127.0.0.1", 0):
+        pass
+    lines = [r.getMessage() for r in caplog.records if "Kubernetes" in r.getMessage()]
+    assert len(lines) == 1 and "service.http_host is 127.0.0.1" in lines[0]

@@ -149,3 +149,38 @@ def test_status_names_the_pauses_on_and_lists_a_bad_pause_document(
     doc = json.loads(capsys.readouterr().out)
     assert "bot:x" in [d["key"] for d in doc["bad_documents"]
                        if d["collection"] == "board_outbox_pauses"]
+
+
+def test_paused_shows_since_when_a_pause_is_on_not_its_last_change(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A pause whose reason was changed an hour after it went on is on since the first: SINCE
+    (and ``since`` in ``--json``) says so, ``at`` stays the last change."""
+    b = _backend()
+    first, later = 1_800_000_000.0, 1_800_003_600.0
+    anyio.run(lambda: b.pauses.pause("tenant", "acme", reason="one", by="ana", at=first))
+    anyio.run(lambda: b.pauses.pause("tenant", "acme", reason="two", by="bo", at=later))
+    assert _cli(b, "paused") == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert "2027-01-15 08:00:00 UTC" in row and row.split()[-2:] == ["bo", "two"]
+    assert _cli(b, "paused", "--json") == 0
+    [p] = json.loads(capsys.readouterr().out)["pauses"]
+    assert (p["since"], p["at"]) == (first, later)
+
+
+def test_a_pause_dated_in_milliseconds_is_listed_not_a_traceback(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """R7: ``at: 1e12`` (a JavaScript writer's milliseconds) made ``paused`` raise "year 33658
+    is out of range". Now that document pauses nothing and is named, with why; the good pause
+    beside it is listed as ever."""
+    b = _backend()
+    b.pauses.put_raw("tenant:acme", {"scope": "tenant", "key": "acme", "active": True,
+                                     "reason": "js", "by": "js", "at": 1e12})
+    anyio.run(lambda: b.pauses.pause("bot", "deploy", reason="", by="ana", at=1_800_000_000.0))
+    assert _cli(b, "paused") == 0
+    out, err = capsys.readouterr()
+    assert "bot" in out and "deploy" in out and "1 pause on" in out and "acme" not in out
+    assert "malformed pause document tenant:acme: at 1000000000000.0 is out of range" in err
+    assert "a millisecond timestamp?" in err and "Traceback" not in err
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    BAD_DOCUMENTS.resolved("board_outbox_pauses", "tenant:acme")  # the next test's list as ever

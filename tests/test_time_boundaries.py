@@ -19,7 +19,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
+from bson import Decimal128
 from bson.int64 import Int64
 
 from board_outbox.model.domain import Subscription
@@ -145,3 +147,156 @@ async def test_a_fixed_document_is_no_longer_listed_as_bad(
         await s.cursor(cur, -4)  # a relapse is listed again
         await s.stores.cursors.all()
         assert cur in listed("trigger_cursors")
+
+
+# --- the stored-time range (R7): the one check, the one formatter ------------------------------
+
+INSIDE = [0, 0.0, Int64(1_800_000_000), 1_800_000_000.5, 253402300799, 253402300799.0]
+OUTSIDE = [-1, -0.001, 253402300800, float("inf"), float("-inf"), float("nan"), 1e12, 1e20,
+           -1e15, -1e308, 2**62 + 1, 10**400, True, "1e9", None, Decimal128("1")]
+
+
+@pytest.mark.parametrize("value", INSIDE, ids=repr)
+async def test_a_time_inside_the_range_is_a_time_and_is_shown(value: object) -> None:
+    from board_outbox.model.times import ago, stamp, time_problem, when
+
+    assert stamp(value) == float(value)  # type: ignore[arg-type]
+    assert time_problem("at", value) is None
+    assert when(value).endswith(" UTC") and "out of range" not in when(value)
+    assert ago(float(value), value) == 0.0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", OUTSIDE, ids=repr)
+async def test_a_value_outside_the_range_is_no_time_and_is_shown_as_it_is(value: object) -> None:
+    """Every formatter's helper: written as what it is, never raised (``fromtimestamp`` raised
+    ValueError at 1e12 and OverflowError at 1e20 or an infinity, and took a page down)."""
+    from board_outbox.model.times import ago, stamp, time_problem, when
+    from board_outbox.surface.format import age
+
+    assert stamp(value) is None and ago(1e9, value) is None
+    problem = time_problem("at", value)
+    assert problem is not None and problem.startswith("at ") and "1970-01-01" in problem
+    assert len(problem) < 200  # 10**400 is not written out
+    shown = when(value)
+    assert shown == "-" if value is None else shown.startswith("out of range: ")
+    assert age(float("inf")) == age(float("nan")) == "?"
+
+
+async def test_a_millisecond_timestamp_is_named_as_one() -> None:
+    from board_outbox.model.times import time_problem
+
+    assert "a millisecond timestamp?" in (time_problem("at", 1.8e12) or "")
+    assert "a millisecond timestamp?" not in (time_problem("at", 1e20) or "")
+
+
+async def test_a_time_is_written_to_the_millisecond_when_asked() -> None:
+    from board_outbox.model.times import when
+
+    assert when(1_800_000_000.1234, fmt="%Y-%m-%d %H:%M:%S.%f", ms=True) == "2027-01-15 08:00:00.123"
+    assert when(None, none="never") == "never"
+
+
+async def test_the_board_time_out_of_range_reads_as_none_and_the_event_is_reported_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An event's ``at`` is only read: out of the range it is no time (0, as a board that gives
+    none), and the event is listed once as a bad ``board_events`` document -- it still decodes,
+    so it runs. A row's copy of it reads the same."""
+    from board_outbox.model.domain import BoardEvent, EffectRow, from_doc
+    from board_outbox.model.errors import MalformedEvent, MalformedRow
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    t = _uniq("ev")
+    caplog.set_level(logging.WARNING, logger="board_outbox")
+    for _ in range(2):
+        ev = from_doc({"tenant_id": t, "seq": 4, "type": "card.created", "card_id": "c",
+                       "at": 1e12}, BoardEvent, MalformedEvent)
+        assert ev.at == 0.0
+    assert len([r for r in caplog.records if t in r.getMessage()]) == 1
+    assert any(d.collection == "board_events" and d.key == f"{t}/4"
+               and "read as no time (the event runs)" in d.problem for d in BAD_DOCUMENTS.current())
+    row = from_doc({"tenant_id": t, "row_key": f"{t}/4/sub/s", "seq": 4,
+                    "event": {"seq": 4, "type": "card.created", "card_id": "c", "at": -1e308}},
+                   EffectRow, MalformedRow)
+    assert row.event is not None and row.event.at == 0.0
+    BAD_DOCUMENTS.resolved("board_events", f"{t}/4")
+
+
+async def test_a_parked_row_keeps_the_error_entries_that_decode() -> None:
+    """A row parked for one error entry dated in milliseconds keeps its other entries (the
+    history once went whole), then the park's own entry; the parked document decodes."""
+    from board_outbox.model.domain import EffectRow, from_doc
+    from board_outbox.model.errors import MalformedRow
+    from board_outbox.model.validation import park_fields
+
+    doc = {"tenant_id": "t", "row_key": "t/1/sub/s", "seq": 1, "state": "pending",
+           "errors": [{"attempt": 1, "at": 5.0, "error": "first"},
+                      {"attempt": 2, "at": 1e12, "error": "second"},
+                      {"attempt": 3, "at": 6.0, "error": "third"}],
+           "audit": [{"at": float("inf"), "action": "replay"}, {"at": 7.0, "action": "replay"}]}
+    fixed = park_fields(doc, now=100.0, error="malformed row")
+    assert [e["error"] for e in fixed["errors"]] == [
+        "first", "third", "malformed row (repaired: errors: 1 of 3 entries dropped, [{'attempt': "
+        "2, 'at': 1000000000000.0, 'error': 'second'}]; audit: 1 of 2 entries dropped, [{'at': "
+        "inf, 'action': 'replay'}])"]
+    assert [a["at"] for a in fixed["audit"]] == [7.0]
+    from_doc({**doc, **fixed}, EffectRow, MalformedRow)  # decodes now
+
+
+async def test_an_operators_time_bound_is_held_to_the_range() -> None:
+    from board_outbox.surface.admin import parse_when
+
+    assert parse_when("1800000000") == 1_800_000_000.0
+    for text in ("1e20", "-5", "99999999d", "1e12"):
+        with pytest.raises(ValueError, match="is not a time from 1970-01-01 to 9999-12-31 UTC"):
+            parse_when(text, now=1_800_000_000.0)
+
+
+async def test_a_series_minute_out_of_range_is_a_bad_document() -> None:
+    from board_outbox.model.series import series_problem
+
+    got = series_problem({"minute": 60 * 10**10, "replica": "r", "counts": {}})
+    assert isinstance(got, str) and "minute 600000000000 is out of range" in got
+
+
+async def test_the_production_client_decodes_a_date_past_9999_per_document() -> None:
+    """SecantusDB refuses to store such a date, so this is checked on the client's own codec:
+    with the driver's default a BSON date past year 9999 raised while decoding the whole reply
+    (every row of the read lost); with ``DATETIME_AUTO`` it decodes as ``DatetimeMS``, and only
+    its own row is malformed."""
+    import bson
+    from bson.datetime_ms import DatetimeMS
+
+    from board_outbox.adapters.mongo.client import make_client
+    from board_outbox.model.domain import EffectRow, from_doc
+    from board_outbox.model.errors import MalformedRow
+
+    client = make_client("mongodb://127.0.0.1:1/?directConnection=true")
+    try:
+        opts = client.codec_options
+    finally:
+        await client.close()
+    good = {"tenant_id": "t", "row_key": "t/1/sub/s", "seq": 1, "state": "done",
+            "done_at": DatetimeMS(1_800_000_000_000)}
+    bad = {**good, "row_key": "t/2/sub/s", "seq": 2, "done_at": DatetimeMS(10**16)}
+    reply = [bson.decode(bson.encode(d), codec_options=opts) for d in (good, bad)]
+    assert from_doc(reply[0], EffectRow, MalformedRow).done_at is not None
+    with pytest.raises(MalformedRow, match="done_at"):
+        from_doc(reply[1], EffectRow, MalformedRow)
+    with pytest.raises(bson.errors.InvalidBSON):  # the driver's default, for the record
+        bson.decode(bson.encode(bad), codec_options=opts.with_options(
+            datetime_conversion=bson.codec_options.DatetimeConversion.DATETIME))
+
+
+async def test_a_filter_bound_out_of_range_is_one_line_exit_2(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``replay --filter since=1e20 --dry-run`` raised OverflowError writing the plan's filter
+    back; now it is refused before the store is opened."""
+    from board_outbox.surface.cli import main
+
+    def never(cfg: object, *, ensure_schema: bool = False) -> object:
+        raise AssertionError("the store was opened for a bad filter")
+
+    code = await anyio.to_thread.run_sync(lambda: main(
+        ["dead-letters", "replay", "--filter", "since=1e20", "--dry-run"], factory=never))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is not a time from 1970-01-01" in err

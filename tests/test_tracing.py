@@ -63,7 +63,7 @@ async def test_span_tree_links_execution_to_materialization() -> None:
     kit = memory_kit()
     key = await run_pipeline(kit, tp)
     spans = exporter.get_finished_spans()
-    (mat,) = [s for s in spans if s.name == telemetry.SPAN_MATERIALIZE]
+    (mat,) = [s for s in spans if s.name == telemetry.SPAN_DRAIN]
     execs = sorted((s for s in spans if s.name == telemetry.SPAN_EXECUTE),
                    key=lambda s: s.start_time or 0)
     assert len(execs) == 2
@@ -135,17 +135,17 @@ async def test_otlp_export_reaches_a_real_receiver(
         spans = sink.wait_for(lambda ss: len(ss) >= 3)
         tp.shutdown()
     names = sorted(s["name"] for s in spans)
-    assert names == [telemetry.SPAN_EXECUTE, telemetry.SPAN_EXECUTE, telemetry.SPAN_MATERIALIZE]
-    mat = next(s for s in spans if s["name"] == telemetry.SPAN_MATERIALIZE)
+    assert names == [telemetry.SPAN_DRAIN, telemetry.SPAN_EXECUTE, telemetry.SPAN_EXECUTE]
+    mat = next(s for s in spans if s["name"] == telemetry.SPAN_DRAIN)
     for ex in (s for s in spans if s["name"] == telemetry.SPAN_EXECUTE):
         assert ex["trace_id"] == mat["trace_id"] and ex["parent_span_id"] == mat["span_id"]
         assert ex["links"] == [(mat["trace_id"], mat["span_id"])]
         assert ex["attributes"][telemetry.ATTR_ROW_KEY] == key
     # the file the receiver wrote renders as the row's waterfall
     chain = row_trace(load(tmp_path / "spans.jsonl"), key)
-    assert [s.name for s in chain] == [telemetry.SPAN_MATERIALIZE] + [telemetry.SPAN_EXECUTE] * 2
+    assert [s.name for s in chain] == [telemetry.SPAN_DRAIN] + [telemetry.SPAN_EXECUTE] * 2
     text = render_text(chain, key)
-    assert "materialize t1" in text and "execute #1" in text and "execute #2" in text
+    assert "drain t1" in text and "execute #1" in text and "execute #2" in text
     assert "outcome=retry" in text and "outcome=launched" in text
     png = tmp_path / "row.png"
     assert waterfall_main([str(tmp_path / "spans.jsonl"), "--row", key, "--png", str(png)]) == 0
@@ -234,9 +234,18 @@ async def test_metrics_record_latency_attempts_dead_letters_and_gauges() -> None
     assert rows == {"done": 1, "pending": 0, "claimed": 0, "failed": 0, "coalesced": 0}
 
 
-def test_shared_endpoint_enables_traces_but_not_metrics() -> None:
-    from board_outbox.service.telemetry import metric_exporter
+def test_the_shared_endpoint_turns_on_every_signal_and_none_turns_one_off() -> None:
+    """The specification: ``OTEL_EXPORTER_OTLP_ENDPOINT`` applies to traces, metrics and logs
+    alike; ``OTEL_<SIGNAL>_EXPORTER=none`` turns one off (Jaeger takes traces only)."""
+    from board_outbox.service.telemetry import log_exporter, metric_exporter
 
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
-    assert span_exporter(env) is not None and metric_exporter(env) is None
-    assert metric_exporter({**env, "OTEL_METRICS_EXPORTER": "otlp"}) is not None
+    assert span_exporter(env) is not None
+    assert metric_exporter(env) is not None and log_exporter(env) is not None
+    off = {**env, "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
+    assert span_exporter(off) is not None
+    assert metric_exporter(off) is None and log_exporter(off) is None
+    # a per-signal endpoint turns on its own signal only
+    only = {"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": "http://127.0.0.1:9/v1/logs"}
+    assert log_exporter(only) is not None
+    assert span_exporter(only) is None and metric_exporter(only) is None

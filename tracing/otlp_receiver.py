@@ -1,6 +1,8 @@
 """A small OTLP trace receiver: OTLP/HTTP (protobuf, POST /v1/traces) and OTLP/gRPC
 (TraceService/Export), decoding ``opentelemetry-proto`` messages exactly as Jaeger's OTLP
 receiver does, and keeping the spans (optionally appending them as OTLP JSON lines to a file).
+Log records (POST /v1/logs) are kept too, with their trace and span ids; metrics are accepted
+and dropped.
 
 For tests, and for trying board-outbox's tracing without a Jaeger binary:
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -32,13 +39,20 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 class SpanSink:
     """What the receivers got: decoded requests, and a flat list of spans as dicts."""
 
-    def __init__(self, out: Path | None = None) -> None:
+    def __init__(self, out: Path | None = None, keep: bool = True) -> None:
         self.requests: list[ExportTraceServiceRequest] = []
+        self.log_requests: list[ExportLogsServiceRequest] = []
         self.out = out
+        self.keep = keep  # False: count the spans only (a long benchmark run)
+        self.received = 0
         self._lock = threading.Lock()
 
     def add(self, req: ExportTraceServiceRequest) -> None:
         with self._lock:
+            self.received += sum(len(ss.spans) for rs in req.resource_spans
+                                 for ss in rs.scope_spans)
+            if not self.keep:
+                return
             self.requests.append(req)
             if self.out is not None:
                 with self.out.open("a") as f:
@@ -63,10 +77,24 @@ class SpanSink:
                                 "end": s.end_time_unix_nano,
                                 "attributes": {a.key: _value(a.value) for a in s.attributes},
                                 "links": [(ln.trace_id.hex(), ln.span_id.hex()) for ln in s.links],
+                                "kind": s.kind,
                                 "events": [e.name for e in s.events],
                                 "status": s.status.code,
                             })
         return out
+
+    def add_logs(self, req: ExportLogsServiceRequest) -> None:
+        with self._lock:
+            self.log_requests.append(req)
+
+    def logs(self) -> list[dict[str, Any]]:
+        """The log records received: body, severity, attributes, trace and span ids (hex)."""
+        with self._lock:
+            return [{"body": _value(r.body), "severity": r.severity_text,
+                     "trace_id": r.trace_id.hex(), "span_id": r.span_id.hex(),
+                     "attributes": {a.key: _value(a.value) for a in r.attributes}}
+                    for req in self.log_requests for rl in req.resource_logs
+                    for sl in rl.scope_logs for r in sl.log_records]
 
     def wait_for(self, pred: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
@@ -100,6 +128,8 @@ def otlp_json(req: ExportTraceServiceRequest) -> dict[str, Any]:
 
 def _value(v: Any) -> Any:
     kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
     return getattr(v, kind) if kind else None
 
 
@@ -112,17 +142,23 @@ def _http_handler(sink: SpanSink) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            if self.path != "/v1/traces":
+            if self.path not in ("/v1/traces", "/v1/logs"):
                 self.send_error(404)
                 return
             if self.headers.get("Content-Type") != "application/x-protobuf":
                 self.send_error(415, "OTLP/HTTP protobuf expected")
                 return
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            req = ExportTraceServiceRequest()
-            req.ParseFromString(body)
-            sink.add(req)
-            payload = ExportTraceServiceResponse().SerializeToString()
+            if self.path == "/v1/logs":
+                logs = ExportLogsServiceRequest()
+                logs.ParseFromString(body)
+                sink.add_logs(logs)
+                payload = ExportLogsServiceResponse().SerializeToString()
+            else:
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                sink.add(req)
+                payload = ExportTraceServiceResponse().SerializeToString()
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", str(len(payload)))
@@ -175,13 +211,21 @@ def main() -> None:
     ap.add_argument("--grpc", type=int, default=4317, help="OTLP/gRPC port (default 4317)")
     ap.add_argument("--out", type=Path, default=Path("spans.jsonl"),
                     help="append received requests as OTLP JSON lines (default spans.jsonl)")
+    ap.add_argument("--count-only", action="store_true",
+                    help="keep nothing, write nothing: print the spans received so far on each "
+                         "line read from stdin (for benchmarks)")
     args = ap.parse_args()
-    sink = SpanSink(args.out)
+    sink = SpanSink(None if args.count_only else args.out, keep=not args.count_only)
     with http_receiver(sink, args.http) as h, grpc_receiver(sink, args.grpc) as g:
-        print(f"OTLP receiver: HTTP {h}/v1/traces, gRPC {g}; writing {args.out}; Ctrl-C stops")
+        where = "counting only" if args.count_only else f"writing {args.out}"
+        print(f"OTLP receiver: HTTP {h}/v1/traces, gRPC {g}; {where}; Ctrl-C stops", flush=True)
         try:
-            while True:
-                time.sleep(3600)
+            if args.count_only:
+                for _ in sys.stdin:
+                    print(sink.received, flush=True)
+            else:
+                while True:
+                    time.sleep(3600)
         except KeyboardInterrupt:
             pass
 

@@ -1,3 +1,5 @@
 """board-outbox: a durable effect outbox for board events (ADR-094)."""
 
-__version__ = "0.1.0"
+from board_outbox.__about__ import __version__
+
+__all__ = ["__version__"]

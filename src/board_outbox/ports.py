@@ -7,11 +7,11 @@ Every method may raise ``StoreUnavailable`` for a transient failure.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from board_outbox.model.domain import Card, EffectRow, Subscription
+from board_outbox.model.domain import AuditEntry, Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.pause import Pause
 from board_outbox.model.records import (
@@ -37,6 +37,7 @@ from board_outbox.model.records import (
     UpsertResult,
 )
 from board_outbox.model.series import SeriesPoint
+from board_outbox.model.subscription_records import SubscriptionRecord
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
@@ -79,7 +80,8 @@ __all__ = [
     "SessionStore",
     "StatusStore",
     "Stores",
-    "SubscriptionChanges",
+    "SubscriptionAdmin",
+    "SubscriptionRecord",
     "SubscriptionStore",
     "TenantLag",
     "UpsertIfNewer",
@@ -251,7 +253,8 @@ class EffectOutbox(Protocol):
     ) -> list[tuple[Any, dict[str, Any]]]:
         """Live-looking rows no claim can ever pick (``validation.stuck_reason``): a state
         outside the enum, a non-string tenant, a non-numeric not_before or lease_until, a lease
-        beyond ``horizon`` seconds. (ref, raw document) pairs."""
+        beyond ``horizon`` seconds, a pending row due beyond ``times.due_limit(now)`` (R7).
+        (ref, raw document) pairs."""
         ...
 
     async def get(self, row_key: str) -> EffectRow | None: ...
@@ -410,24 +413,57 @@ class Launcher(Protocol):
 
 
 
-class SubscriptionChanges(Protocol):
-    def watch(self) -> AsyncGenerator[str, None]:
-        """Follows ``trigger_subscriptions``: yields ``"open"`` once the stream is established
-        (every change committed after that is delivered), then ``"change"`` for every insert,
-        update, replace or delete. Ends by raising (``StoreUnavailable``,
-        ``ChangeStreamLost``); the caller reopens (issue 31: the subscription cache)."""
+class SubscriptionAdmin(Protocol):
+    """The operators' reads and writes of the subscriptions (P6): each write carries its audit
+    entry in the same atomic write, and is conditional on the revision the operator read (two
+    operators editing at once: the second is told, nothing is lost). The service reads through
+    ``SubscriptionStore``; these writes reach it like any other change of the collection."""
+
+    async def records(self, tenant_id: str | None = None,
+                      limit: int = 1000) -> list[SubscriptionRecord]:
+        """The subscription documents (of ``tenant_id``; all when None), by id, at most
+        ``limit``: each parsed on its own, one that does not decode named with its problem."""
+        ...
+
+    async def record(self, sub_id: str) -> SubscriptionRecord | None:
+        """The document of ``sub_id`` (None: there is none), parsed as in ``records``."""
+        ...
+
+    async def create(self, sub: Subscription, entry: AuditEntry) -> bool:
+        """Insert ``sub`` (revision 1) with ``entry`` as its audit. False, nothing written: a
+        document with its id exists."""
+        ...
+
+    async def update(self, sub: Subscription, entry: AuditEntry, rev: int,
+                     ref: object = None) -> bool:
+        """Set every field of ``sub`` and append ``entry`` to the audit (its newest
+        ``AUDIT_KEEP`` kept), revision + 1, only if the stored revision is still ``rev``
+        (``ref``: the record's ``ref``, the document's own ``_id``). False, nothing written:
+        changed (or removed) since it was read."""
+        ...
+
+    async def remove(self, sub_id: str, rev: int, ref: object = None) -> bool:
+        """Delete the document of ``sub_id`` if its revision is still ``rev`` (False: changed
+        or gone since it was read)."""
         ...
 
 
 class ChangeFeed(Protocol):
     def watch(
-        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+        self, resume_token: Any | None, *, exclude: Collection[str] = (),
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncGenerator[Change, None]:
-        """Inserts into board_events, in commit order, resuming after ``resume_token``, leaving
-        out, in the store (S5), the inserts of the ``exclude`` tenants (those other replicas
-        own). A quiet stretch yields ``Change("", 0, token)`` at least every second or so, with
-        a token past everything the stream has scanned. Raises ``ChangeStreamLost`` when the
-        token cannot be resumed, ``StoreUnavailable`` on a transient error."""
+        """One stream per replica (S6): inserts into board_events, in commit order, resuming
+        after ``resume_token``, leaving out, in the store (S5), the inserts of the ``exclude``
+        tenants (those other replicas own); and every write to trigger_subscriptions, as a
+        ``Change`` with ``subscriptions`` set (their cache starts over). Once the stream is
+        established (every change committed after this point is delivered) it yields
+        ``Change("", 0, token)`` at once; a quiet stretch yields such a change at least every
+        second or so, with a token past everything the stream has scanned. ``pace`` is awaited
+        before every read that waits for new changes (a getMore, once the changes already
+        received are handed out): the caller holds the stream back while it is busy with what
+        it knows (S6). Raises ``ChangeStreamLost`` when the token cannot be resumed,
+        ``StoreUnavailable`` on a transient error."""
         ...
 
     async def history_start(self) -> float | None:
@@ -528,8 +564,8 @@ class Stores:
     sessions: SessionStore | None = None
     pauses: PauseStore | None = None
     series: SeriesStore | None = None  # the console's charts (issue 33)
-    # follows the subscriptions, so the service may cache them (None: every read goes through)
-    sub_changes: SubscriptionChanges | None = None
+    # the operators' subscription management (P6; None: this backend offers none)
+    sub_admin: SubscriptionAdmin | None = None
 
 
 
@@ -674,6 +710,13 @@ class MembershipStore(Protocol):
     async def heartbeat(self, member_id: str, now: float, ttl_seconds: float) -> list[Member]:
         """Renew this member's lease; return the live members (expires_at > now), this one
         included."""
+        ...
+
+    async def heartbeat_with_pauses(self, member_id: str, now: float, ttl_seconds: float,
+                                    ) -> tuple[list[Member], list[Pause]]:
+        """``heartbeat`` whose read of the members reads the pauses too (F3), in the same
+        round trip: the pauses ride the heartbeat (S6). Each pause document parsed alone, as
+        ``PauseStore.all`` parses them; a backend without pauses returns none."""
         ...
 
     async def leave(self, member_id: str) -> None: ...

@@ -10,12 +10,13 @@ every other module is private implementation and may move between releases.
 - projections: the ``Projection`` protocol and the named ``BatchProjection`` (``apply_many``);
 - effect handlers: the ``EffectHandler`` protocol, the named ``PreparingHandler`` (``prepare``,
   one batch read per claim), the ``ExecutionContext`` each row runs with (``prefetched`` holds
-  what ``prepare`` returned) and the ``HandlerContext`` a handler is constructed with;
+  what ``prepare`` returned; ``trace_context`` and ``trace_headers()`` carry the row's trace to
+  the handler's own spans and calls) and the ``HandlerContext`` a handler is constructed with;
 - the error types a plugin raises or may see (``SubscriptionNotFound``: from ``subs.get`` when
   the subscription a row names was deleted).
 
 Guide: docs/extending.md. Contract checks to call from a plugin's own tests:
-``board_outbox.testing``.
+``board_outbox.testing``. Writing events (the board application's side): ``board_outbox.producer``.
 """
 
 from __future__ import annotations

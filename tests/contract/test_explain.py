@@ -14,10 +14,11 @@ from board_outbox.engine.explain import ExplainSettings, explain
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import owner
 from board_outbox.engine.worker import WorkerSettings
-from board_outbox.model.domain import CLAIMED, FAILED, PENDING, Subscription
+from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING, Subscription
 from board_outbox.model.errors import InvalidRowKey, RowNotFound
 from board_outbox.model.explanation import (
     Backoff,
+    Coalesced,
     DeadLettered,
     Done,
     ExpiredLease,
@@ -27,6 +28,7 @@ from board_outbox.model.explanation import (
     Malformed,
     NotDue,
     Ownership,
+    Paused,
     Turn,
 )
 from board_outbox.model.limits import bot_key, rate_slot, tenant_key
@@ -279,3 +281,155 @@ async def test_an_unknown_or_malformed_key_is_refused(kit: Kit) -> None:
         with pytest.raises(InvalidRowKey):
             await _explain(kit, bad)
 
+
+
+# --- a pause (F3) -------------------------------------------------------------------------------
+
+
+def _paused_worker(kit: Kit) -> Any:
+    """The service's wiring of the pause gate: the worker checks tenant and subscription, the
+    launch handler the bot."""
+    from board_outbox.engine.pause import PauseGate
+
+    assert kit.pauses is not None
+    gate = PauseGate(kit.pauses, kit.outbox, kit.clock, every=1.0)
+    worker = kit.worker(build_registry(kit.stores, [], pause=gate))
+    worker.pause = gate
+    return worker, gate
+
+
+async def test_a_held_row_names_its_pause_scope_key_since_and_who(kit: Kit) -> None:
+    """A row the worker held for its tenant's pause explains as ``paused``: the pause's scope
+    and key, since when it is on (its first pause, not the later change of reason) and who --
+    not as a deferral on a limit this version does not know. Lifted, it says the next pause
+    read releases it, and who resumed it."""
+    assert kit.pauses is not None
+    await _rows(kit)
+    since = kit.clock.now()
+    assert await kit.pauses.pause("tenant", T, reason="INC-42", by="ana", at=since)
+    kit.clock.advance(60)
+    assert not await kit.pauses.pause("tenant", T, reason="INC-43", by="bo", at=kit.clock.now())
+    worker, gate = _paused_worker(kit)
+    await gate.refresh(force=True)
+    assert (await worker.tick_any([T])).held == 1
+    x = await _explain(kit)
+    [h] = x.holds
+    assert isinstance(h, Paused) and (h.scope, h.key, h.active, h.held) == ("tenant", T, True, True)
+    assert (h.since, h.by, h.reason) == (since, "bo", "INC-43")
+    assert h.due is not None and h.due <= kit.clock.now()  # its own due time, given back
+    assert "held by the pause of tenant t1, since" in h.summary and "resume --tenant t1" in h.summary
+    assert not any("names no limit" in n for n in x.notes)
+    assert x.row is not None and x.row.attempts == 0
+
+    kit.clock.advance(5)
+    assert await kit.pauses.resume("tenant", T, by="cy", at=kit.clock.now())
+    kit.clock.advance(1)
+    [lifted] = (await _explain(kit)).holds
+    assert isinstance(lifted, Paused) and not lifted.active and lifted.held
+    assert lifted.by == "cy" and "no longer on (resumed 1.0s ago by cy)" in lifted.summary
+
+
+async def test_a_due_row_of_a_paused_bot_or_subscription_names_the_pause_before_any_limit(
+        kit: Kit) -> None:
+    """Not held yet (no claim has tried it since the pause): every pause over it is named --
+    its subscription's and, a launch, its bot's -- and no limit is tried (a paused row tries
+    none); who claims it and its turn are still said."""
+    assert kit.pauses is not None
+    await _rows(kit, Subscription(sub_id="s1", tenant_id=T, bot="b", max_in_flight=1))
+    now = kit.clock.now()
+    await kit.pauses.pause("bot", "b", reason="", by="ana", at=now - 30)
+    await kit.pauses.pause("subscription", "s1", reason="noisy", by="bo", at=now - 10)
+    x = await _explain(kit, limits=LimitSettings())
+    paused = [h for h in x.holds if isinstance(h, Paused)]
+    assert [(h.scope, h.key, h.since, h.by, h.held) for h in paused] == [
+        ("subscription", "s1", now - 10, "bo", False), ("bot", "b", now - 30, "ana", False)]
+    assert "the next claim holds it" in paused[0].summary
+    assert _names(x) == ["paused", "paused", "ownership", "turn"]  # and no limit
+    # a projection row of a paused tenant is never held: no pause names it
+    await kit.pauses.pause("tenant", T, reason="", by="ana", at=now)
+    await kit.insert_raw_row({"tenant_id": T, "row_key": f"{T}/1/proj/board-reflect", "seq": 1,
+                              "kind": "projection", "projection": "board-reflect",
+                              "state": PENDING, "not_before": now, "created_at": now,
+                              "updated_at": now})
+    assert "paused" not in _names(await _explain(kit, f"{T}/1/proj/board-reflect"))
+    assert [(h.scope, h.key) for h in (await _explain(kit)).holds if isinstance(h, Paused)] == [
+        ("tenant", T), ("subscription", "s1"), ("bot", "b")]
+
+
+# --- a coalescing chain -------------------------------------------------------------------------
+
+
+def _coalesced(seq: int, into: str | None, now: float, state: str = "coalesced",
+               **fields: Any) -> dict[str, Any]:
+    from datetime import UTC, datetime
+
+    return {"tenant_id": T, "row_key": f"{T}/{seq}/sub/s1", "seq": seq, "kind": "launch",
+            "sub_id": "s1", "state": state, "not_before": now, "created_at": now,
+            "updated_at": now, "burst_at": now, "done_at": datetime.fromtimestamp(now, UTC),
+            **({"coalesced_into": into} if into is not None else {}), **fields}
+
+
+async def test_a_coalesced_row_names_the_row_that_ran_at_the_end_of_its_chain(kit: Kit) -> None:
+    """Eight edits a little apart: rows 1 and 2 were superseded by row 7, which was itself
+    superseded by row 8, the one that ran. Rows 1, 2 and 7 each name row 8 as the row that
+    ran, and the chain to it; row 8's state decides the words (pending: it runs for them all;
+    dead-lettered: none has run)."""
+    now = kit.clock.now()
+    key = {s: f"{T}/{s}/sub/s1" for s in (1, 2, 7, 8)}
+    for seq in (1, 2):
+        await kit.insert_raw_row(_coalesced(seq, key[7], now))
+    await kit.insert_raw_row(_coalesced(7, key[8], now))
+    await kit.insert_raw_row(_coalesced(8, None, now, state=DONE, outcome="launched l-8"))
+    for seq in (1, 2):
+        [h] = (await _explain(kit, key[seq])).holds
+        assert isinstance(h, Coalesced) and h.into == key[7] and h.chain == [key[7], key[8]]
+        assert h.ran == key[8] and h.problem is None and h.end_state == DONE
+        assert f"itself superseded: {key[8]}: {key[8]} ran instead (launched l-8)" in h.summary
+    [h7] = (await _explain(kit, key[7])).holds
+    assert isinstance(h7, Coalesced) and h7.chain == [key[8]] and h7.ran == key[8]
+    await kit.delete_raw_row(key[8]) if kit.delete_raw_row else None
+    await kit.insert_raw_row(_coalesced(8, None, now, state=PENDING, done_at=None))
+    [pending] = (await _explain(kit, key[1])).holds
+    assert isinstance(pending, Coalesced) and pending.ran is None and pending.end_state == PENDING
+    assert "has not run yet (pending): it runs for them all" in pending.summary
+
+
+async def test_a_chain_that_loops_dangles_or_does_not_decode_is_said_not_followed(
+        kit: Kit) -> None:
+    """Planted chains: a loop (a -> b -> a), a row pointing at one that is gone, one pointing at
+    a row that does not decode, one longer than the bound: each is explained in bounded reads
+    with the reason, never followed forever, and names no row as the one that ran."""
+    from board_outbox.engine.holds import CHAIN_LIMIT
+
+    now = kit.clock.now()
+    await kit.insert_raw_row(_coalesced(1, f"{T}/2/sub/s1", now))
+    await kit.insert_raw_row(_coalesced(2, f"{T}/1/sub/s1", now))  # a loop
+    await kit.insert_raw_row(_coalesced(3, f"{T}/99/sub/s1", now))  # gone
+    await kit.insert_raw_row(_coalesced(4, f"{T}/5/sub/s1", now))
+    await kit.insert_raw_row(_coalesced(5, None, now, state=DONE, attempts="many"))  # malformed
+    base = 100
+    for i in range(CHAIN_LIMIT + 2):  # 100 -> 101 -> ... -> 133, 134 done
+        last = i == CHAIN_LIMIT + 1
+        await kit.insert_raw_row(_coalesced(base + i, None if last else f"{T}/{base + i + 1}/sub/s1",
+                                            now, state=DONE if last else "coalesced"))
+    cases = {1: "loops back to t1/1/sub/s1", 3: "t1/99/sub/s1 is gone",
+             4: "t1/5/sub/s1 does not decode", base: f"longer than {CHAIN_LIMIT} rows"}
+    for seq, words in cases.items():
+        [h] = (await _explain(kit, f"{T}/{seq}/sub/s1")).holds
+        assert isinstance(h, Coalesced) and h.ran is None and h.problem is not None, seq
+        assert words in h.problem and words in h.summary, (seq, h.summary)
+        assert len(h.chain) <= CHAIN_LIMIT
+
+
+async def test_an_event_dated_in_milliseconds_leaves_its_moment_undated(kit: Kit) -> None:
+    """R7: the event store's ``at: 1e12`` is no time: the timeline's event moment is undated and
+    a note says why (it was shown as the year 33658 and broke the formatter)."""
+    now = kit.clock.now()
+    await kit.insert_raw_event({"tenant_id": T, "seq": 1, "type": "card.created", "card_id": "c",
+                                "at": 1e12})
+    await kit.insert_raw_row({"tenant_id": T, "row_key": KEY1, "seq": 1, "kind": "launch",
+                              "sub_id": "s1", "state": PENDING, "not_before": now,
+                              "created_at": now, "updated_at": now})
+    x = await _explain(kit)
+    assert x.timeline[0].what == "event" and x.timeline[0].at is None
+    assert any("is not a time (at 1000000000000.0 is out of range" in n for n in x.notes), x.notes

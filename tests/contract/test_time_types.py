@@ -124,3 +124,62 @@ async def test_explain_reads_due_and_expired_exactly_as_the_claims_do(
         claimed = [h.name for h in (await explain(kit.stores, f"c{i}/1/sub/s", t0)).holds]
         # a lease has ended exactly when lease_until <= now (the reclaim takes it then)
         assert claimed == (["lease"] if off > 0 else ["expired_lease"])
+
+
+# --- the stored-time range (R7) -----------------------------------------------------------------
+
+EDGES = {  # a stored time at each end of the range, and just past it
+    "epoch": (0.0, True), "before-epoch": (-1.0, False),
+    "year-9999-end": (253402300799.0, True), "past-year-9999": (253402300800.0, False),
+}
+
+
+@PARAMS
+async def test_a_stored_time_decodes_exactly_inside_the_range(
+        kit: Kit, conv: Callable[[float], Any]) -> None:
+    """Each time field of a row, at each end of the range and one second past it, with every
+    number type: inside, the row decodes; past either end, it is malformed -- that row alone
+    (a listing beside it reads the others), with the field and the range named."""
+    from board_outbox.model.domain import unreadable
+    from board_outbox.model.errors import MalformedDocument
+    from board_outbox.model.records import RowFilter
+
+    fields = ("not_before", "created_at", "updated_at", "materialized_at", "burst_at")
+    seq = 0
+    expect: dict[str, bool] = {}
+    for name in fields:
+        for edge, (t, ok) in EDGES.items():
+            seq += 1
+            key = f"r{seq}/1/sub/s"
+            doc = raw_row(f"r{seq}", key, 1, not_before=conv(1000.0), state="failed")
+            doc[name] = conv(t)
+            await kit.insert_raw_row(doc)
+            expect[key] = ok
+            if ok:
+                got = await kit.outbox.get(key)
+                assert got is not None and getattr(got, name) == t, (name, edge)
+            else:
+                with pytest.raises(MalformedDocument, match=f"{name} .* is out of range"):
+                    await kit.outbox.get(key)
+    with unreadable() as bad:
+        listed = await kit.outbox.find(RowFilter(states=("failed",), limit=1000))
+    assert {r.row_key for r in listed} == {k for k, ok in expect.items() if ok}
+    assert {e.ref for e in bad} == {k for k, ok in expect.items() if not ok}
+
+
+@PARAMS
+async def test_a_pending_row_is_swept_exactly_past_the_furthest_due_time_a_writer_sets(
+        kit: Kit, conv: Callable[[float], Any]) -> None:
+    """R7: a pending row due up to ``due_limit(now)`` (a pause's offset and two days ahead) is
+    one a writer of ours may have left -- a held row -- and is no stuck row; one second further
+    it can be no writer's, and the stuck-row sweep parks it."""
+    from board_outbox.model.times import due_limit
+
+    t0 = _t0(kit)
+    limit = float(math.floor(due_limit(t0)))
+    for i, off in enumerate(OFFSETS):
+        await kit.insert_raw_row(raw_row(f"d{i}", f"d{i}/1/sub/s", 1,
+                                         not_before=conv(limit + off), created_at=conv(t0)))
+    stuck = await kit.outbox.stuck_rows(limit - due_limit(0.0), 10)
+    assert sorted(doc["tenant_id"] for _, doc in stuck) == [
+        f"d{i}" for i, off in enumerate(OFFSETS) if off > 0]

@@ -97,6 +97,8 @@ class Kit:
     raw_series: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None
     # the membership leases (not in ``stores``: a Service built on the kit stays alone)
     members: MembershipStore | None = None
+    # P6: plant a subscription document some other tool wrote (memory: its fields unchecked)
+    put_raw_sub: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:
         f = self.faults
@@ -219,6 +221,9 @@ def memory_kit() -> Kit:
     async def get_series(doc_id: str) -> dict[str, Any] | None:
         return b.series.raw(doc_id)
 
+    async def raw_sub(doc: dict[str, Any]) -> None:
+        await b.subs.put(Subscription(**{k: v for k, v in doc.items() if k != "_id"}))
+
     return Kit(
         name="memory", events=b.events, cursors=b.cursors, outbox=b.outbox, subs=b.subs,
         cards=b.board, labels=b.board, readmodels=b.readmodels, insert_raw_event=raw_event,
@@ -227,7 +232,7 @@ def memory_kit() -> Kit:
         put_raw_limit=raw_limit, status_store=MemoryStatusStore(b.events, b.outbox, b.cursors),
         sessions=b.sessions, put_raw_session=raw_session, pauses=b.pauses,
         put_raw_pause=raw_pause, members=b.members, series=b.series,
-        put_raw_series=plant_series, raw_series=get_series,
+        put_raw_series=plant_series, raw_series=get_series, put_raw_sub=raw_sub,
     )
 
 
@@ -287,6 +292,9 @@ def mongo_kit(db: Any, name: str) -> Kit:
     async def drop_limits() -> None:
         await db[LIMITS].drop()
 
+    async def raw_sub(doc: dict[str, Any]) -> None:
+        await db["trigger_subscriptions"].insert_one(dict(doc))
+
     async def limit_indexes() -> set[str]:
         return set(await db[LIMITS].index_information())
 
@@ -300,5 +308,5 @@ def mongo_kit(db: Any, name: str) -> Kit:
         put_raw_session=raw_session, pauses=MongoPauseStore(db), put_raw_pause=raw_pause,
         members=MongoMembershipStore(db),
         drop_limits=drop_limits, limit_indexes=limit_indexes, series=MongoSeriesStore(db),
-        put_raw_series=plant_series, raw_series=get_series,
+        put_raw_series=plant_series, raw_series=get_series, put_raw_sub=raw_sub,
     )

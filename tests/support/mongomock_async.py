@@ -193,6 +193,21 @@ class AsyncMockDatabase:
     async def list_collection_names(self) -> list[str]:
         return list(self._db.list_collection_names())
 
+    async def command(self, name: str, value: Any = 1, **kwargs: Any) -> dict[str, Any]:
+        """``collMod`` of an index's ``expireAfterSeconds`` (the TTL following the retention,
+        O8), which mongomock lacks; any other command raises loudly."""
+        await checkpoint()
+        index = kwargs.get("index", {})
+        if name != "collMod" or set(index) != {"name", "expireAfterSeconds"}:
+            raise NotImplementedError(f"mongomock_async: command {name!r} {kwargs!r}")
+        store = self._db[value]._store
+        if index["name"] not in store.indexes:
+            raise OperationFailure(f"cannot find index {index['name']}", code=27)
+        for held in (store.indexes, store._ttl_indexes):
+            if index["name"] in held:
+                held[index["name"]]["expireAfterSeconds"] = index["expireAfterSeconds"]
+        return {"ok": 1.0}
+
 
 def mock_database(name: str = "board_outbox_test") -> AsyncMockDatabase:
     return AsyncMockDatabase(mongomock.MongoClient(tz_aware=True)[name])

@@ -11,11 +11,13 @@ bulk upsert.
   reading step normalizes them today): one row per enabled projection for every event that
   still reads. An event whose card is gone today, or that no longer decodes, is not expected to
   have rows (the tail skips such events too) and its existing rows are not orphans.
-- **missing vs expired**: done rows expire ``done_ttl_seconds`` (7 days) after ``done_at``, and a
-  row is done after its event was inserted, so a row can only have expired if its event is older
-  than the TTL. A row owed for an event younger than that (by the event's ``at``) is
-  **missing**; one owed for an older event (or one with no ``at``) is counted as
-  **presumably expired** and never repaired (re-creating it could run its effect again).
+- **missing vs expired**: settled rows expire after their retention (``[retention]``, O8: done
+  and coalesced rows 7 days after ``done_at`` by default, dead-letters only when configured),
+  and a row settles after its event was inserted, so a row can only have expired if its event is
+  older than the shortest retention (``retention_seconds``). A row owed for an event younger
+  than that (by the event's ``at``) is **missing**; one owed for an older event (or one with no
+  ``at``) is counted as **presumably expired** and never repaired (re-creating it could run its
+  effect again).
 - **orphans**: a row whose seq has no event in the log ("no event"), a launch row whose
   subscription does not exist or belongs to another tenant ("no subscription"), a projection row
   of a projection that is not enabled ("projection not enabled"). Orphans are reported only.
@@ -63,9 +65,9 @@ class AuditSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # events audited per pass, across the replica's tenants: what bounds the audit's cost
     batch_events: PosInt = 500
     # tenants the sweep over older events visits per pass at most (each visit is at least five
-    # reads): keeps an idle replica's audit at a constant cost whatever the tenant count
-    sweep_tenants_per_pass: PosInt = 10
-    done_ttl_seconds: Pos = float(DONE_TTL_SECONDS)
+    # reads): keeps an idle replica's audit at a constant cost whatever the tenant count (two:
+    # ten reads a pass, a third of a request a second at the default interval)
+    sweep_tenants_per_pass: PosInt = 2
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,12 +135,13 @@ async def passed_chunks(tail: Tail, tenant_id: str, *, after: int, cursor: int, 
 class Auditor:
     """Audits through the tail's ports and rules (its projections, its row construction)."""
 
-    def __init__(self, tail: Tail, *, done_ttl_seconds: float = float(DONE_TTL_SECONDS),
+    def __init__(self, tail: Tail, *, retention_seconds: float = float(DONE_TTL_SECONDS),
                  batch_size: int = 500, tracer_provider: trace.TracerProvider | None = None,
                  progress: Callable[[AuditReport], None] | None = None) -> None:
         self.tail = tail
         self.progress = progress  # called after each chunk with the report so far
-        self.done_ttl_seconds = done_ttl_seconds
+        # the shortest time a settled row is kept (``Retention.horizon``): past it, presumed expired
+        self.retention_seconds = retention_seconds
         self.batch_size = batch_size
         self._tracer = trace.get_tracer("board_outbox.audit", tracer_provider=tracer_provider)
 
@@ -197,7 +200,7 @@ class Auditor:
             if row.row_key in present:
                 continue
             age = now - at[row.seq] if at[row.seq] > 0 else float("inf")
-            if age >= self.done_ttl_seconds:
+            if age >= self.retention_seconds:
                 rep.presumed_expired += 1
                 continue
             missing.append(row)

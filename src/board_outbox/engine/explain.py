@@ -22,7 +22,8 @@ from board_outbox.model.explanation import (
     Moment,
     RowFacts,
 )
-from board_outbox.model.validation import cap, finite
+from board_outbox.model.times import stamp, time_problem
+from board_outbox.model.validation import cap
 from board_outbox.ports import EventLog, Stores
 
 __all__ = ["ExplainSettings", "explain", "explain_row"]
@@ -95,9 +96,10 @@ async def _event(row: EffectRow, events: EventLog, notes: list[str]) -> Moment:
     got = await events.read_after(row.tenant_id, row.seq - 1, 1)
     if got and got[0].seq == row.seq:
         raw = got[0].doc.get("at")
-        at = finite(raw)
-        if at is None or at <= 0:  # 0: the board gave the event no time (``BoardEvent.at``)
-            notes.append(f"the event's stored at ({cap(repr(raw), 60)}) is not a time")
+        at = stamp(raw)  # R7: a time in range, or none
+        if not at:  # 0: the board gave the event no time (``BoardEvent.at``)
+            notes.append(f"the event's stored at ({cap(repr(raw), 60)}) is not a time"
+                         + (f" ({problem})" if (problem := time_problem("at", raw)) else ""))
             at = None
         return Moment(at=at, what="event", detail=f"{what}: inserted into the event store")
     notes.append("the event store no longer holds its event: its time is the row's snapshot's")

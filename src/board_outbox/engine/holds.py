@@ -3,11 +3,12 @@
 Each check looks at the row (and, when it must, at the store: the limits' holders, the live
 replicas, the tenant's due rows) and returns the holds it finds; ``explain`` runs every check in
 ``CHECKS`` order and lists what they return. A new reason to wait is one more check in that
-list (pause and coalescing, issue 33 items 1 and 2, go where the comments in ``CHECKS`` say).
+list.
 
 Every store read here is bounded and indexed: one read of the key's slots (at most the limit),
-one counter by id, the membership leases (one small document per replica), one count stopped
-at ``TURN_LIMIT`` over the pending rows of one tenant.
+one counter by id, the membership leases (one small document per replica), the pause documents
+(one small read, as every replica reads them each heartbeat), one count stopped at
+``TURN_LIMIT`` over the pending rows of one tenant.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import msgspec
 
 from board_outbox.engine.limits import LimitSettings
 from board_outbox.engine.membership import MembershipSettings, owner, trusted
+from board_outbox.engine.pause import RELEASE_SWEEP_SECONDS
 from board_outbox.engine.worksettings import WorkerSettings
 from board_outbox.model.domain import (
     CLAIMED,
@@ -43,9 +45,21 @@ from board_outbox.model.explanation import (
     Limit,
     NotDue,
     Ownership,
+    Paused,
     Turn,
 )
 from board_outbox.model.limits import bot_key, parse_waiting, rate_slot, rate_window, tenant_key
+from board_outbox.model.pause import (
+    HELD_OFFSET,
+    PAUSES_COLLECTION,
+    Pause,
+    is_held,
+    pause_id,
+    paused_by,
+)
+from board_outbox.model.retention import Retention, days
+from board_outbox.model.times import when
+from board_outbox.model.validation import BAD_DOCUMENTS
 from board_outbox.ports import Stores
 
 # the tenant's due rows counted ahead of a row, at most (one count stopped there)
@@ -58,6 +72,7 @@ class ExplainSettings(msgspec.Struct, frozen=True, kw_only=True):
     worker: WorkerSettings = WorkerSettings()
     limits: LimitSettings = LimitSettings()
     membership: MembershipSettings = MembershipSettings()
+    retention: Retention = Retention()  # how long a settled row is kept before it is gone (O8)
 
 
 _NOT_READ = object()
@@ -72,6 +87,7 @@ class Case:
     stores: Stores
     settings: ExplainSettings
     notes: list[str] = field(default_factory=list)
+    paused: bool = False  # a pause holds it: it tries no limit (``paused``)
     _sub: object = _NOT_READ
 
     async def subscription(self) -> Subscription | None:
@@ -150,8 +166,70 @@ async def lease(c: Case) -> list[Hold]:
                          expired_at=r.lease_until)]
 
 
-# pause (issue 33 item 1) goes here: a paused tenant, subscription or bot holds a pending row
-# before any limit is tried (the row waits without spending an attempt, like a deferral)
+async def paused(c: Case) -> list[Hold]:
+    """F3: the pauses that hold a pending subscription row -- the one its ``waiting`` names when
+    it is held, and every pause on now over its tenant, its subscription or (a launch) its bot
+    -- as the worker and the launch handler check them. Projection rows are never held."""
+    r = c.row
+    if r.state != PENDING or r.sub_id is None:
+        return []
+    named = paused_by(r.waiting)
+    held = named is not None and is_held(r.not_before)
+    store = c.stores.pauses
+    if store is None:
+        if held:
+            c.notes.append("this backend keeps no pauses: which pause held it cannot be read")
+        return []
+    pauses: dict[tuple[str, str], Pause] = {(p.scope, p.key): p for p in await store.all()}
+    wanted: list[tuple[str, str]] = [named] if named is not None else []
+    wanted += [("tenant", r.tenant_id), ("subscription", r.sub_id)]
+    if r.kind == LAUNCH and (sub := await c.subscription()) is not None:
+        wanted.append(("bot", sub.bot))  # the launch handler's check: only a launch has a bot
+    due = r.not_before - HELD_OFFSET if held else None
+    out: list[Hold] = []
+    for scope, key in dict.fromkeys(wanted):
+        p = pauses.get((scope, key))
+        holding = held and named == (scope, key)
+        if p is not None and p.active:
+            out.append(_on(c, p, holding, due))
+        elif holding:
+            out.append(_lifted(c, scope, key, p, due))
+    c.paused = any(isinstance(h, Paused) and h.active for h in out)
+    return out
+
+
+def _on(c: Case, p: Pause, holding: bool, due: float | None) -> Paused:
+    who = f"since {when(p.since)} ({_in(p.since - c.now)}) by {p.by or 'someone'}" + (
+        f": {p.reason}" if p.reason else "")
+    resume = f"`board-outbox resume --{p.scope} {p.key}`"
+    if holding:
+        what = (f"held by the pause of {p.scope} {p.key}, {who}; it waits without spending an "
+                f"attempt and runs in its order once the pause is lifted ({resume})"
+                + (f", due again at its own time ({_in(due - c.now)})" if due is not None else ""))
+    else:
+        what = (f"{p.scope} {p.key} is paused, {who}: the next claim holds it (no attempt "
+                f"spent) until the pause is lifted ({resume})")
+    return Paused(summary=what, scope=p.scope, key=p.key, active=True, since=p.since,
+                  by=p.by, reason=p.reason, held=holding, due=due)
+
+
+def _lifted(c: Case, scope: str, key: str, p: Pause | None, due: float | None) -> Paused:
+    lift = p.lifted if p is not None else None
+    if lift is not None:
+        when_lifted = f" (resumed {_in(lift.at - c.now)} by {lift.by or 'someone'})"
+    elif p is None:
+        bad = next((d for d in BAD_DOCUMENTS.current() if d.collection == PAUSES_COLLECTION
+                    and d.key == pause_id(scope, key)), None)
+        when_lifted = (f" (its pause document does not parse, so it pauses nothing: "
+                       f"{bad.problem})" if bad is not None else " (no pause document names it)")
+    else:
+        when_lifted = ""
+    what = (f"held for the pause of {scope} {key}, which is no longer on{when_lifted}: a "
+            f"replica's next pause read releases it (within one heartbeat; every "
+            f"{RELEASE_SWEEP_SECONDS:g}s at the latest), due again at its own time"
+            + (f" ({_in(due - c.now)})" if due is not None else ""))
+    return Paused(summary=what, scope=scope, key=key, active=False, since=None,
+                  by=lift.by if lift is not None else "", held=True, due=due)
 
 
 class LimitKey(msgspec.Struct, frozen=True):
@@ -181,10 +259,10 @@ async def limits(c: Case) -> list[Hold]:
     """A pending launch over a limit: the one its last deferral named (``waiting``), and any
     other it is over now (its next claim would be deferred on it)."""
     r = c.row
-    if r.state != PENDING or r.kind != LAUNCH:
+    if r.state != PENDING or r.kind != LAUNCH or c.paused:  # a paused row tries no limit
         return []
     waited = parse_waiting(r.waiting) if r.waiting else None
-    if r.waiting and waited is None:
+    if r.waiting and waited is None and paused_by(r.waiting) is None:
         c.notes.append(f"it was deferred on {r.waiting!r}, which names no limit this version "
                        "knows")
     sub = await c.subscription()
@@ -251,13 +329,74 @@ async def backoff(c: Case) -> list[Hold]:
 
 
 async def coalesced(c: Case) -> list[Hold]:
-    """Issue 33: superseded by a newer row of its (subscription, card)."""
+    """Superseded by a newer row of its (subscription, card); that row may have been superseded
+    in turn (edits a little apart: 1 and 2 into 7, 7 into 8), so the chain of
+    ``coalesced_into`` is followed, one read a row, to the row that runs for them all --
+    at most ``CHAIN_LIMIT`` rows, and a loop, a row gone or one that does not decode is said,
+    never followed."""
     r = c.row
     if r.state != COALESCED:
         return []
     at = r.done_at.timestamp() if r.done_at is not None else None
-    return [Coalesced(summary=(f"coalesced into {r.coalesced_into}: that newer row of the same "
-                               "(subscription, card) ran instead"), into=r.coalesced_into, at=at)]
+    if r.coalesced_into is None:
+        return [Coalesced(summary="coalesced, but the row names no row that covers it",
+                          into=None, at=at, problem="no coalesced_into")]
+    chain, end, problem = await _chain(c, r.coalesced_into)
+    head = f"coalesced into {r.coalesced_into}" + (
+        f", itself superseded: {' -> '.join(chain[1:])}" if len(chain) > 1 else "")
+    last = chain[-1]
+    if problem is not None:
+        tail = problem
+    elif end is None:  # unreachable: a chain without a problem ends at a row read
+        tail = "its end was not read"
+    elif end.state == DONE:
+        tail = (f"{last} ran instead ({end.outcome or 'no outcome recorded'})" if len(chain) > 1
+                else f"that newer row of the same (subscription, card) ran instead "
+                     f"({end.outcome or 'no outcome recorded'})")
+    elif end.state in (PENDING, CLAIMED):
+        tail = f"{last}, the newest of its card's burst, has not run yet ({end.state}): it runs for them all"
+    elif end.state == FAILED:
+        tail = (f"{last} was dead-lettered: none of them has run (`board-outbox dead-letters "
+                f"replay {last}` runs it for them all)")
+    else:
+        tail = f"{last} is {end.state}"
+    return [Coalesced(summary=f"{head}: {tail}", into=r.coalesced_into, at=at, chain=chain,
+                      end_state=None if end is None else end.state,
+                      ran=last if end is not None and end.state == DONE and problem is None
+                      else None, problem=problem)]
+
+
+# rows of a coalescing chain followed at most (a burst's rows are spread over its window at
+# most; a longer chain is a loop or a planted one)
+CHAIN_LIMIT = 32
+
+
+async def _chain(c: Case, first: str) -> tuple[list[str], EffectRow | None, str | None]:
+    """The chain from ``first`` to its end: (keys, the last row read, why it stopped early)."""
+    chain = [first]
+    seen = {c.row.row_key}
+    key = first
+    while True:
+        if key in seen:
+            return chain, None, (f"the chain loops back to {key}: a planted or broken document; "
+                                 "none of it can be said to have run")
+        seen.add(key)
+        try:
+            row = await c.stores.outbox.get(key)
+        except MalformedDocument as exc:
+            return chain, None, f"{key} does not decode ({exc.detail}): the chain stops there"
+        if row is None:
+            kept = c.settings.retention
+            return chain, None, (f"{key} is gone (a done row is deleted "
+                                 f"{days(kept.done_seconds)}, a coalesced one "
+                                 f"{days(kept.coalesced_seconds)}, once settled): the chain "
+                                 "stops there")
+        if row.state != COALESCED or row.coalesced_into is None:
+            return chain, row, None
+        if len(chain) >= CHAIN_LIMIT:
+            return chain, row, f"the chain is longer than {CHAIN_LIMIT} rows: followed that far"
+        key = row.coalesced_into
+        chain.append(key)
 
 
 async def coalescing(c: Case) -> list[Hold]:
@@ -318,7 +457,7 @@ CHECKS: tuple[HoldCheck, ...] = (
     coalesced,
     dead_lettered,
     lease,
-    # pause: here (before the limits: a paused row tries none)
+    paused,  # before the limits: a paused row tries none
     limits,
     backoff,
     coalescing,

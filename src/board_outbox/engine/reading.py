@@ -118,6 +118,7 @@ class Reading:
     stepped_gaps: int = 0
     young_gap: int | None = None  # the missing seq a young gap stopped the prefix at
     beyond_counter: int | None = None  # a seq past the tenant's allocated counter stopped it
+    traces: dict[int, object] = field(default_factory=dict)  # seq -> its producer's ``trace``
 
     @property
     def snapshots(self) -> list[EventSnapshot]:
@@ -175,6 +176,8 @@ async def read_batch(
             out.stepped_gaps += rec.seq - expected
         try:
             decoded.append((rec.seq, decode_event(tenant_id, rec)))
+            if (stored := rec.doc.get("trace")) is not None:  # parsed per event by the tail
+                out.traces[rec.seq] = stored
         except MalformedDocument as exc:
             if not on_malformed(rec.seq, exc, not decoded):
                 break

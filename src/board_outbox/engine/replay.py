@@ -57,10 +57,12 @@ class ReplayPlan(msgspec.Struct, kw_only=True):
 
 async def replay_range(tail: Tail, tenant_id: str, *, since: int, subscription: str | None = None,
                        dry_run: bool = True, batch_size: int = 500,
-                       done_ttl_seconds: float = float(DONE_TTL_SECONDS),
+                       retention_seconds: float = float(DONE_TTL_SECONDS),
                        tracer_provider: trace.TracerProvider | None = None) -> ReplayPlan:
     """Plan (and unless ``dry_run``, write) the rows for events ``since..cursor`` under the
-    current rules; with ``subscription``, only that subscription's launch rows."""
+    current rules; with ``subscription``, only that subscription's launch rows. A row not stored
+    whose event is older than ``retention_seconds`` (the shortest retention, O8) may have run
+    and expired: it is planned as ``maybe-expired`` and never written."""
     subs = await tail.subs.list_for_tenant(tenant_id)
     if subscription is not None:
         subs = [s for s in subs if s.sub_id == subscription]  # none: nothing to replay
@@ -86,7 +88,7 @@ async def replay_range(tail: Tail, tenant_id: str, *, since: int, subscription: 
             for row in rows:
                 state = stored.get(row.row_key)
                 if state is None:
-                    old = at[row.seq] <= 0 or chunk.now - at[row.seq] >= done_ttl_seconds
+                    old = at[row.seq] <= 0 or chunk.now - at[row.seq] >= retention_seconds
                     action = "maybe-expired" if old else "fire"
                 elif state in LIVE_STATES:
                     action = "queued"

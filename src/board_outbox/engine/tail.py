@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from opentelemetry import trace
 
@@ -23,6 +23,7 @@ from board_outbox.engine import telemetry
 from board_outbox.engine.drain import (
     MIN_FAIR_BATCH,
     DrainResult,
+    Figures,
     Handoff,
     PoisonTracker,
     TailSettings,
@@ -35,7 +36,6 @@ from board_outbox.model.domain import (
     EffectRow,
     EventSnapshot,
     SubscriptionIndex,
-    TraceContext,
     new_projection_row,
     new_subscription_row,
 )
@@ -92,11 +92,12 @@ class Tail:
         self._to_seed: dict[str, int] = {}  # new, idle tenants: seeded at the end of a pass
         # S3: the cursor as our last CAS left it; a stale value only costs a lost CAS (re-read)
         self._known: dict[str, int] = {}
-        # every tenant with an event counter, as the last poll net saw them (S5: the tenants a
-        # replica's change stream can leave out are among these)
         # the tenants known to exist (the poll net's counters, the start-up tenant list): the
         # change stream leaves out those another member owns (S5)
         self.seen: frozenset[str] = frozenset()
+        # what the last poll net read, and when (clock time): the gauges and the series take
+        # every tenant's lag from it instead of reading the counters and cursors again (S6)
+        self.figures: Figures | None = None
         self._event_seconds = 0.0  # EWMA of one event's share of a batch (F1: sizes batches)
         # the worker the rows go to, born claimed (None: born pending, no room asked)
         self.handoff: Handoff | None = None
@@ -141,6 +142,7 @@ class Tail:
         cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
         heads = await self.events.heads()
         self.seen |= frozenset(heads)  # a tenant, once seen, stays known (S5)
+        self.figures = Figures(heads=heads, cursors=cursors, at=self.clock.now())
         await self._check_ahead(heads, cursors, await self.cursors.holds())
         # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
         # behind, so its drain stalls it alone, with the reason
@@ -203,9 +205,7 @@ class Tail:
         return got
 
     async def drain_tenant(self, tenant_id: str) -> DrainResult:
-        with self._tracer.start_as_current_span(
-            telemetry.SPAN_MATERIALIZE, attributes={telemetry.ATTR_TENANT: tenant_id}
-        ) as span:
+        with telemetry.drain_span(self._tracer, tenant_id) as span:
             res = DrainResult(tenant_id=tenant_id)
             if tenant_id in self.cursor_ahead:
                 res.stopped = "cursor_ahead"  # held: draining would skip events silently (R2)
@@ -303,7 +303,7 @@ class Tail:
         # upsert, then the CAS.
         index = backlog[1] if backlog else SubscriptionIndex(
             await self.subs.list_for_tenant(tenant_id))
-        rows = self.build_rows(tenant_id, snapshots, index, now, span)
+        rows = self.build_rows(tenant_id, snapshots, index, now, span, reading.traces)
         if rows:
             handoff = self.handoff
             terms = None if handoff is None else handoff.terms()
@@ -357,19 +357,23 @@ class Tail:
         index: SubscriptionIndex,
         now: float,
         span: trace.Span,
+        traces: Mapping[int, object] | None = None,
     ) -> list[EffectRow]:
-        ctx = telemetry.trace_context(span)
-        tc = TraceContext(traceparent=ctx) if ctx else None
+        # each row stores the trace context its execute spans continue: its event's own span
+        # when the producer stored one (``traces``, C7), else this batch span's
+        events = telemetry.EventSpans(self._tracer, span, tenant_id, traces)
         projections = self.projections
         rows: list[EffectRow] = []
         add = rows.append
         for snap in snapshots:
+            tc, first = events.begin(snap.seq), len(rows)
             for sub in index.matching(snap):
                 if self.kinds is not None and sub.kind not in self.kinds:
                     self._unhandled(tenant_id, sub.sub_id, sub.kind)
                 add(new_subscription_row(tenant_id, snap, sub, now, tc))
             for proj in projections:
                 add(new_projection_row(tenant_id, snap, proj, now, tc))
+            events.end(rows, first)
         if span.is_recording():
             if rows:
                 # one span event per batch (issue 22): how many rows this batch wrote and the
@@ -382,6 +386,7 @@ class Tail:
                 })
             if snapshots:
                 span.set_attribute(telemetry.ATTR_SEQ, snapshots[-1].seq)
+                span.set_attribute(telemetry.MESSAGING_BATCH_COUNT, len(snapshots))
         return rows
 
     def _unhandled(self, tenant_id: str, sub_id: str, kind: str) -> None:

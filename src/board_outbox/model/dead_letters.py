@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from board_outbox.model import times
 from board_outbox.model.domain import FAILED, PROJECTION, EffectRow
 from board_outbox.model.records import RowFilter
 
@@ -50,10 +51,8 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
 
     def describe(self) -> str:
         """The filter as ``key=value`` terms (what ``--filter`` takes)."""
-        from datetime import UTC, datetime
-
         def when(t: float) -> str:
-            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            return times.when(t, fmt="%Y-%m-%dT%H:%M:%SZ")
 
         terms = [f"{k}={v}" for k, v in (
             ("tenant", self.tenant), ("kind", self.kind), ("subscription", self.subscription),

@@ -6,15 +6,20 @@ back with ``from_doc``; a document that does not decode raises a typed ``Malform
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from board_outbox.model.bad_documents import BAD_DOCUMENTS, cap
 from board_outbox.model.bounds import InFlight, PerSecond, Priority
 from board_outbox.model.errors import InvalidId, InvalidRowKey, MalformedDocument
+from board_outbox.model.times import TIME_MAX, TIME_MIN, Stamp, stamp, time_problem
 
 LAUNCH: Final = "launch"
 PROJECTION: Final = "projection"
@@ -61,10 +66,16 @@ def check_id(what: str, value: str) -> str:
 # the newest entries a card's ``consumed`` record keeps (a backstop: entries are dropped as soon as
 # their row's consume_marked is durable, so only rows that died in between can pile up)
 CONSUMED_CAP = 64
+EVENTS_COLLECTION: Final = "board_events"
 
 
 class BoardEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """One row of ``board_events``. ``seq`` is allocated per tenant before the insert."""
+    """One row of ``board_events``. ``seq`` is allocated per tenant before the insert.
+
+    ``at``: when the board wrote it, epoch seconds (0: the board gave no time). It is the
+    board's, and only read (latency, the audit's age, ``explain``): one outside the stored-time
+    range (R7, a millisecond timestamp...) is read as no time and reported once as a bad
+    document -- the event itself still runs (its effects are owed whatever its clock said)."""
 
     tenant_id: str
     seq: int
@@ -72,6 +83,13 @@ class BoardEvent(msgspec.Struct, frozen=True, kw_only=True):
     card_id: str
     at: float = 0.0
     actor: str | None = None
+
+    def __post_init__(self) -> None:
+        if not TIME_MIN <= self.at <= TIME_MAX:  # NaN too
+            BAD_DOCUMENTS.report(EVENTS_COLLECTION, f"{self.tenant_id}/{self.seq}",
+                                 f"{time_problem('at', self.at)}: read as no time (the event "
+                                 "runs)", level=logging.WARNING)
+            msgspec.structs.force_setattr(self, "at", 0.0)
 
 
 class Card(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,6 +112,11 @@ class EventSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     labels: tuple[str, ...] = ()
     deleted: bool = False
     actor: str | None = None  # who caused the event (``BoardEvent.actor``), when the board said
+
+    def __post_init__(self) -> None:
+        # a row's copy of the board's time (``BoardEvent.at``): outside the range, no time
+        if not TIME_MIN <= self.at <= TIME_MAX:
+            msgspec.structs.force_setattr(self, "at", 0.0)
 
 
 class MatchRule(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,13 +194,13 @@ def matches(sub: Subscription, ev: EventSnapshot) -> bool:
 
 class ErrorEntry(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
-    at: float
+    at: Stamp
     error: str
     kind: str = "error"  # error | lease_expired | permanent
 
 
 class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
-    at: float
+    at: Stamp
     action: str
     by: str = ""
     detail: str = ""
@@ -193,7 +216,8 @@ class EffectRow(msgspec.Struct, kw_only=True):
 
     ``kind`` defaults to ``launch``: a row stored before the field existed decodes as a launch.
     ``attempts`` counts attempts that ended without success (errors and expired leases); the
-    attempt in progress is ``attempts + 1``.
+    attempt in progress is ``attempts + 1``. Every time is a ``Stamp`` (R7): a document with one
+    out of range does not decode, and costs only itself.
     """
 
     tenant_id: str
@@ -205,18 +229,18 @@ class EffectRow(msgspec.Struct, kw_only=True):
     event: EventSnapshot | None = None
     state: RowState = PENDING
     attempts: int = 0
-    not_before: float = 0.0
+    not_before: Stamp = 0.0
     claim_id: str | None = None
-    lease_until: float | None = None
+    lease_until: Stamp | None = None
     consume_marked: bool = False
     errors: list[ErrorEntry] = msgspec.field(default_factory=list)
     audit: list[AuditEntry] = msgspec.field(default_factory=list)
     outcome: str | None = None
     trace: TraceContext | None = None
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    materialized_at: float = 0.0
-    done_at: datetime | None = None
+    created_at: Stamp = 0.0
+    updated_at: Stamp = 0.0
+    materialized_at: Stamp = 0.0
+    done_at: datetime | None = None  # a BSON date (the TTL index's); one no date holds: malformed
     # F2: why the row waits (a limit it was over when last claimed); cleared by the next claim
     waiting: str | None = None
     # its subscription's priority when it was materialized (projection rows: 0); higher first
@@ -228,7 +252,7 @@ class EffectRow(msgspec.Struct, kw_only=True):
     # this one (state ``coalesced``)
     # ``burst_closed``: its burst's deadline passed while it was the burst's newest row: it
     # launches when it runs, whatever is newer
-    burst_at: float | None = None
+    burst_at: Stamp | None = None
     coalesced_into: str | None = None
     burst_closed: bool = False
 
@@ -390,17 +414,67 @@ def to_doc(obj: msgspec.Struct) -> dict[str, Any]:
     return doc
 
 
+_UNREADABLE: ContextVar[list[MalformedDocument] | None] = ContextVar("unreadable", default=None)
+UNREADABLE_KEPT: Final = 1000  # documents one ``unreadable()`` block keeps at most
+
+
+@contextmanager
+def unreadable() -> Iterator[list[MalformedDocument]]:
+    """The documents that fail to decode (``from_doc``) in the reads made inside the block, by
+    this task: a listing that leaves them out can still name them, and say why."""
+    got: list[MalformedDocument] = []
+    token = _UNREADABLE.set(got)
+    try:
+        yield got
+    finally:
+        _UNREADABLE.reset(token)
+
+
 def from_doc(
     doc: Mapping[str, Any], typ: type[T], error: Callable[[object, str], MalformedDocument]
 ) -> T:
-    """Decode a stored document; unknown fields (``_id``...) are ignored, bad ones raise ``error``."""
+    """Decode a stored document; unknown fields (``_id``...) are ignored, bad ones raise ``error``
+    naming the field and what it holds (a time out of range says so: R7)."""
     try:
         return msgspec.convert(doc, typ, builtin_types=(datetime,))
     except (msgspec.ValidationError, TypeError) as exc:
         ref: object = doc
+        detail = str(exc)
         if isinstance(doc, Mapping):
             ref = doc.get("row_key") or doc.get("seq") or doc.get("_id")
-        raise error(ref, str(exc)) from None
+            if isinstance(exc, msgspec.ValidationError):
+                detail = decode_problem(doc, detail)
+        err = error(ref, detail)
+        seen = _UNREADABLE.get()
+        if seen is not None and len(seen) < UNREADABLE_KEPT:
+            seen.append(err)
+        raise err from None
+
+
+_PATH = re.compile(r" - at `\$((?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])+)`$")
+_TIME_BOUNDS = (f"<= {TIME_MAX}", f">= {TIME_MIN}")
+
+
+def decode_problem(doc: Mapping[str, Any], msg: str) -> str:
+    """msgspec's refusal of ``doc`` (``msg``) with the stored value it refused; a time out of
+    range as R7's one line (``times.time_problem``)."""
+    m = _PATH.search(msg)
+    if m is None:
+        return msg
+    value: Any = doc
+    for part in re.findall(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]", m.group(1)):
+        name, index = part
+        if name and isinstance(value, Mapping) and name in value:
+            value = value[name]
+        elif index and isinstance(value, list) and int(index) < len(value):
+            value = value[int(index)]
+        else:
+            return msg
+    path = m.group(1).lstrip(".")
+    if msg.startswith("Expected `float`") and any(b in msg for b in _TIME_BOUNDS) and \
+            stamp(value) is None:
+        return time_problem(path, value) or msg
+    return f"{msg} (stored: {cap(repr(value), 80)})"
 
 
 class SubscriptionIndex:

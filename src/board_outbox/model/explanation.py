@@ -75,6 +75,22 @@ class ExpiredLease(_Hold, frozen=True, kw_only=True, tag="expired_lease"):
     expired_at: float | None  # None: no lease recorded at all
 
 
+class Paused(_Hold, frozen=True, kw_only=True, tag="paused"):
+    """An operator's pause (F3) holds it: its tenant, its subscription or (a launch) its bot.
+    It waits without spending an attempt and runs, in its order, once the pause is lifted.
+    ``active`` False: the pause that held it is no longer on; a replica's next pause read
+    releases the row."""
+
+    scope: str  # tenant | subscription | bot
+    key: str
+    active: bool
+    since: float | None  # when the pause went on (None: not on)
+    by: str  # who paused it (or, lifted: who resumed it)
+    reason: str = ""
+    held: bool  # held already (its not_before set aside); False: the next claim holds it
+    due: float | None = None  # a held row's own due time, given back on release
+
+
 class Limit(_Hold, frozen=True, kw_only=True, tag="limit"):
     """A launch limit (F2): the key it is counted under, and that key's use now."""
 
@@ -103,10 +119,18 @@ class NotDue(_Hold, frozen=True, kw_only=True, tag="not_due"):
 
 
 class Coalesced(_Hold, frozen=True, kw_only=True, tag="coalesced"):
-    """Superseded by a newer row of its (subscription, card) (issue 33): that row ran instead."""
+    """Superseded by a newer row of its (subscription, card). ``into`` may itself
+    have been superseded since: ``chain`` follows ``coalesced_into`` from ``into`` to the row
+    that runs for them all (its last entry), ``ran`` names it once it is done; ``problem`` says
+    why the chain could not be followed to its end (a row gone or undecodable, a loop, more
+    than ``CHAIN_LIMIT`` rows)."""
 
     into: str | None
     at: float | None
+    chain: list[str] = msgspec.field(default_factory=list)
+    end_state: str | None = None  # the state of the chain's last row (None: not read)
+    ran: str | None = None  # the chain's last row, when it is done: the row that ran
+    problem: str | None = None
 
 
 class Coalescing(_Hold, frozen=True, kw_only=True, tag="coalescing"):
@@ -136,7 +160,7 @@ class Turn(_Hold, frozen=True, kw_only=True, tag="turn"):
 
 
 Hold = Done | DeadLettered | Malformed | Lease | ExpiredLease | Limit | Backoff | NotDue | \
-    Ownership | Turn | Coalesced | Coalescing
+    Ownership | Turn | Coalesced | Coalescing | Paused
 
 
 class RowFacts(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,13 +21,14 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from board_outbox.model.domain import AuditEntry, check_id
+from board_outbox.model.domain import AuditEntry, check_id, decode_problem
 from board_outbox.model.errors import InvalidId
+from board_outbox.model.times import HELD_OFFSET, Stamp, time_problem
 from board_outbox.model.validation import BAD_DOCUMENTS, cap, finite, tenant_problem
 
 __all__ = ["AUDIT_KEEP", "HELD_OFFSET", "MAX_REASON", "PAUSES_COLLECTION", "SCOPES", "Pause",
            "PauseScope", "decode_pause", "good_audit", "held_not_before", "is_held", "key_problem",
-           "parse_pause", "pause_id", "reason_of", "text_problem", "was_on"]
+           "parse_pause", "pause_id", "paused_by", "reason_of", "text_problem", "was_on"]
 
 PAUSES_COLLECTION: Final = "board_outbox_pauses"
 PauseScope = Literal["tenant", "subscription", "bot"]
@@ -36,22 +37,32 @@ MAX_REASON: Final = 500  # characters of an operator's reason
 MAX_BOT: Final = 200  # characters of a bot name a pause can name
 MAX_BY: Final = 200
 AUDIT_KEEP: Final = 50  # the newest audit entries a pause document keeps
-# A held row's not_before is its own plus this (2**33 s, about 272 years): no clock reaches it,
-# so no claim picks the row, and taking it off again gives back the very order the rows had.
-HELD_OFFSET: Final = float(2**33)
 HELD_PREFIX: Final = "paused: "
 
 
 class Pause(msgspec.Struct, frozen=True, kw_only=True):
-    """One pause document, parsed. ``at`` / ``by`` / ``reason``: the last ``pause`` of it."""
+    """One pause document, parsed. ``at`` / ``by`` / ``reason``: the last ``pause`` of it (a
+    pause that is on again with a new reason keeps its ``since``)."""
 
     scope: PauseScope
     key: str
     active: bool
     reason: str = ""
     by: str = ""
-    at: float
+    at: Stamp
     audit: tuple[AuditEntry, ...] = ()
+
+    @property
+    def since(self) -> float:
+        """When it went on: its first ``pause`` after the last ``resume`` its audit keeps (the
+        audit keeps the newest ``AUDIT_KEEP``: at least since then), else ``at``."""
+        start = self.at
+        for entry in reversed(self.audit):
+            if entry.action == "resume":
+                break
+            if entry.action == "pause":
+                start = min(start, entry.at)
+        return start
 
     @property
     def id(self) -> str:
@@ -62,6 +73,11 @@ class Pause(msgspec.Struct, frozen=True, kw_only=True):
         """What a row this pause holds says it waits on (its ``waiting``)."""
         return reason_of(self.scope, self.key)
 
+    @property
+    def lifted(self) -> AuditEntry | None:
+        """Its last ``resume`` (None: never resumed, or not kept by the audit)."""
+        return next((e for e in reversed(self.audit) if e.action == "resume"), None)
+
 
 def pause_id(scope: str, key: str) -> str:
     return f"{scope}:{key}"
@@ -70,6 +86,18 @@ def pause_id(scope: str, key: str) -> str:
 def reason_of(scope: str, key: str) -> str:
     """A held row's ``waiting``: ``paused: tenant acme``."""
     return f"{HELD_PREFIX}{scope} {key}"
+
+
+def paused_by(waiting: str | None) -> tuple[PauseScope, str] | None:
+    """The (scope, key) a held row's ``waiting`` names (``reason_of`` read back); None: it names
+    no pause."""
+    if not waiting or not waiting.startswith(HELD_PREFIX):
+        return None
+    scope, _sep, key = waiting[len(HELD_PREFIX):].partition(" ")
+    for s in SCOPES:
+        if s == scope and key:
+            return s, key
+    return None
 
 
 def key_problem(scope: object, key: object) -> str | None:
@@ -135,11 +163,12 @@ def decode_pause(doc_id: object, doc: Mapping[str, Any]) -> Pause | str:
     problem = _problem(doc_id, doc)
     if problem is not None:
         return problem
+    fields = {k: doc[k] for k in ("scope", "key", "active", "reason", "by", "at", "audit")
+              if k in doc}
     try:
-        return msgspec.convert({k: doc[k] for k in ("scope", "key", "active", "reason", "by",
-                                                    "at", "audit") if k in doc}, Pause)
+        return msgspec.convert(fields, Pause)
     except msgspec.ValidationError as exc:
-        return cap(exc, 300)
+        return cap(decode_problem(fields, str(exc)), 300)
 
 
 def good_audit(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -178,8 +207,8 @@ def _problem(doc_id: object, doc: Mapping[str, Any]) -> str | None:
     for name, limit in (("reason", MAX_REASON), ("by", MAX_BY)):
         if name in doc and (problem := text_problem(name, doc[name], limit)) is not None:
             return problem
-    if finite(doc.get("at")) is None:
-        return f"at {cap(repr(doc.get('at')), 60)} is not a finite number"
+    if (problem := time_problem("at", doc.get("at"))) is not None:
+        return problem
     audit = doc.get("audit", [])
     if not isinstance(audit, list) or len(audit) > 10 * AUDIT_KEEP:
         return f"audit is not a list of at most {10 * AUDIT_KEEP} entries"

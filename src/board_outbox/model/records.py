@@ -75,14 +75,16 @@ class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Change(msgspec.Struct, frozen=True):
-    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "").
-    ``doc``: the inserted event's fields as the stream carried them (the event log's read
-    fields), None when the feed does not carry them."""
+    """One insert (``tenant_id`` set), a change to the subscriptions (``subscriptions``), or a
+    quiet batch's post-batch token (``tenant_id`` "", the stream's opening included). ``doc``:
+    the inserted event's fields as the stream carried them (the event log's read fields), None
+    when the feed does not carry them."""
 
     tenant_id: str
     seq: int
     token: Any = None
     doc: Mapping[str, Any] | None = None
+    subscriptions: bool = False  # any write to trigger_subscriptions: their cache starts over
 
 
 class UpsertIfNewer(msgspec.Struct, frozen=True, kw_only=True):

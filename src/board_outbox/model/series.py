@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from board_outbox.model.times import time_problem
 from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq
 
 SERIES_COLLECTION = "trigger_series"
@@ -119,6 +120,8 @@ def series_problem(doc: Mapping[str, Any]) -> SeriesPoint | str:
     minute = _count(raw)
     if minute is None or minute % MINUTE:
         return f"minute {cap(repr(raw), 60)} is not the start of a minute (epoch seconds)"
+    if (problem := time_problem("minute", minute)) is not None:  # R7: 1e12 is no minute
+        return problem
     if not isinstance(replica, str) or not replica:
         return f"replica {cap(repr(replica), 60)} is not a non-empty string"
     counts = _counts("counts", doc.get("counts"))

@@ -140,7 +140,9 @@ def park(*, now: float, error: ErrorEntry, count_attempt: bool) -> Transition:
     was already counted (a reclaim spent the budget, or the row never decoded)."""
     return Transition(name="park", count_attempt=count_attempt, error=error,
                       set={"state": FAILED, "lease_until": None, "updated_at": now,
-                           "outcome": "failed"})
+                           "outcome": "failed",
+                           # the clock of the dead-letters' TTL index, when one is configured (O8)
+                           "failed_at": datetime.fromtimestamp(now, UTC)})
 
 
 def release(*, now: float) -> Transition:

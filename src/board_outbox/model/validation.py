@@ -15,6 +15,13 @@ from typing import Any, TypeGuard
 
 import msgspec
 
+# re-exported: their home before R7 (the domain types report through them as they decode)
+from board_outbox.model.bad_documents import BAD_DOCUMENTS as BAD_DOCUMENTS
+from board_outbox.model.bad_documents import MAX_ERROR_CHARS as MAX_ERROR_CHARS
+from board_outbox.model.bad_documents import BadDocument as BadDocument
+from board_outbox.model.bad_documents import BadDocuments as BadDocuments
+from board_outbox.model.bad_documents import OnceLog as OnceLog
+from board_outbox.model.bad_documents import cap as cap
 from board_outbox.model.bounds import MAX_PRIORITY, MIN_PRIORITY
 from board_outbox.model.domain import (
     CLAIMED,
@@ -23,6 +30,7 @@ from board_outbox.model.domain import (
     FAILED,
     LAUNCH,
     PENDING,
+    AuditEntry,
     EffectRow,
     ErrorEntry,
     Subscription,
@@ -32,22 +40,14 @@ from board_outbox.model.domain import (
 from board_outbox.model.errors import InvalidId
 from board_outbox.model.limits import rate_problem
 from board_outbox.model.records import ConsoleSession, DoneLatency, ReadModelVersions, RowIdentity
+from board_outbox.model.times import due_limit, stamp, time_problem
 
-MAX_ERROR_CHARS = 2000  # every logged or stored error text is capped at this
 MAX_SEQ = 2**63 - 1  # the counter is a BSON long
 MAX_LABELS = 100  # consume_labels / labels_all entries a subscription may carry
 MAX_CARD_TITLE = 64 * 1024  # characters: rows embed the title, and a row must stay far below 16 MB
 MAX_CARD_LABELS = 1000
 ROW_STATES = frozenset({PENDING, CLAIMED, DONE, FAILED, COALESCED})
 LEASE_HORIZON_SECONDS = 86400.0  # a lease ending later than this from now is not a lease
-
-
-def cap(text: object, limit: int = MAX_ERROR_CHARS) -> str:
-    """``text`` as a string of at most ``limit`` characters (a 16 MB error message stays short)."""
-    s = str(text)
-    if len(s) <= limit:
-        return s
-    return f"{s[: limit - 40]}... [{len(s) - limit + 40} more characters]"
 
 
 def is_seq(value: object) -> bool:
@@ -115,8 +115,13 @@ def stuck_reason(doc: Mapping[str, Any], now: float,
         return None
     if not isinstance(doc.get("tenant_id"), str):
         return f"tenant_id {cap(repr(doc.get('tenant_id')), 200)} is not a string"
-    if state == PENDING and not _num(doc.get("not_before")):
-        return f"pending with not_before {cap(repr(doc.get('not_before')), 200)}"
+    if state == PENDING:
+        due = doc.get("not_before")
+        if not _num(due):
+            return f"pending with not_before {cap(repr(due), 200)}"
+        if due > due_limit(now):  # R7: no writer of ours sets one so far ahead
+            return (f"pending with not_before {due!r}, due further ahead than any writer sets "
+                    f"one ({time_problem('not_before', due) or 'beyond a pause and two days'})")
     if state == CLAIMED:
         lease = doc.get("lease_until")
         if not _num(lease):
@@ -168,12 +173,21 @@ def repaired_fields(doc: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
                 break
             old = work.get(name)
             new = _clean(name, old)
-            notes.append(f"{name} was {cap(repr(old), 120)}")
+            if isinstance(old, list) and isinstance(new, list) and new:
+                dropped = [e for e in old if e not in new]
+                notes.append(f"{name}: {len(dropped)} of {len(old)} entries dropped, "
+                             f"{cap(repr(dropped), 120)}")
+            else:
+                notes.append(f"{name} was {cap(repr(old), 120)}")
             fixed[name] = work[name] = new
     return fixed, notes
 
 
 def _clean(name: str, old: object) -> Any:
+    if name in ("errors", "audit") and isinstance(old, list):
+        # the entries that decode stay (an error history with one bad time keeps the others)
+        entry = ErrorEntry if name == "errors" else AuditEntry
+        return [e for e in old if _decodes(e, entry)]
     if name in ("tenant_id", "row_key"):
         return cap(old, 400) if old is not None else ""
     if name in ("seq", "attempts"):
@@ -185,6 +199,14 @@ def _clean(name: str, old: object) -> Any:
     return _DEFAULTS[name]
 
 
+def _decodes(value: object, typ: type) -> bool:
+    try:
+        msgspec.convert(value, typ)
+    except (msgspec.ValidationError, TypeError):
+        return False
+    return True
+
+
 def park_fields(doc: Mapping[str, Any], *, now: float, error: str, attempt: int | None = None
                 ) -> dict[str, Any]:
     """A clean parked state for a row whose shape broke a transition (``$inc`` on a string,
@@ -192,89 +214,19 @@ def park_fields(doc: Mapping[str, Any], *, now: float, error: str, attempt: int 
     same field again. The error history is kept when it is a list."""
     fixed, notes = repaired_fields(doc)
     errors = doc.get("errors")
-    history = list(errors) if isinstance(errors, list) and "errors" not in fixed else []
+    history = fixed.get("errors", list(errors) if isinstance(errors, list) else [])
     text = cap(error + (f" (repaired: {'; '.join(notes)})" if notes else ""))
     attempts = fixed.get("attempts", doc.get("attempts", 0))
     entry = ErrorEntry(attempt=attempt if attempt is not None else int(attempts), at=now,
                        error=text, kind="permanent")
     return {**fixed, "state": FAILED, "lease_until": None, "updated_at": now,
-            "outcome": "failed", "errors": [*history, msgspec.to_builtins(entry)]}
-
-
-class OnceLog:
-    """Log each distinct problem once (not on every batch): keyed by whatever names it."""
-
-    def __init__(self, logger: logging.Logger, limit: int = 10_000) -> None:
-        self.logger = logger
-        self.limit = limit
-        self._seen: set[object] = set()
-
-    def __call__(self, key: object, level: int, msg: str, *args: object,
-                 extra: Mapping[str, object] | None = None) -> bool:
-        """Log unless ``key`` was logged before; True if it logged."""
-        if key in self._seen:
-            return False
-        if len(self._seen) >= self.limit:
-            self._seen.clear()
-        self._seen.add(key)
-        self.logger.log(level, msg, *[cap(a) if isinstance(a, (str, BaseException)) else a
-                                      for a in args], extra=dict(extra or {}))
-        return True
-
-    def forget(self, key: object) -> None:
-        self._seen.discard(key)
+            "outcome": "failed", "errors": [*history, msgspec.to_builtins(entry)],
+            "failed_at": datetime.fromtimestamp(now, UTC)}  # the dead-letters' TTL clock (O8)
 
 
 # --- documents of the service's own collections (members, pointers, tokens, counters, cursors) --
 
 
-class BadDocument(msgspec.Struct, frozen=True, kw_only=True):
-    """One stored document the service could not use, as ``status --json`` lists it."""
-
-    collection: str
-    key: str
-    problem: str
-
-
-class BadDocuments:
-    """The queryable trace of R1 for the service's own collections: every distinct bad document
-    (collection, key, problem) is logged once, counted per collection (a metric) and kept for
-    ``status --json``. One instance per process (``BAD_DOCUMENTS``): the adapters report into it
-    as they parse each document, so a one-shot ``status`` run lists what its own reads met."""
-
-    def __init__(self, logger: logging.Logger, keep: int = 1000) -> None:
-        self._once = OnceLog(logger)
-        self.keep = keep
-        self.counts: dict[str, int] = {}  # collection -> distinct bad documents seen
-        self._current: dict[tuple[str, str], BadDocument] = {}
-
-    def report(self, collection: str, key: object, problem: str, *,
-               level: int = logging.ERROR) -> bool:
-        """Record one bad document; True the first time this (collection, key, problem) is seen."""
-        doc = BadDocument(collection=collection, key=cap(repr(key) if not isinstance(key, str)
-                                                         else key, 200),
-                          problem=cap(problem, 400))
-        if not self._once((collection, doc.key, doc.problem), level,
-                          "ignoring malformed %s document %s: %s", collection, doc.key,
-                          doc.problem, extra={"collection": collection}):
-            return False
-        self.counts[collection] = self.counts.get(collection, 0) + 1
-        if len(self._current) >= self.keep:
-            self._current.pop(next(iter(self._current)))
-        self._current[(collection, doc.key)] = doc
-        return True
-
-    def resolved(self, collection: str, key: str) -> None:
-        """The document is good again (or gone): no longer listed; a relapse is logged again."""
-        doc = self._current.pop((collection, key), None)
-        if doc is not None:
-            self._once.forget((collection, doc.key, doc.problem))
-
-    def current(self) -> list[BadDocument]:
-        return sorted(self._current.values(), key=lambda d: (d.collection, d.key))
-
-
-BAD_DOCUMENTS = BadDocuments(logging.getLogger("board_outbox.documents"))
 
 
 def seqs_by_tenant(collection: str, pairs: Iterable[tuple[object, object]]) -> dict[str, int]:
@@ -345,13 +297,6 @@ def counter_problem(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
-def number_problem(name: str, value: object) -> str | None:
-    """Why ``value`` is not a finite number (int or float, not bool, not Decimal128)."""
-    if _num(value):
-        return None
-    return f"{name} {cap(repr(value), 100)} is not a finite number"
-
-
 def member_problem(member_id: object, expires_at: object, now: float,
                    max_ahead: float | None = None) -> str | None:
     """Why a membership lease cannot be trusted (None: it can). A lease ends at most one lease
@@ -359,7 +304,7 @@ def member_problem(member_id: object, expires_at: object, now: float,
     timeout) would hand a member that may be long gone tenants forever (S1)."""
     if not isinstance(member_id, str) or not member_id:
         return f"member id {cap(repr(member_id), 100)} is not a non-empty string"
-    problem = number_problem("expires_at", expires_at)
+    problem = time_problem("expires_at", expires_at)
     if problem is not None:
         return problem
     assert _num(expires_at)
@@ -421,13 +366,13 @@ def done_latency(doc: Mapping[str, Any]) -> DoneLatency | None:
     (no event time, a ``done_at`` that is not a date, a tenant that is not a string)."""
     tenant, done_at, kind = doc.get("tenant_id"), doc.get("done_at"), doc.get("kind", LAUNCH)
     event = doc.get("event")
-    at = event.get("at") if isinstance(event, Mapping) else None
-    if not isinstance(tenant, str) or not isinstance(done_at, datetime) or not _num(at) or at <= 0:
+    at = stamp(event.get("at")) if isinstance(event, Mapping) else None
+    if not isinstance(tenant, str) or not isinstance(done_at, datetime) or not at:
         return None
     if done_at.tzinfo is None:  # a driver without tz_aware: BSON dates are UTC
         done_at = done_at.replace(tzinfo=UTC)
     return DoneLatency(tenant_id=tenant, kind=kind if isinstance(kind, str) else "?",
-                       seconds=max(0.0, done_at.timestamp() - float(at)))
+                       seconds=max(0.0, done_at.timestamp() - at))
 
 
 SESSION_SECONDS = 8 * 3600  # a console session lasts this long at most
@@ -439,14 +384,14 @@ def console_session(session_id: str, doc: Mapping[str, Any], now: float
     """A stored console session, parsed (issue 30): None when it has ended, or when its document
     does not parse or promises more than one session's length (a planted or hand-edited one is
     refused and reported, never trusted)."""
-    tag, who, until = doc.get("token_tag"), doc.get("who"), finite(doc.get("expires_at"))
+    tag, who, until = doc.get("token_tag"), doc.get("who"), stamp(doc.get("expires_at"))
     problem = None
     if not isinstance(tag, str) or not tag:
         problem = f"token_tag {cap(repr(tag), 60)} is not a non-empty string"
     elif not isinstance(who, str):
         problem = f"who {cap(repr(who), 60)} is not a string"
     elif until is None:
-        problem = number_problem("expires_at", doc.get("expires_at"))
+        problem = time_problem("expires_at", doc.get("expires_at"))
     elif until > now + SESSION_SECONDS + 60:
         problem = f"expires_at {until!r} is further ahead than one session ({SESSION_SECONDS}s)"
     if problem is not None:

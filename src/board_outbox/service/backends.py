@@ -13,8 +13,9 @@ from typing import Any
 from board_outbox.adapters.launchers import HttpLauncher, LogLauncher
 from board_outbox.engine.generations import versioned
 from board_outbox.model.clock import SystemClock
+from board_outbox.model.errors import ConfigError
 from board_outbox.ports import Launcher, Stores
-from board_outbox.service.config import Config, LauncherConfig, StoreConfig
+from board_outbox.service.config import Config, LauncherConfig, StoreConfig, require_backend
 
 Opener = Callable[[Config, Launcher, bool], AbstractAsyncContextManager[Stores]]
 
@@ -35,6 +36,7 @@ def _mongo(cfg: Config, launcher: Launcher, ensure_schema: bool) -> AbstractAsyn
         server_selection_timeout_seconds=s.server_selection_timeout_seconds,
         read_concern=s.read_concern, write_concern=s.write_concern,
         change_feed=cfg.tail.change_streams, ensure_schema=ensure_schema,
+        retention=cfg.retention,
     )
 
 
@@ -48,6 +50,24 @@ def mongo_client(s: StoreConfig) -> Any:
         server_selection_timeout_seconds=s.server_selection_timeout_seconds,
         read_concern=s.read_concern, write_concern=s.write_concern,
     )
+
+
+@asynccontextmanager
+async def mongo_database(cfg: Config, *, command: str) -> AsyncIterator[Any]:
+    """The configured MongoDB database, reached (one ``ping`` within the server selection
+    timeout, else one line naming the host and the cause), for the commands that need the bare
+    database (``ensure-schema``); a backend other than mongo is a ``ConfigError``."""
+    from board_outbox.adapters.mongo.client import reach, seed_hosts
+
+    if require_backend(cfg) != "mongo":
+        raise ConfigError(f"store.backend: {command} needs the mongo backend (it is "
+                          f"{cfg.store.backend!r}, which keeps no indexes)")
+    client = mongo_client(cfg.store)
+    try:
+        await reach(client, cfg.store.server_selection_timeout_seconds, seed_hosts(cfg.store.uri))
+        yield client[cfg.store.database]
+    finally:
+        await client.close()
 
 
 BACKENDS: dict[str, Opener] = {"memory": _memory, "mongo": _mongo}
@@ -65,10 +85,12 @@ def make_launcher(cfg: LauncherConfig) -> Launcher:
 @asynccontextmanager
 async def open_backend(cfg: Config, *, ensure_schema: bool = False) -> AsyncIterator[Stores]:
     """The configured backend's ports, as an async context manager (the launcher's connection
-    pool, if it has one, is closed on the way out)."""
+    pool, if it has one, is closed on the way out). A configuration that names no backend is
+    refused here, before anything opens (O10)."""
+    backend = require_backend(cfg)
     launcher = make_launcher(cfg.launcher)
     try:
-        async with BACKENDS[cfg.store.backend](cfg, launcher, ensure_schema) as stores:
+        async with BACKENDS[backend](cfg, launcher, ensure_schema) as stores:
             # read models by generation: readers see the live one while a shadow rebuild runs
             yield versioned(stores, SystemClock(), cfg.store.generation_cache_seconds)
     finally:

@@ -3,6 +3,7 @@ validated with msgspec. Every problem is a ``ConfigError`` whose message names t
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import typing
@@ -21,16 +22,23 @@ from board_outbox.engine.worksettings import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.limits import rate_problem
+from board_outbox.model.retention import Retention
 from board_outbox.model.validation import LEASE_HORIZON_SECONDS
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    backend: Literal["memory", "mongo"] = "memory"
+    # O10: no default. A command that touches a store refuses until the configuration names
+    # one ("mongo", or "memory" for a try-out): a pod that lost its config must not run on an
+    # empty in-memory store and look healthy
+    backend: Literal["memory", "mongo"] | None = None
     # TLS, auth, replicaSet... are URI options and are passed through to pymongo untouched.
     uri: str = "mongodb://127.0.0.1:27017/?replicaSet=rs0"
     database: str = "board_outbox"
     op_timeout_seconds: Pos = 10.0
     connect_timeout_seconds: Pos = 5.0
+    # how long opening the store waits for a primary to answer (a command, `run` at start):
+    # then one line names the host and the cause; every operation after that is bounded by
+    # op_timeout_seconds
     server_selection_timeout_seconds: Pos = 10.0
     app_name: str = "board-outbox"
     # O5: events and cursors read, rows / cursor CAS / marks written, with majority by default
@@ -77,6 +85,27 @@ class UiConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     jaeger_url: str = ""
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 9465
+    # U3: the reverse proxies in front of the console's port (addresses or networks); only
+    # their forwarded headers name the client, scheme and host. Empty: none is believed
+    trusted_proxies: list[str] = msgspec.field(default_factory=list)
+    # the headers those proxies write: "x-forwarded" (X-Forwarded-For, -Proto, -Host) or
+    # "forwarded" (RFC 7239); the other family is ignored
+    proxy_headers: Literal["x-forwarded", "forwarded"] = "x-forwarded"
+    # a header an auth proxy in front sets to the operator's name (e.g. X-Forwarded-User),
+    # believed only from a trusted proxy; when set, it names the operator in every audit
+    # entry and a login without it is refused. Empty: operators name themselves at login
+    identity_header: str = ""
+
+
+class DoctorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What ``board-outbox doctor`` holds the deployment to (O7)."""
+
+    # the lag budget: how far behind the change stream may fall (every replica stopped for a
+    # deploy or an incident, a long backlog) and still resume from its saved token; the oplog
+    # window must be at least this long
+    oplog_budget_seconds: Pos = 86400.0
+    # leases, heartbeats and due times are judged on each replica's own clock
+    max_clock_skew_seconds: Pos = 2.0
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -90,6 +119,8 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     audit: AuditSettings = AuditSettings()
     limits: LimitSettings = LimitSettings()
     series: SeriesSettings = SeriesSettings()  # the console's charts (issue 33)
+    retention: Retention = Retention()  # how long settled rows are kept (O8)
+    doctor: DoctorSettings = DoctorSettings()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
     # effect kind -> "module:Class" (plugins.py); entry points in board_outbox.handlers add more
     handlers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -180,12 +211,42 @@ def validate(cfg: Config) -> Config:
                               "(e.g. \"ops.example.internal\", \"10.0.0.5\" or \"*\")")
     if cfg.ui.jaeger_url and not cfg.ui.jaeger_url.startswith(("http://", "https://")):
         raise ConfigError("ui.jaeger_url: an http(s):// URL (the Jaeger UI, e.g. http://jaeger:16686)")
+    _validate_proxies(cfg.ui)
     _validate_limits(cfg)
     from board_outbox.service.plugins import resolve_handlers, resolve_projections  # imports user code: P1
 
     resolve_projections(cfg.projections)
     resolve_handlers(cfg.handlers)
     return cfg
+
+
+# RFC 7230's token: a header name
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
+# headers the console reads for itself: never an operator's name
+NOT_IDENTITY = frozenset({"host", "cookie", "origin", "referer", "forwarded", "x-forwarded-for",
+                          "x-forwarded-proto", "x-forwarded-host", "sec-fetch-site",
+                          "content-type", "content-length", "authorization"})
+
+
+def _validate_proxies(ui: UiConfig) -> None:
+    """U3: each trusted proxy an address or network; an identity header a header name that
+    only a trusted proxy can be believed on."""
+    for entry in ui.trusted_proxies:
+        try:
+            ipaddress.ip_network(entry.strip(), strict=True)
+        except ValueError as exc:
+            raise ConfigError(f"ui.trusted_proxies: {entry[:80]!r} is not an address or network "
+                              f"({exc}; e.g. \"10.0.0.2\", \"10.0.0.0/8\", \"fd00::/8\")") from None
+    name = ui.identity_header.strip()
+    if not name:
+        return
+    if not HEADER_NAME.fullmatch(name) or name.lower() in NOT_IDENTITY:
+        raise ConfigError(f"ui.identity_header: {name[:80]!r} is not a header an auth proxy "
+                          "sets to the operator's name (e.g. \"X-Forwarded-User\" or "
+                          "\"X-Auth-Request-Email\")")
+    if not ui.trusted_proxies:
+        raise ConfigError("ui.identity_header: it is believed only from ui.trusted_proxies, and "
+                          "none is set: list the auth proxy's address there")
 
 
 # an in-flight slot outlasts this many beats of the lease heartbeat that renews it
@@ -211,6 +272,7 @@ _SECTION_TYPES: dict[str, type] = {
     "store": StoreConfig, "tail": TailSettings, "worker": WorkerSettings,
     "service": ServiceConfig, "launcher": LauncherConfig, "membership": MembershipSettings,
     "ui": UiConfig, "audit": AuditSettings, "limits": LimitSettings,
+    "series": SeriesSettings, "retention": Retention, "doctor": DoctorSettings,
 }
 ENV_PREFIX = "BOARD_OUTBOX_"
 _SECTIONS = {*_SECTION_TYPES, "handlers"}
@@ -279,6 +341,34 @@ def _setting_error(exc: msgspec.ValidationError) -> ConfigError:
     return ConfigError(f"{where or 'config'}: {text}")
 
 
+# settings that were renamed or removed: naming one is a one-line error pointing at the new one
+RENAMED: dict[tuple[str, str], str] = {
+    ("audit", "done_ttl_seconds"): "it is now retention.done_seconds (how long done rows are "
+                                   "kept; the TTL index, the audit and the replays follow it)",
+}
+
+
+def _renamed(data: Mapping[str, Any]) -> None:
+    for (section, name), what in RENAMED.items():
+        table = data.get(section)
+        if isinstance(table, Mapping) and name in table:
+            raise ConfigError(f"{section}.{name}: no longer a setting: {what}")
+
+
+NO_BACKEND = ("no store is configured: store.backend is not set (no --config FILE, "
+              "$BOARD_OUTBOX_CONFIG or BOARD_OUTBOX_STORE__BACKEND names one); pass --config FILE "
+              "with [store] backend = \"mongo\" and its uri, or backend = \"memory\" for a "
+              "try-out that keeps nothing")
+
+
+def require_backend(cfg: Config) -> Literal["memory", "mongo"]:
+    """The configured store's backend; a ``ConfigError`` naming the way out when the
+    configuration does not name one (O10: never a silent in-memory store)."""
+    if cfg.store.backend is None:
+        raise ConfigError(NO_BACKEND)
+    return cfg.store.backend
+
+
 def load_config(
     path: str | Path | None = None, env: Mapping[str, str] | None = None, **overrides: Any
 ) -> Config:
@@ -300,6 +390,7 @@ def load_config(
         data = decoded
     data = _merge(data, _env_overrides(env))
     data = _merge(data, overrides)
+    _renamed(data)
     try:
         cfg = msgspec.convert(data, Config)
     except msgspec.ValidationError as exc:

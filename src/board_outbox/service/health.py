@@ -49,7 +49,7 @@ class TenantStatus(msgspec.Struct, kw_only=True):
     effect_latency_rows: int = 0
     # F2: pending rows waiting on a concurrency or rate limit (deferred, attempts unchanged)
     waiting_on_limit: int = 0
-    # issue 33: pending rows held by a pause (of the tenant, a subscription or a bot)
+    # F3: pending rows held by a pause (of the tenant, a subscription or a bot)
     held_by_pause: int = 0
 
 

@@ -1,4 +1,10 @@
-"""Structured logging: text or JSON lines, with tenant, seq and row key when a record has them."""
+"""Structured logging: text or JSON lines, with tenant, seq and row key when a record has them.
+
+A record written while a span is current (a drain batch, an execute attempt, a launch) carries
+the span's ``trace_id`` and ``span_id`` (C7): a JSON line joins its trace in Jaeger, and a
+trace's spans lead to their log lines. The ids are taken when the record is handled, in the
+caller's thread and context (``TraceIds``), so a handler that formats later still has them.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,23 @@ import time
 from typing import Any
 
 import msgspec
+from opentelemetry import trace
+from opentelemetry.trace import format_span_id, format_trace_id
 
 CONTEXT_FIELDS = ("tenant_id", "seq", "row_key", "sub_id", "launch_id", "replica")
+TRACE_FIELDS = ("trace_id", "span_id")
+
+
+class TraceIds(logging.Filter):
+    """Stamps each record with the current span's ids (W3C hex) when there is a valid one; a
+    record that already names them (``extra=``) keeps its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ctx = trace.get_current_span().get_span_context()
+        if ctx.is_valid and not hasattr(record, "trace_id"):
+            record.trace_id = format_trace_id(ctx.trace_id)
+            record.span_id = format_span_id(ctx.span_id)
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -21,7 +42,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        for f in CONTEXT_FIELDS:
+        for f in CONTEXT_FIELDS + TRACE_FIELDS:
             if hasattr(record, f):
                 doc[f] = getattr(record, f)
         if record.exc_info:
@@ -55,6 +76,7 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 def setup_logging(fmt: str = "text", level: str = "INFO") -> None:
     handler = StderrHandler()
+    handler.addFilter(TraceIds())
     handler.setFormatter(
         JsonFormatter() if fmt == "json"
         else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -27,6 +27,7 @@ from board_outbox.model.errors import (
     StoreUnavailable,
     SubscriptionNotFound,
 )
+from board_outbox.model.times import stamp
 from board_outbox.model.validation import cap
 from board_outbox.ports import (
     CardStore,
@@ -50,7 +51,7 @@ def parse_when(text: str, now: float | None = None) -> float:
     t = text.strip()
     m = _REL.fullmatch(t)
     if m:
-        return now - float(m.group(1)) * _UNITS[m.group(2)]
+        return _in_range(text, now - float(m.group(1)) * _UNITS[m.group(2)])
     try:
         value = float(t)
     except ValueError:
@@ -58,7 +59,7 @@ def parse_when(text: str, now: float | None = None) -> float:
     else:
         if not math.isfinite(value):
             raise ValueError(f"{text!r} is not a time: epoch seconds must be a finite number")
-        return value
+        return _in_range(text, value)
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:
@@ -68,7 +69,15 @@ def parse_when(text: str, now: float | None = None) -> float:
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    return _in_range(text, dt.timestamp())
+
+
+def _in_range(text: str, t: float) -> float:
+    """An operator's time bound, held to the stored times' range (R7): no stored time lies
+    outside it, and every bound is shown back to the operator."""
+    if stamp(t) is None:
+        raise ValueError(f"{text!r} is not a time from 1970-01-01 to 9999-12-31 UTC")
+    return t
 
 
 def dead_letter_filter(

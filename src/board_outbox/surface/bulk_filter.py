@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from board_outbox.model import times
 from board_outbox.model.dead_letters import DEFAULT_BULK_LIMIT, BulkFilter, BulkPlan
 from board_outbox.model.domain import check_id
 from board_outbox.model.errors import InvalidId, UsageError
@@ -89,10 +90,8 @@ def default_limit(flt: BulkFilter, limit: int | None) -> BulkFilter:
 def plan_lines(plan: BulkPlan, *, top: int = 10) -> list[str]:
     """The plan as the CLI prints it: what matched, then the counts by tenant, kind and
     subscription (the ``top`` largest of each, the rest summed)."""
-    from datetime import UTC, datetime
-
     def when(t: float | None) -> str:
-        return "-" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return times.when(t, fmt="%Y-%m-%d %H:%M:%S")
 
     flt = plan.filter
     out = [f"plan: {plan.matched} dead-letter{'s' if plan.matched != 1 else ''} match "
@@ -110,6 +109,6 @@ def plan_lines(plan: BulkPlan, *, top: int = 10) -> list[str]:
         out.append(f"  by {label + ':':14}{shown}{more}")
     if plan.unreadable:
         out.append(f"  {plan.unreadable} matching document{'s' if plan.unreadable != 1 else ''} "
-                   f"do not decode and are left alone (dead-letters show KEY): "
+                   f"do not decode and are left alone (`board-outbox explain KEY` says why): "
                    + ", ".join(plan.unreadable_keys))
     return out

@@ -29,6 +29,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.times import stamp
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     OnceLog,
@@ -387,9 +388,9 @@ class MemoryEffectOutbox:
 
     async def oldest_live_created_at(self, tenant_id: str) -> float | None:
         await checkpoint()
-        ats = [float(self._docs[ref].get("created_at") or 0.0)
-               for ref in self._live.get(tenant_id, ())
-               if ref in self._docs and self._docs[ref].get("state") in LIVE_STATES]
+        ats = [at for ref in self._live.get(tenant_id, ())
+               if ref in self._docs and self._docs[ref].get("state") in LIVE_STATES
+               and (at := stamp(self._docs[ref].get("created_at"))) is not None]  # R7
         return min(ats) if ats else None
 
     async def purge(self, flt: RowFilter) -> int:

@@ -13,6 +13,7 @@ from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.model.domain import FAILED, LIVE_STATES, PENDING
 from board_outbox.model.pause import is_held
 from board_outbox.model.records import AttentionPage, TenantLag
+from board_outbox.model.times import stamp
 from board_outbox.model.validation import finite
 from board_outbox.ports import RowSummary
 
@@ -39,7 +40,7 @@ class MemoryStatusStore:
                 summary.held += 1  # issue 33: held by a pause
             elif state == PENDING and doc.get("waiting"):
                 summary.waiting += 1  # F2: deferred over a limit
-            created = finite(doc.get("created_at"))
+            created = stamp(doc.get("created_at"))  # R7: a time in range, or none
             if state in LIVE_STATES and created is not None:
                 prev = summary.oldest_live_created_at
                 summary.oldest_live_created_at = created if prev is None else min(prev, created)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import Callable, Collection
 
-import anyio
 from anyio.lowlevel import checkpoint
 
-from board_outbox.model.domain import Subscription, check_id, check_kind
+from board_outbox.model.domain import AuditEntry, Subscription, check_id, check_kind
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
+from board_outbox.model.subscription_records import AUDIT_KEEP, SubscriptionRecord
 from board_outbox.model.validation import OnceLog, subscription_problem
 
 log = logging.getLogger("board_outbox.memory")
@@ -20,25 +20,16 @@ class MemorySubscriptionStore:
     def __init__(self) -> None:
         self._subs: dict[str, Subscription] = {}
         self._by_tenant: dict[str, dict[str, Subscription]] = {}
-        self._changes = 0  # every put and delete counts (the change stream's twin)
-        self._changed = anyio.Event()
+        # called at every put and delete: the change feed's twin (``MemoryBackend`` hooks its
+        # event log's ``subscription_changed`` here, as the Mongo stream carries both)
+        self.listeners: list[Callable[[], None]] = []
+        # the operators' writes (P6): each subscription's audit and revision
+        self._audit: dict[str, list[AuditEntry]] = {}
+        self._rev: dict[str, int] = {}
 
     def _change(self) -> None:
-        self._changes += 1
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def watch(self) -> AsyncGenerator[str, None]:
-        """The change stream's twin: "open", then "change" per put or delete."""
-        await checkpoint()
-        seen = self._changes
-        yield "open"
-        while True:
-            if seen == self._changes:
-                await self._changed.wait()
-            while seen < self._changes:
-                seen += 1
-                yield "change"
+        for listener in self.listeners:
+            listener()
 
     async def get(self, sub_id: str) -> Subscription:
         await checkpoint()
@@ -89,3 +80,52 @@ class MemorySubscriptionStore:
         if old is not None:
             self._by_tenant[old.tenant_id].pop(sub_id, None)
             self._change()
+
+    # --- the operators' management (``SubscriptionAdmin``, P6) -----------------------------
+
+    def _record(self, sub: Subscription) -> SubscriptionRecord:
+        problem = subscription_problem(sub)
+        return SubscriptionRecord(sub_id=sub.sub_id, sub=None if problem else sub,
+                                  problem=problem, tenant_id=sub.tenant_id,
+                                  audit=list(self._audit.get(sub.sub_id, [])),
+                                  rev=self._rev.get(sub.sub_id, 0))
+
+    async def records(self, tenant_id: str | None = None,
+                      limit: int = 1000) -> list[SubscriptionRecord]:
+        await checkpoint()
+        subs = self._subs.values() if tenant_id is None else \
+            self._by_tenant.get(tenant_id, {}).values()
+        return [self._record(s) for s in sorted(subs, key=lambda s: s.sub_id)][:limit]
+
+    async def record(self, sub_id: str) -> SubscriptionRecord | None:
+        await checkpoint()
+        sub = self._subs.get(sub_id)
+        return None if sub is None else self._record(sub)
+
+    async def create(self, sub: Subscription, entry: AuditEntry) -> bool:
+        if sub.sub_id in self._subs:
+            await checkpoint()
+            return False
+        await self.put(sub)
+        self._audit[sub.sub_id] = [entry]
+        self._rev[sub.sub_id] = 1
+        return True
+
+    async def update(self, sub: Subscription, entry: AuditEntry, rev: int,
+                     ref: object = None) -> bool:
+        if sub.sub_id not in self._subs or self._rev.get(sub.sub_id, 0) != rev:
+            await checkpoint()
+            return False
+        await self.put(sub)
+        self._audit[sub.sub_id] = [*self._audit.get(sub.sub_id, []), entry][-AUDIT_KEEP:]
+        self._rev[sub.sub_id] = rev + 1
+        return True
+
+    async def remove(self, sub_id: str, rev: int, ref: object = None) -> bool:
+        if sub_id not in self._subs or self._rev.get(sub_id, 0) != rev:
+            await checkpoint()
+            return False
+        await self.delete(sub_id)
+        self._audit.pop(sub_id, None)
+        self._rev.pop(sub_id, None)
+        return True

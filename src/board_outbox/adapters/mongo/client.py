@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import pymongo
 from pymongo import AsyncMongoClient
-from pymongo.errors import ConfigurationError, InvalidURI, PyMongoError
+from pymongo.errors import (
+    ConfigurationError,
+    InvalidURI,
+    OperationFailure,
+    PyMongoError,
+    ServerSelectionTimeoutError,
+)
 
 from board_outbox.adapters.mongo.cards import MongoBoard
 from board_outbox.adapters.mongo.changefeed import MongoChangeFeed
@@ -24,9 +32,11 @@ from board_outbox.adapters.mongo.schema import ensure_schema as ensure
 from board_outbox.adapters.mongo.series import MongoSeriesStore
 from board_outbox.adapters.mongo.sessions import MongoSessionStore
 from board_outbox.adapters.mongo.status import MongoStatusStore
-from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionChanges, MongoSubscriptionStore
+from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
 from board_outbox.adapters.mongo.tokens import MongoResumeTokenStore
-from board_outbox.model.errors import ConfigError
+from board_outbox.model.errors import ConfigError, StoreError, StoreUnavailable
+from board_outbox.model.retention import Retention
+from board_outbox.model.validation import cap
 from board_outbox.ports import Launcher, Stores
 
 
@@ -67,6 +77,9 @@ def _client(
     return AsyncMongoClient(
         uri,
         tz_aware=True,
+        # R7: a stored date no datetime holds (past 9999) decodes as a DatetimeMS, which its
+        # document's decode refuses -- that document alone, not the read it came in
+        datetime_conversion="DATETIME_AUTO",
         appname=app_name,
         timeoutMS=int(op_timeout_seconds * 1000),
         connectTimeoutMS=int(connect_timeout_seconds * 1000),
@@ -81,11 +94,12 @@ def _client(
 def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> Stores:
     """Every Mongo adapter over an open database."""
     board = MongoBoard(db)
+    subs = MongoSubscriptionStore(db)
     return Stores(
         events=MongoEventLog(db),
         cursors=MongoCursorStore(db),
         outbox=MongoEffectOutbox(db),
-        subs=MongoSubscriptionStore(db),
+        subs=subs,
         cards=board,
         labels=board,
         launcher=launcher,
@@ -99,7 +113,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         sessions=MongoSessionStore(db),
         pauses=MongoPauseStore(db),
         series=MongoSeriesStore(db),
-        sub_changes=MongoSubscriptionChanges(db) if change_feed else None,
+        sub_admin=subs,
     )
 
 
@@ -117,8 +131,11 @@ async def open_stores(
     write_concern: str | int = "majority",
     change_feed: bool = True,
     ensure_schema: bool = False,
+    retention: Retention | None = None,
 ) -> AsyncIterator[Stores]:
-    """The factory: connect, optionally ensure the indexes, yield the ports, close."""
+    """The factory: connect (``reach``: a primary answers within the server selection timeout,
+    or one line says why not), optionally ensure the indexes and the retention's TTLs (O8),
+    yield the ports, close."""
     client = make_client(
         uri, app_name=app_name, op_timeout_seconds=op_timeout_seconds,
         connect_timeout_seconds=connect_timeout_seconds,
@@ -126,9 +143,78 @@ async def open_stores(
         read_concern=read_concern, write_concern=write_concern,
     )
     try:
+        await reach(client, server_selection_timeout_seconds, seed_hosts(uri))
         db = client[database]
         if ensure_schema:
-            await ensure(db)
+            await ensure(db, retention)
         yield mongo_stores(db, launcher, change_feed=change_feed)
     finally:
         await client.close()
+
+
+def seed_hosts(uri: str) -> str:
+    """The hosts ``uri`` names, without its credentials or options (for a message)."""
+    m = re.match(r"^mongodb(\+srv)?://(?:[^@/]*@)?([^/?]*)", uri)
+    return m.group(2) if m and m.group(2) else "?"
+
+
+async def reach(client: AsyncMongoClient[dict[str, Any]], timeout: float, hosts: str) -> None:
+    """One ``ping`` to a primary, bounded by ``timeout`` (the server selection timeout: how long
+    opening the store waits for the replica set; each later operation has the op timeout). A
+    store that does not answer is one line (``unreachable``), never pymongo's topology dump."""
+    try:
+        with pymongo.timeout(timeout):
+            await client.admin.command("ping")
+    except PyMongoError as exc:
+        raise unreachable(client, exc, timeout, hosts) from None
+
+
+_CAUSES = (  # what a connection error says -> the cause in words
+    (re.compile(r"Errno 111|Connection refused|Connect call failed", re.I), "connection refused"),
+    (re.compile(r"Name or service not known|nodename nor servname|getaddrinfo|Errno -[235]\b|"
+                r"No address associated", re.I), "the host name does not resolve"),
+    (re.compile(r"timed out|Errno 110", re.I), "the connection timed out"),
+    (re.compile(r"Errno 113|No route to host|Network is unreachable|Errno 101", re.I),
+     "no route to the host"),
+    (re.compile(r"SSL|TLS|certificate", re.I), "the TLS handshake failed"),
+)
+_NOISE = re.compile(r"\s*\(configured timeouts:[^)]*\)")
+
+
+def _cause(error: object) -> str:
+    text = _NOISE.sub("", str(error))
+    for pattern, words in _CAUSES:
+        if pattern.search(text):
+            return f"{words} ({cap(text, 160)})" if words.startswith("the TLS") else words
+    return cap(text, 200)
+
+
+def unreachable(client: AsyncMongoClient[dict[str, Any]], exc: PyMongoError,
+                timeout: float, hosts: str) -> StoreUnavailable | StoreError:
+    """``exc`` from the first contact, as one line: the hosts, the cause, what to check."""
+    if isinstance(exc, OperationFailure):  # the server answered: it refused us
+        if exc.code in (18, 11, 13):  # AuthenticationFailed, UserNotFound, Unauthorized
+            return StoreError(f"the store at {hosts} refused the login ({cap(str(exc), 120)}): "
+                              "check the user, the password and authSource in store.uri")
+        return StoreError(f"the store at {hosts} refused a ping: {cap(str(exc), 200)}")
+    if not isinstance(exc, ServerSelectionTimeoutError):
+        return StoreUnavailable(f"the store at {hosts} did not answer within {timeout:g} s: "
+                                f"{type(exc).__name__}: {_cause(exc)}")
+    topology = client.topology_description
+    servers = topology.server_descriptions()
+    errors = [sd.error for sd in servers.values() if sd.error is not None]
+    if errors:
+        why = _cause(errors[0])
+        check = ("check store.uri's host and port, that the server runs and listens there, and "
+                 "that this host may reach it (a firewall, TLS options)")
+    elif not servers:
+        set_name = topology.replica_set_name
+        why = (f"no member of replica set {set_name!r} answered: the servers there belong to "
+               "another replica set, or are standalone" if set_name else "no server answered")
+        check = "check replicaSet= in store.uri against the server's rs.status() set name"
+    else:
+        kinds = ", ".join(sorted({sd.server_type_name for sd in servers.values()}))
+        why = f"no primary ({kinds}): an election in progress, or too few members up"
+        check = "check the replica set's rs.status(), or wait for the election"
+    return StoreUnavailable(f"cannot reach the store at {hosts} within {timeout:g} s "
+                            f"(store.server_selection_timeout_seconds): {why}; {check}")

@@ -8,6 +8,7 @@ elections, "not primary", interrupted operations, anything labelled retryable) b
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
@@ -47,9 +48,15 @@ def is_transient(exc: PyMongoError) -> bool:
     return isinstance(exc, OperationFailure) and exc.code in TRANSIENT_CODES
 
 
+# what a server selection timeout appends after its reason: the driver's whole topology, and the
+# timeouts it was configured with -- a wall of text in a one-line error or a log line
+_TOPOLOGY = re.compile(r", Timeout: [0-9.]+s, Topology Description: .*$|"
+                       r"\s*\(configured timeouts:[^)]*\)", re.S)
+
+
 def classify(exc: PyMongoError, op: str) -> BoardOutboxError:
     # capped: the server's message can quote a whole document (33 MB for a 16 MB row)
-    text = cap(f"{op}: {type(exc).__name__}: {exc}")
+    text = cap(f"{op}: {type(exc).__name__}: {_TOPOLOGY.sub('', str(exc))}")
     if is_transient(exc):
         return StoreUnavailable(text)
     return StoreError(text)

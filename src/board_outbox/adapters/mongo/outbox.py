@@ -53,6 +53,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.times import TIME_MAX, TIME_MIN, due_limit
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
     ROW_STATES,
@@ -510,6 +511,8 @@ class MongoEffectOutbox:
         not_string = {"$not": {"$type": "string"}}
         queries = [
             ({"state": PENDING, "not_before": not_number}, "pending_not_before"),
+            # R7: a due time no writer writes (past the stored-time range)
+            ({"state": PENDING, "not_before": {"$gt": due_limit(now)}}, "pending_not_before"),
             ({**IN_STATE[PENDING], "tenant_id": not_string}, TENANT_INDEX),
             ({"state": CLAIMED, "lease_until": not_number}, "claimed_lease_until"),
             ({"state": CLAIMED, "lease_until": {"$gt": now + horizon}}, "claimed_lease_until"),
@@ -653,7 +656,8 @@ class MongoEffectOutbox:
     @translated
     async def oldest_live_created_at(self, tenant_id: str) -> float | None:
         doc = await self.coll.find_one(
-            {"tenant_id": tenant_id, "state": {"$in": list(LIVE_STATES)}},
+            {"tenant_id": tenant_id, "state": {"$in": list(LIVE_STATES)},
+             "created_at": {"$gte": TIME_MIN, "$lte": TIME_MAX}},  # R7: a time, in range
             {"created_at": 1}, sort=[("created_at", 1)],
         )
         return None if doc is None else float(doc.get("created_at") or 0.0)

@@ -18,8 +18,10 @@ from board_outbox.adapters.mongo.sessions import SESSIONS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
 from board_outbox.model.domain import CLAIMED, COALESCED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
 from board_outbox.model.errors import StoreError
+from board_outbox.model.retention import Retention
 
-__all__ = ["DONE_TTL_SECONDS", "INDEXES", "OBSOLETE", "ensure_schema"]
+__all__ = ["DONE_TTL_SECONDS", "FAILED_AT", "INDEXES", "OBSOLETE", "TTL_NAMES", "TTL_STATES",
+           "ensure_schema", "expected_indexes", "ttl_indexes"]
 
 INDEXES: dict[str, list[IndexModel]] = {
     EFFECTS: [
@@ -51,15 +53,8 @@ INDEXES: dict[str, list[IndexModel]] = {
         # page resumes from with index bounds, however many rows were parked at one instant
         IndexModel([("updated_at", ASCENDING), ("row_key", ASCENDING)],
                    name="failed_updated_at_row_key", partialFilterExpression={"state": FAILED}),
-        # done rows expire after 7 days; failed rows (the dead-letter) never do (M11b)
-        IndexModel([("done_at", ASCENDING)], name="done_ttl",
-                   expireAfterSeconds=DONE_TTL_SECONDS,
-                   partialFilterExpression={"state": DONE}),
-        # coalesced rows (issue 33) expire like done rows, on the same clock; this index also
-        # serves their count (``IN_STATE``)
-        IndexModel([("done_at", ASCENDING)], name="coalesced_ttl",
-                   expireAfterSeconds=DONE_TTL_SECONDS,
-                   partialFilterExpression={"state": COALESCED}),
+        # the settled rows' TTL indexes follow the configuration: ``ttl_indexes`` below (the
+        # defaults are appended to this list after it)
         # the coalescing check (issue 33): a launch row's newer rows of its (subscription, card);
         # only the rows of coalescing subscriptions carry ``burst_at``, so no other row pays
         IndexModel([("tenant_id", ASCENDING), ("sub_id", ASCENDING),
@@ -96,14 +91,92 @@ OBSOLETE: dict[str, tuple[str, ...]] = {
 }
 
 
+# --- retention (O8): the settled rows' TTL indexes, one per terminal state --------------------
+
+FAILED_AT = "failed_at"  # a dead-letter's parked time, a BSON date (``transitions.park``)
+# terminal state -> (its TTL index, the date field it counts from)
+TTL_STATES: dict[str, tuple[str, str]] = {
+    # done rows expire ``retention.done_seconds`` after ``done_at`` (M11b)
+    DONE: ("done_ttl", "done_at"),
+    # coalesced rows on the same clock; this index also serves their count
+    # (``IN_STATE``)
+    COALESCED: ("coalesced_ttl", "done_at"),
+    # dead-letters only when ``retention.failed_seconds`` is set (else the index is dropped)
+    FAILED: ("failed_ttl", FAILED_AT),
+}
+
+
+def ttl_indexes(retention: Retention) -> dict[str, IndexModel]:
+    """The TTL indexes ``retention`` asks for, by name (a state kept forever has none)."""
+    out: dict[str, IndexModel] = {}
+    for state, seconds in retention.by_state().items():
+        name, field = TTL_STATES[state]
+        if seconds:
+            out[name] = IndexModel([(field, ASCENDING)], name=name, expireAfterSeconds=seconds,
+                                   partialFilterExpression={"state": state})
+    return out
+
+
+TTL_NAMES = frozenset(name for name, _field in TTL_STATES.values())
+# INDEXES holds every index of the default retention too
+INDEXES[EFFECTS] += ttl_indexes(Retention()).values()
+
+
+def expected_indexes(retention: Retention) -> dict[str, list[IndexModel]]:
+    """Every index ``ensure_schema`` makes under ``retention``, by collection."""
+    out = {coll: [m for m in models if m.document["name"] not in TTL_NAMES]
+           for coll, models in INDEXES.items()}
+    out[EFFECTS] += ttl_indexes(retention).values()
+    return out
+
+
+async def _follow_retention(db: Any, retention: Retention) -> list[str]:
+    """Make the TTL indexes match ``retention``: create the missing ones, ``collMod`` the
+    expiry of those that differ (a change of the setting takes effect at the next
+    ``ensure-schema`` or start, with no rebuild of the index), drop the failed rows' index when
+    dead-letters are kept forever. Returns what it did, one entry per index."""
+    coll = db[EFFECTS]
+    present = await coll.index_information()
+    wanted = ttl_indexes(retention)
+    done: list[str] = []
+    for name, model in wanted.items():
+        seconds = model.document["expireAfterSeconds"]
+        have = present.get(name)
+        if have is None:
+            try:
+                done += await coll.create_indexes([model])
+                continue
+            except OperationFailure as exc:  # a replica with another retention made it first
+                if exc.code not in (85, 86):
+                    raise
+                have = (await coll.index_information()).get(name, {})
+        if have.get("expireAfterSeconds") != seconds:
+            await db.command("collMod", EFFECTS,
+                             index={"name": name, "expireAfterSeconds": seconds})
+            done.append(f"{name} (expireAfterSeconds {have.get('expireAfterSeconds')} -> "
+                        f"{seconds})")
+    for name in TTL_NAMES:
+        if name not in wanted and name in present:
+            try:
+                await coll.drop_index(name)
+            except OperationFailure as exc:
+                if exc.code != 27:  # IndexNotFound: another replica dropped it first
+                    raise
+            done.append(f"{name} (dropped: kept forever)")
+    return done
+
+
 @translated
-async def ensure_schema(db: Any) -> list[str]:
-    """Create every index and drop the obsolete ones; return the names created. Safe to run
-    again and from several replicas."""
+async def ensure_schema(db: Any, retention: Retention | None = None) -> list[str]:
+    """Create every index, make the TTL indexes follow ``retention`` (the defaults when None)
+    and drop the obsolete indexes; return the indexes created or changed (each one's name, a
+    changed TTL's with what changed). Safe to run again and from several replicas."""
     created: list[str] = []
-    for coll, models in INDEXES.items():
+    for coll, all_models in INDEXES.items():
+        models = [m for m in all_models if m.document["name"] not in TTL_NAMES]  # below
+        before = set(await db[coll].index_information())
         try:
-            created += await db[coll].create_indexes(models)
+            created += [n for n in await db[coll].create_indexes(models) if n not in before]
         except OperationFailure as exc:
             if exc.code in (85, 86):  # IndexOptionsConflict / IndexKeySpecsConflict
                 raise StoreError(
@@ -120,4 +193,5 @@ async def ensure_schema(db: Any) -> list[str]:
                 except OperationFailure as exc:
                     if exc.code != 27:  # IndexNotFound: another replica dropped it first
                         raise
+    created += await _follow_retention(db, retention or Retention())
     return created

@@ -18,6 +18,7 @@ from board_outbox.adapters.mongo.outbox import EFFECTS, IN_STATE
 from board_outbox.model.domain import FAILED, LIVE_STATES, PENDING
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.records import AttentionPage, TenantLag
+from board_outbox.model.times import TIME_MAX, TIME_MIN
 from board_outbox.model.validation import finite, is_seq
 from board_outbox.ports import RowSummary
 
@@ -26,6 +27,13 @@ CONCURRENT_READS = 8
 # a numeric seq (one query operator, cheap on every server); a string or a missing seq counts
 # as absent here, and the page keeps only true integers (is_seq)
 _NUMBER = {"seq": {"$type": "number"}}
+
+
+# a row's created_at when it is a time in range (R7), else null, which $min passes over: one
+# row's -1e15 never becomes its tenant's oldest pending row
+_IN_RANGE_CREATED = {"$cond": [{"$and": [{"$gte": ["$created_at", TIME_MIN]},
+                                         {"$lte": ["$created_at", TIME_MAX]}]},
+                               "$created_at", None]}
 
 
 class MongoStatusStore:
@@ -49,7 +57,7 @@ class MongoStatusStore:
         cursor = await self.effects.aggregate([
             *match,
             {"$group": {"_id": {"t": "$tenant_id", "s": "$state"}, "n": {"$sum": 1},
-                        "oldest": {"$min": "$created_at"},
+                        "oldest": {"$min": _IN_RANGE_CREATED},
                         # F2: rows that carry a reason they wait on a limit
                         "waiting": {"$sum": {"$cond": [{"$ifNull": ["$waiting", False]}, 1, 0]}},
                         # issue 33: held by a pause (they carry a reason too)

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import Collection
 from typing import Any
 
-from pymongo.errors import PyMongoError
+from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from board_outbox.adapters.mongo.errors import classify, translated
-from board_outbox.model.domain import Subscription, check_id, check_kind, from_doc, to_doc
-from board_outbox.model.errors import ChangeStreamLost, MalformedDocument, SubscriptionNotFound
+from board_outbox.adapters.mongo.errors import is_transient, translated
+from board_outbox.model.domain import AuditEntry, Subscription, check_id, check_kind, from_doc, to_doc
+from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
+from board_outbox.model.subscription_records import (
+    AUDIT_KEEP,
+    SUBSCRIPTIONS_COLLECTION,
+    SubscriptionRecord,
+    parse_audit,
+    parse_rev,
+)
 from board_outbox.model.validation import OnceLog, cap, subscription_problem
 
-SUBSCRIPTIONS = "trigger_subscriptions"
+SUBSCRIPTIONS = SUBSCRIPTIONS_COLLECTION
 
 log = logging.getLogger("board_outbox.mongo")
 _once = OnceLog(log)
@@ -29,6 +36,30 @@ def _decode(doc: dict[str, Any]) -> Subscription:
     if problem is not None:
         raise _malformed_sub(doc.get("_id"), problem)
     return sub
+
+
+def _record(doc: dict[str, Any]) -> SubscriptionRecord:
+    """One stored document as the operators see it (P6): decoded the service's way, or named
+    with its problem."""
+    raw_id, raw_sub = doc.get("_id"), doc.get("sub_id")
+    sub_id = raw_sub if isinstance(raw_sub, str) else raw_id if isinstance(raw_id, str) \
+        else cap(repr(raw_id), 80)
+    tenant = doc.get("tenant_id")
+    try:
+        sub: Subscription | None = _decode(doc)
+        problem = None
+    except MalformedDocument as exc:
+        sub, problem = None, exc.detail
+    return SubscriptionRecord(sub_id=sub_id, sub=sub, problem=problem,
+                              tenant_id=tenant if isinstance(tenant, str) else None,
+                              audit=parse_audit(doc.get("audit")), rev=parse_rev(doc),
+                              ref=None if raw_id == sub_id else raw_id)
+
+
+def _at_rev(sub_id: str, rev: int, ref: object = None) -> dict[str, Any]:
+    """The filter of ``sub_id``'s document (``ref``: its ``_id``, when that is not its id) at
+    revision ``rev`` (0: no command wrote it yet)."""
+    return {"_id": sub_id if ref is None else ref, "rev": rev if rev else {"$in": [None, 0]}}
 
 
 class MongoSubscriptionStore:
@@ -84,26 +115,57 @@ class MongoSubscriptionStore:
     async def delete(self, sub_id: str) -> None:
         await self.coll.delete_one({"_id": sub_id})
 
+    # --- the operators' management (``SubscriptionAdmin``, P6): each write is one atomic
+    # command on one document, its audit entry ``$push``-ed with it (the newest ``AUDIT_KEEP``
+    # kept) and conditional on the revision the operator read
 
-class MongoSubscriptionChanges:
-    """A change stream on ``trigger_subscriptions`` carrying only each change's operation (the
-    cache it feeds drops everything on any change: subscriptions change rarely). No resume
-    token: every open starts from now, and the cache starts empty with it."""
+    @translated
+    async def records(self, tenant_id: str | None = None,
+                      limit: int = 1000) -> list[SubscriptionRecord]:
+        query = {} if tenant_id is None else {"tenant_id": tenant_id}
+        docs = await self.coll.find(query).sort("_id", 1).limit(limit).to_list(None)
+        return [_record(doc) for doc in docs]
 
-    def __init__(self, db: Any, max_await_ms: int = 1000) -> None:
-        self.coll = db[SUBSCRIPTIONS]
-        self.max_await_ms = max_await_ms
+    @translated
+    async def record(self, sub_id: str) -> SubscriptionRecord | None:
+        doc = await self.coll.find_one({"_id": sub_id})
+        if doc is None:  # R2: written with an _id other than its sub_id
+            doc = await self.coll.find_one({"sub_id": sub_id})
+        return None if doc is None else _record(doc)
 
-    async def watch(self) -> AsyncGenerator[str, None]:
+    @translated
+    async def create(self, sub: Subscription, entry: AuditEntry) -> bool:
+        check_id("tenant_id", sub.tenant_id)
+        check_id("sub_id", sub.sub_id)
+        check_kind(sub.kind)
         try:
-            stream = await self.coll.watch([{"$project": {"operationType": 1}}],
-                                           max_await_time_ms=self.max_await_ms)
-            async with stream:
-                yield "open"
-                while stream.alive:
-                    change = await stream.try_next()
-                    if change is not None:
-                        yield "change"  # a drop or an invalidate too: then the stream ends
-            raise ChangeStreamLost("subscription change stream closed by the server")
-        except PyMongoError as exc:
-            raise classify(exc, "subscription change stream") from exc
+            await self.coll.insert_one({"_id": sub.sub_id, **to_doc(sub), "rev": 1,
+                                        "audit": [to_doc(entry)]})
+        except DuplicateKeyError:
+            return False
+        return True
+
+    @translated
+    async def update(self, sub: Subscription, entry: AuditEntry, rev: int,
+                     ref: object = None) -> bool:
+        check_id("tenant_id", sub.tenant_id)
+        check_kind(sub.kind)
+        fields = {k: v for k, v in to_doc(sub).items() if k != "sub_id"}
+        push = {"audit": {"$each": [to_doc(entry)], "$slice": -AUDIT_KEEP}}
+        try:
+            res = await self.coll.update_one(_at_rev(sub.sub_id, rev, ref), {
+                "$set": fields, "$inc": {"rev": 1}, "$push": push})
+        except OperationFailure as exc:
+            if is_transient(exc):
+                raise
+            # ``audit`` (or ``rev``) is not what a command writes (hand-edited): both written anew
+            res = await self.coll.update_one(_at_rev(sub.sub_id, rev, ref), {
+                "$set": {**fields, "rev": rev + 1, "audit": [to_doc(entry)]}})
+        return bool(res.matched_count == 1)
+
+    @translated
+    async def remove(self, sub_id: str, rev: int, ref: object = None) -> bool:
+        res = await self.coll.delete_one(_at_rev(sub_id, rev, ref))
+        return bool(res.deleted_count == 1)
+
+

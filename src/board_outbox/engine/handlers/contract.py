@@ -9,6 +9,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+
+from board_outbox.engine import telemetry
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import EffectRow, EventSnapshot
@@ -34,6 +38,15 @@ class ExecutionContext(Generic[P]):
         self.clock = clock
         self.prefetched: P | None = prefetched
         self.riders: list[Callable[[], Awaitable[None]]] = [] if riders is None else riders
+        # C7: the OpenTelemetry context the row runs in (its execute span is current), for the
+        # handler's own spans (``context=``) and calls (``trace_headers``)
+        self.trace_context: Context = otel_context.get_current()
+
+    def trace_headers(self) -> dict[str, str]:
+        """The headers that carry this row's trace to a call the handler makes (W3C
+        ``traceparent``/``tracestate`` by default; ``OTEL_PROPAGATORS`` chooses): the callee's
+        work joins the row's trace, under its execute span. Empty without a trace."""
+        return telemetry.headers(self.trace_context)
 
     @property
     def attempt(self) -> int:

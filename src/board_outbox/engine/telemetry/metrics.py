@@ -37,7 +37,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from board_outbox.engine.telemetry.prometheus import PrometheusMirror
-from board_outbox.engine.telemetry.spans import trace_id_of
+from board_outbox.engine.telemetry.propagation import trace_id_of
 from board_outbox.model.domain import PROJECTION, EffectRow
 
 

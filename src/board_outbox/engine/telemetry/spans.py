@@ -1,30 +1,61 @@
-"""Span names, attribute keys and W3C trace-context helpers (conventions: tracing/README.md)."""
+"""Span names, kinds and attribute keys, and starting the service's spans (C3, C7).
+
+The names, kinds and ``messaging.*`` attributes follow the OpenTelemetry semantic conventions
+for messaging spans, v1.44.0 (status: development): a span is named
+``{messaging.operation.name} {destination}``; the producer's ``send`` span is the event's
+creation context (kind PRODUCER); processing is ``process`` (kind CONSUMER); the launch's HTTP
+call is a CLIENT span (``adapters/launchers/http.py``). The semconv Python package exposes the
+messaging names only under a private ``_incubating`` module, so they are spelled out here.
+Conventions and a walk through one trace: tracing/README.md, docs/tracing.md.
+"""
 
 from __future__ import annotations
 
-import re
+from contextlib import AbstractContextManager
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, SpanKind
+from opentelemetry.util.types import AttributeValue
 
-from board_outbox.model.domain import EffectRow
+# where the console and older callers found them
+from board_outbox.engine.telemetry.propagation import parse_traceparent as parse_traceparent
+from board_outbox.engine.telemetry.propagation import trace_id_of as trace_id_of
+from board_outbox.model.domain import EffectRow, TraceContext
 
-SPAN_MATERIALIZE = "board_outbox.materialize"
-SPAN_EXECUTE = "board_outbox.execute"
+# messaging.system: no well-known value fits an outbox on MongoDB collections; a custom one
+SYSTEM = "board_outbox"
+EVENTS = "board_events"  # the destination events are sent to
+ROWS = "trigger_effects"  # the destination rows are executed from
+
+SPAN_SEND = f"send {EVENTS}"  # the producer's insert (PRODUCER; the creation context)
+SPAN_DRAIN = f"drain {EVENTS}"  # one tail batch (CONSUMER, process)
+SPAN_MATERIALIZE = f"materialize {EVENTS}"  # one event of a batch that carried a context
+SPAN_EXECUTE = f"execute {ROWS}"  # one attempt at a row (CONSUMER, process)
+
+# semantic-convention attribute keys (messaging, v1.44.0)
+MESSAGING_SYSTEM = "messaging.system"
+MESSAGING_OPERATION_TYPE = "messaging.operation.type"
+MESSAGING_OPERATION_NAME = "messaging.operation.name"
+MESSAGING_DESTINATION = "messaging.destination.name"
+MESSAGING_MESSAGE_ID = "messaging.message.id"
+MESSAGING_BATCH_COUNT = "messaging.batch.message_count"
 
 ATTR_TENANT = "board_outbox.tenant_id"
 ATTR_SEQ = "board_outbox.seq"
 ATTR_KIND = "board_outbox.kind"
 ATTR_SUB = "board_outbox.sub_id"
 ATTR_ROW_KEY = "board_outbox.row_key"
+ATTR_ROW_KEYS = "board_outbox.row_keys"  # the rows one materialized event wrote
 ATTR_ATTEMPT = "board_outbox.attempt"
 ATTR_OUTCOME = "board_outbox.outcome"
 ATTR_ROWS = "board_outbox.rows"
 ATTR_SEQ_FIRST = "board_outbox.seq_first"
 ATTR_SEQ_LAST = "board_outbox.seq_last"
+ATTR_EVENT_TYPE = "board_outbox.event_type"
+ATTR_CARD = "board_outbox.card_id"
 
-# the materialize span's one event per batch: rows written, and the seqs they cover
+# the drain span's one event per batch: rows written, and the seqs they cover
 EVENT_ROWS = "rows"
 # F2: the execute span's event when the launch was over a limit (the row waits, not failed)
 EVENT_DEFERRED = "deferred"
@@ -32,44 +63,49 @@ ATTR_REASON = "board_outbox.reason"
 ATTR_WAIT = "board_outbox.wait_seconds"
 
 
-def trace_context(span: trace.Span) -> str | None:
-    """The span's W3C ``traceparent``, or None for a non-recording/invalid span."""
-    return trace_context_of(span.get_span_context())
+def messaging(operation_type: str, operation: str, destination: str) -> dict[str, AttributeValue]:
+    """The messaging attributes every span of ours starts with (semconv: set at creation, so a
+    sampler can read them)."""
+    return {MESSAGING_SYSTEM: SYSTEM, MESSAGING_OPERATION_TYPE: operation_type,
+            MESSAGING_OPERATION_NAME: operation, MESSAGING_DESTINATION: destination}
 
 
-def trace_context_of(ctx: SpanContext) -> str | None:
-    if not ctx.is_valid:
-        return None
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+_DRAIN = messaging("process", "drain", EVENTS)
+_EXECUTE = messaging("process", "execute", ROWS)
 
 
-def parse_traceparent(value: str | None) -> SpanContext | None:
-    if not value:
-        return None
-    # a stored trace context is data: each field exactly its W3C width of lowercase hex
-    # (``int(x, 16)`` alone would take ``0x`` prefixes, ``_``, upper case and whitespace)
-    parts = value.split("-")
-    if (len(parts) != 4 or parts[0] != "00" or trace_id_of(value) is None
-            or _SPAN_ID.fullmatch(parts[2]) is None or _FLAGS.fullmatch(parts[3]) is None):
-        return None
-    trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
-    ctx = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
-    return ctx if ctx.is_valid else None
+def event_id(tenant_id: str, seq: int) -> str:
+    """An event's message id: ``tenant/seq``, the prefix of every row key it gives."""
+    return f"{tenant_id}/{seq}"
 
 
-def parent_and_links(traceparent: str | None) -> tuple[Context | None, list[Link]]:
-    """Execute spans are children of, and linked to, the materialization that wrote the row."""
-    ctx = parse_traceparent(traceparent)
+def drain_span(tracer: trace.Tracer, tenant_id: str) -> AbstractContextManager[trace.Span]:
+    """One tail batch's span, current inside the ``with``: a CONSUMER ``process`` span over
+    the batch, the root of its own trace (its events' ``materialize`` spans link to it)."""
+    return tracer.start_as_current_span(SPAN_DRAIN, kind=SpanKind.CONSUMER,
+                                        attributes={**_DRAIN, ATTR_TENANT: tenant_id})
+
+
+def parent_and_links(stored: TraceContext | None) -> tuple[Context | None, list[Link]]:
+    """Execute spans are children of, and linked to, the span whose context the row stores:
+    its event's ``materialize`` span, or its batch's ``drain`` span when the event carried no
+    context. A planted or broken one gives neither (the span starts its own trace)."""
+    if stored is None:
+        return None, []
+    ctx = parse_traceparent(stored.traceparent, stored.tracestate)
     if ctx is None:
         return None, []
     return trace.set_span_in_context(NonRecordingSpan(ctx)), [Link(ctx)]
 
 
 def start_execute_span(tracer: trace.Tracer, row: EffectRow, *, attempt: int) -> trace.Span:
-    """The execute span of one attempt of a row: a child of, and linked to, the materialization
-    that wrote it. Started, not made current (``trace.use_span`` does that); the caller ends it."""
-    parent, links = parent_and_links(row.trace.traceparent if row.trace else None)
-    attrs: dict[str, str | int] = {
+    """The execute span of one attempt of a row (CONSUMER ``process``; the row key is its
+    message id): a child of, and linked to, the span whose context the row stores. Started,
+    not made current (``trace.use_span`` does that); the caller ends it."""
+    parent, links = parent_and_links(row.trace)
+    attrs: dict[str, AttributeValue] = {
+        **_EXECUTE,
+        MESSAGING_MESSAGE_ID: row.row_key,
         ATTR_TENANT: row.tenant_id,
         ATTR_SEQ: row.seq,
         ATTR_KIND: row.kind,
@@ -78,19 +114,5 @@ def start_execute_span(tracer: trace.Tracer, row: EffectRow, *, attempt: int) ->
     }
     if row.sub_id:
         attrs[ATTR_SUB] = row.sub_id
-    return tracer.start_span(SPAN_EXECUTE, context=parent, links=links, attributes=attrs)
-
-
-_TRACE_ID = re.compile(r"[0-9a-f]{32}")
-_SPAN_ID = re.compile(r"[0-9a-f]{16}")
-_FLAGS = re.compile(r"[0-9a-f]{2}")
-
-
-def trace_id_of(traceparent: str) -> str | None:
-    """The trace id of a W3C ``traceparent`` (None: not one), e.g. for an exemplar: exactly 32
-    lowercase hex digits, not all zeros. A stored trace context is data: ``int(x, 16)`` would
-    also take ``0x`` prefixes, ``_``, upper case and surrounding whitespace or newlines."""
-    parts = traceparent.split("-")
-    if len(parts) != 4 or _TRACE_ID.fullmatch(parts[1]) is None or parts[1] == "0" * 32:
-        return None
-    return parts[1]
+    return tracer.start_span(SPAN_EXECUTE, context=parent, links=links, attributes=attrs,
+                             kind=SpanKind.CONSUMER)

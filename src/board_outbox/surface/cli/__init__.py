@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -19,10 +20,12 @@ from board_outbox.model.errors import (
 )
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
 from board_outbox.surface.cli.commands.audit import cmd_audit
+from board_outbox.surface.cli.commands.completion import cmd_completion
 from board_outbox.surface.cli.commands.console import cmd_console
 from board_outbox.surface.cli.commands.cursor import cmd_cursor
 from board_outbox.surface.cli.commands.deadletters import cmd_dead_letters
 from board_outbox.surface.cli.commands.demo import cmd_demo
+from board_outbox.surface.cli.commands.doctor import cmd_doctor
 from board_outbox.surface.cli.commands.explain import cmd_explain
 from board_outbox.surface.cli.commands.pause import cmd_pause, cmd_paused, cmd_resume
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
@@ -30,6 +33,7 @@ from board_outbox.surface.cli.commands.replay import cmd_replay
 from board_outbox.surface.cli.commands.run import cmd_run
 from board_outbox.surface.cli.commands.schema import cmd_ensure_schema
 from board_outbox.surface.cli.commands.status import cmd_status
+from board_outbox.surface.cli.commands.subscriptions import cmd_subscriptions
 from board_outbox.surface.cli.parser import build_parser
 
 __all__ = ["COMMANDS", "StoresFactory", "build_parser", "main"]
@@ -68,6 +72,9 @@ COMMANDS["pause"] = cmd_pause
 COMMANDS["resume"] = cmd_resume
 COMMANDS["paused"] = cmd_paused
 COMMANDS["explain"] = cmd_explain
+COMMANDS["subscriptions"] = cmd_subscriptions
+COMMANDS["doctor"] = cmd_doctor
+COMMANDS["completion"] = cmd_completion
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:
@@ -93,3 +100,7 @@ def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None
     except KeyboardInterrupt:
         print("board-outbox: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `board-outbox ... | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes at exit
+        return 0

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, NoReturn
+
+from board_outbox.surface.cli.argtypes import (
+    first_seq,
+    fraction,
+    port,
+    positive_float,
+    positive_int,
+    rate,
+    seq_arg,
+    when_arg,
+)
+from board_outbox.surface.cli.subscription_args import add_subscriptions
 
 DESCRIPTION = """\
 board-outbox turns a changefeed of board events (MongoDB `board_events`) into durable,
@@ -11,87 +23,9 @@ exactly-once-in-steady-state effects: bot launches and projection updates (ADR-0
 
 Configuration: --config FILE (TOML) or BOARD_OUTBOX_CONFIG, overridden by environment
 variables BOARD_OUTBOX_<SECTION>__<NAME> (e.g. BOARD_OUTBOX_STORE__URI). Tracing and metrics:
-the standard OTEL_* variables (see tracing/README.md).
+the standard OTEL_* variables (e.g. OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318).
 
 Run `board-outbox COMMAND --help` for each command."""
-
-
-# --- argument types -----------------------------------------------------------------------
-
-
-def _number(kind: type, text: str) -> Any:
-    try:
-        return kind(text)
-    except ValueError:
-        what = "a whole number" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-
-
-MAX_INT = 2**31 - 1  # a count or limit the store (and a human) can take
-
-
-def _positive_int(text: str) -> int:
-    value = _number(int, text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
-    if value > MAX_INT:
-        raise argparse.ArgumentTypeError(f"expected a number <= {MAX_INT}, got {value}")
-    return int(value)
-
-
-def _seq(text: str) -> int:
-    value: int = _number(int, text)
-    if not 0 <= value <= 2**63 - 1:
-        raise argparse.ArgumentTypeError(f"must be a seq (0 .. 2^63-1), not {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _number(float, text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
-    return float(value)
-
-
-MAX_RATE = 100_000.0  # rows a second: far past what one store takes, short of a typo's 1e300
-
-
-def _rate(text: str) -> float:
-    value = _number(float, text)
-    if not 0 < value <= MAX_RATE:  # nan and inf fail too
-        raise argparse.ArgumentTypeError(f"expected rows a second, > 0 and <= {MAX_RATE:g}, got {text}")
-    return float(value)
-
-
-def _fraction(text: str) -> float:
-    value = _number(float, text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1, got {value}")
-    return float(value)
-
-
-def _first_seq(text: str) -> int:
-    """A seq an event can have (``_seq`` without 0)."""
-    value = _seq(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a seq >= 1, got {value}")
-    return value
-
-
-def _when(text: str) -> float:
-    from board_outbox.surface.admin import parse_when
-
-    try:
-        return parse_when(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _port(text: str) -> int:
-    port = _number(int, text)
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
-    return int(port)
 
 
 # --- parser -------------------------------------------------------------------------------
@@ -121,10 +55,13 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
     ),
     "ensure-schema": (
         "create the MongoDB indexes (idempotent)",
-        "Create trigger_effects' (tenant_id, state, not_before) index, its unique row-key\n"
-        "index and the partial TTL index expiring done rows after 7 days (failed rows never\n"
-        "expire), its (tenant_id, seq) index (the audit and replays read by it), plus the\n"
-        "board_events and read-model indexes. Safe to run repeatedly.",
+        "Create trigger_effects' indexes (the unique row key, one partial index per state the\n"
+        "worker reads, (tenant_id, seq) for the audit and replays) and the board_events and\n"
+        "read-model indexes, and make the settled rows' TTL indexes follow [retention]: done\n"
+        "and coalesced rows expire after retention.done_seconds / coalesced_seconds (7 days\n"
+        "by default), dead-letters only when retention.failed_seconds is set. A changed\n"
+        "retention is applied in place (collMod). Safe to run repeatedly; `run` does it at\n"
+        "start.",
     ),
     "dead-letters": (
         "list, show, replay or purge failed rows",
@@ -154,8 +91,9 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
     "audit": (
         "check that every event the cursor passed has its rows, and every row its event",
         "Completeness audit of one tenant, for the events in --since..cursor: every enabled\n"
-        "projection's row must exist (a row owed for an event older than the done TTL may\n"
-        "have run and expired: it is counted as presumably expired, never as missing), and\n"
+        "projection's row must exist (a row owed for an event older than the shortest\n"
+        "[retention] may have run and expired: it is counted as presumably expired, never as\n"
+        "missing), and\n"
         "every row must belong to an event still in the log (a launch row also to one of the\n"
         "tenant's subscriptions, a projection row to an enabled projection): the others are\n"
         "orphans, reported only. --repair re-materializes the missing rows the tail's way\n"
@@ -170,7 +108,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "fire (not stored: written now, then run by a worker), queued (pending or claimed\n"
         "already), done (already ran: a replay never runs it again), dead-letter (use\n"
         "`dead-letters replay`), maybe-expired (not stored, but its event is older than the\n"
-        "done TTL: it may have run and expired, so it is never re-created). --dry-run lists\n"
+        "shortest [retention]: it may have run and expired, so it is never re-created).\n"
+        "--dry-run lists\n"
         "what would fire and writes nothing. --subscription limits it to one subscription's\n"
         "launch rows. The write is one $setOnInsert bulk upsert per chunk: running it twice,\n"
         "or racing the tail, writes each row once. Unknown tenant or subscription: exit 2.",
@@ -243,7 +182,44 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "dead-letters (confirmed, audited in the row like the CLI's replays). `run` serves the\n"
         "same pages under /ui on its operator port when [ui] enabled = true.",
     ),
+    "subscriptions": (
+        "add, list, show, edit, disable, enable or remove subscriptions",
+        "A subscription is what a tenant wants done when an event matches its rule: one row\n"
+        "of its effect kind (launch, by default: a launch of its bot) per matching event.\n"
+        "Every write is checked the way the service reads a stored subscription (a rule,\n"
+        "bot, kind, coalesce window or priority it would refuse is one line, exit 2, and\n"
+        "nothing is written), is conditional on the revision read (two operators at once:\n"
+        "the second is told, exit 1) and is audited in the subscription's document (action,\n"
+        "who, when, what changed; `show` lists it). The running replicas see a change at\n"
+        "their next batch: events materialized from then on follow it. Disabling stops new\n"
+        "rows and drops the subscription's pending launches when they come up (they are\n"
+        "checked against it again, M10b); `pause --subscription` holds them instead.",
+    ),
+    "doctor": (
+        "check the deployment: one line per check, each with what to do",
+        "Checks, each on one line with what to do when it fails: the configuration; the\n"
+        "store's reachability and server version; a replica set with change streams; the\n"
+        "privileges the service needs (docs/operations.md lists the minimal roles); the\n"
+        "indexes ensure-schema makes; the TTL indexes against [retention]; the clock against\n"
+        "the server's; the oplog window against [doctor] oplog_budget_seconds. Exit 0 when\n"
+        "no check fails (warnings allowed), 1 otherwise.",
+    ),
+    "completion": (
+        "print the shell completion script (bash, zsh or tcsh)",
+        "Print a completion script for the shell. bash: `board-outbox completion bash >\n"
+        "~/.local/share/bash-completion/completions/board-outbox` (or `eval \"$(board-outbox\n"
+        "completion bash)\"` in ~/.bashrc); zsh: `board-outbox completion zsh >\n"
+        "\"${fpath[1]}/_board-outbox\"`.",
+    ),
 }
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input on the command line is one line on stderr, exit 2 (the usage is a --help
+    away, not a screenful above the reason)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` shows the usage)\n")
 
 
 def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -257,29 +233,33 @@ def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse
 
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="board-outbox", description=DESCRIPTION,
-                                     formatter_class=fmt)
+    parser = OneLineParser(prog="board-outbox", description=DESCRIPTION, formatter_class=fmt)
     parser.add_argument("--version", action="version", version="%(prog)s " + _version())
+    config_help = ("TOML configuration file (default: $BOARD_OUTBOX_CONFIG; without one, "
+                   "the BOARD_OUTBOX_* variables must name the store)")
+    # --config before the command or after it (the command's own wins): the command's copy
+    # sets nothing unless it is given, so it never hides one given before the command
+    _file(parser.add_argument("--config", metavar="FILE", default=None, help=config_help))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE",
-                        help="TOML configuration file (default: $BOARD_OUTBOX_CONFIG, else defaults)")
+    _file(common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                              help=config_help))
 
     demo = _command(sub, "demo")
-    demo.add_argument("--tenants", type=_positive_int, default=3, help="tenants (default 3)")
+    demo.add_argument("--tenants", type=positive_int, default=3, help="tenants (default 3)")
     demo.add_argument("--store", choices=("embedded", "memory"), default="embedded",
                       help="embedded: a MongoDB-wire server child process (default); "
                            "memory: the in-memory twin")
     demo.add_argument("--storage", metavar="PATH",
                       help="embedded: keep the server's data in PATH (default: a temp dir)")
-    demo.add_argument("--events", type=_positive_int, default=1000,
+    demo.add_argument("--events", type=positive_int, default=1000,
                       help="board events to emit (default 1000)")
-    demo.add_argument("--rate", type=_positive_float, default=1500.0,
+    demo.add_argument("--rate", type=positive_float, default=1500.0,
                       help="events per second the board emits (default 1500)")
-    demo.add_argument("--failure-rate", type=_fraction, default=0.1,
+    demo.add_argument("--failure-rate", type=fraction, default=0.1,
                       help="share of launch attempts that fail and are retried (default 0.1)")
     demo.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
-    demo.add_argument("--timeout", type=_positive_float, default=180.0,
+    demo.add_argument("--timeout", type=positive_float, default=180.0,
                       help="give up after this many seconds (default 180)")
     demo.add_argument("--projection", action="append", default=[], metavar="NAME",
                       help="also run this projection besides board-reflect: a built-in name "
@@ -287,15 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _command(sub, "run", common)
 
-    _command(sub, "ensure-schema", common)
+    _json(_command(sub, "ensure-schema", common), "the indexes created or changed, as JSON")
 
-    dl = _command(sub, "dead-letters")
+    dl = _command(sub, "dead-letters", common)
     dls = dl.add_subparsers(dest="dl_command", metavar="ACTION", required=True)
     filt = argparse.ArgumentParser(add_help=False, parents=[common])
     filt.add_argument("--tenant", help="only this tenant")
-    filt.add_argument("--since", type=_when, help="parked at or after (ISO time, or an age: 2h, 7d)")
-    filt.add_argument("--until", type=_when, help="parked before (ISO time, or an age: 2h, 7d)")
-    filt.add_argument("--limit", type=_positive_int, default=None,
+    filt.add_argument("--since", type=when_arg, help="parked at or after (ISO time, or an age: 2h, 7d)")
+    filt.add_argument("--until", type=when_arg, help="parked before (ISO time, or an age: 2h, 7d)")
+    filt.add_argument("--limit", type=positive_int, default=None,
                       help="at most N rows (default 100; replay --filter: 10000)")
     ls = dls.add_parser("list", parents=[filt], help="list dead-letters, newest first",
                         description="List dead-letters, newest first.")
@@ -303,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = dls.add_parser("show", parents=[common], help="show one row in full",
                           description="Show one row in full (errors and audit history included).")
     show.add_argument("row_key", metavar="ROW_KEY")
+    _json(show, "the stored row as one JSON document")
     rp = dls.add_parser("replay", parents=[filt], formatter_class=fmt,
                         help="return rows to pending with attempts reset",
                         description=(
@@ -332,17 +313,20 @@ def build_parser() -> argparse.ArgumentParser:
                     help="say what each replay would do under the current rules; change nothing "
                          "(with --filter: print the plan only)")
     rp.add_argument("--yes", action="store_true", help="--filter: apply the plan without asking")
-    rp.add_argument("--rate", type=_rate, default=None, metavar="ROWS",
+    rp.add_argument("--rate", type=rate, default=None, metavar="ROWS",
                     help="--filter: replay at most ROWS rows a second (default 50)")
+    _json(rp, "the rows replayed (with --filter: the plan, then the summary) as JSON; the "
+              "progress bar stays on stderr")
     pg = dls.add_parser("purge", parents=[filt], help="delete dead-letters (asks first)",
                         description="Delete the dead-letters the filters match. Asks for "
                                     "confirmation unless --yes.")
     pg.add_argument("--yes", action="store_true", help="do not ask")
+    _json(pg, "how many were purged, as JSON")
 
     rb = _command(sub, "rebuild", common)
     rb.add_argument("projection", metavar="PROJECTION", help="e.g. board-reflect")
     rb.add_argument("--tenant", required=True, help="the tenant to rebuild")
-    rb.add_argument("--batch-size", type=_positive_int, default=1000,
+    rb.add_argument("--batch-size", type=positive_int, default=1000,
                     help="events read per query (default 1000)")
     mode = rb.add_mutually_exclusive_group()
     mode.add_argument("--shadow", action="store_true",
@@ -357,35 +341,38 @@ def build_parser() -> argparse.ArgumentParser:
     swap.add_argument("--swap-if-unchanged", action="store_true",
                       help="--shadow: swap only if the new generation equals the live one "
                            "(otherwise report the diff, keep the shadow, exit 1)")
-    rb.add_argument("--diff-examples", type=_positive_int, default=3, metavar="N",
+    rb.add_argument("--diff-examples", type=positive_int, default=3, metavar="N",
                     help="--shadow: examples shown per kind of difference (default 3)")
-    rb.add_argument("--gap-wait", type=_positive_float, default=None, metavar="SECONDS",
+    rb.add_argument("--gap-wait", type=positive_float, default=None, metavar="SECONDS",
                     help="--shadow: how long to wait out a young seq gap before leaving the "
                          "shadow to resume later (default: 2 x tail.young_gap_seconds)")
-    cur = _command(sub, "cursor")
+    _json(rb, "the result as one JSON document (the progress bar stays on stderr)")
+    cur = _command(sub, "cursor", common)
     curs = cur.add_subparsers(dest="cursor_command", metavar="ACTION", required=True)
     cshow = curs.add_parser("show", parents=[common], help="the tenant's cursor and counter",
                             description="Show the tenant's cursor and its counter.")
     cshow.add_argument("--tenant", required=True)
+    _json(cshow, "one JSON document: tenant_id, cursor, counter, held, ahead")
     creset = curs.add_parser("reset", parents=[common], help="set the tenant's cursor",
                              description="Set the tenant's cursor to N (at most its counter).")
     creset.add_argument("--tenant", required=True)
-    creset.add_argument("--to", type=_seq, required=True, metavar="N",
+    creset.add_argument("--to", type=seq_arg, required=True, metavar="N",
                         help="the last seq materialized: the replicas drain from N + 1")
+    _json(creset, "one JSON document: tenant_id, before, after, counter")
     au = _command(sub, "audit", common)
     au.add_argument("--tenant", required=True, help="the tenant to audit (unknown: exit 2)")
-    au.add_argument("--since", type=_first_seq, default=1, metavar="SEQ",
+    au.add_argument("--since", type=first_seq, default=1, metavar="SEQ",
                     help="audit events from this seq on (default 1: the whole log)")
     au.add_argument("--repair", action="store_true",
                     help="re-materialize the missing rows (idempotent)")
     au.add_argument("--json", action="store_true", help="the whole report as one JSON document")
-    au.add_argument("--limit", type=_positive_int, default=20,
+    au.add_argument("--limit", type=positive_int, default=20,
                     help="findings printed per kind (default 20; --json prints all)")
-    au.add_argument("--batch-size", type=_positive_int, default=500,
+    au.add_argument("--batch-size", type=positive_int, default=500,
                     help="events read per query (default 500)")
     rpl = _command(sub, "replay", common)
     rpl.add_argument("--tenant", required=True, help="the tenant (unknown: exit 2)")
-    rpl.add_argument("--since", type=_first_seq, required=True, metavar="SEQ",
+    rpl.add_argument("--since", type=first_seq, required=True, metavar="SEQ",
                      help="replay events from this seq on, up to the cursor")
     rpl.add_argument("--subscription", metavar="SUB_ID",
                      help="only this subscription's launch rows (unknown: exit 2)")
@@ -393,9 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     rpl.add_argument("--json", action="store_true", help="the whole plan as one JSON document")
     rpl.add_argument("--all-rows", action="store_true",
                      help="list every planned row, not only those that fire")
-    rpl.add_argument("--limit", type=_positive_int, default=100,
+    rpl.add_argument("--limit", type=positive_int, default=100,
                      help="rows printed (default 100; --json prints all)")
-    rpl.add_argument("--batch-size", type=_positive_int, default=500,
+    rpl.add_argument("--batch-size", type=positive_int, default=500,
                      help="events read per query (default 500)")
     for name in ("pause", "resume"):
         pz = _command(sub, name, common)
@@ -409,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="why (shown by `paused`, the console and the audit)")
             pz.add_argument("--force", action="store_true",
                             help="pause a tenant or subscription the store does not know (yet)")
+        _json(pz, f"what the {name} did, as one JSON document")
     pl = _command(sub, "paused", common)
     pl.add_argument("--json", action="store_true", help="one JSON document (schema 1)")
     st = _command(sub, "status", common)
@@ -420,9 +408,27 @@ def build_parser() -> argparse.ArgumentParser:
     con = _command(sub, "console", common)
     con.add_argument("--host", default=None, help="listen on this address (default: [ui] host, "
                                                   "127.0.0.1)")
-    con.add_argument("--port", type=_port, default=None,
+    con.add_argument("--port", type=port, default=None,
                      help="listen on this port (default: [ui] port, 9465; 0: any free port)")
+    add_subscriptions(_command(sub, "subscriptions", common), common)
+    dr = _command(sub, "doctor", common)
+    _json(dr, "one JSON document: every check with its status, what it found and what to do")
+    comp = _command(sub, "completion")
+    comp.add_argument("shell", choices=("bash", "zsh", "tcsh"),
+                      help="the shell to print the completion script for")
     return parser
+
+
+def _json(parser: argparse.ArgumentParser, help_: str) -> argparse.ArgumentParser:
+    parser.add_argument("--json", action="store_true", help=help_)
+    return parser
+
+
+def _file(action: argparse.Action) -> None:
+    """Complete the option's value as a file name (``completion``)."""
+    import shtab
+
+    action.complete = shtab.FILE  # type: ignore[attr-defined]
 
 
 def _version() -> str:

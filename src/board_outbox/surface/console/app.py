@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -18,18 +17,18 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import FAILED
+from board_outbox.model.domain import FAILED, unreadable
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import RowFilter
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config
+from board_outbox.service.plugins import resolve_handlers
 from board_outbox.surface.admin import parse_when, replay_rows
 from board_outbox.surface.console.bulk import bulk_routes
 from board_outbox.surface.console.data import ConsoleData, trace_id
@@ -39,14 +38,19 @@ from board_outbox.surface.console.security import (
     SESSION_COOKIE,
     SESSION_SECONDS,
     LoginThrottle,
+    SessionCookies,
     Sessions,
+    client_key,
     csrf_ok,
     csrf_token,
     session_secret,
     token_matches,
 )
+from board_outbox.surface.console.subscriptions import subscription_routes
 from board_outbox.surface.console.trends import Trends, chart_routes
-from board_outbox.surface.format import age
+from board_outbox.surface.format import age, when
+from board_outbox.surface.http.proxies import via
+from board_outbox.surface.subscribing import known
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -58,9 +62,8 @@ REFRESH_SECONDS = 5  # the overview reloads itself this often
 
 
 def _when(epoch: float | None) -> str:
-    if not epoch:
-        return "-"
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """A time on a page (R7: guarded, ``times.when``); 0 or None: none recorded."""
+    return "-" if not epoch else when(epoch)
 
 
 def _templates() -> Jinja2Templates:
@@ -84,7 +87,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
     where = (config.store.backend if config.store.backend == "memory"
              else f"mongo database {config.store.database}")
 
-    sessions = Sessions(stores.sessions, admin_token)
+    sessions = Sessions(stores.sessions, admin_token, config.ui.identity_header)
     throttle = LoginThrottle()
 
     async def page(request: Request, name: str, status: int = 200,
@@ -140,12 +143,15 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             since = parse_when(form["since"]) if form["since"] else None
             until = parse_when(form["until"]) if form["until"] else None
         except ValueError as exc:
-            return await page(request, "dead_letters.html", 400, rows=[], form=form, error=str(exc))
+            return await page(request, "dead_letters.html", 400, rows=[], form=form, error=str(exc),
+                              unreadable=[])
         read = limit if not form["sub"] else min(max(limit * 10, 1000), 5000)
         flt = RowFilter(tenant_id=form["tenant"] or None, states=(FAILED,), kind=form["kind"] or None,
                         updated_after=since, updated_before=until, limit=read)
-        rows = (await data.dead_letters(flt, form["sub"] or None))[:limit]
-        return await page(request, "dead_letters.html", rows=rows, form=form, error=None)
+        with unreadable() as bad:  # R1, R7: each costs only itself, and is named
+            rows = (await data.dead_letters(flt, form["sub"] or None))[:limit]
+        return await page(request, "dead_letters.html", rows=rows, form=form, error=None,
+                          unreadable=bad)
 
     async def row(request: Request) -> Response:
         """The row and why it waits (``rows.row_page``: ``explain``'s answer)."""
@@ -197,8 +203,10 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
                     by=by)
 
     async def login(request: Request) -> Response:
+        named, unnamed = sessions.proxy_name(request)
+        header = sessions.identity_header
         if request.method == "GET":
-            return await page(request, "login.html", error=None)
+            return await page(request, "login.html", error=None, header=header, named=named)
         if not sessions.available:
             return await refused(request, "This console is read-only: no [ui] admin_token is configured.")
         async with request.form(max_files=0, max_fields=10, max_part_size=4096) as form:
@@ -206,21 +214,31 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         if not csrf_ok(request, token):
             return await refused(request, "The form's security token or origin does not match this "
                                     "session: reload the page and try again.")
-        client, now = request.client.host if request.client else "?", time.monotonic()
+        if header and named is None:  # U3: the auth proxy names the operator, or no one logs in
+            return await refused(request, f"This console names its operators by the {header} "
+                                          f"header from a trusted proxy, and this request has "
+                                          f"none ({unnamed}): open it through the auth proxy.")
+        address = request.client.host if request.client else "?"
+        client, now = client_key(address), time.monotonic()
         wait = throttle.wait(client, now)
         if wait > 0:  # refused before the token is even compared: guessing costs time
-            log.warning("console: login from %s refused: too many wrong admin tokens", client)
+            log.warning("console: login from %s refused: too many wrong admin tokens", address)
             retry = max(1, math.ceil(wait))
             return await page(request, "login.html", 429, headers={"Retry-After": str(retry)},
+                              header=header, named=named,
                               error=f"Too many wrong admin tokens from this address: try again "
                                     f"in {retry} s.")
         if not token_matches(given, admin_token):
             throttle.failed(client, now)
-            log.warning("console: a login from %s with a wrong admin token", client)
-            return await page(request, "login.html", 403, error="That is not the admin token.")
+            log.warning("console: a login from %s with a wrong admin token", address)
+            return await page(request, "login.html", 403, error="That is not the admin token.",
+                              header=header, named=named)
         throttle.succeeded(client)
-        await sessions.open(request, "".join(c for c in who.strip() if c.isprintable())[:64]
-                            or "operator")
+        name = named or "".join(c for c in who.strip() if c.isprintable())[:64] or "operator"
+        await sessions.open(request, name)
+        peer = via(request.scope).peer
+        log.info("console: %s logged in from %s%s", name, address,
+                 f" (through the proxy at {peer})" if peer != address else "")
         return RedirectResponse(request.scope.get("root_path", "") + "/", status_code=303)
 
     async def logout(request: Request) -> Response:
@@ -262,10 +280,12 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             Route("/logout", logout, methods=["POST"]),
             *pause_routes(stores, sessions, admin_token, page, refused),  # issue 33
             *chart_routes(trends, page),
+            *subscription_routes(stores, sessions, admin_token, page, refused,  # P6
+                                 known(resolve_handlers(config.handlers))),
         ],
-        middleware=[Middleware(SessionMiddleware, secret_key=session_secret(admin_token),
+        middleware=[Middleware(SessionCookies, secret_key=session_secret(admin_token),
                                session_cookie=SESSION_COOKIE, max_age=SESSION_SECONDS,
-                               same_site="strict", https_only=False)],
+                               same_site="strict")],
     )
     app.state.console = data  # its reads (the benchmark's baseline turns their sharing off)
     return app

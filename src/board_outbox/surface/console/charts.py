@@ -13,10 +13,11 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import jinja2
 from markupsafe import Markup
+
+from board_outbox.model.times import when
 
 # line colours, in order (colour-blind-safe: Okabe-Ito)
 PALETTE = ("#0072b2", "#e69f00", "#009e73", "#d55e00", "#cc79a7", "#56b4e9", "#f0e442", "#000000")
@@ -98,7 +99,7 @@ def compact(n: float) -> str:
 
 
 def hhmm(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M")
+    return when(epoch, fmt="%H:%M")
 
 
 def _xs(n: int, left: float, right: float) -> list[float]:

@@ -14,8 +14,8 @@ import msgspec
 
 from board_outbox.engine.membership import owner
 from board_outbox.engine.telemetry.spans import trace_id_of
-from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow
-from board_outbox.model.errors import StoreError
+from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow, unreadable
+from board_outbox.model.errors import MalformedDocument, StoreError
 from board_outbox.model.records import AttentionPage, ReadModelVersions, RowFilter
 from board_outbox.model.validation import cap
 from board_outbox.ports import Stores
@@ -95,6 +95,7 @@ class TenantPage:
     failures: list[EffectRow]  # rows with an error, newest first
     generations: list[Generation]
     owner: str | None
+    unreadable: list[MalformedDocument] = field(default_factory=list)  # rows read, left out
 
 
 def trace_id(row: EffectRow) -> str | None:
@@ -275,10 +276,11 @@ class ConsoleData:
                                     oldest_pending_age_seconds=None, rows={}, dead_letters=0,
                                     problems=[cap(str(exc), 300)])
 
-        st, rows, (replicas, owners), generations = await concurrently(
-            status, lambda: self.stores.outbox.find(RowFilter(
-                tenant_id=tenant_id, states=(PENDING, CLAIMED, FAILED), limit=SAMPLE_ROWS)),
-            lambda: self.replicas(now, [tenant_id]), lambda: self.generations(tenant_id))
+        with unreadable() as bad:  # R1, R7: a row that does not decode is named, not fatal
+            st, rows, (replicas, owners), generations = await concurrently(
+                status, lambda: self.stores.outbox.find(RowFilter(
+                    tenant_id=tenant_id, states=(PENDING, CLAIMED, FAILED), limit=SAMPLE_ROWS)),
+                lambda: self.replicas(now, [tenant_id]), lambda: self.generations(tenant_id))
         if not (st.allocated_seq or st.rows or st.problems
                 or await self.stores.cursors.get(tenant_id) is not None
                 or await self.stores.subs.list_for_tenant(tenant_id)):
@@ -291,7 +293,7 @@ class ConsoleData:
         return TenantPage(status=st, by_kind=dict(sorted(by_kind.items())),
                           sampled=len(rows) >= SAMPLE_ROWS,
                           failures=[r for r in rows if r.errors][:50], generations=generations,
-                          owner=owners.get(tenant_id) if replicas else None)
+                          owner=owners.get(tenant_id) if replicas else None, unreadable=bad)
 
     async def generations(self, tenant_id: str) -> list[Generation]:
         """The configured projections' pointers for this tenant (one read each)."""

@@ -24,7 +24,7 @@ class RowPage:
 
 def settings_of(config: Config) -> ExplainSettings:
     return ExplainSettings(worker=config.worker, limits=config.limits,
-                           membership=config.membership)
+                           membership=config.membership, retention=config.retention)
 
 
 async def row_page(stores: Stores, config: Config, key: str, now: float) -> RowPage | str:

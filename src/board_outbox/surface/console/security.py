@@ -1,25 +1,39 @@
 """The console's safety rules: read-only unless ``[ui] admin_token`` is set; an action needs a
 session opened with the token and still open in the store (a logout ends it on every replica,
 a token change ends them all), a form carrying the session's CSRF token, and a request from the
-console's own origin. Logins are throttled per client."""
+console's own origin. Logins are throttled per client.
+
+Behind a trusted reverse proxy (U3, ``surface/http/proxies.py``) the origin, the client and the
+cookie's ``Secure`` flag are the forwarded ones; with ``[ui] identity_header`` the auth proxy
+names the operator, and a session is admin only for the name that opened it."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import logging
 import secrets
 import time
 from collections import deque
+from typing import Any
+from urllib.parse import urlsplit
 
+from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import ConsoleSession
 from board_outbox.model.validation import SESSION_SECONDS
 from board_outbox.ports import SessionStore
+from board_outbox.surface.http.proxies import via
 
-__all__ = ["SESSION_COOKIE", "SESSION_SECONDS", "LoginThrottle", "Sessions", "csrf_ok",
-           "csrf_token", "session_secret", "token_matches", "token_tag"]
+__all__ = ["SESSION_COOKIE", "SESSION_SECONDS", "LoginThrottle", "SessionCookies", "Sessions",
+           "client_key", "csrf_ok", "csrf_token", "same_origin", "session_secret",
+           "token_matches", "token_tag"]
+
+log = logging.getLogger("board_outbox.console")
 
 SESSION_COOKIE = "board_outbox_console"
 # wrong admin tokens a client may send within LOGIN_WINDOW_SECONDS; the next login waits (429)
@@ -60,15 +74,41 @@ def _stored_id(sid: str) -> str:
     return hashlib.sha256(b"board-outbox console sid\0" + sid.encode()).hexdigest()
 
 
+class SessionCookies:
+    """starlette's ``SessionMiddleware``, its cookie marked ``Secure`` when the request came
+    over https (behind a trusted proxy: the scheme the browser used), so that a browser that
+    met the console over https never sends the cookie over plain http."""
+
+    def __init__(self, app: ASGIApp, /, **settings: Any) -> None:
+        self.plain = SessionMiddleware(app, https_only=False, **settings)
+        self.secure = SessionMiddleware(app, https_only=True, **settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chosen = self.secure if scope.get("scheme") == "https" else self.plain
+        await chosen(scope, receive, send)
+
+
 class Sessions:
     """Logged-in sessions, kept server-side (``SessionStore``): the signed cookie carries only a
     random session id. A session is admin while its stored document exists, has not expired and
     was opened with the current admin token; logging out deletes it, so a copied cookie is
-    worth nothing afterwards, on any replica."""
+    worth nothing afterwards, on any replica.
 
-    def __init__(self, store: SessionStore | None, admin_token: str) -> None:
+    With an identity header (``[ui] identity_header``) the session's name is the one the auth
+    proxy gave at login, and each request must carry that same name from a trusted proxy: a
+    cookie carried to another operator's browser, or a request around the proxy, is not
+    admin."""
+
+    def __init__(self, store: SessionStore | None, admin_token: str,
+                 identity_header: str = "") -> None:
         self.store, self.admin_token = store, admin_token
         self.tag = token_tag(admin_token) if admin_token else ""
+        self.identity_header = identity_header.strip()
+
+    def proxy_name(self, request: Request) -> tuple[str | None, str]:
+        """The operator's name from the auth proxy for this request, or why there is none."""
+        v = via(request.scope)
+        return v.identity, v.identity_problem
 
     @property
     def available(self) -> bool:
@@ -96,6 +136,10 @@ class Sessions:
             found = await self.store.get(_stored_id(sid), time.time())
             if found is not None and hmac.compare_digest(found.token_tag, self.tag):
                 who = found.who or "operator"
+                if self.identity_header:
+                    named, _why = self.proxy_name(request)
+                    if named is None or not hmac.compare_digest(named.encode(), who.encode()):
+                        who = None
         request.state.admin = who
         return who
 
@@ -113,6 +157,18 @@ class Sessions:
         request.state.admin = None
         if isinstance(sid, str) and self.store is not None:
             await self.store.close(_stored_id(sid))
+
+
+def client_key(host: str) -> str:
+    """What the login throttle counts a client by: its address, and for IPv6 its /64 (one
+    host usually holds a whole /64, so it could pick a fresh address per guess)."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(addr, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((addr, 64), strict=False))
+    return str(addr)
 
 
 class LoginThrottle:
@@ -148,19 +204,58 @@ class LoginThrottle:
         self._seen.pop(client, None)
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin, the port filled in for its scheme; None: not one."""
+    try:
+        u = urlsplit(url)
+        scheme, host, port = u.scheme.lower(), u.hostname, u.port
+    except ValueError:
+        return None
+    if scheme not in DEFAULT_PORTS or not host or u.path or u.query or u.fragment or u.username:
+        return None
+    return scheme, host.rstrip("."), port if port is not None else DEFAULT_PORTS[scheme]
+
+
 def same_origin(request: Request) -> bool:
     """A browser names where a POST comes from (``Origin``, ``Sec-Fetch-Site``): it must be the
     console itself -- ``Sec-Fetch-Site`` ``same-origin`` (or ``none``: typed by the user), and an
-    ``Origin`` equal to this console's, not one that merely ends like it. A client that sends
-    neither (curl) still needs the CSRF token."""
+    ``Origin`` equal to this console's, not one that merely ends like it. The console's origin
+    is the request's scheme and ``Host``: behind a trusted proxy, the ones the browser used
+    (``https://console.example.com`` equals ``https://console.example.com:443``). A client
+    that sends neither (curl) still needs the CSRF token."""
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return False
     origin = request.headers.get("origin")
     if origin is None:
         return True
-    return hmac.compare_digest(origin.encode(),
-                               f"{request.url.scheme}://{request.headers.get('host', '')}".encode())
+    theirs = _origin(origin)
+    here = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    if theirs is not None and theirs == _origin(here):
+        return True
+    _origin_refused(origin, here, request)
+    return False
+
+
+_REFUSED_ORIGINS: set[tuple[str, str]] = set()
+
+
+def _origin_refused(origin: str, here: str, request: Request) -> None:
+    """One line per (origin, console origin) pair, at most 100 (a POST from a page elsewhere
+    is refused silently after that): behind a proxy, the usual cause is a proxy the console
+    does not believe."""
+    pair = (origin[:100], here[:100])
+    if pair in _REFUSED_ORIGINS or len(_REFUSED_ORIGINS) >= 100:
+        return
+    _REFUSED_ORIGINS.add(pair)
+    v = via(request.scope)
+    hint = ("" if v.trusted else
+            f"; if the browser reached it through a proxy at {v.peer}, list that address in "
+            "[ui] trusted_proxies")
+    log.warning("console: refused a POST from origin %r: this console's is %r%s", *pair, hint)
 
 
 def csrf_ok(request: Request, form_token: object) -> bool:

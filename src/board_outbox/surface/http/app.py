@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from board_outbox.surface.http.checks import liveness, readiness
+from board_outbox.surface.http.checks import SHOWN, degraded, liveness, readiness, stalled_tenants
 from board_outbox.surface.http.metrics import exposition
 
 if TYPE_CHECKING:
@@ -56,15 +56,26 @@ class InFlightLimit:
 
 
 def ops_routes(service: Service) -> list[BaseRoute]:
+    """``/healthz`` (liveness), ``/readyz`` (this replica can serve) and ``/metrics``. Both
+    probes carry the ``degraded`` detail (stalled or held tenants, a closed change stream) and
+    the stalled tenants; neither fails on them (``checks``)."""
+
+    def detail() -> dict[str, object]:
+        stalled = stalled_tenants(service)
+        return {"degraded": degraded(service), "stalled_tenants": stalled[:SHOWN],
+                "stalled_count": len(stalled)}
+
     async def healthz(_request: Request) -> Response:
         failing = liveness(service)
-        return JSONResponse({"status": "ok" if not failing else "failing", "failing": failing},
+        more = detail()
+        status = "failing" if failing else "degraded" if more["degraded"] else "ok"
+        return JSONResponse({"status": status, "failing": failing, **more},
                             status_code=200 if not failing else 503)
 
     async def readyz(_request: Request) -> Response:
-        failing, stalled = await readiness(service)
+        failing, _stalled = await readiness(service)
         return JSONResponse({"status": "ready" if not failing else "not ready", "failing": failing,
-                             "stalled_tenants": stalled}, status_code=200 if not failing else 503)
+                             **detail()}, status_code=200 if not failing else 503)
 
     async def metrics(request: Request) -> Response:
         # Prometheus text, or OpenMetrics (with the latency exemplars) when the scraper asks for it

@@ -8,7 +8,8 @@ any route, as ASGI middleware around the whole app:
   ``127.0.0.1``, ``::1``), the address it is bound to, one of ``[service] allowed_hosts``, or,
   when bound to every interface (``0.0.0.0``, ``::``), any IP address. Anything else is 400: a
   page on another site whose DNS name is rebound to this address (DNS rebinding) sends its own
-  name, never one of these, so it cannot read ``/ui/`` or ``/metrics``."""
+  name, never one of these, so it cannot read ``/ui/`` or ``/metrics``. Behind a trusted proxy
+  (``proxies.py``, placed before this check) the name checked is the forwarded one."""
 
 from __future__ import annotations
 

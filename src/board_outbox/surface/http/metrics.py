@@ -57,8 +57,8 @@ class ServiceCollector(Collector):
                          "pending rows deferred over a concurrency or rate limit (F2), per tenant",
                          "", [(s.tenant_id, s.waiting_on_limit) for s in status])
         yield per_tenant("board_outbox_rows_held_by_pause",
-                         "pending rows held by a pause of their tenant, subscription or bot "
-                         "(issue 33), per tenant", "",
+                         "pending rows held by a pause of their tenant, subscription or bot, "
+                         "per tenant", "",
                          [(s.tenant_id, s.held_by_pause) for s in status])
         if svc.pauses is not None:
             pauses = GaugeMetricFamily("board_outbox_pauses",

@@ -1,7 +1,7 @@
 """The operator port on hypercorn: an ASGI app (``app.py``) served inside the caller's anyio task
 group on a socket we bind ourselves.
 
-What the server gives us (issue 20): idle connections and heads that trickle in are closed after
+What the server gives us: idle connections and heads that trickle in are closed after
 ``KEEP_ALIVE`` seconds, an oversize head is answered 431, HEAD has no body, a graceful stop lets a
 request in flight finish. What we add: the bind (a port in use is a ``UsageError``: one line,
 exit 2), a small listen backlog, and a rate limit on asyncio's "accept() out of system resource"
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import logging
+import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ from board_outbox.model.errors import UsageError
 from board_outbox.surface.http.app import build_app, ops_routes
 from board_outbox.surface.http.guards import MAX_HEAD, AllowedHosts, HeadLimit, HostCheck
 from board_outbox.surface.http.metrics import ServiceCollector
+from board_outbox.surface.http.proxies import ProxyHeaders, ProxySettings, proxy_settings
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service
@@ -136,16 +139,26 @@ def hypercorn_config(fd: int) -> HypercornConfig:
     return config
 
 
+def guarded(app: ASGIApp, host: str, allowed_hosts: Iterable[str] = (),
+            proxies: ProxySettings | None = None) -> ASGIApp:
+    """``app`` behind what every request to the port passes: the head limit, then the
+    forwarded headers of trusted proxies (``proxies``), then the ``Host`` check (``guards``;
+    ``allowed_hosts``: names beside the loopback ones and the address ``host`` bound) -- on
+    the forwarded host when a trusted proxy names one."""
+    return HeadLimit(ProxyHeaders(HostCheck(app, AllowedHosts(allowed_hosts, host)),
+                                  proxies or ProxySettings()))
+
+
 @asynccontextmanager
 async def serve_app(app: ASGIApp, host: str, port: int, setting: str = "service.http_port",
-                    allowed_hosts: Iterable[str] = ()) -> AsyncIterator[OpsServer]:
+                    allowed_hosts: Iterable[str] = (),
+                    proxies: ProxySettings | None = None) -> AsyncIterator[OpsServer]:
     """Serve ``app`` on ``host:port`` until the block ends (``port`` 0: any free port), behind
-    the head limit and the ``Host`` check (``guards``; ``allowed_hosts``: names beside the
-    loopback ones and the bound address).
+    ``guarded``'s checks.
 
     The server runs shielded from outside cancellation and is stopped through its own switch
     (a graceful stop bounded by ``GRACE``): a cancelled caller never leaves the listener open."""
-    app = HeadLimit(HostCheck(app, AllowedHosts(allowed_hosts, host)))
+    app = guarded(app, host, allowed_hosts, proxies)
     sock = bind(host, port, setting)
     server = OpsServer(int(sock.getsockname()[1]))
     config = hypercorn_config(sock.detach())  # hypercorn owns the descriptor from here on
@@ -172,6 +185,25 @@ async def serve_app(app: ASGIApp, host: str, port: int, setting: str = "service.
             serving.cancel()
 
 
+def unreachable_probes(host: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The warning for an operator port bound to a loopback address inside a Kubernetes pod
+    (``KUBERNETES_SERVICE_HOST`` is set in every pod): kubelet's probes and Prometheus reach the
+    pod by its own address, never its loopback, so every probe would fail. None otherwise."""
+    env = os.environ if env is None else env
+    if not env.get("KUBERNETES_SERVICE_HOST"):
+        return None
+    name = host.strip().strip("[]")
+    try:
+        loopback = name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return None
+    if not loopback:
+        return None
+    return (f"service.http_host is {host} inside Kubernetes: kubelet's probes and Prometheus "
+            "cannot reach the operator port; set BOARD_OUTBOX_SERVICE__HTTP_HOST=0.0.0.0 (or "
+            "[service] http_host = \"0.0.0.0\")")
+
+
 @asynccontextmanager
 async def open_ops_server(service: Service, host: str, port: int,
                           ui: ASGIApp | None = None) -> AsyncIterator[OpsServer]:
@@ -179,13 +211,17 @@ async def open_ops_server(service: Service, host: str, port: int,
     for ``service`` on ``host:port`` until the block ends. A port in use is a ``UsageError``
     (one line, exit 2). ``port`` 0 here means any free port (tests); the configuration's 0
     ("off") is handled by the caller."""
+    warning = unreachable_probes(host)
+    if warning is not None:
+        log.warning(warning)
     collector = ServiceCollector(service)
     registry = service.metrics.prom.registry
     registry.register(collector)
     service.status_enabled = True  # per-tenant status and stall detection, for these endpoints
     try:
         async with serve_app(build_app(ops_routes(service), ui=ui), host, port,
-                             allowed_hosts=service.config.service.allowed_hosts) as server:
+                             allowed_hosts=service.config.service.allowed_hosts,
+                             proxies=proxy_settings(service.config.ui)) as server:
             yield server
     finally:
         registry.unregister(collector)

@@ -49,7 +49,7 @@ async def cmd_audit(args: argparse.Namespace, factory: StoresFactory) -> int:
                              "lists the tenants)")
         registry = build_registry(stores, cfg.projections, cfg.handlers)
         tail = tail_for(stores, registry, cfg.tail, SystemClock())
-        auditor = Auditor(tail, done_ttl_seconds=cfg.audit.done_ttl_seconds,
+        auditor = Auditor(tail, retention_seconds=cfg.retention.horizon(),
                           batch_size=args.batch_size, progress=Progress())
         rep = await auditor.audit(args.tenant, after=args.since - 1, repair=args.repair)
     unrepaired = 0 if args.repair else len(rep.missing)
@@ -64,7 +64,8 @@ async def cmd_audit(args: argparse.Namespace, factory: StoresFactory) -> int:
             print(f"  seq {f.seq:>8}  {f.kind:10}  {f.row_key}  ({f.reason})")
         if len(found) > args.limit:
             print(f"  ... {len(found) - args.limit} more (--limit, or --json for all)")
-    print(f"presumably expired (event older than the done TTL, {cfg.audit.done_ttl_seconds:g} s): "
+    print(f"presumably expired (event older than the shortest retention, "
+          f"{cfg.retention.horizon():g} s): "
           f"{rep.presumed_expired}; events owing no rows (card gone or unreadable): "
           f"{rep.unreadable_events}")
     if args.repair:

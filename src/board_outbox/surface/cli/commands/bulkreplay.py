@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from board_outbox.model.dead_letters import ABORTED, DONE, BulkFilter, BulkProgress
-from board_outbox.surface.cli.output import UsageError, confirm_bulk_replay
+from board_outbox.surface.cli.output import UsageError, confirm_bulk_replay, print_json
 
 if TYPE_CHECKING:
     from board_outbox.engine.bulk_replay import Stop
@@ -52,10 +52,14 @@ async def bulk_replay(args: argparse.Namespace, stores: Any, flt: BulkFilter) ->
 
     clock = SystemClock()
     plan = await plan_bulk_replay(stores.outbox, stores.subs, flt, clock=clock)
-    for line in plan_lines(plan):
-        print(line)
+    if args.json:
+        print_json(plan)  # the plan, then (applied) the summary: two JSON documents
+    else:
+        for line in plan_lines(plan):
+            print(line)
     if args.dry_run or not plan.matched:
-        print("dry run: nothing changed" if args.dry_run else "nothing to replay")
+        if not args.json:
+            print("dry run: nothing changed" if args.dry_run else "nothing to replay")
         return 0
     rate = args.rate if args.rate is not None else DEFAULT_RATE
     if not args.yes and not confirm_bulk_replay(plan.matched, rate):
@@ -72,7 +76,10 @@ async def bulk_replay(args: argparse.Namespace, stores: Any, flt: BulkFilter) ->
                                            by=by, clock=clock, rate=rate, stop=stop,
                                            on_progress=progress)
             tg.cancel_scope.cancel()
-    print(prog.summary())
+    if args.json:
+        print_json(prog)
+    else:
+        print(prog.summary())
     if prog.state == ABORTED:
         return EXIT_ABORTED
     return 0 if prog.state == DONE and not prog.refused else 1

@@ -23,6 +23,7 @@ async def cmd_console(args: argparse.Namespace, factory: StoresFactory) -> int:
     from board_outbox.surface.console import build_console
     from board_outbox.surface.http import serve_app
     from board_outbox.surface.http.app import build_app
+    from board_outbox.surface.http.proxies import proxy_settings
 
     cfg = load_config(args.config)
     setup_logging(cfg.service.log_format, cfg.service.log_level)
@@ -36,7 +37,8 @@ async def cmd_console(args: argparse.Namespace, factory: StoresFactory) -> int:
         app = build_app([Route("/", home, methods=["GET"])], ui=build_console(stores, cfg),
                         not_found="not found: the console is under /ui/")
         async with serve_app(app, host, port, setting="ui.port",
-                             allowed_hosts=cfg.service.allowed_hosts) as server:
+                             allowed_hosts=cfg.service.allowed_hosts,
+                             proxies=proxy_settings(cfg.ui)) as server:
             log.info("console on http://%s:%d/ui/ (%s)", host, server.port,
                      "admin token set: log in to replay" if cfg.ui.admin_token else "read-only")
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -13,7 +13,7 @@ import argparse
 
 from board_outbox.model.errors import StoreError
 from board_outbox.surface.cli.commands import StoresFactory
-from board_outbox.surface.cli.output import UsageError
+from board_outbox.surface.cli.output import UsageError, print_json
 
 
 async def cmd_cursor(args: argparse.Namespace, factory: StoresFactory) -> int:
@@ -40,7 +40,14 @@ async def cmd_cursor(args: argparse.Namespace, factory: StoresFactory) -> int:
                         f"{held[1]}); run `cursor reset`")
             elif current is not None and current > counter:
                 note = " -- AHEAD of the counter: run `cursor reset`"
-            print(f"tenant {args.tenant}: cursor {current_text}, counter {counter}{note}")
+            if args.json:
+                print_json({"schema": 1, "tenant_id": args.tenant, "cursor": current,
+                            "cursor_problem": None if current is not None or
+                            current_text == "none" else current_text,
+                            "counter": counter, "held": list(held) if held else None,
+                            "ahead": current is not None and current > counter})
+            else:
+                print(f"tenant {args.tenant}: cursor {current_text}, counter {counter}{note}")
             return 0
         to = args.to
         if current is None and current_text == "none" and args.tenant not in await all_tenants(stores):
@@ -56,6 +63,10 @@ async def cmd_cursor(args: argparse.Namespace, factory: StoresFactory) -> int:
         elif not await stores.cursors.compare_and_set(args.tenant, current, to):
             print(f"board-outbox: tenant {args.tenant}: the cursor moved meanwhile; run again")
             return 1
-    print(f"tenant {args.tenant}: cursor {current_text} -> {to} (counter {counter}); the "
-          f"replicas drain events {to + 1}..{counter} on their next poll")
+    if args.json:
+        print_json({"schema": 1, "tenant_id": args.tenant, "before": current, "after": to,
+                    "counter": counter})
+    else:
+        print(f"tenant {args.tenant}: cursor {current_text} -> {to} (counter {counter}); the "
+              f"replicas drain events {to + 1}..{counter} on their next poll")
     return 0

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import UTC, datetime
 
 import msgspec
 
 from board_outbox.model.errors import InvalidRowKey, RowNotFound, UsageError
 from board_outbox.model.explanation import DeadLettered, Explanation, Limit
+from board_outbox.model.retention import days
+from board_outbox.model.times import when
 from board_outbox.surface.cli.commands import StoresFactory
 
 
@@ -25,12 +26,14 @@ async def cmd_explain(args: argparse.Namespace, factory: StoresFactory) -> int:
     except InvalidRowKey as exc:
         raise UsageError(f"explain: {exc}") from None
     cfg = load_config(args.config)
-    settings = ExplainSettings(worker=cfg.worker, limits=cfg.limits, membership=cfg.membership)
+    settings = ExplainSettings(worker=cfg.worker, limits=cfg.limits, membership=cfg.membership,
+                               retention=cfg.retention)
     async with factory(cfg) as stores:
         try:
             x = await explain(stores, args.row_key, time.time(), settings)
         except RowNotFound as exc:
-            raise UsageError(f"explain: {exc} (a done row is deleted {_ttl()} after it is done; "
+            raise UsageError(f"explain: {exc} (done rows are deleted "
+                             f"{days(cfg.retention.done_seconds)}: [retention] done_seconds; "
                              "`dead-letters list` names the dead-letters)") from None
     if args.json:
         print(msgspec.json.encode(x).decode())
@@ -39,16 +42,8 @@ async def cmd_explain(args: argparse.Namespace, factory: StoresFactory) -> int:
     return 0
 
 
-def _ttl() -> str:
-    from board_outbox.model.domain import DONE_TTL_SECONDS
-
-    return f"{DONE_TTL_SECONDS // 86400} days"
-
-
 def _when(at: float | None) -> str:
-    if at is None:
-        return "-" + " " * 22
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return when(at, fmt="%Y-%m-%d %H:%M:%S.%f", ms=True, none="-" + " " * 22)
 
 
 def lines(x: Explanation) -> list[str]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import UTC, datetime
 
 import msgspec
 
+from board_outbox.model.times import when
 from board_outbox.surface.cli.commands import StoresFactory
-from board_outbox.surface.cli.output import UsageError
+from board_outbox.surface.cli.output import UsageError, print_json
 
 SCHEMA = 1  # ``paused --json``: fields are only ever added
 
@@ -23,7 +23,8 @@ class PauseView(msgspec.Struct, kw_only=True):
     key: str
     reason: str
     by: str
-    at: float
+    at: float  # the last pause of it (a new reason)
+    since: float  # when it went on
 
 
 class PausedReport(msgspec.Struct, kw_only=True):
@@ -41,10 +42,6 @@ def scope_of(args: argparse.Namespace) -> tuple[str, str]:
     raise UsageError(f"{args.command}: give --tenant, --subscription or --bot")
 
 
-def _when(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 async def cmd_pause(args: argparse.Namespace, factory: StoresFactory) -> int:
     import getpass
 
@@ -60,7 +57,10 @@ async def cmd_pause(args: argparse.Namespace, factory: StoresFactory) -> int:
             raise UsageError(f"pause: {why}; --force pauses it anyway")
         new = await pause(stores, scope, key, reason=args.reason, by=by, now=time.time())
     every = cfg.membership.interval_seconds
-    if new:
+    if args.json:
+        print_json({"schema": SCHEMA, "action": "pause", "scope": scope, "key": key,
+                    "reason": args.reason, "by": by, "new": new})
+    elif new:
         print(f"paused {scope} {key} (by {by}{': ' + args.reason if args.reason else ''}): every "
               f"replica holds its rows within one heartbeat ({every:.3g} s); resume with "
               f"`board-outbox resume --{scope} {key}`")
@@ -82,6 +82,10 @@ async def cmd_resume(args: argparse.Namespace, factory: StoresFactory) -> int:
     cfg = load_config(args.config)
     async with factory(cfg) as stores:
         lifted = await resume(stores, scope, key, by=by, now=time.time())
+    if args.json:
+        print_json({"schema": SCHEMA, "action": "resume", "scope": scope, "key": key, "by": by,
+                    "lifted": lifted})
+        return 0 if lifted else 1
     if not lifted:
         print(f"board-outbox: {scope} {key} is not paused (`board-outbox paused` lists the "
               "pauses)", file=sys.stderr)
@@ -103,7 +107,8 @@ async def cmd_paused(args: argparse.Namespace, factory: StoresFactory) -> int:
     bad = [d for d in BAD_DOCUMENTS.current() if d.collection == PAUSES_COLLECTION]
     if args.json:
         report = PausedReport(schema=SCHEMA, bad_documents=list(bad), pauses=[
-            PauseView(scope=p.scope, key=p.key, reason=p.reason, by=p.by, at=p.at) for p in on])
+            PauseView(scope=p.scope, key=p.key, reason=p.reason, by=p.by, at=p.at,
+                      since=p.since) for p in on])
         print(msgspec.json.format(msgspec.json.encode(report), indent=2).decode())
         return 0
     if not on:
@@ -111,7 +116,7 @@ async def cmd_paused(args: argparse.Namespace, factory: StoresFactory) -> int:
     else:
         print(f"{'SCOPE':13} {'KEY':30} {'SINCE':24} {'BY':16} REASON")
         for p in on:
-            print(f"{p.scope:13} {p.key:30} {_when(p.at):24} {p.by[:16]:16} {p.reason}")
+            print(f"{p.scope:13} {p.key:30} {when(p.since):24} {p.by[:16]:16} {p.reason}")
         print(f"{len(on)} pause{'s' if len(on) != 1 else ''} on")
     for doc in bad:
         print(f"malformed pause document {doc.key}: {doc.problem} (it pauses nothing; "

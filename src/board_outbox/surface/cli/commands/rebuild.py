@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from board_outbox.model.errors import ConfigError
 from board_outbox.surface.cli.commands import StoresFactory
-from board_outbox.surface.cli.output import UsageError
+from board_outbox.surface.cli.output import UsageError, print_json
 
 if TYPE_CHECKING:
     from board_outbox.engine.registry import HandlerRegistry
@@ -73,6 +73,9 @@ async def _rebuild(args: argparse.Namespace, factory: StoresFactory, cfg: Config
                 young_gap_seconds=cfg.tail.young_gap_seconds, batch_size=args.batch_size,
                 progress=progress, metrics=metrics,
             )
+    if args.json:
+        print_json(res)
+        return 0
     print(f"rebuilt {res.projection} for {res.tenant_id}: {res.applied} events applied up to seq "
           f"{res.cursor} of {res.head}; {res.skipped_deleted} of deleted cards skipped, "
           f"{res.skipped_malformed} malformed skipped, {res.stepped_gaps} dead allocations stepped over")
@@ -99,7 +102,10 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
     name, tenant = args.projection, args.tenant
     if args.drop_shadow:
         dropped = await drop_shadow(name=name, tenant_id=tenant, readmodels=rm, sleep=anyio.sleep)
-        if dropped is None:
+        if args.json:
+            print_json({"schema": 1, "projection": name, "tenant_id": tenant,
+                        "dropped": dropped is not None, "documents_removed": dropped or 0})
+        elif dropped is None:
             print(f"no shadow rebuild of {name} for {tenant} to drop")
         else:
             print(f"dropped the shadow rebuild of {name} for {tenant}: {dropped} documents removed; "
@@ -121,6 +127,11 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
             diff_examples=args.diff_examples,
         )
     res = out.replay
+    code = 0 if out.swapped else (1 if args.swap_if_unchanged else 0) if out.diff is not None \
+        else 3
+    if args.json:
+        print_json(out)
+        return code
     began = f"resumed at seq {out.resumed_from}" if out.resumed_from else "from seq 0"
     print(f"shadow rebuild of {name} for {tenant}, generation {out.generation} ({began}): "
           f"{res.applied} events applied up to seq {res.cursor}; {res.skipped_deleted} of deleted "

@@ -34,7 +34,7 @@ async def cmd_replay(args: argparse.Namespace, factory: StoresFactory) -> int:
         plan = await replay_range(tail, args.tenant, since=args.since,
                                   subscription=args.subscription, dry_run=args.dry_run,
                                   batch_size=args.batch_size,
-                                  done_ttl_seconds=cfg.audit.done_ttl_seconds)
+                                  retention_seconds=cfg.retention.horizon())
     if args.json:
         print(msgspec.json.encode(plan).decode())
         return 0

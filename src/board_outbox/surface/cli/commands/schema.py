@@ -1,26 +1,26 @@
-"""``board-outbox ensure-schema``: create the MongoDB indexes."""
+"""``board-outbox ensure-schema``: create the MongoDB indexes, and make the settled rows' TTL
+indexes follow ``[retention]`` (O8)."""
 
 from __future__ import annotations
 
 import argparse
 
-from board_outbox.model.errors import ConfigError
 from board_outbox.surface.cli.commands import StoresFactory
 
 
 async def cmd_ensure_schema(args: argparse.Namespace, factory: StoresFactory) -> int:
+    from board_outbox.adapters.mongo import ensure_schema
+    from board_outbox.service.backends import mongo_database
     from board_outbox.service.config import load_config
 
     cfg = load_config(args.config)
-    if cfg.store.backend != "mongo":
-        raise ConfigError("store.backend: ensure-schema needs the mongo backend (it is 'memory')")
-    from board_outbox.adapters.mongo import ensure_schema
-    from board_outbox.service.backends import mongo_client
+    async with mongo_database(cfg, command="ensure-schema") as db:
+        names = await ensure_schema(db, cfg.retention)
+    if args.json:
+        from board_outbox.surface.cli.output import print_json
 
-    client = mongo_client(cfg.store)
-    try:
-        names = await ensure_schema(client[cfg.store.database])
-    finally:
-        await client.close()
-    print(f"schema ensured on {cfg.store.database!r}: {', '.join(names)}")
+        print_json({"schema": 1, "database": cfg.store.database, "changed": names})
+    else:
+        print(f"schema ensured on {cfg.store.database!r}: "
+              f"{', '.join(names) if names else 'every index in place, nothing changed'}")
     return 0

@@ -10,6 +10,7 @@ import time
 import msgspec
 
 from board_outbox.model.errors import UsageError
+from board_outbox.model.times import ago
 from board_outbox.model.validation import BAD_DOCUMENTS, BadDocument
 from board_outbox.surface.cli.commands import StoresFactory
 from board_outbox.surface.format import age
@@ -105,7 +106,7 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
         names = ", ".join(r.member_id for r in replicas) or "none (no replica is running)"
         console.print(f"replicas alive: {len(replicas)}: {names}", highlight=False)
     for p in sorted(pauses, key=lambda p: (p.scope, p.key)):
-        line = (f"paused: {p.scope} {p.key} since {age(now - p.at)} ago, by {p.by}"
+        line = (f"paused: {p.scope} {p.key} since {age(ago(now, p.since))} ago, by {p.by}"
                 f"{': ' + p.reason if p.reason else ''}")
         console.print(f"[yellow]{escape(line)}[/yellow] (`board-outbox paused`)",
                       highlight=False, emoji=False)
