@@ -72,8 +72,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if age < self.young_gap_seconds:\n            return False",
            "        if age < 0:\n            return False", "reading"),
     Mutant("tail-first-event-of-batch-unmatched", "tail",
-           "        for snap in snapshots:\n            for sub in index.matching(snap):",
-           "        for snap in snapshots[1:]:\n            for sub in index.matching(snap):", "tail"),
+           "        for snap in snapshots:\n            tc, first = events.begin(snap.seq), len(rows)",
+           "        for snap in snapshots[1:]:\n            tc, first = events.begin(snap.seq), len(rows)",
+           "tail"),
     Mutant("tail-poll-net-reads-counters-first", "tail",
            "        cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}\n"
            "        heads = await self.events.heads()\n",
@@ -230,7 +231,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "                and row.attempts < max_attempts):",
            "                ):", "batch"),
     Mutant("token-save-throttle-off", "bounds",
-           "not force and now - self.last_save < self.every", "not force and False", "resume"),
+           "not force and now - self.last_save < every):", "not force and False):", "resume"),
     Mutant("token-not-saved-at-shutdown", "bounds",
            "return await self.resume.save(force=True)", "return await self.resume.save()",
            "runtime"),
@@ -391,7 +392,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "if not isinstance(data, (str, bytes)) or not data:",
            "if not isinstance(data, str) or not data:", "validation"),
     Mutant("parse-trace-id-lax", "parse",
-           "_TRACE_ID.fullmatch(parts[1]) is None", "len(parts[1].strip()) != 32", "spans"),
+           "return _keep(traceparent, ctx if ctx.is_valid else None)",
+           "return _keep(traceparent, ctx)", "propagation"),
     # the four that died only in unrelated tests
     Mutant("resume-cleared-by-positionless-change", "ops",
            "        if token is not None:\n            self.token = token",
@@ -530,7 +532,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if due > due_limit(now):  # R7: no writer of ours sets one so far ahead",
            "        if False:  # R7: no writer of ours sets one so far ahead", "validation"),
     Mutant("r7-far-due-not-swept-mongo", "r7",
-           '            {"state": PENDING, "not_before": {"$gt": due_limit(now)}},  # R7: no writer\'s\n',
+           '            ({"state": PENDING, "not_before": {"$gt": due_limit(now)}}, "pending_not_before"),\n',
            "", "mongo/outbox"),
     Mutant("explain-pause-not-named", "explain",
            "    paused,  # before the limits: a paused row tries none\n", "", "holds"),
@@ -658,6 +660,146 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("subscription-written-unchecked", "adopt",
            "    problem = subscription_problem(sub) or key_problem(\"bot\", sub.bot)",
            "    problem = None", "subscribing"),
+    # --- the fifth round: bulk done marks under cancellation and shutdown, one broken row in a
+    # bulk write, the read back after a short bulk write, outages longer than the original
+    # lease, the edges, the audit's repair -------------------------------------------------
+    # cancellation and shutdown: a flush cut off with nothing else staged keeps its marks; the
+    # closing flush is shielded; a cancelled batch gives back only rows whose mark is not staged
+    Mutant("flush-cancelled-alone-drops-marks", "marks",
+           "                if self._staged is not None:\n                    self._staged[:0] = batch",
+           "                if self._staged:\n                    self._staged[:0] = batch", "completer"),
+    Mutant("closing-flush-unshielded", "marks",
+           "            with anyio.CancelScope(shield=True):\n                await self.flush()",
+           "            with anyio.CancelScope():\n                await self.flush()", "completer"),
+    Mutant("cancelled-batch-gives-back-staged-rows", "marks",
+           "                self._unstaged([c for c in claims if c.ref not in finished]))",
+           "                [c for c in claims if c.ref not in finished])", "running"),
+    Mutant("release-unshielded", "marks",
+           "        with anyio.CancelScope(shield=True):\n            for claim in claims:",
+           "        with anyio.CancelScope():\n            for claim in claims:", "completer"),
+    # one broken row in a bulk write: each mark alone, only the broken one parked
+    Mutant("bulk-refusal-parks-every-row", "marks",
+           "            alone = [(x.claim, await self._mark_alone(x, m))"
+           " for x, m in zip(batch, marks, strict=True)]",
+           "            alone = [(x.claim, await self.park_broken(x.claim.ref, x.claim.claim_id, 'refused',"
+           " _ctx(x.row))) for x in batch]", "completer"),
+    Mutant("bulk-refusal-records-nothing", "marks",
+           "            alone = [(x.claim, await self._mark_alone(x, m))"
+           " for x, m in zip(batch, marks, strict=True)]",
+           "            alone = [(x.claim, 'unrecorded') for x in batch]", "completer"),
+    Mutant("broken-mark-never-parked", "marks",
+           "        except StoreUnavailable as exc:\n            log.error(\"effect done but not recorded",
+           "        except StoreError as exc:\n            log.error(\"effect done but not recorded",
+           "completer"),
+    Mutant("gathered-refusal-fails-every-tenant", "marks",
+           "        if len(writes) == 1:\n            writes[0].error = exc\n            return\n",
+           "        for w in writes:\n            w.error = exc\n        return\n", "gathered"),
+    Mutant("reclaim-broken-row-blames-the-first-mongo", "marks",
+           "                for one in chunk:\n                    try:\n"
+           "                        await self.coll.update_one(by_ids([one], **expired), reclaim,"
+           " hint=BY_ID)\n"
+           "                    except OperationFailure as exc:\n"
+           "                        raise BrokenRow(one, f\"reclaim: {cap(exc, 500)}\") from exc",
+           "                raise BrokenRow(chunk[0], \"reclaim refused\")", "mongo/outbox"),
+    # the read back after a short bulk write: a row counts as ours only in the state we wrote,
+    # under our claim
+    Mutant("marks-read-back-ignores-state-mongo", "marks",
+           'moved = {d["_id"] for d in docs if want.get(d["_id"]) == (d.get("claim_id"), d.get("state"))}',
+           'moved = {d["_id"] for d in docs if want.get(d["_id"], ("",))[0] == d.get("claim_id")}',
+           "mongo/outbox"),
+    Mutant("marks-read-back-ignores-state-memory", "marks",
+           'if was is not None and was.get("claim_id") == m.claim_id and \\\n'
+           '                        was.get("state") == m.t.set.get("state", CLAIMED):',
+           'if was is not None and was.get("claim_id") == m.claim_id:', "memory/outbox"),
+    Mutant("claim-trusts-the-modified-count-mongo", "marks",
+           "            if modified == len(ids):\n                # no race lost",
+           "            if True:\n                # no race lost", "mongo/outbox"),
+    Mutant("claim-read-back-takes-others-rows-mongo", "marks",
+           "            else:\n"
+           '                docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]',
+           "            else:\n                docs = await self.read_ids(ids)", "mongo/outbox"),
+    Mutant("reclaim-read-back-takes-others-rows-mongo", "marks",
+           '        docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]\n'
+           "        if not docs:\n            return []\n        whys",
+           "        docs = await self.read_ids(ids)\n"
+           "        if not docs:\n            return []\n        whys",
+           "mongo/outbox"),
+    Mutant("adopt-takes-another-claims-rows-mongo", "marks",
+           'if d.get("state") == CLAIMED and d.get("claim_id") in ours and until is not None:',
+           'if d.get("state") == CLAIMED and until is not None:', "mongo/outbox"),
+    Mutant("adopt-takes-another-claims-rows-memory", "marks",
+           'if (held.get("state") == CLAIMED and held.get("claim_id") in ours',
+           'if (held.get("state") == CLAIMED and claim is not None', "memory/outbox"),
+    Mutant("adopt-forgets-earlier-terms", "marks",
+           "adopt=tuple(cid for cid, _ in self._minted))", "adopt=())", "handoff"),
+    # outages longer than the original lease: the flush rides out to the lease as the heartbeat
+    # extended it; a staged row keeps its heartbeat until its flush; the hand-off's beat window
+    # is two beats; riders stop with their lease; a lost queued lease is never run
+    Mutant("flush-gives-up-at-the-original-lease", "leases",
+           "lambda: min(self.lease_until(x.claim) for x in batch),",
+           "lambda: min(x.claim.lease_until for x in batch),", "completer"),
+    Mutant("staged-row-leaves-the-heartbeat", "leases",
+           '            if outcome != "staged":  # a staged row stays in flight until its flush',
+           "            if True:  # a staged row stays in flight until its flush", "worker"),
+    Mutant("staged-unit-leaves-the-heartbeat", "leases",
+           "                if not self.completer.staged(c.ref):  # a staged row stays until its flush",
+           "                if True:  # a staged row stays until its flush", "worker"),
+    Mutant("settled-rows-keep-their-leases", "leases",
+           "        for ref in refs:\n            self.inflight.pop(ref, None)",
+           "        for ref in refs:\n            pass", "leases"),
+    Mutant("handoff-beat-window-one-beat", "leases",
+           "horizon = now + 2 * self.lease_seconds * max(self.heartbeat_fraction, 0.1)",
+           "horizon = now + 1 * self.lease_seconds * max(self.heartbeat_fraction, 0.1)", "handoff"),
+    Mutant("heartbeat-skips-handed-rows", "leases",
+           "            await self.extend_many(list(self.inflight.values()) +\n"
+           "                                   self._handoff.due(self.clock.now()))",
+           "            await self.extend_many(list(self.inflight.values()))", "running"),
+    Mutant("riders-ride-a-lost-lease", "leases",
+           "        for lease in leases:\n            if not lease.stopped:\n"
+           "                for ride in list(lease.riders):",
+           "        for lease in leases:\n            if True:\n"
+           "                for ride in list(lease.riders):", "leases"),
+    Mutant("beat-extends-farthest-leases-first", "leases",
+           "order = sorted(groups.items(), key=lambda kv: min(x.until for x in kv[1]))",
+           "order = sorted(groups.items(), key=lambda kv: -min(x.until for x in kv[1]))", "leases"),
+    Mutant("handoff-runs-a-lost-lease", "leases",
+           "        self.dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting\n",
+           "", "handoff"),
+    # the edges
+    Mutant("handoff-room-ignores-the-queue", "edges",
+           "return max(self.batch_size, capacity - running - len(self._queued))",
+           "return max(self.batch_size, capacity - running)", "handoff"),
+    Mutant("insert-error-taken-for-a-duplicate-mongo", "edges",
+           'if any(e.get("code") != DUPLICATE_KEY for e in errors) or details.get("writeConcernErrors"):',
+           'if details.get("writeConcernErrors"):', "mongo/outbox"),
+    Mutant("stream-trust-from-a-full-read", "edges",
+           "if gen is not None and buffer is not None and not res.stopped and not self.more_behind(res):",
+           "if gen is not None and buffer is not None and not res.stopped:", "tail"),
+    Mutant("lanes-last-error-wins", "edges",
+           "                    if out.error is None:\n                        out.error = exc",
+           "                    out.error = exc", "lanes"),
+    Mutant("pause-release-failure-waits-for-the-sweep", "edges",
+           "            self._release_passes = max(self._release_passes, 1)", "            pass",
+           "engine/pause"),
+    Mutant("coalesce-into-a-running-row", "edges",
+           "        if covered.state == CLAIMED:\n            raise CoalesceHold",
+           "        if False:\n            raise CoalesceHold", "coalesce"),
+    Mutant("priority-sorted-across-tenants", "edges",
+           "    return [queues[tenant_of(item)].pop() for item in items]",
+           "    return sorted(items, key=lambda r: -priority_of(r))", "fairness"),
+    Mutant("bulk-replay-catches-up-after-a-slow-page", "edges",
+           "self.next_at = max(now, self.next_at or now) + self.gap",
+           "self.next_at = (self.next_at or now) + self.gap", "bulk_replay"),
+    Mutant("bulk-replay-past-the-plan", "edges",
+           "if taken >= plan.matched or stop.requested:", "if stop.requested:", "bulk_replay"),
+    # the audit's repair writes only the rows found missing (an expired row stays expired)
+    Mutant("audit-repair-rewrites-every-owed-row", "audit",
+           "            rep.repaired += await self._repair(tenant_id, [s for s in snaps\n"
+           "                                                           "
+           "if s.seq in {r.seq for r in missing}],\n"
+           "                                               {r.row_key for r in missing}, now)",
+           "            rep.repaired += await self._repair(tenant_id, snaps, {r.row_key for r in owed}, now)",
+           "audit"),
 )
 
 # The test expected to catch a mutant, for those the committed results table does not name yet
@@ -771,6 +913,31 @@ CATCHERS: dict[str, str] = {
         "tests/test_subscription_cache.py::test_our_own_writes_empty_the_cache",
     "subcache-unbounded":
         "tests/test_subscription_cache.py::test_the_cache_holds_at_most_its_tenants_then_starts_over",
+    # the fifth round
+    "flush-cancelled-alone-drops-marks":
+        "tests/contract/test_bulk_marks.py::test_a_timer_flush_cut_off_with_nothing_else_staged_keeps_its_marks[memory]",
+    "closing-flush-unshielded":
+        "tests/contract/test_bulk_marks.py::test_a_batch_cancelled_at_shutdown_writes_the_marks_of_the_effects_that_ran[memory]",
+    "cancelled-batch-gives-back-staged-rows":
+        "tests/contract/test_bulk_marks.py::test_a_cancelled_unit_gives_back_only_the_rows_whose_marks_are_not_staged[memory]",
+    "release-unshielded":
+        "tests/contract/test_bulk_marks.py::test_a_batch_cancelled_at_shutdown_writes_the_marks_of_the_effects_that_ran[memory]",
+    "bulk-refusal-parks-every-row":
+        "tests/contract/test_bulk_marks.py::test_a_bulk_write_refused_for_one_row_parks_that_row_alone[memory]",
+    "bulk-refusal-records-nothing":
+        "tests/contract/test_bulk_marks.py::test_a_bulk_write_refused_for_one_row_parks_that_row_alone[memory]",
+    "broken-mark-never-parked":
+        "tests/contract/test_bulk_marks.py::test_a_bulk_write_refused_for_one_row_parks_that_row_alone[memory]",
+    "marks-read-back-ignores-state-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_short_bulk_write_counts_only_rows_in_the_marks_state_under_its_claim[mongomock]",
+    "marks-read-back-ignores-state-memory":
+        "tests/contract/test_bulk_marks.py::test_a_short_bulk_write_counts_only_rows_in_the_marks_state_under_its_claim[memory]",
+    "claim-trusts-the-modified-count-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "claim-read-back-takes-others-rows-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "reclaim-read-back-takes-others-rows-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_reclaim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
 }
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
