@@ -166,7 +166,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '{"state": PENDING, "not_before": {"$lte": now}}',
            '{"state": PENDING, "not_before": {"$lt": now}}', "mongo/outbox"),
     Mutant("reclaim-exact-instant-memory", "bounds",
-           "(_number(lease) and lease <= now)", "(_number(lease) and lease < now)",
+           "_number(lease) and lease <= now:", "_number(lease) and lease < now:",
            "memory/outbox"),
     Mutant("reclaim-exact-instant-mongo", "bounds",
            '{"state": CLAIMED, "lease_until": {"$lte": now}}',
@@ -695,12 +695,14 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if len(writes) == 1:\n            writes[0].error = exc\n            return\n",
            "        for w in writes:\n            w.error = exc\n        return\n", "gathered"),
     Mutant("reclaim-broken-row-blames-the-first-mongo", "marks",
-           "                for one in chunk:\n                    try:\n"
-           "                        await self.coll.update_one(by_ids([one], **expired), reclaim,"
-           " hint=BY_ID)\n"
-           "                    except OperationFailure as exc:\n"
-           "                        raise BrokenRow(one, f\"reclaim: {cap(exc, 500)}\") from exc",
-           "                raise BrokenRow(chunk[0], \"reclaim refused\")", "mongo/outbox"),
+           'raise BrokenRow(d["_id"], f"reclaim: {cap(problem, 500)}")',
+           'raise BrokenRow(found[0]["_id"], f"reclaim: {cap(problem, 500)}")', "mongo/outbox"),
+    Mutant("reclaim-writes-before-checking-memory", "marks",
+           "        for ref in expired:\n            problem = (T.refusal(self._docs[ref], probe)\n"
+           "                       or T.refusal(self._docs[ref], T.lease_expired(attempt=0, now=now)))\n"
+           "            if problem is not None:\n"
+           '                raise BrokenRow(ref, f"reclaim: {problem}")\n',
+           "", "memory/outbox"),
     # the read back after a short bulk write: a row counts as ours only in the state we wrote,
     # under our claim
     Mutant("marks-read-back-ignores-state-mongo", "marks",
@@ -936,6 +938,10 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
     "claim-read-back-takes-others-rows-mongo":
         "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "reclaim-broken-row-blames-the-first-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_row_refusing_its_reclaim_costs_only_itself[mongomock]",
+    "reclaim-writes-before-checking-memory":
+        "tests/contract/test_bulk_marks.py::test_a_row_refusing_its_reclaim_costs_only_itself[memory]",
     "reclaim-read-back-takes-others-rows-mongo":
         "tests/contract/test_bulk_marks.py::test_a_reclaim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
 }

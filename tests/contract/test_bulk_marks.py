@@ -279,3 +279,29 @@ async def test_a_reclaim_that_loses_a_race_for_a_row_returns_only_the_rows_it_ho
     thief = [d for d in [await kit.raw_row(c.row.row_key) for c in first if c.row]
              if d is not None and d["_id"] == stolen]
     assert thief and thief[0]["claim_id"] == "thief"
+
+
+async def test_a_row_refusing_its_reclaim_costs_only_itself(kit: Kit) -> None:
+    """Two leases expire together; the second row's document refuses the reclaim (``$inc`` on
+    a string ``attempts``). The broken row is parked (R1) and the other is reclaimed and run in
+    the same tick, its lost attempt counted once -- not left claimed under a claim nobody holds
+    until that lease runs out too (and counted again)."""
+    await materialize(kit, 2)
+    now = kit.clock.now()
+    first = sorted(await kit.outbox.claim_any(now, 5.0, 10, tenants=[T]),
+                   key=lambda c: c.row.seq if c.row else 0)
+    good, bad = (c.row.row_key for c in first if c.row)
+    doc = await kit.raw_row(bad)
+    assert doc is not None and kit.delete_raw_row is not None
+    await kit.delete_raw_row(bad)
+    await kit.insert_raw_row({**doc, "attempts": "3"})  # the second of the sweep, broken
+    kit.clock.advance(6.0)
+    worker = kit.worker(batch_size=10, heartbeat_fraction=0)
+    with anyio.fail_after(BOUND):
+        res = await worker.tick_any()
+    assert (res.failed, res.done) == (1, 1)
+    got = {r.row_key: (r.state, r.attempts) for r in await kit.rows(T)}
+    assert got[good] == ("done", 1)
+    raw = await kit.raw_row(bad)
+    assert raw is not None and raw["state"] == "failed"
+    assert "row broke its claim" in raw["errors"][-1]["error"]
