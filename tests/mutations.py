@@ -938,6 +938,8 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
     "claim-read-back-takes-others-rows-mongo":
         "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "gathered-refusal-fails-every-tenant":
+        "tests/contract/test_bulk_marks.py::test_a_gathered_write_refused_for_one_tenant_fails_only_that_tenants_rows[memory]",
     "reclaim-broken-row-blames-the-first-mongo":
         "tests/contract/test_bulk_marks.py::test_a_row_refusing_its_reclaim_costs_only_itself[mongomock]",
     "reclaim-writes-before-checking-memory":

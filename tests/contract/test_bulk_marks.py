@@ -22,6 +22,7 @@ from board_outbox.model.errors import StoreError
 from board_outbox.ports import LaunchRequest
 from tests.conftest import live_database
 from tests.contract.test_completion import materialize, spy_marks
+from tests.contract.test_projections import InOrder
 from tests.support.kits import Kit, mongo_kit
 
 pytestmark = pytest.mark.anyio
@@ -170,6 +171,63 @@ async def test_a_bulk_write_refused_for_one_row_parks_that_row_alone(kit: Kit) -
     assert (got[1][0], got[2][0], got[3][0]) == ("done", "failed", "done")
     assert len(kit.launcher.launches) == 3  # and none runs again
     assert worker.inflight == {}
+
+
+class RefusingT1:
+    """The read-model store, refusing any write that names tenant t1's read model (as a store
+    refuses a write on one malformed document); every call counted with its tenants."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.writes: list[tuple[str, str]] = []  # (method, the tenants it names)
+
+    async def write_groups(self, groups: Any) -> list[list[bool]]:
+        self.writes.append(("write_groups", ",".join(g.tenant_id for g in groups)))
+        if any(g.tenant_id == "t1" for g in groups):
+            raise StoreError("t1's read model refuses the write")
+        return await self.base.write_groups(groups)  # type: ignore[no-any-return]
+
+    async def write_many(self, model: str, tenant_id: str, ops: Any) -> list[bool]:
+        self.writes.append(("write_many", tenant_id))
+        if tenant_id == "t1":
+            raise StoreError("t1's read model refuses the write")
+        return await self.base.write_many(model, tenant_id, ops)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+async def test_a_gathered_write_refused_for_one_tenant_fails_only_that_tenants_rows(
+        kit: Kit) -> None:
+    """One projection's rows of three tenants meet in one bulk read-model write, which the store
+    refuses because of t1's group: each group is written on its own, so t0's and t2's writes
+    stand (each written once, as a group) and only t1's rows run again on their own (and
+    retry); t0's and t2's are not re-applied row by row."""
+    import dataclasses
+
+    from board_outbox.engine.gathered import GatheredReadModels
+    from board_outbox.service.runtime import build_registry
+
+    tenants = ["t0", "t1", "t2"]
+    for t in tenants:
+        await kit.card(t, "c1")
+        for _ in range(2):
+            await kit.emit(t, "card.updated", "c1")
+    await kit.tail(seed="earliest", projections=("in-order",)).drain_all(tenants)
+    store = RefusingT1(kit.readmodels)
+    reg = build_registry(dataclasses.replace(kit.stores, readmodels=store), [])
+    InOrder.seen = {}
+    reg.register_projection(InOrder(GatheredReadModels(store)))
+    worker = kit.worker(registry=reg, batch_size=10, heartbeat_fraction=0)
+    with anyio.fail_after(BOUND):
+        res = await worker.tick_any()
+    assert (res.claimed, res.done, res.retried) == (6, 4, 2)
+    assert store.writes[:4] == [("write_groups", "t0,t1,t2"), ("write_groups", "t0"),
+                                ("write_groups", "t1"), ("write_groups", "t2")]
+    assert [w for w in store.writes if w[0] == "write_many"] == [("write_many", "t1")] * 2
+    for t in ("t0", "t2"):
+        assert await states(kit, t) == {1: ("done", 0), 2: ("done", 0)}
+    assert await states(kit, "t1") == {1: ("pending", 1), 2: ("pending", 1)}
 
 
 # --- the read back after a short bulk write -----------------------------------------------------
