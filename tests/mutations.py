@@ -946,6 +946,18 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_bulk_marks.py::test_a_row_refusing_its_reclaim_costs_only_itself[memory]",
     "reclaim-read-back-takes-others-rows-mongo":
         "tests/contract/test_bulk_marks.py::test_a_reclaim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "flush-gives-up-at-the-original-lease":
+        "tests/contract/test_long_outages.py::test_a_flush_rides_out_an_outage_past_the_original_lease_while_the_heartbeat_holds[memory-launch]",
+    "staged-row-leaves-the-heartbeat":
+        "tests/contract/test_long_outages.py::test_a_flush_rides_out_an_outage_past_the_original_lease_while_the_heartbeat_holds[memory-launch]",
+    "staged-unit-leaves-the-heartbeat":
+        "tests/contract/test_long_outages.py::test_a_flush_rides_out_an_outage_past_the_original_lease_while_the_heartbeat_holds[memory-projection]",
+    "settled-rows-keep-their-leases":
+        "tests/contract/test_long_outages.py::test_a_row_leaves_the_heartbeat_once_its_mark_is_written[memory]",
+    "handoff-beat-window-one-beat":
+        "tests/contract/test_long_outages.py::test_a_failed_beat_between_batches_is_ridden_out_by_the_handed_rows[memory]",
+    "heartbeat-skips-handed-rows":
+        "tests/contract/test_long_outages.py::test_handed_rows_keep_their_leases_while_a_long_effect_runs_ahead_of_them[memory]",
 }
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
