@@ -958,6 +958,8 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_long_outages.py::test_a_failed_beat_between_batches_is_ridden_out_by_the_handed_rows[memory]",
     "heartbeat-skips-handed-rows":
         "tests/contract/test_long_outages.py::test_handed_rows_keep_their_leases_while_a_long_effect_runs_ahead_of_them[memory]",
+    "riders-ride-a-lost-lease":
+        "tests/contract/test_long_outages.py::test_a_launch_whose_lease_was_lost_stops_renewing_its_slots[memory]",
 }
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")

@@ -176,3 +176,36 @@ async def test_a_row_leaves_the_heartbeat_once_its_mark_is_written(kit: Kit) -> 
         res = await worker.tick_any()
     assert res.done == 2 and held == [[2]]
     assert worker.inflight == {}
+
+
+async def test_a_launch_whose_lease_was_lost_stops_renewing_its_slots(kit: Kit) -> None:
+    """A launch holds its in-flight slots (10 s, renewed by each beat of its lease). Its lease
+    is taken meanwhile (released and claimed by another worker): the next beat finds it lost,
+    and renews nothing that rode on it -- the slots end at their own end, so the row's new
+    holder can launch, and the old launch's late mark is fenced out."""
+    from board_outbox.model import transitions as tr
+    from board_outbox.model.limits import bot_key
+    from tests.contract.test_slot_lifetime import _beat, _limits, _running
+
+    worker, launcher = await _running(kit, slot_seconds=10)
+    lim = _limits(kit)
+    other = kit.worker(heartbeat_fraction=0, lease_seconds=30)
+    with anyio.fail_after(BOUND):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.tick_any, [T])
+            await launcher.started.wait()
+            (lease,) = worker.inflight.values()
+            c = lease.claim
+            assert await kit.outbox.apply_claimed(c.ref, c.claim_id,
+                                                  tr.release(now=kit.clock.now()))
+            assert len(await other.outbox.claim_any(kit.clock.now(), 30.0, 1, tenants=[T])) == 1
+            kit.clock.advance(8)
+            await _beat(worker)
+            assert lease.stopped == "lost"
+            kit.clock.advance(3)  # past the slot's own end (10 s): not renewed at the lost beat
+            now = kit.clock.now()
+            assert await lim.acquire(bot_key(T, "b"), 1, "the new holder", until=now + 60,
+                                     now=now)
+            launcher.done.set()
+    [row] = await kit.rows(T)
+    assert row.state == "claimed" and row.claim_id != c.claim_id  # the new holder's, untouched
