@@ -960,6 +960,8 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_long_outages.py::test_handed_rows_keep_their_leases_while_a_long_effect_runs_ahead_of_them[memory]",
     "riders-ride-a-lost-lease":
         "tests/contract/test_long_outages.py::test_a_launch_whose_lease_was_lost_stops_renewing_its_slots[memory]",
+    "beat-extends-farthest-leases-first":
+        "tests/contract/test_long_outages.py::test_a_beat_cut_short_by_the_store_has_extended_the_leases_nearest_their_end[memory]",
 }
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")

@@ -209,3 +209,24 @@ async def test_a_launch_whose_lease_was_lost_stops_renewing_its_slots(kit: Kit) 
             launcher.done.set()
     [row] = await kit.rows(T)
     assert row.state == "claimed" and row.claim_id != c.claim_id  # the new holder's, untouched
+
+
+async def test_a_beat_cut_short_by_the_store_has_extended_the_leases_nearest_their_end(
+        kit: Kit) -> None:
+    """Two claims' leases, one ending in 10 s and one in 25 s, beaten together; the store
+    times out on the beat's second write (the rest waits for the next beat). The first write
+    went to the lease nearest its end: that one was extended, the other still has time."""
+    from board_outbox.engine.leases import Lease
+
+    await materialize(kit, 2)
+    now = kit.clock.now()
+    (near,) = await kit.outbox.claim_any(now, 10.0, 1, tenants=[T])
+    (far,) = await kit.outbox.claim_any(now, 25.0, 1, tenants=[T])
+    worker = kit.worker(lease_seconds=30.0, heartbeat_fraction=0)
+    leases = [Lease(far, now), Lease(near, now)]
+    kit.clock.advance(5.0)
+    kit.faults.fail_at("outbox.apply_claimed[extend_lease]", nth=2)
+    await worker.extend_many(leases)
+    assert kit.faults.fired["outbox.apply_claimed[extend_lease]"] == 1
+    assert (leases[1].until, leases[0].until) == (now + 35.0, far.lease_until)
+    assert [x.stopped for x in leases] == ["", ""]
