@@ -962,6 +962,32 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_long_outages.py::test_a_launch_whose_lease_was_lost_stops_renewing_its_slots[memory]",
     "beat-extends-farthest-leases-first":
         "tests/contract/test_long_outages.py::test_a_beat_cut_short_by_the_store_has_extended_the_leases_nearest_their_end[memory]",
+    "handoff-runs-a-lost-lease":
+        "tests/contract/test_edges.py::test_a_handed_row_whose_lease_was_lost_while_it_waited_is_never_run[memory]",
+    "handoff-room-ignores-the-queue":
+        "tests/contract/test_edges.py::test_the_hand_off_room_counts_the_rows_already_waiting[memory]",
+    "insert-error-taken-for-a-duplicate-mongo":
+        "tests/contract/test_edges.py::test_an_insert_error_that_is_not_a_duplicate_key_stops_the_cursor[mongomock]",
+    "stream-trust-from-a-full-read":
+        "tests/contract/test_edges.py::test_a_read_that_filled_its_limit_earns_the_buffer_no_trust",
+    "lanes-last-error-wins":
+        "tests/contract/test_edges.py::test_of_two_failing_lanes_the_first_failure_is_raised",
+    "pause-release-failure-waits-for-the-sweep":
+        "tests/contract/test_edges.py::test_a_pause_release_that_fails_is_tried_again_at_the_next_read[memory]",
+    "coalesce-into-a-running-row":
+        "tests/contract/test_edges.py::test_a_row_is_never_coalesced_into_a_newer_row_that_is_still_running[memory]",
+    "priority-sorted-across-tenants":
+        "tests/contract/test_edges.py::test_priority_orders_a_tenants_own_rows_and_never_one_tenant_ahead_of_anothers_turn",
+    "bulk-replay-catches-up-after-a-slow-page":
+        "tests/contract/test_edges.py::test_a_bulk_replay_does_not_catch_up_after_a_slow_page[memory]",
+    "bulk-replay-past-the-plan":
+        "tests/contract/test_edges.py::test_a_bulk_replay_applies_no_more_rows_than_its_plan_counted[memory]",
+    "audit-repair-rewrites-every-owed-row":
+        "tests/contract/test_audit.py::test_repair_rewrites_only_the_missing_rows_of_a_mixed_range[memory]",
+    "adopt-takes-another-claims-rows-mongo":
+        "tests/contract/test_handoff.py::test_two_replicas_inserting_the_same_rows_collapse_on_the_row_key[mongomock]",
+    "adopt-takes-another-claims-rows-memory":
+        "tests/contract/test_handoff.py::test_two_replicas_inserting_the_same_rows_collapse_on_the_row_key[memory]",
 }
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")

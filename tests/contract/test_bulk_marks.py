@@ -9,7 +9,6 @@ us only if the store holds it in that state under our claim."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import anyio
@@ -20,10 +19,9 @@ from board_outbox.model import transitions as tr
 from board_outbox.model.domain import ErrorEntry, EventSnapshot
 from board_outbox.model.errors import StoreError
 from board_outbox.ports import LaunchRequest
-from tests.conftest import live_database
 from tests.contract.test_completion import materialize, spy_marks
 from tests.contract.test_projections import InOrder
-from tests.support.kits import Kit, mongo_kit
+from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio
 
@@ -256,21 +254,6 @@ async def test_a_short_bulk_write_counts_only_rows_in_the_marks_state_under_its_
 
 
 # --- the claim's own read back (the Mongo adapters: a pick, then a write) -----------------------
-
-
-@pytest.fixture(params=["mongomock", pytest.param("mongo-live", marks=pytest.mark.live_mongo)])
-async def mongo(request: pytest.FixtureRequest) -> AsyncIterator[Kit]:
-    if request.param == "mongomock":
-        from board_outbox.adapters.mongo import ensure_schema
-        from tests.support.mongomock_async import mock_database
-
-        db = mock_database()
-        await ensure_schema(db)
-        yield mongo_kit(db, "mongomock")
-    else:
-        uri = request.getfixturevalue("live_uri")
-        async with live_database(uri) as db:
-            yield mongo_kit(db, "mongo-live")
 
 
 class Racing:
