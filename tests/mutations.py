@@ -1206,6 +1206,42 @@ def run_mutant(m: Mutant, unit: bool, harness: bool, first: str = "") -> Result:
     return res
 
 
+# the whole suite as CI runs it (two workers, the live tests too), for ``--together``
+SUITE = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         "--durations=15", *(f"--deselect={t}" for t in UNIT_DESELECT)]
+
+
+def run_together(chosen: list[Mutant], timeout: float) -> int:
+    """Every chosen mutant applied to one copy (a mutant whose snippet an earlier one rewrote is
+    left out, said so), then the whole suite once, without ``-x``: how long a broken build
+    takes to fail, and how many tests say so. Exit status 0 when the suite failed (the build is
+    broken: it must), 1 when it passed or did not finish within ``timeout``."""
+    with tempfile.TemporaryDirectory(prefix="mutants-together-") as tmp:
+        copy = Path(tmp)
+        make_copy(copy)
+        applied: list[str] = []
+        for m in chosen:
+            try:
+                apply(m, copy)
+                applied.append(m.name)
+            except MutantError as exc:
+                print(f"  left out: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"{len(applied)} mutants applied at once: {', '.join(applied)}", file=sys.stderr,
+              flush=True)
+        t0 = time.monotonic()
+        rc, out = run(SUITE, copy, timeout)
+        took = time.monotonic() - t0
+    lines = out.strip().splitlines()
+    tally = next((x for x in reversed(lines) if " passed" in x or " failed" in x), "?")
+    slowest = [x for x in lines if re.match(r"\s*[0-9.]+s (call|setup|teardown) ", x)][:15]
+    failed = sorted({m.group(2) for x in lines if (m := re.match(r"(FAILED|ERROR) (\S+)", x))})
+    print("\n".join(slowest))
+    print(f"\n{len(failed)} tests failed, e.g.: {', '.join(failed[:10])}")
+    state = "did not finish" if rc is None else ("failed" if rc else "PASSED")
+    print(f"the suite with {len(applied)} mutants at once {state} in {took:.0f}s: {tally}")
+    return 0 if rc not in (None, 0) else 1
+
+
 def preflight(baseline: bool) -> None:
     """The copy, not the editable install, must be what the subprocesses import: a copy whose
     domain module raises at import must fail, and ``board_outbox`` must resolve inside it. With
@@ -1284,6 +1320,12 @@ def main(argv: list[str] | None = None) -> int:
                          "first (default: the committed table)")
     ap.add_argument("--suite-only", action="store_true",
                     help="never run a catcher first: the whole unit suite for every mutant")
+    ap.add_argument("--together", action="store_true",
+                    help="apply every chosen mutant (--only, else all) to ONE copy and time the "
+                         "whole suite once, as CI runs it, without -x: how long a broken build "
+                         "takes to fail")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="with --together: the suite's bound in seconds (default 1800)")
     args = ap.parse_args(argv)
     if args.list:
         for m in MUTANTS:
@@ -1300,6 +1342,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown mutant(s): {', '.join(unknown)}")
         chosen = [m for m in MUTANTS if m.name in args.only]
+    if args.together:
+        return run_together(chosen, args.timeout)
     known = catchers(args.catchers)
     preflight(baseline=not args.no_unit and not args.no_baseline)
     t0 = time.monotonic()

@@ -88,6 +88,12 @@ STALL_STEPS = 30
 # than the rows' original lease, while the heartbeat's small writes still land
 SLOW_MARK_TRIES = 4
 OP_TIMEOUT = 4.0
+# The real time one schedule may take (its time is simulated: a schedule takes well under a
+# second on the memory twins, a few over mongomock, tens on the wire). Past it the schedule is
+# stuck -- a replica waiting on what no turn brings, the driver waiting on a replica that never
+# parks -- and is reported ``[hung]``, so a broken build fails fast instead of holding the run
+# until the test's timeout.
+SCHEDULE_SECONDS = {"memory": 30.0, "mongomock": 60.0, "wire": 300.0}
 # Each invariant violation is reported as "[kind] detail"; the self-tests assert on the kind.
 VIOLATION_KINDS = (
     "duplicate-row", "not-settled", "lost-event", "young-gap-stepped", "poison-row",
@@ -100,6 +106,8 @@ VIOLATION_KINDS = (
     "slot-lifetime", "slot-fence",
     # the effect's mark and the leases behind it (tests/harness/marks.py)
     "effect-unmarked", "stale-claim", "handoff-lapsed", "slot-after-lost-lease",
+    # the schedule did not finish within SCHEDULE_SECONDS of real time
+    "hung",
 )
 
 
@@ -452,6 +460,8 @@ class Simulation:
         self.silent: dict[int, int] = {}  # rid -> step until which it does not heartbeat
         self.frozen: set[int] = set()  # split view: these replicas keep the view they were given
         self.store = STORES[store]()
+        self.wall_seconds = SCHEDULE_SECONDS[store]
+        self.hung = False
         self.d = decider
         self.n_replicas = replicas
         self.tenants = [f"t{i}" for i in range(tenants)]
@@ -1285,13 +1295,26 @@ class Simulation:
     async def run(self, max_steps: int = 400) -> Report:
         with self.limits.sim_time():
             await self._run(max_steps)
+        if self.hung:
+            self.report.violations.append(
+                f"[hung] the schedule did not finish within {self.wall_seconds:g} s of real time "
+                f"(stuck at step {self.step}; parked: {sorted(self.turns.parked)})")
+            return self.report
         # F2: checked once every replica has stopped (their releases made, shielded)
         self.report.violations += self.limits.finish()
         return self.report
 
+    async def _watchdog(self, scope: anyio.CancelScope) -> None:
+        """Ends a schedule stuck past ``wall_seconds`` of real time (see SCHEDULE_SECONDS)."""
+        await anyio.sleep(self.wall_seconds)
+        self.hung = True
+        self.turns.close()  # a replica's shielded clean-up waits for no turn now
+        scope.cancel()
+
     async def _run(self, max_steps: int) -> None:
         await self.setup()
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watchdog, tg.cancel_scope)
             for rid in range(self.n_replicas):
                 self.turns.start()  # counted before it first runs: the driver waits for it
                 tg.start_soon(self._replica, rid)
@@ -1623,7 +1646,10 @@ def shrink(choices: Sequence[int], fails: Callable[[list[int]], bool]) -> list[i
 
 def run_many(n: int, first_seed: int = 0, steps: int = 300,
              progress: Callable[[int, Report], None] | None = None,
-             tail_cls: type[Tail] = Tail, store: str = "memory", membership: bool = True) -> Report:
+             tail_cls: type[Tail] = Tail, store: str = "memory", membership: bool = True,
+             stop_at_first: bool = False) -> Report:
+    """``n`` seeded schedules from ``first_seed``; ``stop_at_first``: stop after the first
+    that reports a violation (a run that must be clean fails fast on a broken build)."""
     total = Report(schedules=0)
     for i in range(n):
         rep = run_schedule(first_seed + i, steps, tail_cls=tail_cls, store=store,
@@ -1633,5 +1659,7 @@ def run_many(n: int, first_seed: int = 0, steps: int = 300,
         total.add(rep)
         if progress is not None:
             progress(i + 1, total)
+        if stop_at_first and rep.violations:
+            break
     return total
 
