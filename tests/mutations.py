@@ -191,7 +191,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "steal_before=None if prefer is None else now - s.reclaim_every_seconds,", "worker"),
     # the preference (S1) is shared too: model/fairness.pick takes every row oldest due first
     Mutant("prefer-ignored-under-limit", "bounds",
-           "    return (round_robin(mine, tenant, rank_of, [d for d in more if d.get(\"tenant_id\") in prefer])\n"
+           "    return (round_robin(mine, tenant, rank_of, mine_more)\n"
            "            + round_robin(theirs, tenant, rank_of, [d for d in more if others(d)]))[:limit]",
            "    return round_robin(sorted(mine + theirs, key=lambda d: _number(d.get(\"not_before\"))),\n"
            "                       tenant, rank_of, more)[:limit]", "fairness"),
@@ -610,7 +610,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # twin's tenants by their oldest high-priority row; the Mongo pick in the server's order
     # (mongomock: as stored); a hand-off whose backlog pick never stops, or gets no room
     Mutant("fair-stolen-before-owned", "fair",
-           "    return (round_robin(mine, tenant, rank_of, [d for d in more if d.get(\"tenant_id\") in prefer])\n"
+           "    return (round_robin(mine, tenant, rank_of, mine_more)\n"
            "            + round_robin(theirs, tenant, rank_of, [d for d in more if others(d)]))[:limit]",
            "    return (round_robin(theirs, tenant, rank_of, [d for d in more if others(d)])\n"
            "            + round_robin(mine, tenant, rank_of, more))[:limit]", "fairness"),

@@ -149,5 +149,6 @@ def pick(
 
     mine = [d for d in rows if d.get("tenant_id") in prefer]
     theirs = [d for d in rows if others(d)]
-    return (round_robin(mine, tenant, rank_of, [d for d in more if d.get("tenant_id") in prefer])
+    mine_more = [d for d in more if d.get("tenant_id") in prefer]
+    return (round_robin(mine, tenant, rank_of, mine_more)
             + round_robin(theirs, tenant, rank_of, [d for d in more if others(d)]))[:limit]
