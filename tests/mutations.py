@@ -498,7 +498,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'urgent = {**due, "priority": {"$gt": 0}}',
            'urgent = {"state": PENDING, "priority": {"$gt": 0}}', "mongo/outbox"),
     Mutant("priority-tick-not-reordered", "priority",
-           "res = await self.run_claims(by_priority(claims))", "res = await self.run_claims(claims)",
+           "claims = by_priority(claims)  # each tenant's", "claims = claims  # each tenant's",
            "worker"),
     # explain: a lease is live until its exact end, a row due from its exact not_before (as the
     # reclaim and the claim read them); the turn counts only the tenant's rows, strictly ahead
@@ -544,16 +544,27 @@ MUTANTS: tuple[Mutant, ...] = (
     # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
     # failure, ``[worker] concurrency`` honoured
     Mutant("lanes-one-per-row", "lanes",
-           "await run_lanes(units, lane_of, run,",
-           "await run_lanes(units, lambda unit: unit[0].ref, run,", "running"),
+           "pool = LanePool[Job](tg, lambda job: lane(job.claims), self._run_job,",
+           "pool = LanePool[Job](tg, lambda job: job.claims[0].ref, self._run_job,", "running"),
     Mutant("lanes-start-after-a-failure", "lanes",
-           "if out.error is not None or stopping():", "if stopping():", "lanes"),
+           "if not q or self.error is not None or self._stopping():",
+           "if not q or self._stopping():", "lanes"),
     Mutant("lanes-unbounded", "lanes",
            "limiter = anyio.CapacityLimiter(max(1, concurrency))",
-           "limiter = anyio.CapacityLimiter(max(1, len(queues)))", "lanes"),
+           "limiter = anyio.CapacityLimiter(10**6)", "lanes"),
     Mutant("lanes-concurrency-setting-ignored", "lanes",
-           "concurrency=s.concurrency, stopping=lambda: self.stopping,",
-           "concurrency=8, stopping=lambda: self.stopping,", "running"),
+           "concurrency=self.settings.concurrency,", "concurrency=8,", "running"),
+    # lanes outlive the batch: the worker loop keeps them open; the rows in them are bounded, a
+    # tenant's lane takes a claim's worth of its handed rows, one heartbeat beats the queued rows
+    Mutant("lanes-close-with-the-batch", "lanes",
+           "async with self.worker.lanes(self.stats.worker.add):",
+           "async with anyio.create_task_group():", "runtime"),
+    Mutant("lanes-rows-unbounded", "lanes",
+           "return 2 * self.claim_limit()", "return 10**6", "running"),
+    Mutant("lanes-tenant-takes-every-handed-row", "lanes",
+           "return max(1, self.claim_limit()) - self.held(tenant_id)", "return 10**6", "running"),
+    Mutant("lanes-queued-rows-not-beaten", "lanes",
+           "            self.inflight.setdefault(c.ref, Lease(c, now))\n", "", "running"),
     # the stream buffer: trusted only after a read that began with this very buffer; cleared on
     # (re)open; forgotten on ownership loss; bounded
     Mutant("stream-trust-from-an-older-buffer", "stream",
@@ -639,8 +650,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fair-handoff-backlog-pick-never-stops", "fair",
            "self._pick_full = full", "self._pick_full = self._pick_full or full", "handoff"),
     Mutant("fair-handoff-crowds-out-the-pick", "fair",
-           "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)",
-           "claims += self._handoff.take(limit, tenants)", "worker"),
+           "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants,",
+           "claims += self._handoff.take(limit, tenants,", "worker"),
     # --- issue 32: the slot lifetime (harness) ---
     Mutant("limits-mongo-renew-unfenced", "limits",
            '            {"key": key, "holder": holder},\n            {"$set": {"until": until',
@@ -677,6 +688,14 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "lanes-close-with-the-batch":
+        "tests/test_lanes.py::test_a_slow_tenant_holds_only_its_own_lane_while_new_rows_of_others_arrive",
+    "lanes-rows-unbounded":
+        "tests/test_lanes.py::test_open_lanes_hold_at_most_two_claims_and_a_slow_tenant_a_claims_worth",
+    "lanes-tenant-takes-every-handed-row":
+        "tests/test_lanes.py::test_open_lanes_hold_at_most_two_claims_and_a_slow_tenant_a_claims_worth",
+    "lanes-queued-rows-not-beaten":
+        "tests/contract/test_heartbeat.py::test_a_row_queued_behind_a_slow_one_in_open_lanes_keeps_its_lease[memory]",
     "priority-projection-rows-ranked":
         "tests/contract/test_priority.py::test_priorities_give_no_tenant_more_turns_for_its_launches[memory]",
     "priority-pick-extra-rows-hold-places-mongo":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from board_outbox.engine.leases import Lease, current
@@ -114,8 +114,7 @@ class HandoffQueue:
         """Rows of ``tenant_id`` this worker takes now: none while it holds a claim's worth of
         the tenant's rows (F1: a burst waits in the event log, a quiet tenant's row never waits
         behind it) or while it stops; else what it has room for (``capacity``, less the
-        ``running`` rows of the batch in flight and the rows queued), at least a claim's
-        worth."""
+        ``running`` rows in flight and the rows queued), at least a claim's worth."""
         if stopping or self._queued_by_tenant.get(tenant_id, 0) >= self.batch_size:
             return 0
         return max(self.batch_size, capacity - running - len(self._queued))
@@ -215,21 +214,28 @@ class HandoffQueue:
             self._due = heapq.nsmallest(EXPECTED_MAX, self._due)
 
     def take(self, room: int, tenants: Collection[str] | None,
-             full: Collection[str] = ()) -> list[Claim]:
-        """Up to ``room`` handed rows (of ``tenants`` only, when given; none of the ``full``
-        tenants, whose lanes hold a claim's worth already), fairly (F1): round-robin by tenant,
-        each tenant's subscription rows highest priority first and, among equal priorities,
-        oldest first (``fairness.ranked``), so a quiet tenant's fresh row is not queued behind a
-        noisy tenant's burst. The tenants' turns rotate from take to take: a tenant served
-        goes behind the tenants not served since (a take of fewer rows than tenants does not
-        start from the same tenant each time; which of its rows a tenant runs never moves its
-        turn). Each comes with its lease as the heartbeat left it."""
+             most: Callable[[str], int] | None = None) -> list[Claim]:
+        """Up to ``room`` handed rows (of ``tenants`` only, when given; at most ``most(t)`` of
+        tenant ``t``'s: a lane holding a claim's worth takes none), fairly (F1): round-robin by
+        tenant, each tenant's subscription rows highest priority first and, among equal
+        priorities, oldest first (``fairness.ranked``), so a quiet tenant's fresh row is not
+        queued behind a noisy tenant's burst. The tenants' turns rotate from take to take: a
+        tenant served goes behind the tenants not served since (a take of fewer rows than
+        tenants does not start from the same tenant each time; which of its rows a tenant
+        runs never moves its turn). Each comes with its lease as the heartbeat left it."""
         if room <= 0 or not self._queued:
             return []
         self.dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting
         turn = self._turns
-        eligible = [x for x in self._rank() if x.claim.tenant_id not in full and (
-            tenants is None or x.claim.tenant_id in tenants)]
+        left: dict[str, int] = {}
+        eligible = []
+        for x in self._rank():
+            t = x.claim.tenant_id
+            if tenants is not None and t not in tenants:
+                continue
+            n = left[t] = left[t] - 1 if t in left else (room if most is None else most(t)) - 1
+            if n >= 0:
+                eligible.append(x)
         eligible.sort(key=lambda x: turn.get(x.claim.tenant_id, -1))  # stable: oldest first
         taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]
         for x in taken:
