@@ -97,10 +97,8 @@ MUTANTS: tuple[Mutant, ...] = (
            '            return None',
            '        if doc is None:\n            return None', "memory/outbox"),
     Mutant("worker-mark-done-unfenced-mongo", "worker",
-           '        res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id},\n'
-           '                                         update_of(t))',
-           '        res = await self.coll.update_one({"_id": ref},\n'
-           '                                         update_of(t))', "mongo/outbox"),
+           "res = await self.coll.update_one(by_ids([ref], state=CLAIMED, claim_id=claim_id),",
+           "res = await self.coll.update_one(by_ids([ref]),", "mongo/outbox"),
     # --- the launch handler ----------------------------------------------------------------
     Mutant("launch-no-reverify", "launch",
            "if not row.consume_marked and not matches(sub, row.event):", "if False:", "launch"),
@@ -296,7 +294,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "self.factor = max(MIN_FACTOR, self.factor / 2)", "self.factor = self.factor",
            "pressure"),
     Mutant("pressure-never-recovers", "pressure",
-           "self.factor = min(1.0, self.factor + GROW)", "self.factor = self.factor", "pressure"),
+           "self.factor = min(1.0, self.factor + GROW * clean / COOLDOWN_SECONDS)",
+           "self.factor = self.factor", "pressure"),
+    # recovery by passes, not by time: a replica whose pauses are stretched sits at its floor
+    Mutant("pressure-recovers-per-pass", "pressure",
+           "self.factor = min(1.0, self.factor + GROW * clean / COOLDOWN_SECONDS)",
+           "self.factor = min(1.0, self.factor + GROW)", "pressure"),
+    Mutant("pressure-stretch-unbounded", "pressure",
+           "return max(seconds, min(seconds / self.factor, MAX_STRETCHED_SECONDS))",
+           "return seconds / self.factor", "pressure"),
+    # a slow pass at the floor still credits the time before it
+    Mutant("pressure-credits-slow-time", "pressure",
+           "self._last_trouble = now  # no recovery is credited for the time up to here",
+           "pass", "pressure"),
     Mutant("tail-batch-ignores-pressure", "pressure",
            "return limit if self.pressure is None else self.pressure.scale(limit)",
            "return limit", "tail"),
@@ -443,8 +453,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # pause set is read once per heartbeat, from the exact instant; a pause holds its own scope
     # only; a held row keeps its own due time
     Mutant("pause-release-ignores-pauses-still-on", "pause",
-           '"waiting": {"$type": "string", "$nin": sorted(keep)}},',
-           '"waiting": {"$type": "string"}},', "mongo/outbox"),
+           "if isinstance(why, str) and why not in keep:",
+           "if isinstance(why, str):", "mongo/outbox"),
     Mutant("pause-lift-released-on-one-read-only", "pause",
            "RELEASE_PASSES = 2", "RELEASE_PASSES = 1", "engine/pause"),
     Mutant("pause-read-late-at-the-heartbeat-instant", "pause",
@@ -533,7 +543,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
     # failure, ``[worker] concurrency`` honoured
     Mutant("lanes-one-per-row", "lanes",
-           "await run_lanes(units, lambda unit: unit[0].tenant_id, run,",
+           "await run_lanes(units, lane_of, run,",
            "await run_lanes(units, lambda unit: unit[0].ref, run,", "running"),
     Mutant("lanes-start-after-a-failure", "lanes",
            "if out.error is not None or stopping():", "if stopping():", "lanes"),
@@ -586,8 +596,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "        candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row\n",
            "", "memory/outbox"),
     Mutant("fair-handoff-drops-the-backlog-pick", "fair",
-           "return not self._handing or self._pick_full or now >= self._next_pick",
-           "return not self._handing or now >= self._next_pick", "handoff"),
+           "if self._pick_full or (not self._handing and not stream_open):",
+           "if not self._handing and not stream_open:", "handoff"),
+    # while the change stream is open the idle pick is the net: it must still run at the due
+    # time of a retry this worker wrote, and must not run on the old schedule
+    Mutant("net-pick-misses-due-retries", "fair",
+           "if self._due and self._due[0] <= now:", "if False:", "handoff"),
+    Mutant("net-pick-ignores-the-open-stream", "fair",
+           "return now >= (self._next_net if stream_open else self._next_pick)",
+           "return now >= self._next_pick", "handoff"),
     # more of the kind: stolen rows before owned ones; tenants by name, not by oldest row; the
     # twin's tenants by their oldest high-priority row; the Mongo pick in the server's order
     # (mongomock: as stored); a hand-off whose backlog pick never stops, or gets no room
@@ -646,6 +663,16 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "net-pick-misses-due-retries":
+        "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
+    "net-pick-ignores-the-open-stream":
+        "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
+    "pressure-recovers-per-pass":
+        "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
+    "pressure-stretch-unbounded":
+        "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
+    "pressure-credits-slow-time":
+        "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
     "retention-ttl-never-changed": "tests/test_retention.py",
     "retention-audit-ignores-it": "tests/test_retention.py",
     "backend-memory-by-default": "tests/test_no_backend.py",

@@ -1100,6 +1100,33 @@ async def test_a_bad_membership_lease_is_not_a_member(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", pytest.param("mongo-live", marks=pytest.mark.live_mongo)])
+async def test_the_heartbeats_one_read_parses_each_member_and_pause_alone(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """S6: the heartbeat reads the members and the pauses in one read. A bad lease and a bad
+    pause document each cost only themselves there too: the good member and the good pause are
+    read, the bad ones left out and listed."""
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    async with open_side(side, request) as s:
+        bad_member, bad_pause = _uniq("bad-member"), _uniq("acme")
+        await s.member(bad_member, "soon")
+        await s.stores.pauses.pause("tenant", "good", reason="", by="ops", at=1.0)
+        doc = {"scope": "galaxy", "key": bad_pause, "active": True, "reason": "", "by": "x",
+               "at": 1.0}
+        if s.backend is not None:
+            s.backend.pauses.put_raw(f"galaxy:{bad_pause}", doc)
+        else:
+            await s.db["board_outbox_pauses"].insert_one({"_id": f"galaxy:{bad_pause}", **doc})
+        live, pauses = await s.stores.members.heartbeat_with_pauses("me", 100.0, 10.0)
+        assert [m.member_id for m in live] == ["me"]
+        assert [(p.scope, p.key) for p in pauses] == [("tenant", "good")]
+        listed = {(d.collection, d.key) for d in BAD_DOCUMENTS.current()}
+        assert ("board_outbox_members", bad_member) in listed
+        assert ("board_outbox_pauses", f"galaxy:{bad_pause}") in listed
+
+
+@pytest.mark.anyio
 async def test_status_lists_a_bad_lease_instead_of_crashing(
         capsys: pytest.CaptureFixture[str]) -> None:
     b = MemoryBackend()
@@ -1329,12 +1356,18 @@ async def test_a_stored_token_with_string_or_binary_data_loads_as_it_is(
 
 
 async def _other_collections_token(db: Any) -> Any:
-    stream = await db["elsewhere"].watch()
-    async with stream:
-        await db["elsewhere"].insert_one({"x": 1})
-        while await stream.try_next() is None:
-            pass
-        return stream.resume_token
+    """A token of another database's stream: the service's one stream watches its own database
+    (S6), where any collection's token is a position it can resume from."""
+    other = db.client[f"{db.name}_elsewhere"]
+    stream = await other["elsewhere"].watch()
+    try:
+        async with stream:
+            await other["elsewhere"].insert_one({"x": 1})
+            while await stream.try_next() is None:
+                pass
+            return stream.resume_token
+    finally:
+        await db.client.drop_database(other.name)
 
 
 @pytest.mark.anyio

@@ -215,7 +215,8 @@ class TwoStreams:
         self.fail = anyio.Event()
         self.second = anyio.Event()
 
-    async def watch(self, resume_token: Any, *, exclude: Any = ()) -> AsyncGenerator[Change, None]:
+    async def watch(self, resume_token: Any, *, exclude: Any = (),
+                    pace: Any = None) -> AsyncGenerator[Change, None]:
         self.opens += 1
         if self.opens == 1:
             yield Change(T, 1, "tok1", doc(1))

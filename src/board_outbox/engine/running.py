@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from board_outbox.engine.batch import plan
+from board_outbox.engine.batch import lane_of, plan
 from board_outbox.engine.lanes import Lanes, run_lanes
 from board_outbox.engine.leases import Lease
 from board_outbox.engine.outcomes import TickResult
@@ -108,7 +108,8 @@ class BatchRunning:
                 await self.completer.flush()
 
     async def _run_units(self, claims: list[Claim], res: TickResult) -> TickResult:
-        """The batch's units in lanes, one per tenant, ``concurrency`` at once (``lanes.py``)."""
+        """The batch's units in lanes, one per tenant (and one per projection unit that spans
+        tenants, ``batch.lane_of``), ``concurrency`` at once (``lanes.py``)."""
         s = self.settings
         prefetched = await self._prepare(claims)
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
@@ -126,7 +127,7 @@ class BatchRunning:
 
         lanes = Lanes[list[Claim]]()
         try:
-            await run_lanes(units, lambda unit: unit[0].tenant_id, run,
+            await run_lanes(units, lane_of, run,
                             concurrency=s.concurrency, stopping=lambda: self.stopping,
                             lanes=lanes)
         except anyio.get_cancelled_exc_class():
