@@ -24,26 +24,10 @@ import uuid
 from typing import Any
 
 import aiohttp
-from pymongo import ASCENDING, AsyncMongoClient, IndexModel, UpdateOne
+from pymongo import AsyncMongoClient, UpdateOne
 from pymongo.errors import BulkWriteError
 
-EVENTS, CURSORS, EFFECTS, CARDS, SUBS, MODELS = (
-    "board_events", "trigger_cursors", "trigger_effects", "board_cards", "trigger_subscriptions",
-    "read_models")
-EVENT_BATCH = 500
-CLAIM = 20
-
-
-async def indexes(db: Any) -> None:
-    """What the floor's own queries need, and nothing more."""
-    await db[EVENTS].create_indexes([IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)],
-                                                unique=True)])
-    await db[EFFECTS].create_indexes([
-        IndexModel([("row_key", ASCENDING)], unique=True),
-        IndexModel([("state", ASCENDING), ("not_before", ASCENDING)]),
-    ])
-    await db[MODELS].create_indexes([IndexModel(
-        [("model", ASCENDING), ("tenant_id", ASCENDING), ("key", ASCENDING)], unique=True)])
+from benchmarks.floor_schema import CARDS, CLAIM, CURSORS, EFFECTS, EVENT_BATCH, EVENTS, MODELS, SUBS, indexes
 
 
 async def materialize(db: Any, tenants: list[str], stop: asyncio.Event) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 import aiohttp
 from pymongo import AsyncMongoClient, UpdateOne
 
-from benchmarks.floor import CARDS, CURSORS, EFFECTS, EVENT_BATCH, EVENTS, MODELS, SUBS, indexes
+from benchmarks.floor_schema import CARDS, CURSORS, EFFECTS, EVENT_BATCH, EVENTS, MODELS, SUBS, indexes
 
 STREAM: list[dict[str, Any]] = [{"$match": {"operationType": "insert"}},
           {"$project": {"operationType": 1, "fullDocument.tenant_id": 1, "fullDocument.seq": 1}}]

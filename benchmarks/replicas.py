@@ -9,7 +9,10 @@ projection on, events trickled in round-robin. Reported per run:
 - events/s (events over the time from the first insert to the last row done);
 - insert -> done p50/p99 of the launch rows (event insert wall time -> row ``updated_at``);
 - the replicas' CPU seconds (utime + stime from /proc) per 1,000 events;
-- idle requests/s (no events) at 20 tenants, and at 2,000 tenants for one replica;
+- idle requests/s (no events) at 20 tenants, and at 2,000 tenants for one replica (with
+  ``--statements``, the idle statements per second by command, collection and filter shape;
+  ``--idle-only`` measures only these, ``--baseline SRC`` each also from another checkout,
+  interleaved, and ``--idle-endpoints`` with the operator endpoints on, as in the runs);
 - the requests per event by type (the server's ``opcounters``: query, insert, update, delete,
   getmore, command; ours subtracted where we send them);
 - change events delivered per event: ``board_outbox_stream_events_total`` summed over the
@@ -40,6 +43,7 @@ from .common import (
     CommandCount,
     cpu_seconds,
     percentiles,
+    pyplot,
     server_requests,
     stop,
     write_result,
@@ -127,9 +131,11 @@ def stream_events(n: int) -> float:
     return total
 
 
-def spawn(uri: str, db: str, i: int, cfg_dir: Path, *, metrics: bool = True) -> subprocess.Popen[bytes]:
+def spawn(uri: str, db: str, i: int, cfg_dir: Path, *, metrics: bool = True,
+          src: Path | None = None) -> subprocess.Popen[bytes]:
     """Replica ``i``; ``metrics``: serve /metrics (which also turns on the per-tenant status
-    refresh, several reads per tenant every ``metrics_interval_seconds``: off for idle runs)."""
+    refresh, several reads per tenant every ``metrics_interval_seconds``: off for idle runs);
+    ``src``: run from this src/ (default ``SRC``)."""
     cfg = cfg_dir / f"r{i}.toml"
     cfg.write_text(
         f'[store]\nbackend = "mongo"\nuri = "{uri}"\ndatabase = "{db}"\n'
@@ -139,7 +145,7 @@ def spawn(uri: str, db: str, i: int, cfg_dir: Path, *, metrics: bool = True) -> 
         '[launcher]\nkind = "log"\n'
         + (f'[worker]\nsteal_after_seconds = {STEAL_AFTER}\n' if STEAL_AFTER else '')
     )
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": str(src or SRC)}
     module = "board_outbox"
     if STATEMENTS:
         module, env["BENCH_STATEMENT_LOG"] = "benchmarks.statement_log", str(statement_log(cfg_dir, i))
@@ -256,14 +262,37 @@ def one_run(server: WireServer, n: int, *, events: int, rate: float, tenants: in
     }
 
 
-def idle_many(server: WireServer, tenants: int, seconds: float, tmp: Path) -> dict[str, Any]:
+def idle_statements(cfg_dir: Path, start: float, end: float) -> dict[str, float]:
+    """Statements per second by command, collection and filter shape (getMores included) in
+    replica 0's log between ``start`` and ``end``."""
+    counts: dict[str, int] = {}
+    path = statement_log(cfg_dir, 0)
+    if path.exists():
+        for line in path.read_text().splitlines():
+            at, name, coll, _k, shape = (line.split("\t") + [""] * 5)[:5]
+            if start <= float(at) <= end:
+                key = f"{name} {coll} {{{shape}}}".replace(" {}", "")
+                counts[key] = counts.get(key, 0) + 1
+    dt = max(1e-9, end - start)
+    return {k: round(v / dt, 2) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+
+def idle_many(server: WireServer, tenants: int, seconds: float, tmp: Path, *,
+              src: Path | None = None, metrics: bool = False, settle: float = 3.0,
+              label: str = "") -> dict[str, Any]:
     db = f"bench_idle_{tenants}_{int(time.time())}"
     b = Bench(server.uri, db)
     b.seed(tenants, cards=0, counters=True)
-    procs = [spawn(server.uri, db, 0, tmp, metrics=False)]
+    log = statement_log(tmp, 0)
+    if log.exists():
+        log.unlink()
+    procs = [spawn(server.uri, db, 0, tmp, metrics=metrics, src=src)]
     try:
         wait_members(b, 1)
+        time.sleep(max(0.0, settle - 3.0))  # idle_rate settles 3 s itself
+        t0 = time.time() + 3.0
         rate, getmores = idle_rate(b, seconds)
+        t1 = time.time()
         cpu0 = cpu_seconds(procs[0].pid)
         time.sleep(2)
         cpu = (cpu_seconds(procs[0].pid) - cpu0) / 2
@@ -271,16 +300,36 @@ def idle_many(server: WireServer, tenants: int, seconds: float, tmp: Path) -> di
         stop(procs, 20)
         b.client.drop_database(db)
         b.client.close()
-    return {"tenants": tenants, "replicas": 1, "idle_requests_per_s": round(rate, 1),
-            "idle_getmores_per_s": round(getmores, 1), "idle_cpu_fraction": round(cpu, 3)}
+    return {"tenants": tenants, "replicas": 1, "src": label or str(src or SRC),
+            "endpoints": metrics, "settle_s": settle,
+            "idle_requests_per_s": round(rate, 1),
+            "idle_getmores_per_s": round(getmores, 1), "idle_cpu_fraction": round(cpu, 3),
+            "load_average": round(os.getloadavg()[0], 2),
+            **({"idle_statements_per_s": idle_statements(tmp, t0, t1)} if STATEMENTS else {})}
+
+
+def plot_idle(idle: list[dict[str, Any]], path: Path) -> None:
+    """Idle requests/s of one replica by tenant count, this checkout beside the baseline, split
+    into getMores and the rest."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    labels = [f"{i.get('src', '')}\n{i['tenants']:,} tenants" for i in idle]
+    other = [i["idle_requests_per_s"] - i.get("idle_getmores_per_s", 0) for i in idle]
+    ax.bar(labels, other, color="#228833", label="requests (no getMores)")
+    ax.bar(labels, [i.get("idle_getmores_per_s", 0) for i in idle], bottom=other,
+           color="#99dd99", label="getMores (the stream's, and large finds')")
+    ax.axhline(5, color="#cc6677", ls="--", label="goal: 5/s per replica")
+    ax.set(title="one idle replica: store requests/s")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def plot(runs: list[dict[str, Any]], idle: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    if not runs:
+        plot_idle(idle, path)
+        return
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     xs = [r["replicas"] for r in runs]
     own = [r.get("requests_per_event_without_getmores", r["requests_per_event"]) for r in runs]
@@ -298,7 +347,7 @@ def plot(runs: list[dict[str, Any]], idle: list[dict[str, Any]], path: Path) -> 
         [f"1r/{i['tenants']}t" for i in idle]
     axes[2].bar(labels, [r["idle_requests_per_s"] for r in runs] +
                 [i["idle_requests_per_s"] for i in idle], color="#228833")
-    axes[2].axhline(10, color="#cc6677", ls="--", label="goal: 10/s per replica")
+    axes[2].axhline(5, color="#cc6677", ls="--", label="goal: 5/s per replica")
     axes[2].set(title="idle requests/s (all replicas)")
     axes[2].legend()
     axes[2].tick_params(axis="x", labelrotation=30)
@@ -315,6 +364,13 @@ def main() -> int:
     ap.add_argument("--tenants", type=int, default=20)
     ap.add_argument("--idle-seconds", type=float, default=6.0)
     ap.add_argument("--idle-tenants", default="20,2000")
+    ap.add_argument("--idle-settle", type=float, default=3.0,
+                    help="seconds after the replica joins before the idle window")
+    ap.add_argument("--idle-only", action="store_true", help="only the idle measurements")
+    ap.add_argument("--idle-endpoints", action="store_true",
+                    help="idle with the operator endpoints on (the per-tenant status refresh)")
+    ap.add_argument("--baseline", metavar="SRC",
+                    help="also measure idle from this src/ (e.g. main's), interleaved")
     ap.add_argument("--src", help="run the replicas from this src/ (e.g. a baseline checkout)")
     ap.add_argument("--name", default="replicas", help="result file name")
     ap.add_argument("--steal-after", type=float, help="[worker] steal_after_seconds")
@@ -338,15 +394,20 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            for n in (int(x) for x in args.replicas.split(",") if x):
+            for n in (int(x) for x in args.replicas.split(",") if x and not args.idle_only):
                 r = one_run(server, n, events=args.events, rate=args.rate, tenants=args.tenants,
                             idle_seconds=args.idle_seconds, tmp=tmp)
                 print(r, flush=True)
                 runs.append(r)
+            sources: list[tuple[Path | None, str]] = [(None, "this checkout")]
+            if args.baseline:
+                sources.append((Path(args.baseline).resolve(), "baseline"))
             for t in (int(x) for x in args.idle_tenants.split(",") if x):
-                i = idle_many(server, t, args.idle_seconds, tmp)
-                print(i, flush=True)
-                idle.append(i)
+                for src, label in sources:
+                    i = idle_many(server, t, args.idle_seconds, tmp, src=src, label=label,
+                                  metrics=args.idle_endpoints, settle=args.idle_settle)
+                    print(i, flush=True)
+                    idle.append(i)
     finally:
         server.close()
     write_result(args.name, {"runs": runs, "idle": idle,

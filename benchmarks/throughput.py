@@ -1,5 +1,6 @@
-"""Throughput at the store's floor (issue 29, T1): a saturated backlog drained by ``board-outbox
-run`` replicas (1, 2, 4) beside the bare-driver floor (``floor.py``), in one run, on one server.
+"""Throughput at the store's floor (issues 29 and 39, T1, S6): a saturated backlog drained by
+``board-outbox run`` replicas (1, 2, 4, 8) beside the bare-driver floor (``floor.py``), in one run,
+on one server.
 
 For each backlog (default 2,000 and 20,000 events; 10 tenants, one subscription each that every
 event matches, plus the default projection ``board-reflect``: two rows per event, launches over
@@ -10,12 +11,22 @@ in the log, then runs until every row is done. Measured for each:
 - the server's CPU per event (utime + stime of the server process, from /proc);
 - the pipeline's own CPU per event: the whole process(es) -- every ``board-outbox run``, or the
   floor's process -- with each one's idle rate (measured right after, nothing to do) subtracted;
-- store requests per event: the server's ``network.numRequests``, minus this script's own;
+- store requests per event: the server's ``network.numRequests``, minus this script's own and
+  minus the getMores, which are reported apart (``opcounters.getmore``: a change stream's wakes,
+  and the later batches of a large find);
+- the longest stretch without progress: the longest time between two consecutive done marks
+  (from the start to the first one included), read from the done rows' ``updated_at`` after the
+  run, so this script's polling costs nothing for it;
 - from the replicas' logs: store timeouts that aborted a batch, "done but not recorded", and
   tenants reported stalled (each must be 0);
 - with ``--statements``, one more run per pipeline with every command logged by the client
   (``statement_log.py``): statements per event by command, collection and filter shape, and
   their round-trip milliseconds per event (the server is single-threaded here: its time).
+
+``--baseline SRC`` also runs each replica count from another checkout's ``src/`` (e.g. main),
+interleaved with this one's, so that before and after are measured in the same run (``--src``
+replaces this checkout's instead). Only ratios within one run count: the load average of the
+machine is recorded beside each pipeline.
 
 Run: ``.venv/bin/python -m benchmarks.throughput`` (``--backlogs 2000 --replicas 1`` for a quick
 look). Writes ``results/throughput.json`` and ``throughput.png``.
@@ -24,6 +35,7 @@ look). Writes ``results/throughput.json`` and ``throughput.png``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -69,6 +81,10 @@ class Store:
     def requests(self) -> int:
         return server_requests(self.client, self.counter)
 
+    def getmores(self) -> int:
+        """The server's getMore counter (this script sends none)."""
+        return int(self.client.admin.command("serverStatus")["opcounters"]["getmore"])
+
     def seed(self, db_name: str, events: int) -> None:
         db = self.client[db_name]
         tenants = [f"t{i:02d}" for i in range(TENANTS)]
@@ -98,6 +114,13 @@ class Store:
             flt = dict(IN_STATE["done"])
         return self.client[db_name]["trigger_effects"].count_documents(flt)
 
+    def done_times(self, db_name: str, kind: str = "run") -> list[float]:
+        """When each done row was marked done (its ``updated_at``, epoch seconds), sorted."""
+        flt: dict[str, Any] = {"state": "done"} if kind == "floor" else dict(IN_STATE["done"])
+        docs = self.client[db_name]["trigger_effects"].find(flt, {"_id": 0, "updated_at": 1})
+        return sorted(float(d["updated_at"]) for d in docs
+                      if isinstance(d.get("updated_at"), (int, float)))
+
 
 class Server:
     """The server under test: the wire server this script started (its CPU read from /proc), or
@@ -111,20 +134,34 @@ class Server:
 
 
 STREAMS = True  # --no-streams: the replicas poll only (an experiment, not the default)
+SRC = ROOT / "src"  # --src: the replicas run from this src/
+BASELINE: Path | None = None  # --baseline: also run each replica count from this src/
+KEEP_LOGS: Path | None = None  # --keep-logs: the replicas' logs are copied here
+LOG_LEVEL = "WARNING"  # --log-level: the replicas' log level
+
+
+def longest_stall(start: float, end: float, times: list[float], finished: bool) -> float:
+    """The longest stretch without a done mark: between the start and the first mark, between two
+    marks, and (if the run did not finish) between the last mark and the end."""
+    marks = [start, *(t for t in times if start <= t <= end)]
+    if not finished:
+        marks.append(end)
+    return max((b - a for a, b in itertools.pairwise(marks)), default=end - start)
 
 
 def replica_config(uri: str, db: str, runner: str, i: int, cfg_dir: Path) -> Path:
     cfg = cfg_dir / f"{db}-r{i}.toml"
     cfg.write_text(
         f'[store]\nbackend = "mongo"\nuri = "{uri}"\ndatabase = "{db}"\n'
-        f'[service]\nreplica_name = "r{i}"\nlog_level = "WARNING"\nhttp_port = 0\n'
+        f'[service]\nreplica_name = "r{i}"\nlog_level = "{LOG_LEVEL}"\nhttp_port = 0\n'
         f'[tail]\nseed = "earliest"\nchange_streams = {"true" if STREAMS else "false"}\n'
         f'[launcher]\nkind = "http"\nurl = "{runner}"\n')
     return cfg
 
 
-def spawn_replica(cfg: Path, log: Path, statements: Path | None) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def spawn_replica(cfg: Path, log: Path, statements: Path | None, src: Path
+                  ) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}"}
     module = "board_outbox"
     if statements is not None:
         module, env["BENCH_STATEMENT_LOG"] = "benchmarks.statement_log", str(statements)
@@ -169,6 +206,7 @@ def statements(paths: list[Path], start: float, end: float, events: int) -> dict
 def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, replicas: int,
                  events: int, timeout: float, tmp: Path, log_statements: bool) -> dict[str, Any]:
     db = f"tp_{kind}{replicas}_{events}_{int(time.time() * 1000) % 10**8}"
+    src = BASELINE if kind == "base" and BASELINE is not None else SRC
     store.seed(db, events)
     rows = 2 * events
     stmt = [tmp / f"{db}-{i}.statements" for i in range(max(1, replicas))] if log_statements else []
@@ -180,9 +218,9 @@ def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, replic
     else:
         logs = [tmp / f"{db}-r{i}.log" for i in range(replicas)]
         procs = [spawn_replica(replica_config(server.uri, db, runner, i, tmp), logs[i],
-                               stmt[i] if stmt else None) for i in range(replicas)]
+                               stmt[i] if stmt else None, src) for i in range(replicas)]
     try:
-        r0, s0 = store.requests(), server.cpu()
+        r0, s0, g0 = store.requests(), server.cpu(), store.getmores()
         c0 = [cpu_seconds(p.pid) for p in procs]
         start = time.time()
         if kind == "floor":
@@ -199,6 +237,8 @@ def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, replic
             time.sleep(max(0.25, min(2.0, (time.time() - start) / 50)))
         end = time.time()
         reqs, server_cpu = store.requests() - r0, server.cpu() - s0
+        getmores = store.getmores() - g0
+        load = os.getloadavg()[0]
         busy = [cpu_seconds(p.pid) - c for p, c in zip(procs, c0, strict=True)]
         # each process's idle rate, right after (nothing left to do), subtracted
         i0 = [cpu_seconds(p.pid) for p in procs]
@@ -207,9 +247,15 @@ def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, replic
         own = sum(max(0.0, b - r * (end - start)) for b, r in zip(busy, idle, strict=True))
         docs = store.client[db]["trigger_effects"]
         duplicates = docs.count_documents({}) - len(docs.distinct("row_key"))
+        stall = longest_stall(start, end, store.done_times(db, kind), done >= rows)
     finally:
         stop(procs, 30)
     text = "\n".join(p.read_text(errors="replace") for p in logs if p.exists())
+    if KEEP_LOGS is not None:
+        KEEP_LOGS.mkdir(parents=True, exist_ok=True)
+        for p in logs:
+            if p.exists():
+                (KEEP_LOGS / p.name).write_bytes(p.read_bytes())
     done_events = min(events, done // 2) if done < rows else events
     seconds = end - start
     out: dict[str, Any] = {
@@ -221,6 +267,11 @@ def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, replic
         "process_cpu_ms_per_event": round(own * 1000 / max(1, done_events), 3),
         "idle_cpu_fraction": round(sum(idle), 4),
         "requests_per_event": round(reqs / max(1, done_events), 3),
+        "requests_per_event_without_getmores": round((reqs - getmores) / max(1, done_events), 3),
+        "getmores_per_event": round(getmores / max(1, done_events), 3),
+        "longest_stall_s": round(stall, 1),
+        "load_average": round(load, 2),
+        "src": "" if kind == "floor" else str(src),
         "duplicate_rows": duplicates,
         "log": {name: text.count(needle) for name, needle in SYMPTOMS.items()},
     }
@@ -231,29 +282,64 @@ def run_pipeline(store: Store, server: Server, runner: str, *, kind: str, replic
     return out
 
 
+COLUMNS = (("events_per_s", "events/s (higher is better)"),
+           ("server_cpu_ms_per_event", "server CPU ms per event"),
+           ("requests_per_event_without_getmores", "requests per event (no getMores)"),
+           ("getmores_per_event", "getMores per event"),
+           ("longest_stall_s", "longest stretch without progress (s)"))
+
+
+def label(run: dict[str, Any]) -> str:
+    if run["pipeline"] == "floor":
+        return "floor"
+    n = run["replicas"]
+    return f"{'before: ' if run['pipeline'] == 'base' else ''}{n} replica{'s' if n > 1 else ''}"
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    """The markdown table of one run: each pipeline's figures, its rate as a ratio to the floor's
+    and to one replica's of the same source, at the same backlog."""
+    lines = ["| backlog | pipeline | events/s | vs floor | vs 1 replica | server CPU ms/event | "
+             "requests/event (no getMores) | getMores/event | longest stall s | load |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs:
+        same = [x for x in runs if x["events"] == r["events"]]
+        floor = next((x for x in same if x["pipeline"] == "floor"), None)
+        one = next((x for x in same if x["pipeline"] == r["pipeline"] and x["replicas"] == 1), None)
+
+        def ratio(base: dict[str, Any] | None, r: dict[str, Any] = r) -> str:
+            if base is None or not base["events_per_s"] or r["pipeline"] == "floor":
+                return "--"
+            return f"{r['events_per_s'] / base['events_per_s']:.2f}x"
+
+        lines.append(
+            f"| {r['events']:,} | {label(r)} | {r['events_per_s']} | {ratio(floor)} | "
+            f"{ratio(one)} | {r['server_cpu_ms_per_event']} | "
+            f"{r.get('requests_per_event_without_getmores', r['requests_per_event'])} | "
+            f"{r.get('getmores_per_event', '--')} | {r.get('longest_stall_s', '--')} | "
+            f"{r.get('load_average', '--')} |")
+    return "\n".join(lines)
+
+
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
     plt = pyplot()
     backlogs = sorted({r["events"] for r in runs})
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    labels = ["floor"] + [f"{n} replica{'s' if n > 1 else ''}" for n in
-                          sorted({r["replicas"] for r in runs if r["pipeline"] == "run"})]
+    labels = list(dict.fromkeys(label(r) for r in sorted(
+        runs, key=lambda r: (r["pipeline"] != "floor", r["pipeline"] == "base", r["replicas"]))))
+    fig, axes = plt.subplots(1, len(COLUMNS), figsize=(4.2 * len(COLUMNS), 4.2))
     width = 0.8 / len(labels)
-    for ax, key, title in zip(axes, ("events_per_s", "server_cpu_ms_per_event",
-                                     "requests_per_event"),
-                              ("events/s (higher is better)", "server CPU ms per event",
-                               "store requests per event"), strict=True):
-        for j, label in enumerate(labels):
+    for ax, (key, title) in zip(axes, COLUMNS, strict=True):
+        for j, name in enumerate(labels):
             ys = []
             for b in backlogs:
-                match = [r for r in runs if r["events"] == b and (
-                    (label == "floor" and r["pipeline"] == "floor") or
-                    (r["pipeline"] == "run" and label.startswith(f"{r['replicas']} ")))]
-                ys.append(match[0][key] if match else 0)
-            ax.bar([i + j * width for i in range(len(backlogs))], ys, width, label=label)
+                match = [r for r in runs if r["events"] == b and label(r) == name]
+                ys.append((match[0].get(key) or 0) if match else 0)
+            ax.bar([i + j * width for i in range(len(backlogs))], ys, width, label=name,
+                   hatch="//" if name.startswith("before") else None)
         ax.set_xticks([i + width * (len(labels) - 1) / 2 for i in range(len(backlogs))])
         ax.set_xticklabels([f"{b:,} events" for b in backlogs])
-        ax.set_title(title)
-    axes[0].legend(fontsize=8)
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=7)
     fig.suptitle("board-outbox run vs the bare-driver floor, same server, same run "
                  "(SecantusDB wire server, 10 tenants, a launch and a projection row per event)")
     fig.tight_layout()
@@ -263,11 +349,14 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backlogs", default="2000,20000")
-    ap.add_argument("--replicas", default="1,2,4")
-    ap.add_argument("--large-replicas", default="1,2",
+    ap.add_argument("--replicas", default="1,2,4,8")
+    ap.add_argument("--large-replicas", default="1,2,4,8",
                     help="the replica counts run at backlogs above 5,000 events (each such run "
                          "takes minutes)")
     ap.add_argument("--timeout", type=float, default=900.0, help="per pipeline, seconds")
+    ap.add_argument("--src", help="run the replicas from this src/ (another checkout)")
+    ap.add_argument("--baseline", metavar="SRC",
+                    help="also run each replica count from this src/ (e.g. main's), interleaved")
     ap.add_argument("--statements", action="store_true",
                     help="also a run per pipeline with every command logged (statement table)")
     ap.add_argument("--only-statements", action="store_true",
@@ -276,20 +365,30 @@ def main() -> int:
                     help="the replica counts of the --statements runs")
     ap.add_argument("--no-streams", action="store_true",
                     help="replicas without change streams (polling only): what the streams cost")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy the replicas' logs into DIR")
+    ap.add_argument("--log-level", default="WARNING", help="the replicas' log level")
     ap.add_argument("--name", default="throughput")
     ap.add_argument("--plot-only", action="store_true")
     args = ap.parse_args()
     if args.plot_only:
         saved = json.loads((RESULTS / f"{args.name}.json").read_text())
         plot(saved["runs"], RESULTS / f"{args.name}.png")
+        print(table(saved["runs"]))
         return 0
-    global STREAMS
+    global STREAMS, SRC, BASELINE, KEEP_LOGS, LOG_LEVEL
     STREAMS = not args.no_streams
+    KEEP_LOGS = Path(args.keep_logs) if args.keep_logs else None
+    LOG_LEVEL = args.log_level
+    if args.src:
+        SRC = Path(args.src).resolve()
+    if args.baseline:
+        BASELINE = Path(args.baseline).resolve()
     uri = os.environ.get("MONGODB_URI")
     wire = WireServer().start() if not uri else None
     server = Server(uri, None) if uri else Server(wire.uri, wire.pid)  # type: ignore[union-attr]
     runs: list[dict[str, Any]] = []
     tables: list[dict[str, Any]] = []
+    kinds = ["run", "base"] if BASELINE is not None else ["run"]
     try:
         store = Store(server.uri)
         with tempfile.TemporaryDirectory() as d, bot_runner() as runner:
@@ -302,9 +401,10 @@ def main() -> int:
                                          log_statements=False))
                 counts = args.replicas if events <= 5000 else args.large_replicas
                 for n in (int(x) for x in counts.split(",")):
-                    runs.append(run_pipeline(store, server, runner, kind="run", replicas=n,
-                                             events=events, timeout=args.timeout, tmp=tmp,
-                                             log_statements=False))
+                    for kind in kinds:
+                        runs.append(run_pipeline(store, server, runner, kind=kind, replicas=n,
+                                                 events=events, timeout=args.timeout, tmp=tmp,
+                                                 log_statements=False))
             if args.statements or args.only_statements:
                 events = int(args.backlogs.split(",")[0])
                 if not args.only_statements:
@@ -312,9 +412,10 @@ def main() -> int:
                                                events=events, timeout=args.timeout, tmp=tmp,
                                                log_statements=True))
                 for n in (int(x) for x in args.statement_replicas.split(",")):
-                    tables.append(run_pipeline(store, server, runner, kind="run", replicas=n,
-                                               events=events, timeout=args.timeout, tmp=tmp,
-                                               log_statements=True))
+                    for kind in kinds:
+                        tables.append(run_pipeline(store, server, runner, kind=kind, replicas=n,
+                                                   events=events, timeout=args.timeout,
+                                                   tmp=tmp, log_statements=True))
     finally:
         if wire is not None:
             wire.close()
@@ -324,6 +425,7 @@ def main() -> int:
                                        **vars(args)}})
     if runs:
         plot(runs, RESULTS / f"{args.name}.png")
+        print(table(runs))
     return 0
 
 

@@ -97,10 +97,8 @@ MUTANTS: tuple[Mutant, ...] = (
            '            return None',
            '        if doc is None:\n            return None', "memory/outbox"),
     Mutant("worker-mark-done-unfenced-mongo", "worker",
-           '        res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id},\n'
-           '                                         update_of(t))',
-           '        res = await self.coll.update_one({"_id": ref},\n'
-           '                                         update_of(t))', "mongo/outbox"),
+           "res = await self.coll.update_one(by_ids([ref], state=CLAIMED, claim_id=claim_id),",
+           "res = await self.coll.update_one(by_ids([ref]),", "mongo/outbox"),
     # --- the launch handler ----------------------------------------------------------------
     Mutant("launch-no-reverify", "launch",
            "if not row.consume_marked and not matches(sub, row.event):", "if False:", "launch"),
@@ -268,11 +266,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'return Transition(name="defer", count_attempt=True, set=', "transitions"),
     Mutant("limits-in-flight-not-checked", "limits",
            "if n and not await self.store.acquire(", "if False and await self.store.acquire(",
-           "engine/limits"),
+           "engine/flow/limits"),
     Mutant("limits-slots-never-released", "limits",
            "            if held:\n                await self._release(held, holder)",
            "            if False:\n                await self._release(held, holder)",
-           "engine/limits"),
+           "engine/flow/limits"),
     Mutant("limits-mongo-rate-uncapped", "limits",
            '{"_id": cid, "n": {"$gte": 0, "$lt": allowed}}', '{"_id": cid}', "mongo/limits"),
     # --- issue 29 (T1): completion in bulk, the born-claimed hand-off, backpressure, bounded
@@ -296,7 +294,19 @@ MUTANTS: tuple[Mutant, ...] = (
            "self.factor = max(MIN_FACTOR, self.factor / 2)", "self.factor = self.factor",
            "pressure"),
     Mutant("pressure-never-recovers", "pressure",
-           "self.factor = min(1.0, self.factor + GROW)", "self.factor = self.factor", "pressure"),
+           "self.factor = min(1.0, self.factor + GROW * clean / COOLDOWN_SECONDS)",
+           "self.factor = self.factor", "pressure"),
+    # recovery by passes, not by time: a replica whose pauses are stretched sits at its floor
+    Mutant("pressure-recovers-per-pass", "pressure",
+           "self.factor = min(1.0, self.factor + GROW * clean / COOLDOWN_SECONDS)",
+           "self.factor = min(1.0, self.factor + GROW)", "pressure"),
+    Mutant("pressure-stretch-unbounded", "pressure",
+           "return max(seconds, min(seconds / self.factor, MAX_STRETCHED_SECONDS))",
+           "return seconds / self.factor", "pressure"),
+    # a slow pass at the floor still credits the time before it
+    Mutant("pressure-credits-slow-time", "pressure",
+           "self._last_trouble = now  # no recovery is credited for the time up to here",
+           "pass", "pressure"),
     Mutant("tail-batch-ignores-pressure", "pressure",
            "return limit if self.pressure is None else self.pressure.scale(limit)",
            "return limit", "tail"),
@@ -388,7 +398,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        self.token = token", "resume"),
     Mutant("limits-release-unshielded", "limits",
            "with anyio.move_on_after(RELEASE_SECONDS, shield=True):",
-           "with anyio.move_on_after(RELEASE_SECONDS):", "engine/limits"),
+           "with anyio.move_on_after(RELEASE_SECONDS):", "engine/flow/limits"),
     Mutant("limits-bot-key-without-tenant", "limits",
            'return f"bot:{tenant_id}/{bot}"', 'return f"bot:{bot}"', "model/limits"),
     Mutant("accept-errors-reported-every-time", "ops",
@@ -443,16 +453,16 @@ MUTANTS: tuple[Mutant, ...] = (
     # pause set is read once per heartbeat, from the exact instant; a pause holds its own scope
     # only; a held row keeps its own due time
     Mutant("pause-release-ignores-pauses-still-on", "pause",
-           '"waiting": {"$type": "string", "$nin": sorted(keep)}},',
-           '"waiting": {"$type": "string"}},', "mongo/outbox"),
+           "if isinstance(why, str) and why not in keep:",
+           "if isinstance(why, str):", "mongo/outbox"),
     Mutant("pause-lift-released-on-one-read-only", "pause",
-           "RELEASE_PASSES = 2", "RELEASE_PASSES = 1", "engine/pause"),
+           "RELEASE_PASSES = 2", "RELEASE_PASSES = 1", "engine/flow/pause"),
     Mutant("pause-read-late-at-the-heartbeat-instant", "pause",
            "if not force and now < self._next_read:", "if not force and now <= self._next_read:",
-           "engine/pause"),
+           "engine/flow/pause"),
     Mutant("pause-scope-ignored", "pause",
            "frozenset(p.key for p in on.values() if p.scope == scope)",
-           "frozenset(p.key for p in on.values())", "engine/pause"),
+           "frozenset(p.key for p in on.values())", "engine/flow/pause"),
     Mutant("pause-held-row-loses-its-own-time", "pause",
            "not_before = held_not_before(row.not_before) if paused else",
            "not_before = held_not_before(now) if paused else", "completer"),
@@ -533,7 +543,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
     # failure, ``[worker] concurrency`` honoured
     Mutant("lanes-one-per-row", "lanes",
-           "await run_lanes(units, lambda unit: unit[0].tenant_id, run,",
+           "await run_lanes(units, lane_of, run,",
            "await run_lanes(units, lambda unit: unit[0].ref, run,", "running"),
     Mutant("lanes-start-after-a-failure", "lanes",
            "if out.error is not None or stopping():", "if stopping():", "lanes"),
@@ -586,8 +596,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "        candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row\n",
            "", "memory/outbox"),
     Mutant("fair-handoff-drops-the-backlog-pick", "fair",
-           "return not self._handing or self._pick_full or now >= self._next_pick",
-           "return not self._handing or now >= self._next_pick", "handoff"),
+           "if self._pick_full or (not self._handing and not stream_open):",
+           "if not self._handing and not stream_open:", "handoff"),
+    # while the change stream is open the idle pick is the net: it must still run at the due
+    # time of a retry this worker wrote, and must not run on the old schedule
+    Mutant("net-pick-misses-due-retries", "fair",
+           "if self._due and self._due[0] <= now:", "if False:", "handoff"),
+    Mutant("net-pick-ignores-the-open-stream", "fair",
+           "return now >= (self._next_net if stream_open else self._next_pick)",
+           "return now >= self._next_pick", "handoff"),
     # more of the kind: stolen rows before owned ones; tenants by name, not by oldest row; the
     # twin's tenants by their oldest high-priority row; the Mongo pick in the server's order
     # (mongomock: as stored); a hand-off whose backlog pick never stops, or gets no room
@@ -618,13 +635,13 @@ MUTANTS: tuple[Mutant, ...] = (
            'if d.get("key") == key and d.get("holder") == holder]', 'if d.get("key") == key]',
            "memory/limits"),
     Mutant("limits-riders-never-ride", "limits",
-           "for ride in list(lease.riders):", "for ride in []:", "engine/leases"),
+           "for ride in list(lease.riders):", "for ride in []:", "engine/flow/leases"),
     Mutant("limits-bound-not-renewed", "limits",
            "slots.scope.deadline = anyio.current_time() + until - clock.now()", "pass",
-           "engine/limits"),
+           "engine/flow/limits"),
     Mutant("limits-takeover-not-cut", "limits",
            'slots.cut(f"the in-flight slot of {key} was taken over by another holder")', "pass",
-           "engine/limits"),
+           "engine/flow/limits"),
     # O8, O10, P6: the TTL follows the retention; no backend is assumed; writes are fenced
     Mutant("retention-ttl-never-changed", "adopt",
            '        if have.get("expireAfterSeconds") != seconds:', "        if False:", "schema"),
@@ -646,6 +663,16 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "net-pick-misses-due-retries":
+        "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
+    "net-pick-ignores-the-open-stream":
+        "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
+    "pressure-recovers-per-pass":
+        "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
+    "pressure-stretch-unbounded":
+        "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
+    "pressure-credits-slow-time":
+        "tests/contract/test_pressure.py::test_recovery_follows_clean_time_not_the_count_of_passes",
     "retention-ttl-never-changed": "tests/test_retention.py",
     "retention-audit-ignores-it": "tests/test_retention.py",
     "backend-memory-by-default": "tests/test_no_backend.py",

@@ -116,8 +116,10 @@ async def test_replay_under_a_running_worker_is_executed() -> None:
     backend = MemoryBackend()
     keys = await _dead_letters(backend, n=1)
     backend.launcher.fail = None
+    # a replayed row is another writer's: the worker's pick finds it, every net_pick_seconds
+    # while the change stream is open
     cfg = load_config(env={}, tail={"seed": "earliest", "poll_interval_seconds": 0.05},
-                      worker={"idle_seconds": 0.02}, projections=[])
+                      worker={"idle_seconds": 0.02, "net_pick_seconds": 0.05}, projections=[])
     service = Service(backend.stores(), cfg)
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)

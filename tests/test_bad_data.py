@@ -34,9 +34,9 @@ from bson import Decimal128
 from bson.binary import Binary
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.tail import Tail
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.tail.tail import Tail
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.domain import (
     Card,
     EventSnapshot,
@@ -1084,7 +1084,7 @@ async def test_a_bad_membership_lease_is_not_a_member(
     """Item 1: a non-numeric expiry used to end `run` (and `status`) with a traceback on every
     replica; a lease far ahead, or a non-string member id, was a live member forever (its
     rendezvous share of the tenants never drained). Now each is left out, with one line."""
-    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.engine.flow.membership import MembershipSettings, Ownership
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.validation import BAD_DOCUMENTS
 
@@ -1104,6 +1104,33 @@ async def test_a_bad_membership_lease_is_not_a_member(
         assert len(lines) == 1 and match in lines[0] and "board_outbox_members" in lines[0], lines
         assert any(d.collection == "board_outbox_members" and match in d.problem
                    for d in BAD_DOCUMENTS.current())
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("side", ["memory", pytest.param("mongo-live", marks=pytest.mark.live_mongo)])
+async def test_the_heartbeats_one_read_parses_each_member_and_pause_alone(
+        side: str, request: pytest.FixtureRequest) -> None:
+    """S6: the heartbeat reads the members and the pauses in one read. A bad lease and a bad
+    pause document each cost only themselves there too: the good member and the good pause are
+    read, the bad ones left out and listed."""
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    async with open_side(side, request) as s:
+        bad_member, bad_pause = _uniq("bad-member"), _uniq("acme")
+        await s.member(bad_member, "soon")
+        await s.stores.pauses.pause("tenant", "good", reason="", by="ops", at=1.0)
+        doc = {"scope": "galaxy", "key": bad_pause, "active": True, "reason": "", "by": "x",
+               "at": 1.0}
+        if s.backend is not None:
+            s.backend.pauses.put_raw(f"galaxy:{bad_pause}", doc)
+        else:
+            await s.db["board_outbox_pauses"].insert_one({"_id": f"galaxy:{bad_pause}", **doc})
+        live, pauses = await s.stores.members.heartbeat_with_pauses("me", 100.0, 10.0)
+        assert [m.member_id for m in live] == ["me"]
+        assert [(p.scope, p.key) for p in pauses] == [("tenant", "good")]
+        listed = {(d.collection, d.key) for d in BAD_DOCUMENTS.current()}
+        assert ("board_outbox_members", bad_member) in listed
+        assert ("board_outbox_pauses", f"galaxy:{bad_pause}") in listed
 
 
 @pytest.mark.anyio
@@ -1139,7 +1166,7 @@ async def test_a_bad_generation_pointer_costs_only_its_read_model(
         request: pytest.FixtureRequest) -> None:
     """Item 1: one malformed generation pointer (even for a tenant that does not exist) made
     every tenant's projection rows fail and park. Now only its own read model's writes fail."""
-    from board_outbox.engine.generations import VersionedReadModels
+    from board_outbox.engine.upkeep.generations import VersionedReadModels
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.errors import StoreError
 
@@ -1218,7 +1245,7 @@ async def test_a_bad_series_document_costs_only_itself_on_the_charts(
     """A planted or hand-edited ``trigger_series`` document: left out of the charts and the
     sparklines, one line, listed by ``status --json``; the good documents of the same minutes
     still draw (and a page loaded twice logs nothing more)."""
-    from board_outbox.engine.series import SeriesRecorder, SeriesSettings
+    from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
     from board_outbox.model.validation import BAD_DOCUMENTS
@@ -1265,7 +1292,7 @@ async def test_a_bad_document_under_the_replicas_own_key_costs_one_minutes_point
     """The worst place for one: the very (minute, replica) a flush writes, with counts that are
     not a document (the store refuses the $max). That flush fails with one line; its counts go
     with the next minute's, nothing lost, and the loop goes on."""
-    from board_outbox.engine.series import SeriesRecorder, SeriesSettings, read_window
+    from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings, read_window
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.series import MINUTE, SeriesCounts, minute_of, series_id
 
@@ -1336,12 +1363,18 @@ async def test_a_stored_token_with_string_or_binary_data_loads_as_it_is(
 
 
 async def _other_collections_token(db: Any) -> Any:
-    stream = await db["elsewhere"].watch()
-    async with stream:
-        await db["elsewhere"].insert_one({"x": 1})
-        while await stream.try_next() is None:
-            pass
-        return stream.resume_token
+    """A token of another database's stream: the service's one stream watches its own database
+    (S6), where any collection's token is a position it can resume from."""
+    other = db.client[f"{db.name}_elsewhere"]
+    stream = await other["elsewhere"].watch()
+    try:
+        async with stream:
+            await other["elsewhere"].insert_one({"x": 1})
+            while await stream.try_next() is None:
+                pass
+            return stream.resume_token
+    finally:
+        await db.client.drop_database(other.name)
 
 
 @pytest.mark.anyio
@@ -1735,7 +1768,7 @@ BAD_ROWS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(BAD_ROWS))
 async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
         side: str, case: str, request: pytest.FixtureRequest) -> None:
-    from board_outbox.engine.explain import explain
+    from board_outbox.engine.upkeep.explain import explain
     from board_outbox.model.explanation import Malformed
 
     t = _uniq("ex")
@@ -1754,7 +1787,7 @@ async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
 @pytest.mark.parametrize("side", SIDES)
 async def test_explain_of_a_key_no_row_has_or_that_is_no_key(
         side: str, request: pytest.FixtureRequest) -> None:
-    from board_outbox.engine.explain import explain
+    from board_outbox.engine.upkeep.explain import explain
     from board_outbox.model.errors import InvalidRowKey, RowNotFound
 
     async with open_side(side, request) as s:
@@ -1775,8 +1808,8 @@ async def test_explain_reads_past_bad_slots_counters_leases_and_events(
     acquire) holds nothing; a counter that is not a count reads as full (its window stays shut,
     as ``take`` treats it); a lease that is not a time names no owner; an event whose at is not a
     time leaves its moment undated. The good documents beside them still count."""
-    from board_outbox.engine.explain import ExplainSettings, explain
-    from board_outbox.engine.limits import LimitSettings
+    from board_outbox.engine.flow.limits import LimitSettings
+    from board_outbox.engine.upkeep.explain import ExplainSettings, explain
     from board_outbox.model.explanation import Limit, Ownership
 
     t = _uniq("ex")
@@ -2137,7 +2170,7 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
     """A1, A5: rows with a seq that is not an int, no row key, a done_at that is not a date or an
     event time that is not a number are left out of the audit and the latency summary, one
     document at a time; the good rows around them still count."""
-    from board_outbox.engine.audit import Auditor
+    from board_outbox.engine.upkeep.audit import Auditor
     from board_outbox.service.health import effect_latency
     from tests.support.kits import memory_kit
 
@@ -2192,7 +2225,7 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     those the store cannot name (a row key or parked time of another type) are not walked, and
     one whose stored parked time is out of the time range (R7) does not decode either -- while
     every good row beside them is planned and replayed, on every backend."""
-    from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk_replay, plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
     from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
 

@@ -44,7 +44,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from board_outbox.adapters.mongo.subscriptions import decode_subscription
-from board_outbox.engine.reading import decode_event, snapshot
+from board_outbox.engine.tail.reading import decode_event, snapshot
 from board_outbox.engine.telemetry.propagation import stored_context
 from board_outbox.model.domain import BoardEvent, Card, from_doc
 from board_outbox.model.errors import MalformedCard, MalformedDocument

@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.worker import MIN_CLAIM
+from board_outbox.engine.handlers.registry import ExecutionContext
+from board_outbox.engine.work.worker import MIN_CLAIM
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
@@ -78,13 +78,13 @@ async def test_lost_stream_history_drops_token_polls_and_reopens() -> None:
     backend = MemoryBackend(faults=FaultInjector())
     backend.events.quiet_seconds = 60  # no quiet-stretch token: the dropped token stays dropped
     service = await setup(backend, tail={"poll_interval_seconds": 60, "seed": "earliest"})
-    await backend.events.emit(T, "card.created", "c")  # seq 1, token 0
-    await backend.tokens.save(0)
+    await backend.events.emit(T, "card.created", "c")  # seq 1, after the subscription's write
+    await backend.tokens.save(backend.events.position())
     async with anyio.create_task_group() as tg:
         tg.start_soon(service.run)
         await eventually(lambda: _count(backend, "done", 1))  # the startup poll found seq 1
         assert service.stats.poll_wakes == 1
-        # the stream breaks at its next change: seq 2 is not delivered, the token stays at 0
+        # the stream breaks at its next change: seq 2 is not delivered, the token stays at seq 1's
         backend.faults.fail_at("changefeed.next")
         await backend.events.emit(T, "card.created", "c")  # seq 2
         await backend.events.emit(T, "card.created", "c")  # seq 3

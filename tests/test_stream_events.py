@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.membership import owner
-from board_outbox.engine.prefetch import StreamEvents
+from board_outbox.engine.flow.membership import owner
+from board_outbox.engine.tail.prefetch import StreamEvents
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.model.records import Change
@@ -215,7 +215,8 @@ class TwoStreams:
         self.fail = anyio.Event()
         self.second = anyio.Event()
 
-    async def watch(self, resume_token: Any, *, exclude: Any = ()) -> AsyncGenerator[Change, None]:
+    async def watch(self, resume_token: Any, *, exclude: Any = (),
+                    pace: Any = None) -> AsyncGenerator[Change, None]:
         self.opens += 1
         if self.opens == 1:
             yield Change(T, 1, "tok1", doc(1))

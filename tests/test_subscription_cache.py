@@ -1,21 +1,28 @@
 """Issue 31: the launch re-check (M10b) served from the subscriptions the tail just read, kept
-only while their change stream is open and emptied by any change. The cache's rules, its stream
-loop surviving the stream failing, and the same on the wire: a subscription deleted behind the
-cache's back (another client) is seen by the next re-check once the stream delivers it."""
+only while the change stream is open and emptied by any change. The cache's rules, the waker
+driving it from the service's one stream (which carries the subscriptions' writes beside the
+events' inserts, S6) and surviving the stream failing, and the same on the wire: a subscription
+deleted behind the cache's back (another client) is seen by the next re-check once the stream
+delivers it."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
 import pytest
 
+from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
-from board_outbox.engine.subcache import SubscriptionCache
+from board_outbox.engine.tail.subcache import SubscriptionCache
 from board_outbox.model.domain import Subscription
 from board_outbox.model.errors import StoreUnavailable, SubscriptionNotFound
-from board_outbox.ports import SubscriptionChanges, SubscriptionStore
+from board_outbox.ports import Change, Stores, SubscriptionStore
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.test_stream_scope import eventually
 from tests.test_tail_roundtrips import Counting
 
@@ -122,46 +129,58 @@ async def test_the_cache_holds_at_most_its_tenants_then_starts_over() -> None:
 
 
 class Flaky:
-    """A stream that opens, delivers one change, then fails; ``opens`` counts its opens."""
+    """A change feed whose every stream opens, delivers one write to the subscriptions, then
+    fails; ``opens`` counts its opens, ``live`` what the cache was at each change."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: Any) -> None:
         self.opens = 0
+        self.cache = cache
+        self.live: list[bool] = []
 
-    async def watch(self) -> AsyncGenerator[str, None]:
+    async def watch(self, resume_token: Any, *, exclude: Any = (),
+                    pace: Any = None) -> AsyncGenerator[Change, None]:
         self.opens += 1
-        yield "open"
-        yield "change"
+        yield Change("", 0, None)  # established
+        self.live.append(self.cache().live)
+        yield Change("", 0, None, subscriptions=True)
         raise StoreUnavailable("stream interrupted")
 
-
-async def test_the_stream_loop_outlives_its_stream_and_serves_nothing_while_down() -> None:
-    store = MemorySubscriptionStore()
-    cache = SubscriptionCache(store)
-    flaky = Flaky()
-    states: list[bool] = []
-
-    async def sleep(seconds: float) -> None:
-        states.append(cache.live)
-        await anyio.sleep(0)
-
-    await cache.follow(flaky, stopping=lambda: flaky.opens >= 3, sleep=sleep)
-    assert flaky.opens == 3 and states == [False, False] and not cache.live
+    async def history_start(self) -> float | None:
+        return None
 
 
-async def test_the_memory_twin_follows_puts_and_deletes() -> None:
-    store = MemorySubscriptionStore()
-    await store.put(sub(1))
-    await follows(store, store, store)
+def service_on(stores: Stores) -> Service:
+    cfg = load_config(env={}, projections=[],  # type: ignore[arg-type]
+                      tail={"poll_interval_seconds": 60, "seed": "earliest"})
+    return Service(stores, cfg, rng=random.Random(1))
 
 
-async def follows(store: SubscriptionStore, other: SubscriptionStore,
-                  changes: SubscriptionChanges) -> None:
-    """``other`` is another client of the same store: its writes reach the cache only by the
-    stream."""
-    cache = SubscriptionCache(store)
-    stop = False
+async def test_the_waker_outlives_its_stream_and_the_cache_serves_nothing_while_down() -> None:
+    """The one stream carries the subscriptions' writes (S6): it opens the cache, each write
+    empties it, and the stream failing closes it until the reopened stream is established."""
+    holder: list[Service] = []
+    feed = Flaky(lambda: holder[0].subscriptions)
+    service = service_on(dataclasses.replace(MemoryBackend().stores(), feed=feed))
+    holder.append(service)
+    cache = service.subscriptions
+    assert cache is not None
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: cache.follow(changes, stopping=lambda: stop))
+        tg.start_soon(service._waker_loop)
+        await eventually(lambda: feed.opens >= 3)
+        tg.cancel_scope.cancel()
+    assert feed.live[:3] == [True, True, True]  # live once each stream is established
+    assert service.stats.subscription_changes >= 2 and cache.resets >= 6
+    assert not cache.live  # the stream is down: nothing vouches for the cache
+
+
+async def follows(stores: Stores, other: SubscriptionStore) -> None:
+    """``other`` is another client of the same store: its writes reach the service's cache only
+    by the service's one change stream."""
+    service = service_on(stores)
+    cache = service.subscriptions
+    assert cache is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service._waker_loop)
         await eventually(lambda: cache.live)
         await cache.list_for_tenant(T)
         resets = cache.resets
@@ -171,18 +190,63 @@ async def follows(store: SubscriptionStore, other: SubscriptionStore,
         assert await cache.get_many({"s1"}) == {}  # seen by the re-check
         await other.put(sub(1))
         await eventually(lambda: cache.resets > resets + 1)
-        stop = True
+        assert service.stats.subscription_changes == 2 and service.stats.stream_events == 0
         tg.cancel_scope.cancel()
+
+
+async def test_the_memory_twin_follows_puts_and_deletes() -> None:
+    backend = MemoryBackend()
+    await backend.subs.put(sub(1))
+    await follows(backend.stores(), backend.subs)
 
 
 @pytest.mark.live_mongo
 async def test_the_stream_follows_another_clients_writes_on_the_wire(live_db: Any) -> None:
-    from board_outbox.adapters.mongo.subscriptions import (
-        MongoSubscriptionChanges,
-        MongoSubscriptionStore,
-    )
+    from board_outbox.adapters.memory import MemoryLauncher
+    from board_outbox.adapters.mongo.client import mongo_stores
+    from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
 
     store = MongoSubscriptionStore(live_db)
     await store.put(sub(1))
-    await follows(store, MongoSubscriptionStore(live_db), MongoSubscriptionChanges(live_db))
+    await follows(mongo_stores(live_db, MemoryLauncher()), MongoSubscriptionStore(live_db))
 
+
+class Reopens:
+    """A change feed whose streams each open, deliver one insert (a position), then wait; the
+    tokens each open was given are kept."""
+
+    def __init__(self) -> None:
+        self.tokens: list[Any] = []
+        self.more = anyio.Event()
+
+    async def watch(self, resume_token: Any, *, exclude: Any = (),
+                    pace: Any = None) -> AsyncGenerator[Change, None]:
+        self.tokens.append(resume_token)
+        n = len(self.tokens)
+        yield Change("", 0, None)
+        yield Change(T, n, f"tok{n}")
+        await self.more.wait()
+        yield Change(T, 10 + n, f"tok{10 + n}")
+        await anyio.sleep_forever()
+
+    async def history_start(self) -> float | None:
+        return None
+
+
+async def test_a_rescoped_stream_keeps_the_cache_it_resumes_from_its_token() -> None:
+    """A rescope (S5) reopens the stream from the token reached: no write to the subscriptions
+    can fall between the two streams, so the cache is neither closed nor emptied by it."""
+    feed = Reopens()
+    service = service_on(dataclasses.replace(MemoryBackend().stores(), feed=feed))
+    cache = service.subscriptions
+    assert cache is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service._waker_loop)
+        await eventually(lambda: len(feed.tokens) == 1 and cache.live)
+        await eventually(lambda: service.resume.token == "tok1")
+        resets = cache.resets
+        service.stream_exclude = frozenset({"other"})  # a new scope: the waker reopens
+        feed.more.set()  # at the stream's next change
+        await eventually(lambda: len(feed.tokens) == 2 and service.stats.stream_rescopes == 1)
+        assert feed.tokens[1] == "tok11" and cache.live and cache.resets == resets
+        tg.cancel_scope.cancel()

@@ -7,7 +7,7 @@ Every method may raise ``StoreUnavailable`` for a transient failure.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -28,6 +28,7 @@ from board_outbox.model.records import (
     Member,
     PushRecent,
     ReadModelVersions,
+    ReadModelWrites,
     RowFilter,
     RowIdentity,
     RowSummary,
@@ -69,6 +70,7 @@ __all__ = [
     "ReadModelStore",
     "ReadModelVersionStore",
     "ReadModelVersions",
+    "ReadModelWrites",
     "ResumeTokenStore",
     "RowFilter",
     "RowIdentity",
@@ -79,7 +81,6 @@ __all__ = [
     "StatusStore",
     "Stores",
     "SubscriptionAdmin",
-    "SubscriptionChanges",
     "SubscriptionRecord",
     "SubscriptionStore",
     "TenantLag",
@@ -447,24 +448,22 @@ class SubscriptionAdmin(Protocol):
         ...
 
 
-class SubscriptionChanges(Protocol):
-    def watch(self) -> AsyncGenerator[str, None]:
-        """Follows ``trigger_subscriptions``: yields ``"open"`` once the stream is established
-        (every change committed after that is delivered), then ``"change"`` for every insert,
-        update, replace or delete. Ends by raising (``StoreUnavailable``,
-        ``ChangeStreamLost``); the caller reopens (issue 31: the subscription cache)."""
-        ...
-
-
 class ChangeFeed(Protocol):
     def watch(
-        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+        self, resume_token: Any | None, *, exclude: Collection[str] = (),
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncGenerator[Change, None]:
-        """Inserts into board_events, in commit order, resuming after ``resume_token``, leaving
-        out, in the store (S5), the inserts of the ``exclude`` tenants (those other replicas
-        own). A quiet stretch yields ``Change("", 0, token)`` at least every second or so, with
-        a token past everything the stream has scanned. Raises ``ChangeStreamLost`` when the
-        token cannot be resumed, ``StoreUnavailable`` on a transient error."""
+        """One stream per replica (S6): inserts into board_events, in commit order, resuming
+        after ``resume_token``, leaving out, in the store (S5), the inserts of the ``exclude``
+        tenants (those other replicas own); and every write to trigger_subscriptions, as a
+        ``Change`` with ``subscriptions`` set (their cache starts over). Once the stream is
+        established (every change committed after this point is delivered) it yields
+        ``Change("", 0, token)`` at once; a quiet stretch yields such a change at least every
+        second or so, with a token past everything the stream has scanned. ``pace`` is awaited
+        before every read that waits for new changes (a getMore, once the changes already
+        received are handed out): the caller holds the stream back while it is busy with what
+        it knows (S6). Raises ``ChangeStreamLost`` when the token cannot be resumed,
+        ``StoreUnavailable`` on a transient error."""
         ...
 
     async def history_start(self) -> float | None:
@@ -509,6 +508,12 @@ class ReadModelStore(Protocol):
     ) -> list[bool]:
         """Apply a batch of writes in one bulk write (Mongo: one unordered ``bulk_write``); for
         each op, True if it changed the model, False if it was stale or already applied."""
+        ...
+
+    async def write_groups(self, groups: Sequence[ReadModelWrites]) -> list[list[bool]]:
+        """``write_many`` for several (model, tenant) read models at once, in one bulk write
+        (Mongo: one unordered ``bulk_write`` for every group's ops): a claimed batch's rows of
+        one projection across tenants. Per group, per op, what ``write_many`` says."""
         ...
 
     async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None: ...
@@ -559,8 +564,6 @@ class Stores:
     sessions: SessionStore | None = None
     pauses: PauseStore | None = None
     series: SeriesStore | None = None  # the console's charts (issue 33)
-    # follows the subscriptions, so the service may cache them (None: every read goes through)
-    sub_changes: SubscriptionChanges | None = None
     # the operators' subscription management (P6; None: this backend offers none)
     sub_admin: SubscriptionAdmin | None = None
 
@@ -707,6 +710,13 @@ class MembershipStore(Protocol):
     async def heartbeat(self, member_id: str, now: float, ttl_seconds: float) -> list[Member]:
         """Renew this member's lease; return the live members (expires_at > now), this one
         included."""
+        ...
+
+    async def heartbeat_with_pauses(self, member_id: str, now: float, ttl_seconds: float,
+                                    ) -> tuple[list[Member], list[Pause]]:
+        """``heartbeat`` whose read of the members reads the pauses too (F3), in the same
+        round trip: the pauses ride the heartbeat (S6). Each pause document parsed alone, as
+        ``PauseStore.all`` parses them; a backend without pauses returns none."""
         ...
 
     async def leave(self, member_id: str) -> None: ...

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from board_outbox.engine.worker import HANDOFF_BATCHES, PICK_IDLES, EffectWorker
+from board_outbox.engine.work.worker import HANDOFF_BATCHES, PICK_IDLES, EffectWorker
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import (
     EffectRow,
@@ -352,3 +352,89 @@ async def test_a_worker_fed_by_its_tail_picks_every_tick_while_its_picks_come_ba
             left -= res.claimed
             assert res.claimed and ticks <= math.ceil(len(rows) / batch) + 1, (n, ticks, left)
         assert {r.state for t in tenants for r in await kit.rows(t)} == {"done"}
+
+
+async def test_an_insert_adopts_the_rows_stored_under_its_own_or_adopted_claim_ids(
+    kit: Kit,
+) -> None:
+    """A row stored claimed under the terms' claim id, or one they adopt, is the claimant's: an
+    insert that meets it returns it with its claims (as stored: its claim id and lease); a row
+    of another claimant, or one done, is not."""
+    first = await kit.outbox.upsert_rows([_row(1), _row(2)], claim=_terms(kit, claim_id="old"))
+    await kit.outbox.upsert_rows([_row(3)], claim=_terms(kit, claim_id="theirs"))
+    done = next(c for c in first.claims if c.row is not None and c.row.seq == 2)
+    assert await kit.outbox.apply_claimed(done.ref, "old", tr.done(now=kit.clock.now(),
+                                                                   outcome="ok"))
+    kit.clock.advance(5.0)
+    terms = ClaimTerms(claim_id="new", lease_until=kit.clock.now() + 30.0, adopt=("old",))
+    res = await kit.outbox.upsert_rows([_row(1), _row(2), _row(3), _row(4)], claim=terms)
+    assert (res.inserted, res.existing) == (1, 3)
+    got = {c.row.seq: (c.claim_id, c.lease_until) for c in res.claims if c.row is not None}
+    # row 1 as stored (its claim id and lease, not the new terms'); row 4 under the new terms
+    assert got == {1: ("old", first.claims[0].lease_until), 4: ("new", terms.lease_until)}
+    plain = await kit.outbox.upsert_rows([_row(1)], claim=_terms(kit, claim_id="other"))
+    assert plain.claims == ()  # not ours
+
+
+async def test_rows_an_insert_wrote_after_its_caller_gave_up_run_now_and_once(kit: Kit) -> None:
+    """The store wrote an insert's rows but its answer was lost (a timeout after the write):
+    the tail's batch aborts, its cursor untouched, and the rows sit claimed under the worker's
+    terms, unknown to it. The next drain inserts them again and they come back adopted: they
+    run now, once -- not after their lease. So again after the terms' claim id has moved on."""
+    worker = kit.worker(batch_size=8)
+    tail = kit.tail(seed="earliest")
+    tail.handoff = worker
+    await kit.sub(SUB)
+    for i in range(1, 4):
+        await kit.card(T, f"c{i}")
+        await kit.emit(T, "card.created", f"c{i}")
+    kit.faults.fail_at("outbox.upsert_rows.after")
+    res = await tail.drain_tenant(T)
+    assert res.stopped == "aborted" and worker.handed == 0 and await kit.cursors.get(T) == 0
+    assert {r.state for r in await kit.rows(T)} == {"claimed"}  # stored, and nobody knows
+    res = await tail.drain_tenant(T)
+    assert res.stopped != "aborted" and worker.handed == 3 and res.rows_inserted == 0
+    assert (await worker.tick_any()).done == 3
+    # the same, across a new claim id: the lost insert's id is adopted
+    for i in range(4, 6):
+        await kit.card(T, f"c{i}")
+        await kit.emit(T, "card.created", f"c{i}")
+    kit.faults.fail_at("outbox.upsert_rows.after")
+    assert (await tail.drain_tenant(T)).stopped == "aborted"
+    kit.clock.advance(worker.settings.lease_seconds * 0.5)  # past the terms' share, in the lease
+    await tail.drain_tenant(T)
+    assert worker.handed == 2
+    res = await worker.tick_any()
+    assert res.done == 2 and res.skipped_expired == 0
+    assert sorted(r.seq for r in kit.launcher.launches) == [1, 2, 3, 4, 5]  # each once
+
+
+async def test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due(
+    kit: Kit,
+) -> None:
+    """While the change stream is open the owned tenants' new rows reach the worker by hand, so
+    its idle pick is only the net: it runs every ``net_pick_seconds``, not every ``PICK_IDLES *
+    idle_seconds``; a retry this worker wrote itself is picked when it is due, not at the next
+    net."""
+    worker = kit.worker(batch_size=8, idle_seconds=0.25, net_pick_seconds=5.0,
+                        backoff={"base_seconds": 1.0, "jitter": 0.0})
+    worker.stream_open = lambda: True
+    spy = spied(worker)
+    assert (await worker.tick_any()).claimed == 0 and spy.picks == 1  # the first tick picks
+    for _ in range(4):  # the old schedule would pick every PICK_IDLES * 0.25 = 1 s
+        kit.clock.advance(1.0)
+        await worker.tick_any()
+    assert spy.picks == 1
+    kit.clock.advance(1.0)
+    await worker.tick_any()
+    assert spy.picks == 2  # the net, 5 s on
+    kit.faults.fail_at("launcher.launch")
+    await materialize(kit, 1, worker=worker)
+    assert (await worker.tick_any()).retried == 1  # pending again, due in 1 s
+    picks = spy.picks
+    kit.clock.advance(0.99)
+    assert (await worker.tick_any()).claimed == 0 and spy.picks == picks
+    kit.clock.advance(0.01)
+    res = await worker.tick_any()  # due now: picked, 4 s before the next net
+    assert res.done == 1 and spy.picks == picks + 1
+    assert [r.seq for r in kit.launcher.launches] == [1]

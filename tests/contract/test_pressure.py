@@ -2,7 +2,8 @@
 the store -- smaller claims, a smaller hand-off, smaller tail batches, longer pauses -- and asks
 for full batches again once the store answers in time. ``Pressure`` is the one factor they share
 (AIMD: halve on a slow pass or a failure, at most once per cooldown, never below 1/16; add an
-eighth back per normal pass after the cooldown)."""
+eighth back per cooldown of clean running, credited by the next normal pass; a stretched pause
+is at most ``MAX_STRETCHED_SECONDS``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.engine.pressure import COOLDOWN_SECONDS, MIN_FACTOR, Pressure
+from board_outbox.engine.flow.pressure import (
+    COOLDOWN_SECONDS,
+    GROW,
+    MAX_STRETCHED_SECONDS,
+    MIN_FACTOR,
+    Pressure,
+)
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.model.errors import StoreUnavailable
@@ -46,6 +53,35 @@ def test_the_factor_halves_per_cooldown_stops_at_its_floor_and_grows_back() -> N
         p.observe(0.1)
         grown.append(p.factor)
     assert grown == sorted(grown) and grown[-1] == 1.0  # monotone, back to full, no further
+
+
+def test_recovery_follows_clean_time_not_the_count_of_passes() -> None:
+    """At its floor, a replica's pauses are stretched, so its passes are rare: one normal pass
+    after a long clean stretch credits all of it (back to full within about
+    ``(1 - MIN_FACTOR) / GROW`` cooldowns of clean time, however few passes ran), while time
+    spent in slow passes or failures earns nothing. A stretched pause is bounded."""
+    clock = ManualClock()
+    p = Pressure(clock, slow_seconds=2.0)
+    for _ in range(5):
+        p.failed("timeout")
+        clock.advance(COOLDOWN_SECONDS)
+    assert p.factor == MIN_FACTOR
+    assert p.stretch(1.0) == MAX_STRETCHED_SECONDS  # not 16 s: it looks again within 5 s
+    assert p.stretch(0.25) == 4.0 and p.stretch(30.0) == 30.0  # a long pause is its own length
+    # the store stays slow for a while: at the floor, no credit accrues
+    for _ in range(6):
+        clock.advance(COOLDOWN_SECONDS)
+        p.observe(3.0)
+    clock.advance(COOLDOWN_SECONDS)
+    p.observe(0.1)
+    assert p.factor == pytest.approx(MIN_FACTOR + GROW)  # one cooldown clean: one step
+    # then one clean pass after a stretched pause of MAX_STRETCHED_SECONDS: five steps at once
+    clock.advance(MAX_STRETCHED_SECONDS)
+    p.observe(0.1)
+    assert p.factor == pytest.approx(MIN_FACTOR + 6 * GROW)
+    clock.advance(MAX_STRETCHED_SECONDS)
+    p.observe(0.1)
+    assert p.factor == 1.0  # back to full within two stretched pauses of clean answers
 
 
 class SlowOutbox:

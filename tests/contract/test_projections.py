@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 import pytest
 from board_outbox_projections import BoardReflect, CardActivity
 
-from board_outbox.engine.batch import plan
+from board_outbox.engine.work.batch import plan
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import EventSnapshot
-from board_outbox.ports import PushRecent, UpsertIfNewer
+from board_outbox.ports import PushRecent, ReadModelWrites, UpsertIfNewer
 from board_outbox.testing import ProjectionContract, check_projection
 from tests.support.kits import Kit, claim
 
@@ -182,3 +182,138 @@ async def test_failed_batch_falls_back_to_rows_and_only_the_bad_row_retries(kit:
     assert (res.claimed, res.done, res.retried) == (3, 2, 1)
     states = sorted((r.seq, r.state, r.attempts) for r in await kit.rows(T))
     assert states == [(1, "done", 0), (2, "pending", 1), (3, "done", 0)]
+
+
+async def test_write_groups_spans_models_and_tenants_with_the_fence_per_document(kit: Kit) -> None:
+    """One bulk write for several (model, tenant) read models: each group's ops answer as
+    ``write_many`` would, each document keeps its newest event (the fence is per document,
+    and the same key in two tenants or two models is two documents)."""
+    rm = kit.readmodels
+    assert await rm.write_many("m", "a", [UpsertIfNewer(key="k", seq=7, doc={"v": "a7"})]) == [True]
+    got = await rm.write_groups([
+        ReadModelWrites("m", "a", [UpsertIfNewer(key="k", seq=5, doc={"v": "a5"}),  # older
+                                   UpsertIfNewer(key="j", seq=1, doc={"v": "a1"})]),
+        ReadModelWrites("m", "b", [UpsertIfNewer(key="k", seq=5, doc={"v": "b5"})]),
+        ReadModelWrites("n", "a", [UpsertIfNewer(key="k", seq=2, doc={"v": "n2"}),
+                                   PushRecent(key="p", seq=3, entry={"x": 3}, keep=2)]),
+        ReadModelWrites("m", "c", []),
+    ])
+    assert got == [[False, True], [True], [True, True], []]
+    assert {(m, t, k): (await rm.get(m, t, k) or {}).get("v") for m, t, k in [
+        ("m", "a", "k"), ("m", "a", "j"), ("m", "b", "k"), ("n", "a", "k")]} == {
+        ("m", "a", "k"): "a7", ("m", "a", "j"): "a1", ("m", "b", "k"): "b5", ("n", "a", "k"): "n2"}
+    # again, with one newer: only that one moves
+    assert await rm.write_groups([
+        ReadModelWrites("m", "b", [UpsertIfNewer(key="k", seq=5, doc={"v": "again"}),
+                                   UpsertIfNewer(key="k", seq=6, doc={"v": "b6"})]),
+        ReadModelWrites("n", "a", [PushRecent(key="p", seq=3, entry={"x": 3}, keep=2)]),
+    ]) == [[False, True], [False]]
+    assert (await rm.get("m", "b", "k") or {})["v"] == "b6"
+    assert await rm.write_groups([]) == []
+
+
+class Counting:
+    """A ``ReadModelStore`` that counts the calls reaching the store (its bulk writes)."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.writes: list[tuple[str, int]] = []  # (method, documents written)
+
+    async def write_groups(self, groups: Any) -> list[list[bool]]:
+        self.writes.append(("write_groups", sum(len(g.ops) for g in groups)))
+        return await self.base.write_groups(groups)  # type: ignore[no-any-return]
+
+    async def write_many(self, model: str, tenant_id: str, ops: Any) -> list[bool]:
+        self.writes.append(("write_many", len(ops)))
+        return await self.base.write_many(model, tenant_id, ops)  # type: ignore[no-any-return]
+
+    async def upsert_if_newer(self, *args: Any) -> bool:
+        self.writes.append(("upsert_if_newer", 1))
+        return await self.base.upsert_if_newer(*args)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+
+class InOrder(BoardReflect):
+    """board-reflect that records each tenant's events as they reach it."""
+
+    name: ClassVar[str] = "in-order"
+    seen: ClassVar[dict[str, list[int]]] = {}
+
+    async def apply_many(self, tenant_id: str, events: Any) -> list[str]:
+        self.seen.setdefault(tenant_id, []).extend(e.seq for e in events)
+        return await super().apply_many(tenant_id, events)
+
+    async def apply(self, tenant_id: str, event: EventSnapshot) -> str:
+        return (await self.apply_many(tenant_id, [event]))[0]
+
+
+async def test_a_claimed_batch_of_one_projection_across_tenants_is_one_bulk_write(kit: Kit) -> None:
+    """P2 across tenants: a tick whose claim holds rows of one projection from five tenants
+    (two rows each, round-robin) writes them in one bulk write (not one per tenant, nor one per
+    row); each tenant's events reach the projection in their order; every row is marked done
+    and the read model holds each card's newest event."""
+    import dataclasses
+
+    from board_outbox.service.runtime import build_registry
+
+    tenants = [f"t{i}" for i in range(5)]
+    for t in tenants:
+        for c in ("c1", "c2"):
+            await kit.card(t, c)
+        for i in range(4):
+            await kit.emit(t, "card.updated", f"c{1 + i % 2}")
+    await kit.tail(seed="earliest", projections=("in-order",)).drain_all(tenants)
+    counting = Counting(kit.readmodels)
+    reg = build_registry(dataclasses.replace(kit.stores, readmodels=counting), [])
+    InOrder.seen = {}
+    from board_outbox.engine.work.gathered import GatheredReadModels
+
+    reg.register_projection(InOrder(GatheredReadModels(counting)))  # as build_registry wraps
+    worker = kit.worker(registry=reg, batch_size=10)
+    res = await worker.tick_any()
+    assert (res.claimed, res.done) == (10, 10)
+    assert counting.writes == [("write_groups", 10)]  # one bulk write, every tenant's cards
+    assert {t: seqs for t, seqs in InOrder.seen.items()} == {t: [1, 2] for t in tenants}
+    res = await worker.tick_any()
+    assert (res.claimed, res.done) == (10, 10)
+    assert counting.writes[1:] == [("write_groups", 10)]
+    assert InOrder.seen == {t: [1, 2, 3, 4] for t in tenants}
+    for t in tenants:
+        model = {d["card_id"]: d["last_seq"] for d in await kit.readmodels.list("in-order", t)}
+        assert model == {"c1": 3, "c2": 4}
+
+
+class PoisonTenant(BoardReflect):
+    """apply_many refuses tenant t1's batch; apply fails for t1's seq 2 only."""
+
+    name: ClassVar[str] = "poison-tenant"
+
+    async def apply_many(self, tenant_id: str, events: Any) -> list[str]:
+        if tenant_id == "t1":
+            raise RuntimeError("t1 refused")
+        return await super().apply_many(tenant_id, events)
+
+    async def apply(self, tenant_id: str, event: EventSnapshot) -> str:
+        if tenant_id == "t1" and event.seq == 2:
+            raise RuntimeError("poison")
+        return await super().apply(tenant_id, event)
+
+
+async def test_a_tenant_whose_batched_apply_fails_costs_only_its_own_rows(kit: Kit) -> None:
+    """In a unit across tenants, one tenant's failed apply_many sends only its rows one by one
+    (its poison row retries); the other tenants' rows of the unit are written together and
+    marked done."""
+    for t in ("t0", "t1", "t2"):
+        await kit.card(t, "c1")
+        for _ in range(2):
+            await kit.emit(t, "card.updated", "c1")
+    await kit.tail(seed="earliest", projections=("poison-tenant",)).drain_all(["t0", "t1", "t2"])
+    reg = kit.registry()
+    reg.register_projection(PoisonTenant(kit.readmodels))
+    res = await kit.worker(registry=reg, batch_size=10).tick_any()
+    assert (res.claimed, res.done, res.retried) == (6, 5, 1)
+    states = sorted((r.tenant_id, r.seq, r.state) for r in await kit.rows())
+    assert states == [("t0", 1, "done"), ("t0", 2, "done"), ("t1", 1, "done"),
+                      ("t1", 2, "pending"), ("t2", 1, "done"), ("t2", 2, "done")]

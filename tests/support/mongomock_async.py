@@ -162,6 +162,7 @@ class AsyncMockCollection:
             await checkpoint()
             if not name.startswith(("update", "find_one_and")):
                 return fn(*args, **kwargs)
+            kwargs.pop("hint", None)  # mongomock refuses a write's hint; it has no planner
             return self._atomic(fn, args, kwargs)
 
         return call

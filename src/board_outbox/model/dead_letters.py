@@ -1,5 +1,5 @@
 """Which dead-letters a bulk replay takes, and what its plan and its progress say: plain values
-and pure rules (the walk over the store and the writes are ``engine/bulk_replay.py``).
+and pure rules (the walk over the store and the writes are ``engine/upkeep/bulk_replay.py``).
 
 A ``BulkFilter`` is split in two: the part the store answers over the failed rows' index
 (``store_filter``: tenant, kind, subscription, parked since/before) and the part checked here on

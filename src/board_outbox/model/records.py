@@ -4,7 +4,7 @@ can both name them without an import pointing up (River's leaf-type modules)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -39,13 +39,19 @@ class ClaimTerms(msgspec.Struct, frozen=True, kw_only=True):
 
     claim_id: str
     lease_until: float
+    # earlier claim ids of the same claimant whose leases may still run: a row the insert finds
+    # stored already, claimed under one of them (an earlier insert of it that landed after its
+    # caller had given up on it: a store timeout), is the claimant's too -- returned with the
+    # claims, as stored, instead of waiting out its lease unrun
+    adopt: tuple[str, ...] = ()
 
 
 class UpsertResult(msgspec.Struct, frozen=True):
     inserted: int
     existing: int
     # the rows this insert wrote born claimed (under its ``ClaimTerms``): ours to run, and only
-    # these -- a row that existed keeps its state and its holder
+    # these -- a row that existed keeps its state and its holder (one found claimed under the
+    # terms' own claim id or one they adopt is ours as well, and comes with them)
     claims: tuple[Claim, ...] = ()
 
 
@@ -69,14 +75,16 @@ class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Change(msgspec.Struct, frozen=True):
-    """One insert (``tenant_id`` set), or a quiet batch's post-batch token (``tenant_id`` "").
-    ``doc``: the inserted event's fields as the stream carried them (the event log's read
-    fields), None when the feed does not carry them."""
+    """One insert (``tenant_id`` set), a change to the subscriptions (``subscriptions``), or a
+    quiet batch's post-batch token (``tenant_id`` "", the stream's opening included). ``doc``:
+    the inserted event's fields as the stream carried them (the event log's read fields), None
+    when the feed does not carry them."""
 
     tenant_id: str
     seq: int
     token: Any = None
     doc: Mapping[str, Any] | None = None
+    subscriptions: bool = False  # any write to trigger_subscriptions: their cache starts over
 
 
 class UpsertIfNewer(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,6 +105,15 @@ class PushRecent(msgspec.Struct, frozen=True, kw_only=True):
     entry: Mapping[str, Any]
     keep: int
     field: str = "recent"
+
+
+class ReadModelWrites(msgspec.Struct, frozen=True):
+    """One (model, tenant) read model's batch writes, as a part of a bulk write that spans read
+    models and tenants (``ReadModelStore.write_groups``)."""
+
+    model: str
+    tenant_id: str
+    ops: Sequence[UpsertIfNewer | PushRecent]
 
 
 class ReadModelVersions(msgspec.Struct, frozen=True, kw_only=True):

@@ -10,7 +10,7 @@ adapters only apply one, handed to them as data: memory/ as a dict update, mongo
 - ``apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter), and on
   the ``updated_at`` it was read with when given (a bulk replay: a row changed since is left).
 
-The worker's completer (``engine/completer.py``) builds the final ones (done, retry, park,
+The worker's completer (``engine/work/completer.py``) builds the final ones (done, retry, park,
 release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``, the admin
 ``replay``.
 

@@ -25,7 +25,8 @@ from importlib import metadata
 from typing import Any
 
 from board_outbox.engine.handlers.contract import HandlerContext
-from board_outbox.engine.registry import EffectHandler, HandlerRegistry, Projection
+from board_outbox.engine.handlers.registry import EffectHandler, HandlerRegistry, Projection
+from board_outbox.engine.work.gathered import GatheredReadModels
 from board_outbox.model.domain import LAUNCH, PROJECTION, check_id, check_kind
 from board_outbox.model.errors import ConfigError, InvalidId
 from board_outbox.ports import ReadModelStore, Stores
@@ -243,6 +244,8 @@ def build_handlers(table: Mapping[str, str], stores: Stores) -> dict[str, Effect
 
 def register_projections(registry: HandlerRegistry, store: ReadModelStore, names: Sequence[str]) -> None:
     """Register the named projections (entry-point names, built-in or not, and ``module:Class``
-    topics); a bad name is a one-line ``ConfigError`` naming the setting."""
-    for proj in build_projections(names, store):
+    topics); a bad name is a one-line ``ConfigError`` naming the setting. They write through
+    ``GatheredReadModels``: a claimed batch's rows of one projection, across tenants, meet in one
+    bulk write (P2)."""
+    for proj in build_projections(names, GatheredReadModels(store)):
         registry.register_projection(proj)

@@ -5,32 +5,31 @@ the leased claims are the only coordination."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 from opentelemetry import trace
 
-from board_outbox.engine.audit import Auditor, BackgroundAudit
-from board_outbox.engine.generations import versioned
+from board_outbox.engine.flow.limits import LaunchGate, LimitSettings
+from board_outbox.engine.flow.membership import Ownership, new_member_id
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.handlers.contract import Projection
-from board_outbox.engine.limits import LaunchGate, LimitSettings
-from board_outbox.engine.membership import Ownership, new_member_id
-from board_outbox.engine.outcomes import TickResult
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.prefetch import StreamEvents
-from board_outbox.engine.pressure import Pressure
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.series import SeriesRecorder
-from board_outbox.engine.subcache import SubscriptionCache
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.tail.prefetch import StreamEvents
+from board_outbox.engine.tail.subcache import SubscriptionCache
+from board_outbox.engine.tail.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.upkeep.audit import Auditor, BackgroundAudit
+from board_outbox.engine.upkeep.generations import versioned
+from board_outbox.engine.upkeep.series import SeriesRecorder
+from board_outbox.engine.work.outcomes import TickResult
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ConfigError, StoreUnavailable
@@ -49,6 +48,10 @@ from board_outbox.service.upkeep import Upkeep
 from board_outbox.service.waker import StreamWaker
 
 log = logging.getLogger("board_outbox.service")
+
+# a tenant whose drain stopped so is drained again after tail.poll_interval_seconds, stream or
+# not: a store error, a gap not yet filled (or dead), poison counting its ticks, a stall
+RETRY_STOPS = frozenset({"aborted", "young_gap", "beyond_counter", "poison", "stalled"})
 
 
 
@@ -96,9 +99,10 @@ class Service(StreamWaker, Upkeep):
         # holds a paused tenant's or subscription's rows, the launch handler a paused bot's
         self.pauses = None if stores.pauses is None else PauseGate(
             stores.pauses, stores.outbox, self.clock, every=config.membership.interval_seconds)
-        # the subscriptions, served from memory while their change stream is open (issue 31)
+        # the subscriptions, served from memory while the change stream, which carries their
+        # writes too (S6), is open (M10b)
         self.subscriptions: SubscriptionCache | None = None
-        if stores.sub_changes is not None and config.tail.change_streams:
+        if stores.feed is not None and config.tail.change_streams:
             self.subscriptions = SubscriptionCache(stores.subs)
             self.stores = stores = dataclasses.replace(stores, subs=self.subscriptions)
         self.registry = registry or build_registry(stores, config.projections, config.handlers,
@@ -131,6 +135,7 @@ class Service(StreamWaker, Upkeep):
         # the tail's rows go to this replica's worker born claimed, as far as it has room (T1)
         self.tail.handoff = self.worker
         self.worker.on_receive = lambda: self._worker_wake.set()
+        self.worker.stream_open = lambda: self.stream_open  # the idle pick is then the net
         self._awaiting_room: set[str] = set()  # tenants the worker had no room for yet
         # backpressure (T1): one factor for the tail, the worker and the loops' pauses
         self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
@@ -143,7 +148,7 @@ class Service(StreamWaker, Upkeep):
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=member_id or new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
-        # issue 33: the console's charts, one series document a minute (engine/series.py)
+        # issue 33: the console's charts, one series document a minute (engine/upkeep/series.py)
         self.series: SeriesRecorder | None = None
         if stores.series is not None and config.series.enabled:
             self.series = SeriesRecorder(stores.series, self.clock, self.ownership.member_id,
@@ -155,6 +160,18 @@ class Service(StreamWaker, Upkeep):
         self.stream_excluding: frozenset[str] = frozenset()  # what the open stream leaves out
         self._dirty: set[str] = set()
         self._full_poll = False
+        # tenants whose last drain stopped short (a store error, a young gap, poison...), each
+        # drained again once tail.poll_interval_seconds have passed, and when a failed poll net
+        # is tried again: while the stream is open the poll net is stretched (S6), its retries
+        # are not
+        self._retry: dict[str, float] = {}
+        self._poll_retry: float | None = None
+        # S6: the drain passes begun, and whether one runs: the stream is read at their pace
+        # while the tail is busy (``pace_stream``)
+        self._passes = 0
+        self._draining = False
+        self._tail_moved = anyio.Event()
+        self._read_at_pass = 0
         self._tail_wake = anyio.Event()
         self._worker_wake = anyio.Event()
         self._stopping = anyio.Event()
@@ -193,6 +210,28 @@ class Service(StreamWaker, Upkeep):
     def wake_tenant(self, tenant_id: str) -> None:
         self._dirty.add(tenant_id)
         self._tail_wake.set()
+
+    @property
+    def tail_busy(self) -> bool:
+        """A drain pass runs, or one is due at once (tenants woken, a full poll asked for), or
+        tenants wait for room in the worker (drained again as soon as it has some)."""
+        return (self._draining or bool(self._dirty) or self._full_poll
+                or bool(self._awaiting_room))
+
+    def _tail_move(self) -> None:
+        self._tail_moved.set()
+        self._tail_moved = anyio.Event()
+
+    @property
+    def poll_interval(self) -> float:
+        """The poll net's interval: ``tail.stream_poll_interval_seconds`` while the change stream
+        is open (it wakes; the poll is only the net, C1), but never above half of
+        ``tail.stall_seconds`` (a tenant the stream missed would look stalled) nor below
+        ``tail.poll_interval_seconds``, the interval while it is not open (or streams are off)."""
+        t = self.config.tail
+        if not self.stream_open:
+            return t.poll_interval_seconds
+        return max(t.poll_interval_seconds, min(t.stream_poll_interval_seconds, t.stall_seconds / 2))
 
     @property
     def poll_requested(self) -> bool:
@@ -252,15 +291,12 @@ class Service(StreamWaker, Upkeep):
                 self.stream_down_since = self.clock.now()
                 tg.start_soon(self._alive, "waker", self._waker_loop)
             tg.start_soon(self._alive, "metrics", self._metrics_loop)
-            if self.subscriptions is not None and self.stores.sub_changes is not None:
-                tg.start_soon(self._alive, "subscriptions", functools.partial(
-                    self.subscriptions.follow, self.stores.sub_changes,
-                    stopping=lambda: self.stopping))
             if self.ownership.active:
                 tg.start_soon(self._alive, "membership", self._membership_loop)
             if self.config.audit.enabled:
                 tg.start_soon(self._alive, "audit", self._audit_loop)
-            if self.pauses is not None:
+            if self.pauses is not None and not self.ownership.active:
+                # with a membership, the pauses ride its heartbeat (S6)
                 tg.start_soon(self._alive, "pauses", self._pause_loop)
             if self.series is not None:
                 tg.start_soon(self._alive, "series", self._series_loop)
@@ -288,36 +324,63 @@ class Service(StreamWaker, Upkeep):
             self.loops[name] = False
 
     async def _tail_loop(self) -> None:
-        poll = self.config.tail.poll_interval_seconds
-        next_poll = -float("inf")
+        last_poll = -float("inf")
         while not self.stopping:
             # the poll net runs every poll interval, busy or not: a tenant whose stream wake is
-            # late (a stream backed up behind another tenant's burst) waits one interval at most
-            full = self._full_poll or anyio.current_time() >= next_poll
-            if full:
-                next_poll = anyio.current_time() + poll
-            if full:  # backpressure: a replica whose store is slow polls less often
-                next_poll = anyio.current_time() + self.pressure.stretch(poll)
-            if not await self.drain_pass(full):
-                await anyio.sleep(min(poll, 1.0))
-            if self._dirty or self._full_poll:
+            # late (a stream backed up behind another tenant's burst) waits one interval at most;
+            # backpressure: a replica whose store is slow polls less often
+            now = anyio.current_time()
+            due = last_poll + self.pressure.stretch(self.poll_interval)
+            if self._poll_retry is not None:
+                due = min(due, self._poll_retry)
+            retry = min(self._retry.values(), default=float("inf"))
+            if retry <= now:  # their short interval has passed: drained again with the woken
+                ready = {t for t, at in self._retry.items() if at <= now}
+                self._dirty |= ready
+                self._retry = {t: at for t, at in self._retry.items() if t not in ready}
+            elif not (self._dirty or self._full_poll) and now < due:
+                # a wake, a retry due, or the stream closing (the interval shortens:
+                # ``_stream_state``)
+                self._tail_wake = anyio.Event()
+                with anyio.move_on_after(min(due, retry) - now):
+                    await self._tail_wake.wait()
                 continue
-            self._tail_wake = anyio.Event()
-            with anyio.move_on_after(max(0.0, next_poll - anyio.current_time())):
-                await self._tail_wake.wait()
+            full = self._full_poll or now >= due
+            if full:
+                last_poll, self._poll_retry = now, None
+            if not await self.drain_pass(full):
+                await anyio.sleep(min(self.poll_interval, 1.0))
+
+    def _retry_later(self, tenants: Iterable[str]) -> None:
+        at = anyio.current_time() + self.pressure.stretch(self.config.tail.poll_interval_seconds)
+        for t in tenants:
+            self._retry.setdefault(t, at)
 
     async def drain_pass(self, full: bool) -> bool:
         """One pass of the tail loop: the poll net (``full``: every owned tenant behind its
         cursor, S2) or the tenants woken since the last pass; one batch per tenant (F1), a
         tenant with more behind its batch is woken again. False if the pass failed for a reason
         that is not the store's (the loop pauses before the next)."""
+        self._passes += 1
+        self._draining = True
+        self._tail_move()  # a paced stream reads again now (S6)
+        try:
+            return await self._drain(full)
+        finally:
+            self._draining = False
+            self._tail_move()
+
+    async def _drain(self, full: bool) -> bool:
         tenants: list[str] | None = None
         if full:
             self._full_poll = False
             self.stats.poll_wakes += 1
             self.metrics.wake("poll")
         else:
-            tenants = sorted(self._dirty)
+            # only the tenants this replica owns (S1): one drained here before the membership
+            # changed (a backlog keeps it woken, batch after batch) is its new owner's now, and
+            # two replicas draining it would only race for its cursor (S6)
+            tenants = self.ownership.owned(sorted(self._dirty))
         self._dirty.clear()
         ok = True
         try:
@@ -326,6 +389,7 @@ class Service(StreamWaker, Upkeep):
                 self._rescope_stream()
             results = await self.tail.drain_all(tenants, rounds=1)
             self._dirty.update(r.tenant_id for r in results if self.tail.more_behind(r))
+            self._retry_later(r.tenant_id for r in results if r.stopped in RETRY_STOPS)
             # a tenant the worker had no room for: drained again once its rows have run
             self._awaiting_room.update(r.tenant_id for r in results if r.stopped == "no_room")
             if full and not any(r.stopped == "aborted" for r in results):
@@ -333,10 +397,12 @@ class Service(StreamWaker, Upkeep):
         except StoreUnavailable as exc:  # tenant list unreadable: next tick
             log.warning("drain pass aborted: %s", exc)
             results = []
+            self._retry_pass(full, tenants)
         except Exception as exc:
             log.error("drain pass failed (%s: %s): retrying next tick", type(exc).__name__, exc)
             results = []
             ok = False
+            self._retry_pass(full, tenants)
         self.stats.drains += 1
         self.stats.last_drain = results
         for r in results:
@@ -350,11 +416,21 @@ class Service(StreamWaker, Upkeep):
             self.stats.cas_lost += r.stopped == "cas_lost"
         return ok
 
+    def _retry_pass(self, full: bool, tenants: list[str] | None) -> None:
+        """A pass that failed as a whole is tried again after the short poll interval: the poll
+        net if it was one, else its tenants."""
+        if full:
+            self._poll_retry = anyio.current_time() + self.pressure.stretch(
+                self.config.tail.poll_interval_seconds)
+        else:
+            self._retry_later(tenants or ())
+
     def _room_again(self) -> None:
         """The worker ran rows: the tenants it had no room for are drained again if it has
         room for them now."""
         if not self._awaiting_room:
             return
+        self._awaiting_room = {t for t in self._awaiting_room if self.ownership.owns(t)}
         ready = {t for t in self._awaiting_room if self.worker.room(t) > 0}
         if ready:
             self._awaiting_room -= ready

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from board_outbox.engine.drain import DrainResult
-from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.tail.drain import DrainResult
+from board_outbox.engine.work.outcomes import TickResult
 
 
 @dataclass
@@ -25,6 +25,8 @@ class Stats:
     stream_reopens: int = 0
     stream_events: int = 0  # inserts the change stream delivered, before any filtering here
     stream_rescopes: int = 0  # reopened because the tenants to leave out changed (S5)
+    stream_paced: int = 0  # getMores held back until the busy tail's next pass (S6)
+    subscription_changes: int = 0  # writes to the subscriptions the stream delivered
     cas_lost: int = 0
     tokens_dropped: int = 0  # stored resume tokens the server refused, dropped (W3)
     worker: TickResult = field(default_factory=TickResult)

@@ -6,22 +6,27 @@ apart from its hot loops; each loop outlives its dependency failing (R1)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
 
+from board_outbox.engine.tail.drain import Figures
 from board_outbox.model.domain import CLAIMED, COALESCED, DONE, FAILED, PENDING
 from board_outbox.model.series import SeriesCounts
+from board_outbox.model.validation import is_seq
 from board_outbox.service.health import TenantStatus, history_headroom, tenant_statuses
 from board_outbox.service.waker import failure_key
 
 if TYPE_CHECKING:
-    from board_outbox.engine.audit import BackgroundAudit
-    from board_outbox.engine.membership import Ownership
-    from board_outbox.engine.pause import PauseGate
-    from board_outbox.engine.series import SeriesRecorder
+    from board_outbox.engine.flow.membership import Ownership
+    from board_outbox.engine.flow.pause import PauseGate
+    from board_outbox.engine.tail.tail import Tail
     from board_outbox.engine.telemetry.metrics import Metrics
+    from board_outbox.engine.upkeep.audit import BackgroundAudit
+    from board_outbox.engine.upkeep.series import SeriesRecorder
     from board_outbox.model.clock import Clock
+    from board_outbox.model.pause import Pause
     from board_outbox.model.validation import OnceLog
     from board_outbox.ports import Stores
     from board_outbox.service.config import Config
@@ -40,6 +45,7 @@ class Upkeep:
     config: Config
     clock: Clock
     stores: Stores
+    tail: Tail
     metrics: Metrics
     stats: Stats
     ownership: Ownership
@@ -59,6 +65,10 @@ class Upkeep:
     def stopping(self) -> bool:
         raise NotImplementedError
 
+    @property
+    def poll_interval(self) -> float:
+        raise NotImplementedError
+
     def request_full_poll(self) -> None:
         raise NotImplementedError
 
@@ -66,24 +76,45 @@ class Upkeep:
         raise NotImplementedError
 
     async def refresh_gauges(self) -> None:
-        """Tail lag per tenant (allocated seq - cursor) and rows by state, for the gauges."""
-        heads, cursors = await self.stores.events.heads(), await self.stores.cursors.all()
-        self.metrics.lag = {t: max(0, h - cursors.get(t, 0)) for t, h in heads.items()}
-        # the live states and the dead-letters every refresh (each count over its state's
-        # partial index); done rows -- a week of history -- every DONE_COUNT_EVERY refreshes
-        states = [PENDING, CLAIMED, FAILED]
-        if self._gauge_refreshes % DONE_COUNT_EVERY == 0:
-            states += [DONE, COALESCED]  # the coalesced rows are a week of history too
+        """The gauges (S6). Every replica: the lag of the tenants it owns, from what its poll net
+        read (no read of its own while that is fresh). The keeper alone (``Ownership.keeps``):
+        the rows by state, and, while the operator endpoints serve them, every tenant's status
+        and the history headroom. Another replica's status holds its own tenants, from the same
+        figures: their lag and stalls, for its probes and ``/metrics``."""
+        figures = await self._figures()
+        owns = self.ownership.owns
+        self.metrics.lag = {t: figures.lag(t) for t in figures.heads if owns(t)}
+        keeper = self.ownership.keeps()
+        seldom = self._gauge_refreshes % DONE_COUNT_EVERY == 0
         self._gauge_refreshes += 1
-        counts = await self.stores.outbox.count_by_state(states=states)
-        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED)},
-                             **{s: counts.get(s, 0) for s in states}}
+        if not keeper:
+            self.metrics.rows = {}  # the keeper's to report
+            self.history_headroom = None
+            if self.status_enabled:
+                self.own_status(figures)
+            return
+        # the live states and the dead-letters every refresh (each count over its state's
+        # partial index; summed from every tenant's status when that is read anyway); done
+        # rows -- a week of history -- and coalesced ones every DONE_COUNT_EVERY refreshes
+        live = [PENDING, CLAIMED, FAILED]
+        counts: dict[str, int] = {}
         if self.status_enabled:
             await self.refresh_status()
-            self.history_headroom = await history_headroom(self.stores)  # A2
+            for st in self.status.values():
+                for state in live:
+                    counts[state] = counts.get(state, 0) + st.rows.get(state, 0)
+            if seldom or self.history_headroom is None:
+                self.history_headroom = await history_headroom(self.stores)  # A2
+        states = ([] if self.status_enabled else live) + ([DONE, COALESCED] if seldom else [])
+        if states:
+            counts.update(await self.stores.outbox.count_by_state(states=states))
+        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED)},
+                             **{s: counts.get(s, 0) for s in live},
+                             **{s: counts.get(s, 0) for s in states}}
 
     async def refresh_status(self) -> None:
-        """Per-tenant status and stall detection (O1, O2), for /metrics and /readyz."""
+        """Per-tenant status and stall detection (O1, O2), for /metrics and the probes: every
+        tenant's, read from the store (the keeper's refresh)."""
         now = self.clock.now()
         # live rows only: done rows are a week of history, and this runs every refresh
         status = await tenant_statuses(self.stores, now, self.next_events, live_only=True)
@@ -93,37 +124,78 @@ class Upkeep:
         self.stalls.forget(status)
         self.status = status
 
+    async def _figures(self) -> Figures:
+        """Every tenant's counter and cursor: the poll net's last read while it is younger than
+        a metrics interval (plus the poll net's own), else read now."""
+        got = self.tail.figures
+        fresh = self.config.service.metrics_interval_seconds + self.poll_interval
+        if got is not None and self.clock.now() - got.at <= fresh:
+            return got
+        cursors = {t: c for t, c in (await self.stores.cursors.all()).items() if is_seq(c)}
+        heads = {t: h for t, h in (await self.stores.events.heads()).items() if is_seq(h)}
+        return Figures(heads=heads, cursors=cursors, at=self.clock.now())
+
+    def own_status(self, figures: Figures) -> None:
+        """A replica that is not the keeper: the status of the tenants it owns, from the poll
+        net's figures (their cursor, counter and lag, stalls detected, a cursor held ahead of its
+        counter), no read of its own. The rows' figures are the keeper's to report."""
+        now = self.clock.now()
+        status: dict[str, TenantStatus] = {}
+        for t in sorted(set(figures.heads) | set(figures.cursors)):
+            if not self.ownership.owns(t):
+                continue
+            head, cursor = figures.heads.get(t, 0), figures.cursors.get(t, 0)
+            held = self.tail.cursor_ahead.get(t)
+            st = TenantStatus(
+                tenant_id=t, cursor=cursor, allocated_seq=head, lag_events=figures.lag(t),
+                lag_seconds=0.0, oldest_pending_age_seconds=None, rows={}, dead_letters=0,
+                problems=[] if held is None else [
+                    f"cursor {held[0]} is ahead of the counter ({held[1]}): held until "
+                    f"`board-outbox cursor reset --tenant {t} --to N`"])
+            st.stalled_for_seconds = self.stalls.observe(t, cursor, st.lag_events > 0, now)
+            st.stalled = st.stalled_for_seconds > 0
+            status[t] = st
+        self.stalls.forget(status)
+        self.status = status
+
     async def _membership_loop(self) -> None:
-        """Heartbeat (S1) every ``interval_seconds``."""
-        every = self.config.membership.interval_seconds
-        while not self.stopping:
-            await anyio.sleep(every)
-            await self.membership_pass()
+        """Heartbeat (S1) every ``interval_seconds``, on a fixed cadence (a beat starts every
+        interval, however long the last one took): the pauses ride it (S6), so a pause is read
+        by every replica within one heartbeat of being written."""
+        await self._every(self.config.membership.interval_seconds, self.membership_pass)
 
-    async def membership_pass(self) -> None:
-        """One heartbeat; a changed view rescopes the stream and polls at once, so tenants that
-        moved to us are drained within ``heartbeat_timeout_seconds`` of their owner's last beat."""
-        try:
-            if await self.ownership.beat():
-                self._rescope_stream()
-                self.request_full_poll()
-        except Exception as exc:
-            log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
-
-    async def _pause_loop(self) -> None:
-        """Issue 33: the pause set, read once per membership heartbeat (``pause_pass``), on a
-        fixed cadence (a read starts every heartbeat, however long the last one took), so a
-        pause is read by every replica within one heartbeat of being written."""
-        every = self.config.membership.interval_seconds
+    async def _every(self, every: float, body: Callable[[], Awaitable[None]]) -> None:
         due = anyio.current_time()
         while not self.stopping:
             due = max(due + every, anyio.current_time())
             await anyio.sleep(max(0.0, due - anyio.current_time()))
-            await self.pause_pass()
+            await body()
+
+    async def membership_pass(self) -> None:
+        """One heartbeat, whose read of the members reads the pauses too (S6; ``adopt``: it
+        also releases the rows of the pauses lifted since); a changed view rescopes the stream
+        and polls at once, so tenants that moved to us are drained within
+        ``heartbeat_timeout_seconds`` of their owner's last beat. A failed beat keeps the last
+        view and the last pauses."""
+        rides = self.pauses is not None
+        try:
+            if await self.ownership.beat(pauses=rides):
+                self._rescope_stream()
+                self.request_full_poll()
+        except Exception as exc:
+            log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)
+        if self.pauses is not None and self.ownership.pauses is not None:
+            await self._adopt_pauses(self.ownership.pauses)
+
+    async def _pause_loop(self) -> None:
+        """Issue 33: without a membership (nothing to ride), the pause set read once per
+        heartbeat interval (``pause_pass``), on a fixed cadence, so a pause is read by every
+        replica within one heartbeat of being written."""
+        await self._every(self.config.membership.interval_seconds, self.pause_pass)
 
     async def pause_pass(self) -> None:
-        """One read of the pauses (``PauseGate.refresh``: it also releases the rows of the pauses
-        lifted since); a failure keeps the last set and is logged."""
+        """One read of the pauses of their own (``PauseGate.refresh``: it also releases the rows
+        of the pauses lifted since); a failure keeps the last set and is logged."""
         if self.pauses is None:
             return
         released = self.pauses.released
@@ -134,12 +206,22 @@ class Upkeep:
         if self.pauses.released > released:
             self._worker_wake.set()  # the released rows are due now: no idle pause first
 
+    async def _adopt_pauses(self, pauses: list[Pause]) -> None:
+        assert self.pauses is not None
+        released = self.pauses.released
+        try:
+            await self.pauses.adopt(pauses)
+        except Exception as exc:
+            log.warning("pause refresh failed: %s: %s", type(exc).__name__, exc)
+        if self.pauses.released > released:
+            self._worker_wake.set()  # the released rows are due now: no idle pause first
+
     async def _audit_loop(self) -> None:
         """A1: every ``audit.interval_seconds``, audit at most ``audit.batch_events`` events of
         the owned tenants (``BackgroundAudit.tick``); a failed pass is logged, the next retries."""
         while not self.stopping:
             try:
-                cursors = await self.stores.cursors.all()
+                cursors = (await self._figures()).cursors  # the poll net's, while fresh (S6)
                 await self.audit.tick({t: c for t, c in cursors.items() if self.ownership.owns(t)})
             except Exception as exc:
                 log.warning("audit pass failed: %s: %s", type(exc).__name__, exc)

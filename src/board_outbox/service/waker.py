@@ -1,7 +1,9 @@
 """The change-stream waker: the stream's inserts wake their tenants' tails (C1), its documents
-feed the tail's buffer (issue 31), its position is saved (S4), it leaves out the tenants other
-members own and reopens when that changes (S5), and a lost or refused stream falls back to the
-poll net and reopens. A part of ``Service`` (``service/runtime.py``), kept apart from its loops."""
+feed the tail's buffer, its writes to the subscriptions reset their cache, its
+position is saved (S4), it leaves out the tenants other members own and reopens when that
+changes (S5), it is read at the pace of a busy tail's passes (S6), and a lost or refused stream
+falls back to the poll net and reopens. A part of ``Service`` (``service/runtime.py``), kept
+apart from its loops."""
 
 from __future__ import annotations
 
@@ -17,11 +19,13 @@ from board_outbox.model.records import Change
 from board_outbox.model.validation import OnceLog, cap
 
 if TYPE_CHECKING:
-    from board_outbox.engine.membership import Ownership
-    from board_outbox.engine.tail import Tail
+    from board_outbox.engine.flow.membership import Ownership
+    from board_outbox.engine.tail.subcache import SubscriptionCache
+    from board_outbox.engine.tail.tail import Tail
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.model.clock import Clock
     from board_outbox.ports import Stores
+    from board_outbox.service.config import Config
     from board_outbox.service.resume import ResumePoint
     from board_outbox.service.stats import Stats
 
@@ -39,9 +43,11 @@ def failure_key(exc: BaseException) -> str:
 class StreamWaker:
     """The stream half of ``Service``: the attributes below are the service's own."""
 
+    config: Config
     clock: Clock
     stores: Stores
     tail: Tail
+    subscriptions: SubscriptionCache | None
     ownership: Ownership
     resume: ResumePoint
     stats: Stats
@@ -52,9 +58,17 @@ class StreamWaker:
     stream_down_since: float | None
     stream_down_reason: str
     _once: OnceLog
+    _passes: int  # drain passes begun (the tail loop's)
+    _tail_moved: anyio.Event  # set when a drain pass begins or ends
+    _tail_wake: anyio.Event
+    _read_at_pass: int  # ``_passes`` when the stream's last getMore went out
 
     @property
     def stopping(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def tail_busy(self) -> bool:
         raise NotImplementedError
 
     def wake_tenant(self, tenant_id: str) -> None:
@@ -78,6 +92,7 @@ class StreamWaker:
             return
         if self.stream_down_since is None:
             self.stream_down_since = self.clock.now()
+            self._tail_wake.set()  # the poll net's interval shortens now
         if reason:
             self.stream_down_reason = cap(reason, 300)
 
@@ -89,10 +104,17 @@ class StreamWaker:
             self.stream_exclude = exclude  # compares by identity, once per change
 
     def on_change(self, change: Change) -> None:
-        """One change the stream delivered: its position is reached; an insert is counted
+        """One change the stream delivered: its position is reached; a write to the
+        subscriptions empties their cache; an insert is counted
         (``board_outbox_stream_events_total``, before any filtering here) and wakes its tenant
         when this replica owns it."""
-        self.resume.reached(change.token)  # None: "open", no position yet
+        # None: "open", no position yet; a quiet batch's token is saved less often (S4)
+        self.resume.reached(change.token, quiet=not (change.tenant_id or change.subscriptions))
+        if change.subscriptions:
+            self.stats.subscription_changes += 1
+            if self.subscriptions is not None:
+                self.subscriptions.changed()
+            return
         if change.tenant_id:
             self.stats.stream_events += 1
             self.metrics.stream_event()
@@ -105,6 +127,24 @@ class StreamWaker:
                 self.wake_tenant(change.tenant_id)
             elif streamed is not None:
                 streamed.forget(change.tenant_id)  # not ours now: its deliveries stop here
+
+    async def pace_stream(self) -> None:
+        """S6: awaited by the feed before each getMore. While the tail is busy (a drain pass
+        running or due at once, or tenants waiting for room in the worker), what the stream
+        delivers now is acted on only at the tail's next pass: the read waits until a pass has
+        begun since the last one went out, at most ``tail.stream_pace_seconds``. So a busy
+        replica reads its stream about once per pass, not once per write (each getMore the
+        server answers costs it a wake and a scan of the new oplog entries, and a backlog's
+        tenant is drained when the worker has room, not when its next insert arrives). A
+        wake for another tenant comes at most one pass, or ``stream_pace_seconds``, later. A
+        tail with nothing to do reads at once."""
+        seen = self._read_at_pass
+        if self.tail_busy and self._passes == seen and not self.stopping:
+            self.stats.stream_paced += 1
+            with anyio.move_on_after(self.config.tail.stream_pace_seconds):
+                while self.tail_busy and self._passes == seen and not self.stopping:
+                    await self._tail_moved.wait()
+        self._read_at_pass = self._passes
 
     async def _waker_loop(self) -> None:
         """Wake tenants from the change stream. The resume token is saved at most every
@@ -122,6 +162,7 @@ class StreamWaker:
         losses = 0
         refusals = 0  # consecutive failures to open the stream from a stored token
         poll_when_open = False  # after a loss: reconcile once the new stream is really open
+        rescoping = False  # the last stream ended for a rescope (reopened from its token)
 
         try:
             while not self.stopping:
@@ -130,31 +171,42 @@ class StreamWaker:
                     token = await resume.load()
                     exclude = self.stream_exclude
                     opened = False
-                    async with contextlib.aclosing(feed.watch(token, exclude=exclude)) as changes:
-                        async for change in changes:
-                            if not opened:
-                                opened = True
-                                if self.tail.streamed is not None:
-                                    # deliveries may be lost between two streams: nothing the
-                                    # buffer holds is trusted until a read after this point
-                                    self.tail.streamed.clear()
-                            if not self.stream_open:
-                                self._stream_state(True)
-                            self.stream_excluding = exclude
-                            refusals = 0
-                            if poll_when_open and change.token is not None:  # really delivering
-                                poll_when_open = False
-                                self.request_full_poll()
-                            losses = 0
-                            self.on_change(change)
-                            await resume.save()
-                            delay = 0.1
-                            if self.stopping:
-                                break
-                            if self.stream_exclude is not exclude:
-                                self.stats.stream_rescopes += 1
-                                poll_when_open = True
-                                break
+                    # a rescope reopens from the token reached: nothing is lost between the two
+                    # streams, so the subscription cache stays as it is across it
+                    keep_cache, rescoping = rescoping and token is not None, False
+                    try:
+                        watch = feed.watch(token, exclude=exclude, pace=self.pace_stream)
+                        async with contextlib.aclosing(watch) as changes:
+                            async for change in changes:
+                                if not opened:
+                                    opened = True
+                                    if self.tail.streamed is not None:
+                                        # deliveries may be lost between two streams: nothing the
+                                        # buffer holds is trusted until a read after this point
+                                        self.tail.streamed.clear()
+                                    if self.subscriptions is not None and not keep_cache:
+                                        # every write from here on is delivered: served from memory
+                                        self.subscriptions.opened()
+                                if not self.stream_open:
+                                    self._stream_state(True)
+                                self.stream_excluding = exclude
+                                refusals = 0
+                                if poll_when_open and change.token is not None:  # really delivering
+                                    poll_when_open = False
+                                    self.request_full_poll()
+                                losses = 0
+                                self.on_change(change)
+                                await resume.save()
+                                delay = 0.1
+                                if self.stopping:
+                                    break
+                                if self.stream_exclude is not exclude:
+                                    self.stats.stream_rescopes += 1
+                                    poll_when_open = rescoping = True
+                                    break
+                    finally:
+                        if self.subscriptions is not None and not rescoping:
+                            self.subscriptions.closed()  # nothing vouches for it now
                 except ChangeStreamLost as exc:
                     self._stream_state(False, str(exc))
                     log.warning("change stream lost (%s): dropping the resume token, polling "

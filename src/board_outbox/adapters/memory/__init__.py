@@ -58,15 +58,16 @@ class MemoryBackend:
         self.cursors = MemoryCursorStore()
         self.outbox = MemoryEffectOutbox()
         self.subs = MemorySubscriptionStore()
+        self.subs.listeners.append(self.events.subscription_changed)  # one feed carries both
         self.board = MemoryBoard()
         self.launcher = MemoryLauncher(self.faults)
         self.tokens = MemoryResumeTokenStore()
         self.readmodels = MemoryReadModelStore()
-        self.members = MemoryMembershipStore()
         self.rm_versions = MemoryGenerationStore()
         self.limits = MemoryLimitStore()
         self.sessions = MemorySessionStore()
         self.pauses = MemoryPauseStore()
+        self.members = MemoryMembershipStore(self.pauses)  # the pauses ride the heartbeat
         self.series = MemorySeriesStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
@@ -77,7 +78,7 @@ class MemoryBackend:
             readmodels=self.readmodels, feed=self.events, tokens=self.tokens,
             members=self.members, rm_versions=self.rm_versions,
             status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
-            sessions=self.sessions, pauses=self.pauses, sub_changes=self.subs, series=self.series,
+            sessions=self.sessions, pauses=self.pauses, series=self.series,
             sub_admin=self.subs,
         )
 

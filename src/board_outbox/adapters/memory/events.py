@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import AsyncGenerator, Collection, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 import anyio
@@ -22,11 +22,13 @@ BATCH = 100  # changes a busy feed hands out between yields to the event loop, l
 class MemoryEventLog:
     """Seq allocation and insert are separate steps, as in Mongo, so holes can be made on purpose.
 
-    Also a ``ChangeFeed``: every insert is appended to a change history; ``watch`` yields from a
-    resume token (the history index), leaving out the ``exclude`` tenants' inserts as the Mongo
-    pipeline's ``$match`` does, and after ``quiet_seconds`` without a change hands out the
-    position scanned so far, as a quiet getMore's post-batch token. ``forget_history``
-    simulates an oplog that rolled over.
+    Also a ``ChangeFeed``: every insert is appended to a change history, and so is every write
+    to the subscriptions (``subscription_changed``, which the backend hooks to its subscription
+    store: the Mongo feed's one stream carries both); ``watch`` yields from a resume token (the
+    history index), leaving out the ``exclude`` tenants' inserts as the Mongo pipeline's
+    ``$match`` does, awaits ``pace`` before it waits for new changes (a getMore), and after
+    ``quiet_seconds`` without a change hands out the position scanned so far, as a quiet
+    getMore's post-batch token. ``forget_history`` simulates an oplog that rolled over.
     """
 
     quiet_seconds = 1.0
@@ -65,7 +67,14 @@ class MemoryEventLog:
             bisect.insort(seqs, seq)
         if allocated:
             self._counters[tenant] = max(self._counters.get(tenant, 0), seq)
-        self._history.append(Change(tenant, seq, len(self._history), docs[seq]))
+        self._append(Change(tenant, seq, len(self._history), docs[seq]))
+
+    def subscription_changed(self) -> None:
+        """A subscription was written: the feed says so, as the Mongo feed's stream does."""
+        self._append(Change("", 0, len(self._history), subscriptions=True))
+
+    def _append(self, change: Change) -> None:
+        self._history.append(change)
         self._history_at.append(time.time())
         self._changed.set()
         self._changed = anyio.Event()
@@ -104,6 +113,11 @@ class MemoryEventLog:
 
     # --- change feed -----------------------------------------------------------------------
 
+    def position(self) -> int | None:
+        """The token of the last change so far (None: none yet): a stream resumed from it
+        delivers only what comes next."""
+        return len(self._history) - 1 if self._history else None
+
     def forget_history(self) -> None:
         """The oplog rolled over: every token issued so far becomes unresumable."""
         self._history_floor = len(self._history)
@@ -119,7 +133,8 @@ class MemoryEventLog:
         return self._history_at[self._history_floor]
 
     async def watch(
-        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+        self, resume_token: Any | None, *, exclude: Collection[str] = (),
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncGenerator[Change, None]:
         await checkpoint()  # every (re)open yields, even one that fails at once
         if resume_token is None:
@@ -144,6 +159,10 @@ class MemoryEventLog:
                 if delivered % BATCH == 0:  # a busy feed yields once per getMore-sized batch
                     await checkpoint()
             else:
+                if pace is not None:  # the next read waits for new changes: a getMore
+                    await pace()
+                    if pos < len(self._history):
+                        continue
                 changed = self._changed
                 with anyio.move_on_after(self.quiet_seconds):
                     await changed.wait()

@@ -5,20 +5,27 @@ from __future__ import annotations
 
 from anyio.lowlevel import checkpoint
 
+from board_outbox.model.pause import Pause
 from board_outbox.model.validation import BAD_DOCUMENTS, member_problem
-from board_outbox.ports import Member
+from board_outbox.ports import Member, PauseStore
 
 MEMBERS = "board_outbox_members"
 
 
 class MemoryMembershipStore:
-    def __init__(self) -> None:
+    def __init__(self, pauses: PauseStore | None = None) -> None:
         self._leases: dict[str, float] = {}
+        self.pauses = pauses  # what ``heartbeat_with_pauses`` reads beside the members
 
     async def heartbeat(self, member_id: str, now: float, ttl_seconds: float) -> list[Member]:
         await checkpoint()
         self._leases[member_id] = now + ttl_seconds
         return self._live(now)
+
+    async def heartbeat_with_pauses(self, member_id: str, now: float, ttl_seconds: float,
+                                    ) -> tuple[list[Member], list[Pause]]:
+        live = await self.heartbeat(member_id, now, ttl_seconds)
+        return live, [] if self.pauses is None else await self.pauses.all()
 
     async def live(self, now: float) -> list[Member]:
         await checkpoint()

@@ -164,9 +164,17 @@ class MemoryEffectOutbox:
         claims: list[Claim] = []
         t = None if claim is None or not rows else T.claim(
             claim_id=claim.claim_id, now=rows[0].created_at, lease_until=claim.lease_until)
+        ours = set() if claim is None else {claim.claim_id, *claim.adopt}
         for row in rows:
             if row.row_key in self._by_key:
                 existing += 1
+                ref = self._by_key[row.row_key]
+                held = self._docs[ref]
+                if (held.get("state") == CLAIMED and held.get("claim_id") in ours
+                        and _number(held.get("lease_until"))):
+                    # an earlier insert of ours whose answer was lost: ours to run
+                    claims.append(T.claim_of(ref, held, claim_id=held["claim_id"],
+                                             lease_until=held["lease_until"], reclaimed=False))
                 continue
             ref = next(self._ids)
             doc = to_doc(row)

@@ -5,7 +5,7 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from board_outbox.ports import PushRecent, ReadModelOp
+from board_outbox.ports import PushRecent, ReadModelOp, ReadModelWrites
 
 
 class MemoryReadModelStore:
@@ -47,6 +47,9 @@ class MemoryReadModelStore:
                 docs[op.key] = {**op.doc, "key": op.key, "tenant_id": tenant_id, "last_seq": op.seq}
                 out.append(True)
         return out
+
+    async def write_groups(self, groups: Sequence[ReadModelWrites]) -> list[list[bool]]:
+        return [await self.write_many(g.model, g.tenant_id, g.ops) for g in groups]
 
     async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None:
         await checkpoint()

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import Callable, Collection
 
-import anyio
 from anyio.lowlevel import checkpoint
 
 from board_outbox.model.domain import AuditEntry, Subscription, check_id, check_kind
@@ -21,28 +20,16 @@ class MemorySubscriptionStore:
     def __init__(self) -> None:
         self._subs: dict[str, Subscription] = {}
         self._by_tenant: dict[str, dict[str, Subscription]] = {}
+        # called at every put and delete: the change feed's twin (``MemoryBackend`` hooks its
+        # event log's ``subscription_changed`` here, as the Mongo stream carries both)
+        self.listeners: list[Callable[[], None]] = []
         # the operators' writes (P6): each subscription's audit and revision
         self._audit: dict[str, list[AuditEntry]] = {}
         self._rev: dict[str, int] = {}
-        self._changes = 0  # every put and delete counts (the change stream's twin)
-        self._changed = anyio.Event()
 
     def _change(self) -> None:
-        self._changes += 1
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def watch(self) -> AsyncGenerator[str, None]:
-        """The change stream's twin: "open", then "change" per put or delete."""
-        await checkpoint()
-        seen = self._changes
-        yield "open"
-        while True:
-            if seen == self._changes:
-                await self._changed.wait()
-            while seen < self._changes:
-                seen += 1
-                yield "change"
+        for listener in self.listeners:
+            listener()
 
     async def get(self, sub_id: str) -> Subscription:
         await checkpoint()

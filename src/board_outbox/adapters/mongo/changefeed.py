@@ -1,18 +1,27 @@
-"""The change-stream feed on ``board_events`` (C1).
+"""The change-stream feed: one stream per replica, on the database (C1, S5, S6).
 
-Watches inserts only, projecting the event's fields (those the event log's read returns: the
-tail takes the next events from them instead of reading them again, issue 31), and
-leaves out in the pipeline the tenants other replicas own (S5: ``$match`` on
-``fullDocument.tenant_id``, so the server, or mongos on a sharded cluster, returns a replica only
-the inserts it will act on). Resumes after the given token; a token the server can no longer
-resume from (history lost, code 286, or an invalidate event) raises ``ChangeStreamLost`` so the
-caller drops it, polls, and reopens.
+One ``$changeStream`` on the database, whose ``$match`` keeps two namespaces: the inserts into
+``board_events`` (projecting the event's fields, those the event log's read returns: the tail
+takes the next events from them instead of reading them again), less the inserts of
+the tenants other replicas own (S5: ``$match`` on ``fullDocument.tenant_id``, so the server, or
+mongos on a sharded cluster, returns a replica only the inserts it will act on); and every write
+to ``trigger_subscriptions`` (the subscription cache starts over at each). Before, each replica
+held two streams, one per collection, and every open stream costs the server a wake and a scan
+of each new oplog entry: one stream halves that, whatever the replica count.
+
+The caller paces the stream (``pace``, S6): it is awaited before each getMore, and only once the
+changes a batch brought are handed out, so a replica busy with what it already knows does not
+read its stream once per write.
+
+Resumes after the given token; a token the server can no longer resume from (history lost,
+code 286, or an invalidate event) or the events collection dropped or renamed raises
+``ChangeStreamLost`` so the caller drops it, polls, and reopens.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,44 +31,77 @@ from pymongo.read_concern import ReadConcern
 
 from board_outbox.adapters.mongo.errors import HISTORY_LOST_CODES, classify, is_transient
 from board_outbox.adapters.mongo.events import EVENT_FIELDS, EVENTS
+from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
 from board_outbox.model.errors import ChangeStreamLost
 from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Change
 
 _once = OnceLog(logging.getLogger("board_outbox.changefeed"))
 
-OPERATIONS = ["insert", "invalidate", "drop", "dropDatabase", "rename"]
-PROJECT = {"$project": {"operationType": 1, **{
+# the operations that end what a stream of board_events can vouch for: the collection gone or
+# renamed, the database dropped, the stream invalidated
+ENDINGS = ["invalidate", "drop", "dropDatabase", "rename"]
+PROJECT = {"$project": {"operationType": 1, "ns.coll": 1, **{
     f"fullDocument.{name}": 1 for name, keep in EVENT_FIELDS.items() if keep}}}
-PIPELINE: list[dict[str, Any]] = [{"$match": {"operationType": {"$in": OPERATIONS}}}, PROJECT]
 
 
 def pipeline(exclude: Collection[str] = ()) -> list[dict[str, Any]]:
-    """The stream's pipeline: inserts (and the events that end a stream), without the inserts
-    of the ``exclude`` tenants. The events that end a stream carry no document and always pass."""
-    if not exclude:
-        return PIPELINE
+    """The stream's pipeline: inserts into the events (without those of the ``exclude``
+    tenants), every write to the subscriptions, and the events that end a stream (they carry
+    no document and always pass)."""
+    inserts: dict[str, Any] = {"ns.coll": EVENTS, "operationType": "insert"}
+    if exclude:
+        inserts["fullDocument.tenant_id"] = {"$nin": sorted(exclude)}
     match = {"$or": [
-        {"operationType": {"$in": OPERATIONS[1:]}},
-        {"operationType": "insert", "fullDocument.tenant_id": {"$nin": sorted(exclude)}},
+        inserts,
+        {"ns.coll": SUBSCRIPTIONS},
+        {"ns.coll": EVENTS, "operationType": {"$in": ENDINGS}},
+        {"operationType": {"$in": ["invalidate", "dropDatabase"]}},
     ]}
     return [{"$match": match}, PROJECT]
 
 
+def buffered(stream: Any) -> bool | None:
+    """Whether the stream still holds changes of its last batch (the next one needs no getMore);
+    None when the driver does not say (then the stream is not paced)."""
+    has_next = getattr(getattr(stream, "_cursor", None), "_has_next", None)
+    return bool(has_next()) if callable(has_next) else None
+
+
+# how long a getMore waits for a change (the server returns at once when one comes): an idle
+# replica's stream costs one getMore per this, and a quiet batch's token comes this often
+MAX_AWAIT_MS = 2000
+
+
+def await_budget_ms(db: Any, wanted: int = MAX_AWAIT_MS) -> int:
+    """``wanted``, but at most half the client's operation timeout (a getMore must answer
+    within it: the driver refuses a wait as long as the timeout)."""
+    timeout = getattr(getattr(getattr(db, "client", None), "options", None), "timeout", None)
+    if isinstance(timeout, int | float) and timeout > 0:
+        return max(1, min(wanted, int(timeout * 1000 / 2)))
+    return wanted
+
+
 class MongoChangeFeed:
-    def __init__(self, db: Any, max_await_ms: int = 1000) -> None:
+    def __init__(self, db: Any, max_await_ms: int | None = None) -> None:
+        self.db = db
         self.coll = db[EVENTS]
-        self.max_await_ms = max_await_ms
+        self.max_await_ms = max_await_ms or await_budget_ms(db)
 
     async def watch(
-        self, resume_token: Any | None, *, exclude: Collection[str] = ()
+        self, resume_token: Any | None, *, exclude: Collection[str] = (),
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> AsyncGenerator[Change, None]:
         try:
-            stream = await self.coll.watch(
+            stream = await self.db.watch(
                 pipeline(exclude), resume_after=resume_token, max_await_time_ms=self.max_await_ms
             )
             async with stream:
+                # established: every change committed from here on is delivered
+                yield Change("", 0, stream.resume_token)
                 while stream.alive:
+                    if pace is not None and buffered(stream) is False:
+                        await pace()
                     change = await stream.try_next()
                     if change is None:
                         # a quiet batch: hand out the post-batch token, so a persisted token
@@ -67,6 +109,10 @@ class MongoChangeFeed:
                         yield Change("", 0, stream.resume_token)
                         continue
                     op = change.get("operationType")
+                    coll = (change.get("ns") or {}).get("coll")
+                    if coll == SUBSCRIPTIONS and op not in ("invalidate", "dropDatabase"):
+                        yield Change("", 0, stream.resume_token, subscriptions=True)
+                        continue
                     if op != "insert":
                         raise ChangeStreamLost(f"change stream ended by a {op} event")
                     doc = change.get("fullDocument") or {}

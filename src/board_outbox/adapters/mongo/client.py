@@ -32,7 +32,7 @@ from board_outbox.adapters.mongo.schema import ensure_schema as ensure
 from board_outbox.adapters.mongo.series import MongoSeriesStore
 from board_outbox.adapters.mongo.sessions import MongoSessionStore
 from board_outbox.adapters.mongo.status import MongoStatusStore
-from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionChanges, MongoSubscriptionStore
+from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
 from board_outbox.adapters.mongo.tokens import MongoResumeTokenStore
 from board_outbox.model.errors import ConfigError, StoreError, StoreUnavailable
 from board_outbox.model.retention import Retention
@@ -113,7 +113,6 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         sessions=MongoSessionStore(db),
         pauses=MongoPauseStore(db),
         series=MongoSeriesStore(db),
-        sub_changes=MongoSubscriptionChanges(db) if change_feed else None,
         sub_admin=subs,
     )
 

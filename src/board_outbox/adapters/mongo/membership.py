@@ -1,5 +1,7 @@
 """``board_outbox_members``: a lease per replica, renewed by heartbeats (S1). Two round trips
-per heartbeat whatever the tenant count: renew ours, read the live ones.
+per heartbeat whatever the tenant count: renew ours, read the live ones -- and, in that read, the
+pauses (``heartbeat_with_pauses``: one aggregate whose ``$unionWith`` appends the pause
+documents, so the pauses cost no round trip of their own, S6).
 
 Each lease document is parsed on its own (R1): one with a non-string id or an expiry that is
 not a finite number is left out with one line (``BAD_DOCUMENTS``), never the whole view."""
@@ -9,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.pause import PAUSES_COLLECTION, Pause, parse_pause
 from board_outbox.model.validation import BAD_DOCUMENTS, finite, member_problem
 from board_outbox.ports import Member
 
 MEMBERS = "board_outbox_members"
+PAUSE_TAG = "__pause"  # marks the pause documents among the members in the one read
 
 
 def parse_members(docs: list[dict[str, Any]], now: float, collection: str) -> list[Member]:
@@ -40,6 +44,25 @@ class MongoMembershipStore:
                                    {"$set": {"expires_at": now + ttl_seconds, "seen_at": now}},
                                    upsert=True)
         return await self._live(now)
+
+    @translated
+    async def heartbeat_with_pauses(self, member_id: str, now: float, ttl_seconds: float,
+                                    ) -> tuple[list[Member], list[Pause]]:
+        await self.coll.update_one({"_id": member_id},
+                                   {"$set": {"expires_at": now + ttl_seconds, "seen_at": now}},
+                                   upsert=True)
+        cursor = await self.coll.aggregate([{"$unionWith": {
+            "coll": PAUSES_COLLECTION, "pipeline": [{"$addFields": {PAUSE_TAG: True}}]}}])
+        members: list[dict[str, Any]] = []
+        pauses: list[Pause] = []
+        for doc in await cursor.to_list(None):
+            if doc.pop(PAUSE_TAG, None) is True:
+                pause = parse_pause(doc.get("_id"), doc)
+                if pause is not None:
+                    pauses.append(pause)
+            else:
+                members.append(doc)
+        return parse_members(members, now, MEMBERS), pauses
 
     @translated
     async def live(self, now: float) -> list[Member]:

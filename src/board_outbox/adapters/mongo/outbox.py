@@ -11,6 +11,14 @@
 Every hot query is served by a partial index that holds only the rows in one state (``schema``:
 pending by ``not_before``, claimed by ``lease_until``, failed by ``updated_at``, done by
 ``done_at``): its bounds cover the rows in that state, never the whole history.
+
+Every statement that names rows (a claim, a reclaim, a lease beat, a batch of marks, the read
+back after any of them, the release of held rows) names them by ``_id`` (``by_ids``), at most
+``ROW_CHUNK`` a statement, one round trip each: it is served by the ``_id`` index on every planner
+(hinted to it where the server takes hints on writes; the ``_id`` clause first for a planner that
+serves the first clause it can; a read by ``_id`` alone, the rest checked here, since a planner
+may walk a hinted index whole), and its server time stays well inside the op timeout however
+many rows a replica holds.
 """
 
 from __future__ import annotations
@@ -18,13 +26,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
+import pymongo
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne
-from pymongo.errors import BulkWriteError, OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import fairness
@@ -66,9 +75,21 @@ from board_outbox.ports import (
 )
 
 EFFECTS = "trigger_effects"
+R = TypeVar("R")
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
 DUPLICATE_KEY = 11000
 SCAN_CHUNK = 2000  # rows the stuck-row sweep's rolling unknown-state scan reads per sweep
+# what the stuck-row sweep's statements may take together, server-side (``stuck_rows``)
+SWEEP_BUDGET_SECONDS = 2.0
+# The rows one statement names at most (``by_ids``): a write's server time grows with the rows it
+# rewrites -- about 7 ms a row on the wire test server under load, where a lease beat over 703
+# rows timed out at the 10 s op timeout -- so 100 rows keep a statement under a second there, a
+# tenth of the default op timeout, and at a few milliseconds on mongod. More rows go out as
+# more statements, one round trip each (the op timeout bounds each round trip).
+ROW_CHUNK = 100
+# the ``_id`` index, hinted on every write that names rows by ``_id``: mongod then never plans
+# one on a state's partial index (whose bounds may hold a backlog)
+BY_ID = [("_id", ASCENDING)]
 
 # The rows of one state, as a filter its partial index serves (``schema.INDEXES``): the state,
 # which implies the index's partial filter, plus a range over the index's key that holds every
@@ -89,6 +110,8 @@ IN_STATE: dict[str, dict[str, Any]] = {
 # priority above 0 (``schema``): highest priority first, then oldest due first
 PRIORITY_ORDER = [("priority", DESCENDING), ("not_before", ASCENDING)]
 PRIORITY_INDEX = "pending_priority_not_before"
+# the pick's second query under a backlog: pending rows by (tenant, due time)
+TENANT_INDEX = "pending_tenant_not_before"
 
 # the dead-letters' walk order: the key of the failed rows' partial index (``schema``)
 FAILED_ORDER = [("updated_at", ASCENDING), ("row_key", ASCENDING)]
@@ -117,6 +140,55 @@ def row_query(flt: RowFilter) -> dict[str, Any]:
     if upd:
         q["updated_at"] = upd
     return q
+
+
+def chunks(ids: Sequence[Any], size: int = ROW_CHUNK) -> list[list[Any]]:
+    """``ids`` in runs of at most ``size``, in order."""
+    return [list(ids[i:i + size]) for i in range(0, len(ids), size)]
+
+
+def by_ids(ids: Sequence[Any], **fence: Any) -> dict[str, Any]:
+    """The filter of a statement over these rows: ``_id`` first (the clause every planner serves
+    from the ``_id`` index), then the fence (state, claim_id...), checked on each row it finds."""
+    return {"_id": ids[0] if len(ids) == 1 else {"$in": list(ids)}, **fence}
+
+
+def _packed(ops: Sequence[tuple[int, Any]]) -> list[list[Any]]:
+    """Statements packed into commands (one ``bulk_write`` each) of at most ``ROW_CHUNK``
+    rows."""
+    out: list[list[Any]] = []
+    rows = ROW_CHUNK
+    for n, op in ops:
+        if rows + n > ROW_CHUNK:
+            out.append([])
+            rows = 0
+        out[-1].append(op)
+        rows += n
+    return out
+
+
+class _Budget:
+    """Statements sharing a time budget (``pymongo.timeout``: the server stops each at what is
+    left). ``run`` returns None, said once per what, when the budget is spent or the statement
+    ran out of it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.until = time.monotonic() + seconds
+
+    async def run(self, statement: Callable[..., Awaitable[R]], what: str) -> R | None:
+        left = self.until - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            with pymongo.timeout(left):
+                return await statement()
+        except PyMongoError as exc:
+            if not exc.timeout:
+                raise
+            _once(("budget", what), logging.WARNING,
+                  "%s did not finish within the stuck-row sweep's budget (%gs) on this server: "
+                  "it waits for the next sweep", what, SWEEP_BUDGET_SECONDS)
+            return None
 
 
 def _due(doc: dict[str, Any]) -> float:
@@ -190,7 +262,24 @@ class MongoEffectOutbox:
             claims = tuple(T.claim_of_row(docs[i]["_id"], r, t, claim_id=claim.claim_id,
                                           lease_until=claim.lease_until)
                            for i, r in enumerate(rows) if i not in refused and claimed[i])
+            if refused:
+                claims += await self._adopted([rows[i].row_key for i in sorted(refused)], claim)
         return UpsertResult(inserted, len(refused), claims)
+
+    async def _adopted(self, keys: list[str], claim: ClaimTerms) -> tuple[Claim, ...]:
+        """The rows of ``keys`` (refused as existing) stored claimed under the terms' claim id or
+        one they adopt: an earlier insert of ours that landed after we gave up on it. One read
+        by ``row_key`` (its unique index) per ``ROW_CHUNK`` keys, only when an insert met rows
+        that exist."""
+        ours = {claim.claim_id, *claim.adopt}
+        out: list[Claim] = []
+        for chunk in chunks(keys):
+            for d in await self.coll.find({"row_key": {"$in": chunk}}).to_list(None):
+                until = finite(d.get("lease_until"))
+                if d.get("state") == CLAIMED and d.get("claim_id") in ours and until is not None:
+                    out.append(T.claim_of(d["_id"], d, claim_id=d["claim_id"], lease_until=until,
+                                          reclaimed=False))
+        return tuple(out)
 
     @translated
     async def claim_any(
@@ -234,8 +323,10 @@ class MongoEffectOutbox:
             seen = sorted({d["tenant_id"] for d in picked if isinstance(d.get("tenant_id"), str)})
             hidden = {**due, "tenant_id": {**due.get("tenant_id", {}), "$nin": seen}}
             have = {d["_id"] for d in picked}
-            picked += [d for d in await self.coll.find(hidden).limit(window).to_list(None)
-                       if d["_id"] not in have]
+            # hinted to the index whose bounds skip the seen tenants' keys (mongod plans it so;
+            # a planner that plans a ``$nin`` on no index scanned the collection for it)
+            picked += [d for d in await self.coll.find(hidden).hint(TENANT_INDEX).limit(window)
+                       .to_list(None) if d["_id"] not in have]
             urgent = {**due, "priority": {"$gt": 0}}
             have = {d["_id"] for d in picked}
             # hinted: a planner that would not pick the partial index (the wire test server
@@ -257,17 +348,18 @@ class MongoEffectOutbox:
         update = update_of(T.claim(claim_id=claim_id, now=now, lease_until=lease_until))
         if len(ids) == 1:
             doc = await self.coll.find_one_and_update(
-                {**due, "_id": ids[0]}, update, return_document=ReturnDocument.AFTER)
+                by_ids(ids, **due), update, return_document=ReturnDocument.AFTER, hint=BY_ID)
             docs = [] if doc is None else [doc]
         else:
-            res = await self.coll.update_many({**due, "_id": {"$in": ids}}, update)
-            if int(res.modified_count) == len(ids):
+            modified = 0
+            for chunk in chunks(ids):
+                res = await self.coll.update_many(by_ids(chunk, **due), update, hint=BY_ID)
+                modified += int(res.modified_count)
+            if modified == len(ids):
                 # no race lost: the picked documents plus the claim's fields are what is stored
                 docs = [{**d, **update["$set"]} for d in picked]
             else:
-                docs = await self.coll.find({"_id": {"$in": ids}, "claim_id": claim_id}).to_list(None)
-                order = {ref: i for i, ref in enumerate(ids)}
-                docs.sort(key=lambda d: order.get(d["_id"], 0))
+                docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]
         return [T.claim_of(d["_id"], d, claim_id=claim_id, lease_until=lease_until,
                            reclaimed=False) for d in docs]
 
@@ -289,28 +381,32 @@ class MongoEffectOutbox:
         claim_id = uuid.uuid4().hex
         lease_until = now + (time.monotonic() - started) + lease_seconds
         reclaim = update_of(T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
-        try:
-            await self.coll.update_many({**expired, "_id": {"$in": ids}}, reclaim)
-        except OperationFailure:  # a document refuses the reclaim ($inc on a non-number): find it
-            for one in ids:
-                try:
-                    await self.coll.update_one({**expired, "_id": one}, reclaim)
-                except OperationFailure as exc:
-                    raise BrokenRow(one, f"reclaim: {cap(exc, 500)}") from exc
-        docs = await self.coll.find({"_id": {"$in": ids}, "claim_id": claim_id}).to_list(None)
+        for chunk in chunks(ids):
+            try:
+                await self.coll.update_many(by_ids(chunk, **expired), reclaim, hint=BY_ID)
+            except OperationFailure:  # a document refuses the reclaim ($inc on a non-number)
+                for one in chunk:
+                    try:
+                        await self.coll.update_one(by_ids([one], **expired), reclaim, hint=BY_ID)
+                    except OperationFailure as exc:
+                        raise BrokenRow(one, f"reclaim: {cap(exc, 500)}") from exc
+        docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]
         if not docs:
             return []
         whys = [T.lease_expired(attempt=int(d.get("attempts", 1)), now=now) for d in docs]
-        try:
-            await self.coll.bulk_write(
-                [UpdateOne({"_id": d["_id"], "claim_id": claim_id}, update_of(why))
-                 for d, why in zip(docs, whys, strict=True)], ordered=False)
-        except BulkWriteError as exc:  # a document refuses the $push (errors not an array)
-            refused = exc.details.get("writeErrors") or []
-            if not refused or exc.details.get("writeConcernErrors"):
-                raise
-            bad = docs[int(refused[0]["index"])]["_id"]
-            raise BrokenRow(bad, f"reclaim: {cap(refused[0].get('errmsg'), 500)}") from exc
+        for at in range(0, len(docs), ROW_CHUNK):
+            part = docs[at:at + ROW_CHUNK]
+            try:
+                await self.coll.bulk_write(
+                    [UpdateOne(by_ids([d["_id"]], claim_id=claim_id), update_of(why), hint=BY_ID)
+                     for d, why in zip(part, whys[at:at + ROW_CHUNK], strict=True)],
+                    ordered=False)
+            except BulkWriteError as exc:  # a document refuses the $push (errors not an array)
+                refused = exc.details.get("writeErrors") or []
+                if not refused or exc.details.get("writeConcernErrors"):
+                    raise
+                bad = part[int(refused[0]["index"])]["_id"]
+                raise BrokenRow(bad, f"reclaim: {cap(refused[0].get('errmsg'), 500)}") from exc
         claims: list[Claim] = []
         for d, why in zip(docs, whys, strict=True):
             assert why.error is not None
@@ -321,8 +417,8 @@ class MongoEffectOutbox:
 
     @translated
     async def apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:
-        res = await self.coll.update_one({"_id": ref, "state": CLAIMED, "claim_id": claim_id},
-                                         update_of(t))
+        res = await self.coll.update_one(by_ids([ref], state=CLAIMED, claim_id=claim_id),
+                                         update_of(t), hint=BY_ID)
         return bool(res.modified_count == 1)
 
     @translated
@@ -333,41 +429,54 @@ class MongoEffectOutbox:
 
     @translated
     async def apply_marks(self, marks: Sequence[T.Mark]) -> list[Any]:
-        """One unordered ``bulk_write``: an ``update_many`` per group of marks sharing a claim
-        and a transition (a claim's projection rows), an ``update_one`` per other mark (a launch
-        row's own outcome). Only when fewer rows moved than were marked, one read back learns
-        which moved: those now in the transition's state under our claim_id (a retry after a
-        write that landed finds its rows there too)."""
+        """Unordered ``bulk_write``s of at most ``ROW_CHUNK`` rows each (one for a usual
+        batch): an ``update_many`` per group of marks sharing a claim and a transition (a
+        claim's projection rows, a lease beat), an ``update_one`` per other mark (a launch row's
+        own outcome), each over ``_id``. Only when fewer rows moved than were marked, a read
+        back learns which moved: those now in the transition's state under our claim_id (a
+        retry after a write that landed finds its rows there too)."""
         if not marks:
             return []
         groups: dict[tuple[str, int], list[T.Mark]] = {}
         for m in marks:
             groups.setdefault((m.claim_id, id(m.t)), []).append(m)
-        ops: list[UpdateOne | UpdateMany] = []
+        # (rows, statement), a group of more than ROW_CHUNK rows cut into several
+        ops: list[tuple[int, UpdateOne | UpdateMany]] = []
         for group in groups.values():
             first = group[0]
-            if len(group) == 1:
-                ops.append(UpdateOne({"_id": first.ref, "state": CLAIMED, "claim_id": first.claim_id},
-                                     update_of(first.t)))
-            else:
-                ops.append(UpdateMany({"_id": {"$in": [m.ref for m in group]}, "state": CLAIMED,
-                                       "claim_id": first.claim_id}, update_of(first.t)))
-        try:
-            res = await self.coll.bulk_write(ops, ordered=False)
-            modified = int(res.modified_count)
-        except BulkWriteError as exc:
-            if exc.details.get("writeConcernErrors"):
-                raise
-            failed = exc.details.get("writeErrors") or [{}]
-            raise StoreError(f"marks refused: {cap(failed[0].get('errmsg'), 500)}") from exc
+            for part in chunks([m.ref for m in group]):
+                fence = by_ids(part, state=CLAIMED, claim_id=first.claim_id)
+                ops.append((len(part), UpdateOne(fence, update_of(first.t), hint=BY_ID)
+                            if len(part) == 1 else
+                            UpdateMany(fence, update_of(first.t), hint=BY_ID)))
+        modified = 0
+        for command in _packed(ops):
+            try:
+                res = await self.coll.bulk_write(command, ordered=False)
+                modified += int(res.modified_count)
+            except BulkWriteError as exc:
+                if exc.details.get("writeConcernErrors"):
+                    raise
+                failed = exc.details.get("writeErrors") or [{}]
+                raise StoreError(f"marks refused: {cap(failed[0].get('errmsg'), 500)}") from exc
         refs = [m.ref for m in marks]
         if modified == len(marks):
             return refs
         want = {m.ref: (m.claim_id, m.t.set.get("state", CLAIMED)) for m in marks}
-        docs = await self.coll.find({"_id": {"$in": refs}}, {"_id": 1, "state": 1, "claim_id": 1}
-                                    ).to_list(None)
+        docs = await self.read_ids(refs, {"_id": 1, "state": 1, "claim_id": 1})
         moved = {d["_id"] for d in docs if want.get(d["_id"]) == (d.get("claim_id"), d.get("state"))}
         return [ref for ref in refs if ref in moved]
+
+    async def read_ids(self, ids: Sequence[Any],
+                       projection: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The documents of these rows, in the order named (a row that is gone: left out): one
+        find by ``_id`` alone per ``ROW_CHUNK`` rows, which every planner serves from the
+        ``_id`` index (a fence is checked by the caller on what comes back)."""
+        found: dict[Any, dict[str, Any]] = {}
+        for chunk in chunks(ids):
+            for d in await self.coll.find(by_ids(chunk), projection).to_list(None):
+                found[d["_id"]] = d
+        return [found[i] for i in ids if i in found]
 
     @translated
     async def park_broken(
@@ -386,23 +495,47 @@ class MongoEffectOutbox:
     async def stuck_rows(
         self, now: float, limit: int, horizon: float = LEASE_HORIZON_SECONDS
     ) -> list[tuple[Any, dict[str, Any]]]:
-        """Every clause on a live state is served by that state's partial index (bounded by
-        the live rows, never the done history). A state outside the enum has no index that can
-        find it: a rolling scan of the ``_id`` index, ``SCAN_CHUNK`` rows per sweep, looks for
-        those (a lap over a million rows takes ``1e6 / SCAN_CHUNK`` sweeps)."""
+        """One query per way a live row can be stuck, each hinted to the partial index of its
+        state that bounds it (the one mongod plans for it anyway): its cost is the rows in that
+        state, never the done history. (As one ``$or``, a planner that plans no ``$or`` on an
+        index scanned the collection.) A state outside the enum has no index that can find it:
+        a rolling scan of the ``_id`` index, ``SCAN_CHUNK`` rows per sweep, looks for those (a
+        lap over a million rows takes ``1e6 / SCAN_CHUNK`` sweeps).
+
+        The sweep is housekeeping beside the worker's claims: its statements share
+        ``SWEEP_BUDGET_SECONDS`` (a server-side time limit each); on a server where one cannot
+        finish in that (a planner that walks a whole index, or scans the collection for an
+        ``_id`` range), the rest waits for the next sweep, said once, instead of holding the
+        worker and loading the store for as long as the scan takes."""
         not_number = {"$not": {"$type": "number"}}
         not_string = {"$not": {"$type": "string"}}
-        q = {"$or": [
-            {"state": PENDING, "not_before": not_number},
-            {"state": PENDING, "not_before": {"$gt": due_limit(now)}},  # R7: no writer's
-            {**IN_STATE[PENDING], "tenant_id": not_string},
-            {"state": CLAIMED, "lease_until": not_number},
-            {"state": CLAIMED, "lease_until": {"$gt": now + horizon}},
-            {**IN_STATE[CLAIMED], "tenant_id": not_string},
-        ]}
-        docs: list[dict[str, Any]] = await self.coll.find(q).limit(limit).to_list(None)
+        queries = [
+            ({"state": PENDING, "not_before": not_number}, "pending_not_before"),
+            # R7: a due time no writer writes (past the stored-time range)
+            ({"state": PENDING, "not_before": {"$gt": due_limit(now)}}, "pending_not_before"),
+            ({**IN_STATE[PENDING], "tenant_id": not_string}, TENANT_INDEX),
+            ({"state": CLAIMED, "lease_until": not_number}, "claimed_lease_until"),
+            ({"state": CLAIMED, "lease_until": {"$gt": now + horizon}}, "claimed_lease_until"),
+            ({**IN_STATE[CLAIMED], "tenant_id": not_string}, "claimed_lease_until"),
+        ]
+        docs: list[dict[str, Any]] = []
+        seen: set[Any] = set()
+        budget = _Budget(SWEEP_BUDGET_SECONDS)
+        for q, index in queries:
+            if len(docs) >= limit:
+                break
+            found = await budget.run(
+                self.coll.find(q).hint(index).limit(limit - len(docs)).to_list,
+                f"stuck-row query over {index}")
+            if found is None:
+                return [(d["_id"], d) for d in docs]
+            for d in found:
+                if d["_id"] not in seen:
+                    seen.add(d["_id"])
+                    docs.append(d)
         if len(docs) < limit:
-            docs += await self._unknown_states(limit - len(docs))
+            docs += await budget.run(lambda: self._unknown_states(limit - len(docs)),
+                                     "unknown-state scan") or []
         return [(d["_id"], d) for d in docs]
 
     async def _unknown_states(self, limit: int) -> list[dict[str, Any]]:
@@ -541,13 +674,28 @@ class MongoEffectOutbox:
 
     @translated
     async def release_held(self, now: float, keep: Collection[str]) -> int:
-        """One ``update_many`` over the ``pending_not_before`` index from ``HELD_OFFSET`` up:
-        only held rows lie there, whatever the backlog of due ones."""
-        res = await self.coll.update_many(
-            {"state": PENDING, "not_before": {"$gte": HELD_OFFSET},
-             "waiting": {"$type": "string", "$nin": sorted(keep)}},
-            {"$inc": {"not_before": -HELD_OFFSET}, "$set": {"waiting": None, "updated_at": now}})
-        return int(res.modified_count)
+        """The held rows are read over the ``pending_not_before`` index from ``HELD_OFFSET``
+        up (only held rows lie there, whatever the backlog of due ones; a filter of the state
+        and that range alone, which every planner serves from the partial index: a clause on
+        ``waiting`` beside it made one planner scan the collection); those whose pause is no
+        longer on are released by ``_id``, ``ROW_CHUNK`` a statement, each fenced on still
+        being held for that same pause."""
+        held = {"state": PENDING, "not_before": {"$gte": HELD_OFFSET}}
+        docs = await self.coll.find(held, {"_id": 1, "waiting": 1}).to_list(None)
+        lifted: dict[str, list[Any]] = {}  # what a row waits on -> the rows
+        for d in docs:
+            why = d.get("waiting")
+            if isinstance(why, str) and why not in keep:
+                lifted.setdefault(why, []).append(d["_id"])
+        moved = 0
+        for why, ids in sorted(lifted.items()):
+            for chunk in chunks(ids):
+                res = await self.coll.update_many(
+                    by_ids(chunk, **held, waiting=why),  # still held, for the same pause
+                    {"$inc": {"not_before": -HELD_OFFSET},
+                     "$set": {"waiting": None, "updated_at": now}}, hint=BY_ID)
+                moved += int(res.modified_count)
+        return moved
 
     # --- read-only: audit, replays, latency (A1, A4, A5) -----------------------------------------
 

@@ -9,7 +9,7 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
-from board_outbox.ports import PushRecent, ReadModelOp
+from board_outbox.ports import PushRecent, ReadModelOp, ReadModelWrites
 
 DUPLICATE_KEY = 11000
 
@@ -60,21 +60,36 @@ class MongoReadModelStore:
 
     @translated
     async def write_many(self, model: str, tenant_id: str, ops: Sequence[ReadModelOp]) -> list[bool]:
-        """One unordered ``bulk_write``. Each op's filter excludes a document that already holds
-        its event (or a newer one), so its upsert then hits the unique ``_id``: not applied. Two
-        replicas (or two ops of one batch) creating the same new document race the same way, so
-        ops refused with a duplicate key go once more in a second bulk write: the document exists
-        by then, and a second refusal really means stale."""
-        out = [True] * len(ops)
-        todo = list(range(len(ops)))
+        """``write_groups`` of one group."""
+        return (await self._write_groups([ReadModelWrites(model, tenant_id, ops)]))[0]
+
+    @translated
+    async def write_groups(self, groups: Sequence[ReadModelWrites]) -> list[list[bool]]:
+        """One unordered ``bulk_write`` for every group's ops. Each op's filter excludes a
+        document that already holds its event (or a newer one), so its upsert then hits the
+        unique ``_id``: not applied. Two replicas (or two ops of one batch) creating the same
+        new document race the same way, so ops refused with a duplicate key go once more in a
+        second bulk write: the document exists by then, and a second refusal really means
+        stale."""
+        return await self._write_groups(groups)
+
+    async def _write_groups(self, groups: Sequence[ReadModelWrites]) -> list[list[bool]]:
+        requests = [self._op(g.model, g.tenant_id, op) for g in groups for op in g.ops]
+        ok = [True] * len(requests)
+        todo = list(range(len(requests)))
         for attempt in range(2):
-            refused = await self._bulk([self._op(model, tenant_id, ops[i]) for i in todo])
+            refused = await self._bulk([requests[i] for i in todo])
             todo = [todo[j] for j in refused]
             if not todo:
                 break
             if attempt == 1:
                 for i in todo:
-                    out[i] = False
+                    ok[i] = False
+        out: list[list[bool]] = []
+        at = 0
+        for g in groups:
+            out.append(ok[at:at + len(g.ops)])
+            at += len(g.ops)
         return out
 
     async def _bulk(self, requests: list[UpdateOne]) -> list[int]:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import Collection
 from typing import Any
 
-from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
+from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from board_outbox.adapters.mongo.errors import classify, is_transient, translated
+from board_outbox.adapters.mongo.errors import is_transient, translated
 from board_outbox.model.domain import AuditEntry, Subscription, check_id, check_kind, from_doc, to_doc
-from board_outbox.model.errors import ChangeStreamLost, MalformedDocument, SubscriptionNotFound
+from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
 from board_outbox.model.subscription_records import (
     AUDIT_KEEP,
     SUBSCRIPTIONS_COLLECTION,
@@ -172,25 +172,3 @@ class MongoSubscriptionStore:
         return bool(res.deleted_count == 1)
 
 
-class MongoSubscriptionChanges:
-    """A change stream on ``trigger_subscriptions`` carrying only each change's operation (the
-    cache it feeds drops everything on any change: subscriptions change rarely). No resume
-    token: every open starts from now, and the cache starts empty with it."""
-
-    def __init__(self, db: Any, max_await_ms: int = 1000) -> None:
-        self.coll = db[SUBSCRIPTIONS]
-        self.max_await_ms = max_await_ms
-
-    async def watch(self) -> AsyncGenerator[str, None]:
-        try:
-            stream = await self.coll.watch([{"$project": {"operationType": 1}}],
-                                           max_await_time_ms=self.max_await_ms)
-            async with stream:
-                yield "open"
-                while stream.alive:
-                    change = await stream.try_next()
-                    if change is not None:
-                        yield "change"  # a drop or an invalidate too: then the stream ends
-            raise ChangeStreamLost("subscription change stream closed by the server")
-        except PyMongoError as exc:
-            raise classify(exc, "subscription change stream") from exc

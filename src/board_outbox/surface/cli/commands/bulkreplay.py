@@ -1,5 +1,5 @@
 """``board-outbox dead-letters replay --filter KEY=VALUE ...``: bulk replay as a plan. Parses the
-filter, prints the plan (``engine.bulk_replay.plan_bulk_replay``), asks, then applies it
+filter, prints the plan (``engine.upkeep.bulk_replay.plan_bulk_replay``), asks, then applies it
 (``apply_bulk_replay``) with a progress bar, stopping between two rows on SIGINT/SIGTERM."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from board_outbox.model.dead_letters import ABORTED, DONE, BulkFilter, BulkProgr
 from board_outbox.surface.cli.output import UsageError, confirm_bulk_replay, print_json
 
 if TYPE_CHECKING:
-    from board_outbox.engine.bulk_replay import Stop
+    from board_outbox.engine.upkeep.bulk_replay import Stop
 
 EXIT_ABORTED = 130
 
@@ -46,7 +46,7 @@ def bulk_filter(args: argparse.Namespace) -> BulkFilter | None:
 
 
 async def bulk_replay(args: argparse.Namespace, stores: Any, flt: BulkFilter) -> int:
-    from board_outbox.engine.bulk_replay import DEFAULT_RATE, Stop, apply_bulk_replay, plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_replay import DEFAULT_RATE, Stop, apply_bulk_replay, plan_bulk_replay
     from board_outbox.model.clock import SystemClock
     from board_outbox.surface.bulk_filter import plan_lines
 

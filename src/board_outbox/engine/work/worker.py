@@ -18,18 +18,18 @@ import anyio
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.batch import BatchUnit
-from board_outbox.engine.completer import Completer
-from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
-from board_outbox.engine.leases import Lease, Leases, Rider, current
-from board_outbox.engine.outcomes import Outcome, TickResult
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.pressure import Pressure
-from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
-from board_outbox.engine.running import BatchRunning
+from board_outbox.engine.flow.leases import Lease, Leases, Rider, current
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.flow.pressure import Pressure
+from board_outbox.engine.handlers.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.watchdog import LoopWatch, Progress, deadline
-from board_outbox.engine.worksettings import WorkerSettings
+from board_outbox.engine.work.batch import BatchUnit
+from board_outbox.engine.work.completer import Completer
+from board_outbox.engine.work.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
+from board_outbox.engine.work.outcomes import Outcome, TickResult
+from board_outbox.engine.work.running import BatchRunning
+from board_outbox.engine.work.watchdog import LoopWatch, Progress, deadline
+from board_outbox.engine.work.worksettings import WorkerSettings
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import (
@@ -108,10 +108,14 @@ class EffectWorker(BatchRunning):
         self._handoff = HandoffQueue(clock=clock, batch_size=s.batch_size,
                                      lease_seconds=s.lease_seconds,
                                      heartbeat_fraction=s.heartbeat_fraction,
-                                     idle_seconds=s.idle_seconds)
+                                     idle_seconds=s.idle_seconds, net_seconds=s.net_pick_seconds)
+        self.completer.on_pending = self._handoff.expect  # the pick runs when they are due
+        # whether the change stream is open (the service's waker says): the pick is the net
+        self.stream_open: Callable[[], bool] = lambda: False
         # called when rows arrive (the service wakes its worker loop)
         self.on_receive: Callable[[], None] = lambda: None
         self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
+        self._leases.on_unavailable = self._store_failed  # a lease beat that timed out
         # issue 33: a row whose tenant or subscription is paused is held, not run (pause.py)
         self.pause: PauseGate | None = None
 
@@ -145,6 +149,10 @@ class EffectWorker(BatchRunning):
     def on_done(self, on_done: Callable[[EffectRow, str], None] | None) -> None:
         self.completer.on_done = on_done
 
+    def _store_failed(self, why: str) -> None:
+        if self.pressure is not None:
+            self.pressure.failed(why)
+
     def claim_limit(self) -> int:
         """The claim size the backlog asks for (``adapt``), capped at as many rows as run within
         half the lease at the measured pace: the tail of a batch must not outlive its lease and
@@ -173,9 +181,10 @@ class EffectWorker(BatchRunning):
         return self._handoff.capacity(self._row_seconds, self.pressure)
 
     def room(self, tenant_id: str) -> int:
-        """Rows of ``tenant_id`` this worker takes now (``HandoffQueue.room``; none while it
-        stops)."""
-        return self._handoff.room(tenant_id, self.capacity(), stopping=self.stopping)
+        """Rows of ``tenant_id`` this worker takes now (``HandoffQueue.room``: the rows in
+        flight count against it; none while it stops)."""
+        return self._handoff.room(tenant_id, self.capacity(), stopping=self.stopping,
+                                  running=len(self.inflight))
 
     def terms(self) -> ClaimTerms | None:
         """The claim for the rows of one insert (``HandoffQueue.terms``; None while stopping)."""
@@ -183,8 +192,9 @@ class EffectWorker(BatchRunning):
 
     def receive(self, claims: Iterable[Claim]) -> None:
         """Rows our tail inserted born claimed for us (``HandoffQueue.receive``): the next ticks
-        run them; a row that arrives wakes the worker loop (``on_receive``)."""
-        if self._handoff.receive(claims):
+        run them; a row that arrives wakes the worker loop (``on_receive``). A row this worker
+        runs already (an insert of it adopted again) is not taken twice."""
+        if self._handoff.receive(c for c in claims if c.ref not in self.inflight):
             self.on_receive()
 
     def hand_off(self, claims: Iterable[Claim]) -> None:
@@ -220,7 +230,7 @@ class EffectWorker(BatchRunning):
         now = self.clock.now()
         claims: list[Claim] = []
         limit = self.claim_limit()
-        pick = self._handoff.pick_due(now)
+        pick = self._handoff.pick_due(now, stream_open=self.stream_open())
         # F1: when the pick runs the handed rows take half the claim (at least one row: a tick
         # with handed rows always runs one), the fair pick the rest
         claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)

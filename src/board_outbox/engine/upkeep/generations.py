@@ -26,7 +26,14 @@ from typing import Any
 
 from board_outbox.model.clock import Clock
 from board_outbox.model.errors import StoreError
-from board_outbox.ports import ReadModelOp, ReadModelStore, ReadModelVersions, ReadModelVersionStore, Stores
+from board_outbox.ports import (
+    ReadModelOp,
+    ReadModelStore,
+    ReadModelVersions,
+    ReadModelVersionStore,
+    ReadModelWrites,
+    Stores,
+)
 
 DEFAULT_TTL_SECONDS = 5.0
 _DEFAULT = ReadModelVersions()
@@ -94,6 +101,17 @@ class VersionedReadModels:
             await self.base.write_many(name, tenant_id, ops)
         return out
 
+    async def write_groups(self, groups: Sequence[ReadModelWrites]) -> list[list[bool]]:
+        """Every group to its active generation and, while one is built, its building one too,
+        all in one bulk write of the base store."""
+        active: list[ReadModelWrites] = []
+        shadow: list[ReadModelWrites] = []
+        for g in groups:
+            first, *rest = await self._targets(g.model, g.tenant_id)
+            active.append(ReadModelWrites(first, g.tenant_id, g.ops))
+            shadow += [ReadModelWrites(name, g.tenant_id, g.ops) for name in rest]
+        return (await self.base.write_groups(active + shadow))[:len(groups)]
+
     async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None:
         v = _usable(model, tenant_id, await self.pointer(model, tenant_id))
         return await self.base.get(physical(model, v.active), tenant_id, key)
@@ -126,6 +144,10 @@ class PinnedReadModels:
 
     async def write_many(self, model: str, tenant_id: str, ops: Sequence[ReadModelOp]) -> list[bool]:
         return await self.base.write_many(self._name(model), tenant_id, ops)
+
+    async def write_groups(self, groups: Sequence[ReadModelWrites]) -> list[list[bool]]:
+        return await self.base.write_groups(
+            [ReadModelWrites(self._name(g.model), g.tenant_id, g.ops) for g in groups])
 
     async def get(self, model: str, tenant_id: str, key: str) -> dict[str, Any] | None:
         return await self.base.get(self._name(model), tenant_id, key)

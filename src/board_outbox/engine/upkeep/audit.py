@@ -36,8 +36,8 @@ import anyio
 import msgspec
 from opentelemetry import trace
 
-from board_outbox.engine.reading import GapTracker, read_batch
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.tail.reading import GapTracker, read_batch
+from board_outbox.engine.tail.tail import Tail
 from board_outbox.model.bounds import Pos, PosInt
 from board_outbox.model.domain import (
     DONE_TTL_SECONDS,
@@ -65,8 +65,9 @@ class AuditSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     # events audited per pass, across the replica's tenants: what bounds the audit's cost
     batch_events: PosInt = 500
     # tenants the sweep over older events visits per pass at most (each visit is at least five
-    # reads): keeps an idle replica's audit at a constant cost whatever the tenant count
-    sweep_tenants_per_pass: PosInt = 10
+    # reads): keeps an idle replica's audit at a constant cost whatever the tenant count (two:
+    # ten reads a pass, a third of a request a second at the default interval)
+    sweep_tenants_per_pass: PosInt = 2
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):

@@ -27,6 +27,12 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     steal_after_seconds: Pos = 1.0
     # the sweep for expired leases across tenants runs at most this often (one query, S2)
     reclaim_every_seconds: Pos = 5.0
+    # while the change stream is open, the owned tenants' new rows reach the worker by hand as
+    # they are inserted: its due-row pick (one query, S2) is then only the net for the rest
+    # (another owner's rows past steal_after_seconds, rows given back by others, a coalescing
+    # row's quiet time) and runs this often when idle; the retries and deferrals this worker
+    # wrote are picked when due, whatever this says
+    net_pick_seconds: Pos = 5.0
     # O4 heartbeat: every lease_seconds * heartbeat_fraction a running effect's lease is extended
     # (fenced by claim_id; 0 turns it off), never past max_execution_seconds after it started:
     # a hung effect then loses its lease and the reclaim counts the attempt (M9)

@@ -1,4 +1,4 @@
-"""Running a claimed batch (a part of ``EffectWorker``, ``engine/worker.py``): one batch read
+"""Running a claimed batch (a part of ``EffectWorker``, ``engine/work/worker.py``): one batch read
 per handler, the units in lanes (``lanes.py``), the lease heartbeat beside them (O4) and the
 flush timer of the staged done marks; graceful release on shutdown."""
 
@@ -9,21 +9,21 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from board_outbox.engine.batch import plan
-from board_outbox.engine.lanes import Lanes, run_lanes
-from board_outbox.engine.leases import Lease
-from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.flow.leases import Lease
+from board_outbox.engine.work.batch import lane_of, plan
+from board_outbox.engine.work.lanes import Lanes, run_lanes
+from board_outbox.engine.work.outcomes import TickResult
 from board_outbox.ports import Claim
 
 if TYPE_CHECKING:
-    from board_outbox.engine.batch import BatchUnit
-    from board_outbox.engine.completer import Completer
-    from board_outbox.engine.handoff import HandoffQueue
-    from board_outbox.engine.leases import Leases
-    from board_outbox.engine.outcomes import Outcome
-    from board_outbox.engine.registry import HandlerRegistry
-    from board_outbox.engine.watchdog import Progress
-    from board_outbox.engine.worksettings import WorkerSettings
+    from board_outbox.engine.flow.leases import Leases
+    from board_outbox.engine.handlers.registry import HandlerRegistry
+    from board_outbox.engine.work.batch import BatchUnit
+    from board_outbox.engine.work.completer import Completer
+    from board_outbox.engine.work.handoff import HandoffQueue
+    from board_outbox.engine.work.outcomes import Outcome
+    from board_outbox.engine.work.watchdog import Progress
+    from board_outbox.engine.work.worksettings import WorkerSettings
     from board_outbox.model.clock import Clock
 
 
@@ -108,7 +108,8 @@ class BatchRunning:
                 await self.completer.flush()
 
     async def _run_units(self, claims: list[Claim], res: TickResult) -> TickResult:
-        """The batch's units in lanes, one per tenant, ``concurrency`` at once (``lanes.py``)."""
+        """The batch's units in lanes, one per tenant (and one per projection unit that spans
+        tenants, ``batch.lane_of``), ``concurrency`` at once (``lanes.py``)."""
         s = self.settings
         prefetched = await self._prepare(claims)
         units = (plan(claims, set(self.registry.projections), s.max_attempts)
@@ -126,7 +127,7 @@ class BatchRunning:
 
         lanes = Lanes[list[Claim]]()
         try:
-            await run_lanes(units, lambda unit: unit[0].tenant_id, run,
+            await run_lanes(units, lane_of, run,
                             concurrency=s.concurrency, stopping=lambda: self.stopping,
                             lanes=lanes)
         except anyio.get_cancelled_exc_class():

@@ -20,16 +20,17 @@ from collections.abc import Collection, Mapping, Sequence
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.drain import (
+from board_outbox.engine.flow.pressure import Pressure
+from board_outbox.engine.tail.drain import (
     MIN_FAIR_BATCH,
     DrainResult,
+    Figures,
     Handoff,
     PoisonTracker,
     TailSettings,
 )
-from board_outbox.engine.prefetch import StreamEvents
-from board_outbox.engine.pressure import Pressure
-from board_outbox.engine.reading import GapTracker, read_batch
+from board_outbox.engine.tail.prefetch import StreamEvents
+from board_outbox.engine.tail.reading import GapTracker, read_batch
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import (
     EffectRow,
@@ -91,11 +92,12 @@ class Tail:
         self._to_seed: dict[str, int] = {}  # new, idle tenants: seeded at the end of a pass
         # S3: the cursor as our last CAS left it; a stale value only costs a lost CAS (re-read)
         self._known: dict[str, int] = {}
-        # every tenant with an event counter, as the last poll net saw them (S5: the tenants a
-        # replica's change stream can leave out are among these)
         # the tenants known to exist (the poll net's counters, the start-up tenant list): the
         # change stream leaves out those another member owns (S5)
         self.seen: frozenset[str] = frozenset()
+        # what the last poll net read, and when (clock time): the gauges and the series take
+        # every tenant's lag from it instead of reading the counters and cursors again (S6)
+        self.figures: Figures | None = None
         self._event_seconds = 0.0  # EWMA of one event's share of a batch (F1: sizes batches)
         # the worker the rows go to, born claimed (None: born pending, no room asked)
         self.handoff: Handoff | None = None
@@ -140,6 +142,7 @@ class Tail:
         cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}
         heads = await self.events.heads()
         self.seen |= frozenset(heads)  # a tenant, once seen, stays known (S5)
+        self.figures = Figures(heads=heads, cursors=cursors, at=self.clock.now())
         await self._check_ahead(heads, cursors, await self.cursors.holds())
         # R2: a counter that is not a true int says nothing; a bad cursor makes its tenant look
         # behind, so its drain stalls it alone, with the reason

@@ -22,6 +22,14 @@ class TailSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     # other tenants' events by this long per round, not by a whole batch_size batch
     batch_seconds: Pos = 0.25
     poll_interval_seconds: Pos = 1.0
+    # the poll net's interval while the change stream is open (never below
+    # poll_interval_seconds, never above half of stall_seconds): the stream wakes, the poll is
+    # only the net (C1); poll_interval_seconds again as soon as the stream closes (S6)
+    stream_poll_interval_seconds: Pos = 10.0
+    # S6: while the tail is busy, the stream's next getMore waits for its next pass, at most
+    # this long: what a quiet tenant's wake may wait behind a busy one at most, and the most a
+    # subscription change reaches the cache late on a busy replica
+    stream_pace_seconds: Pos = 0.1
     young_gap_seconds: Pos = 30.0
     poison_ticks: PosInt = 20
     seed: Literal["latest", "earliest"] = "latest"
@@ -80,6 +88,17 @@ class DrainResult(msgspec.Struct, kw_only=True):
     def full(self) -> bool:
         """More events may be waiting right behind this batch."""
         return self.stopped == "" and self.read > 0
+
+
+class Figures(msgspec.Struct, frozen=True, kw_only=True):
+    """Every tenant's counter and cursor as one poll net read them, at ``at`` (clock time)."""
+
+    heads: dict[str, int]
+    cursors: dict[str, int]
+    at: float
+
+    def lag(self, tenant_id: str) -> int:
+        return max(0, self.heads.get(tenant_id, 0) - self.cursors.get(tenant_id, 0))
 
 
 class PoisonTracker:

@@ -26,8 +26,8 @@ import anyio
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.outcomes import Outcome
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.work.outcomes import Outcome
 from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
 from board_outbox.model.clock import Clock, RandomSource
@@ -91,6 +91,9 @@ class Completer:
         # called with the refs a flush settled (recorded or not): they leave the worker's
         # in-flight leases
         self.on_settled: Callable[[Sequence[Any]], None] = lambda refs: None
+        # called with the not_before of a row given back pending (a retry, a deferral, a hold
+        # of a coalescing row): the worker's pick runs then
+        self.on_pending: Callable[[float], None] = lambda due: None
 
     # --- done -----------------------------------------------------------------------------------
 
@@ -302,6 +305,7 @@ class Completer:
                 claim.ref, claim.claim_id, f"{msg}; then mark_retry failed: {store_exc}", _ctx(row))
         if not marked:
             return "lease_lost"
+        self.on_pending(now + delay)
         log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
         return "retried"
 
@@ -376,10 +380,11 @@ class Completer:
                                           f"{over.reason}; then defer failed: {exc}", _ctx(row))
         if not marked:
             return "lease_lost"
-        if paused:
+        if paused:  # released by the pause loop, which wakes the worker
             if self.metrics is not None:
                 self.metrics.row_paused(over.scope)
             return "held"
+        self.on_pending(not_before)
         if self.metrics is not None:
             self.metrics.row_limited(over.scope, over.kind)
         return "deferred"
@@ -418,7 +423,10 @@ class Completer:
         except StoreError as exc:  # R1
             return await self.park_broken(claim.ref, claim.claim_id,
                                           f"{reason}; then defer failed: {exc}", _ctx(row))
-        return "deferred" if marked else "lease_lost"
+        if not marked:
+            return "lease_lost"
+        self.on_pending(now + wait)
+        return "deferred"
 
     # --- release --------------------------------------------------------------------------------
 

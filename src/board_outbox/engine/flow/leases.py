@@ -23,9 +23,15 @@ from board_outbox.model.clock import Clock
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.ports import Claim, EffectOutbox
 
-__all__ = ["Lease", "Leases", "Rider", "current"]
+__all__ = ["BEAT_CHUNK", "Lease", "Leases", "Rider", "current"]
 
 log = logging.getLogger("board_outbox.worker")
+
+# The leases one write of a beat extends at most: a write's server time grows with its rows
+# (a beat over 703 leases timed out at the 10 s op timeout on the wire test server), so a beat
+# goes out in writes of this many, nearest lease end first, each answered well inside the op
+# timeout; the first that times out ends the beat (the next one tries again).
+BEAT_CHUNK = 100
 
 # something a running effect holds besides its row, renewed by each beat of the row's lease
 # (it handles its own store errors)
@@ -60,6 +66,8 @@ class Leases:
         self.lease_seconds = lease_seconds
         self.max_execution_seconds = max_execution_seconds
         self.inflight: dict[Any, Lease] = {}  # row ref -> lease, while its row executes
+        # told when a beat's write times out (the worker's backpressure)
+        self.on_unavailable: Callable[[str], None] = lambda why: None
 
     def start(self, claim: Claim, now: float) -> Lease:
         """The claim's attempt starts at ``now``: its lease is in ``inflight`` (a new one, unless
@@ -128,24 +136,45 @@ class Leases:
             until = self._next_until(lease, now)
             if until is not None and until > lease.until:
                 groups.setdefault((lease.claim.claim_id, until), []).append(lease)
-        for (claim_id, until), group in groups.items():
+        # the leases closest to their end first: a beat cut short by a store timeout has
+        # extended those
+        order = sorted(groups.items(), key=lambda kv: min(x.until for x in kv[1]))
+        left = sum(len(g) for g in groups.values())
+        for (claim_id, until), group in order:
             t = T.extend_lease(now=now, lease_until=until)
-            try:
-                if len(group) == 1:
-                    moved = {group[0].claim.ref} if await self.outbox.apply_claimed(
-                        group[0].claim.ref, claim_id, t) else set()
-                else:
-                    moved = set(await self.outbox.apply_claimed_many(
-                        [x.claim.ref for x in group], claim_id, t))
-            except (StoreUnavailable, StoreError) as exc:  # the next beat tries again
-                log.warning("could not extend %d lease(s) (%s)", len(group), exc,
-                            extra={"row_ref": str(group[0].claim.ref)})
-                continue
-            for lease in group:
-                if lease.claim.ref in moved:
-                    lease.until = until
+            group.sort(key=lambda x: x.until)
+            for at in range(0, len(group), BEAT_CHUNK):
+                part = group[at:at + BEAT_CHUNK]
+                try:
+                    moved = await self._write(part, claim_id, t)
+                except StoreUnavailable as exc:
+                    # the store did not answer in time: the rest waits for the next beat (a
+                    # beat that waited out one op timeout per group or chunk would hold its
+                    # caller -- a tick between batches -- for as many)
+                    log.warning("could not extend %d lease(s) (%s): the next beat tries again",
+                                left, exc, extra={"row_ref": str(part[0].claim.ref)})
+                    self.on_unavailable(type(exc).__name__)
+                    return
+                except StoreError as exc:  # the next beat tries again
+                    log.warning("could not extend %d lease(s) (%s)", len(part), exc,
+                                extra={"row_ref": str(part[0].claim.ref)})
+                    left -= len(part)
                     continue
-                lease.stopped = "lost"
-                if self.inflight.get(lease.claim.ref) is lease:  # not one that just finished
-                    log.warning("lease lost while the effect runs: heartbeat stopped, late marks "
-                                "are no-ops", extra={"row_ref": str(lease.claim.ref)})
+                left -= len(part)
+                self._settle(part, moved, until)
+
+    async def _write(self, part: list[Lease], claim_id: str, t: T.Transition) -> set[Any]:
+        if len(part) == 1:
+            ref = part[0].claim.ref
+            return {ref} if await self.outbox.apply_claimed(ref, claim_id, t) else set()
+        return set(await self.outbox.apply_claimed_many([x.claim.ref for x in part], claim_id, t))
+
+    def _settle(self, part: list[Lease], moved: set[Any], until: float) -> None:
+        for lease in part:
+            if lease.claim.ref in moved:
+                lease.until = until
+                continue
+            lease.stopped = "lost"
+            if self.inflight.get(lease.claim.ref) is lease:  # not one that just finished
+                log.warning("lease lost while the effect runs: heartbeat stopped, late marks "
+                            "are no-ops", extra={"row_ref": str(lease.claim.ref)})

@@ -9,26 +9,28 @@ moments after the first, for documents that change rarely. ``SubscriptionCache``
   the subscriptions as they are when it is materialized, never against a cache that has not yet
   heard of a subscription created just before the event (which would lose its effect);
 - what that read returned is kept, and ``get`` / ``get_many`` (the re-check) are served from it
-  **only while the cache's change stream is open**; any change to any subscription empties it,
-  the stream ending or reopening empties it, and a read that was running while it was emptied
-  is not kept (an epoch counter);
+  **only while the change stream is open**; any change to any subscription empties it, the
+  stream ending or reopening empties it, and a read that was running while it was emptied is
+  not kept (an epoch counter). The stream is the service's one stream (S6), which carries the
+  subscriptions' writes beside the events' inserts: the waker calls ``opened``, ``changed`` and
+  ``closed``;
 - an id it does not hold reads through (a deleted subscription, a tenant not read lately), so
   every answer the store would give is given the same way.
 
 So the re-check sees the subscription as the tail read it plus every change the stream has
-delivered since: a change the stream has not delivered yet (milliseconds) is indistinguishable
-from one committed just after a re-check read, the race M10b always had.
+delivered since: a change the stream has not delivered yet is indistinguishable from one
+committed just after a re-check read, the race M10b always had. That delay is milliseconds on a
+replica with nothing to do; on a busy one, whose stream is paced to its tail's passes (S6), it
+is at most one pass, and never more than ``tail.stream_pace_seconds``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Collection
-
-import anyio
+from collections.abc import Collection
 
 from board_outbox.model.domain import Subscription
-from board_outbox.ports import SubscriptionChanges, SubscriptionStore
+from board_outbox.ports import SubscriptionStore
 
 log = logging.getLogger("board_outbox.subscriptions")
 
@@ -65,31 +67,6 @@ class SubscriptionCache:
         self.resets += 1
         self._tenants.clear()
         self._ids.clear()
-
-    async def follow(self, changes: SubscriptionChanges, *, stopping: Callable[[], bool],
-                     sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
-        """Run the stream into the cache until ``stopping``; reopen after a failure, backing
-        off to 5 s. While it is down the cache serves nothing."""
-        delay = 0.1
-        while not stopping():
-            try:
-                async for what in changes.watch():
-                    if what == "open":
-                        self.opened()
-                        delay = 0.1
-                    else:
-                        self.changed()
-                    if stopping():
-                        break
-            except Exception as exc:  # the loop outlives its dependency (R1)
-                if self.live:
-                    log.warning("subscription stream ended (%s: %s): reading subscriptions "
-                                "from the store until it reopens", type(exc).__name__, exc)
-            finally:
-                self.closed()
-            if not stopping():
-                await sleep(delay)
-                delay = min(delay * 2, 5.0)
 
     # -- the SubscriptionStore port --------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import msgspec
 from board_outbox.model.bounds import Pos
 from board_outbox.model.clock import Clock
 from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.model.pause import Pause
 from board_outbox.model.validation import BAD_DOCUMENTS, member_problem
 from board_outbox.ports import Member, MembershipStore
 
@@ -81,6 +82,10 @@ def owner(members: Iterable[str], tenant_id: str) -> str:
     return max(members, key=lambda m: (weight(m, tenant_id), m))
 
 
+# the key whose owner is the keeper: no tenant id can be it (ids refuse control characters)
+KEEPER_KEY = "\x00keeper"
+
+
 class Ownership:
     """This replica's view of who owns what. Without a store (or disabled) it owns everything."""
 
@@ -98,6 +103,7 @@ class Ownership:
         self.member_id = member_id or new_member_id()
         self.members: tuple[str, ...] = (self.member_id,)
         self._owned: dict[str, bool] = {}
+        self.pauses: list[Pause] | None = None  # what the last beat read of them (S6)
 
     @property
     def active(self) -> bool:
@@ -121,6 +127,13 @@ class Ownership:
             got = self._owned[tenant_id] = owner(self.members, tenant_id) == self.member_id
         return got
 
+    def keeps(self) -> bool:
+        """S6: this replica is the keeper, the one that refreshes the store-wide gauges (rows by
+        state, the history headroom) and every tenant's status: the member that wins the
+        rendezvous for ``KEEPER_KEY``, so exactly one of the live members (two, for a moment,
+        while their views differ) and another at once when it leaves."""
+        return len(self.members) == 1 or owner(self.members, KEEPER_KEY) == self.member_id
+
     def owned(self, tenants: Iterable[str]) -> list[str]:
         return [t for t in tenants if self.owns(t)]
 
@@ -138,15 +151,23 @@ class Ownership:
             return None
         return _Owned(self)
 
-    async def beat(self) -> bool:
+    async def beat(self, *, pauses: bool = False) -> bool:
         """One heartbeat (renew our lease, read the live members); True if the view changed.
-        A store error keeps the last view: at worst two replicas both drain a tenant."""
+        A store error keeps the last view: at worst two replicas both drain a tenant.
+        ``pauses``: the read of the members reads the pauses too (S6), kept in ``pauses``
+        (None after a beat that failed or did not read them)."""
+        self.pauses = None
         if not self.active:
             return False
         assert self.store is not None
         now = self.clock.now()
         try:
-            live = await self.store.heartbeat(self.member_id, now, self.settings.lease_seconds)
+            if pauses:
+                live, self.pauses = await self.store.heartbeat_with_pauses(
+                    self.member_id, now, self.settings.lease_seconds)
+            else:
+                live = await self.store.heartbeat(self.member_id, now,
+                                                  self.settings.lease_seconds)
         except StoreUnavailable as exc:
             log.warning("heartbeat failed (%s): keeping the last membership view", exc)
             return False

@@ -1,11 +1,13 @@
 """Pauses (F3, issue 33): the gate a row passes before it runs, and the pause set behind it.
 
-Every replica reads the pause documents (``PauseStore.all``: one small read) at most once per
-heartbeat (``refresh``, the service's pause loop) and checks every claimed row against what it
-read, in memory: ``check`` (the worker, right before a row's handler: its tenant or its
-subscription) and ``check_bot`` (the launch handler, where the limits gate is: the launch's bot,
-which only the subscription names). A row that is paused raises ``Paused``, which the worker
-turns into the ``defer`` transition: held, attempts unchanged (``Completer.defer``).
+Every replica reads the pause documents once per heartbeat, in the heartbeat's own read of the
+members (``MembershipStore.heartbeat_with_pauses``, then ``adopt``: no round trip of their own,
+S6), or, without a membership, in one small read of their own (``refresh``, the service's pause
+loop), and checks every claimed row against what it read, in memory: ``check`` (the worker,
+right before a row's handler: its tenant or its subscription) and ``check_bot`` (the launch
+handler, where the limits gate is: the launch's bot, which only the subscription names). A row
+that is paused raises ``Paused``, which the worker turns into the ``defer`` transition: held,
+attempts unchanged (``Completer.defer``).
 
 A held row stays held: its ``not_before`` is set aside (``model/pause.HELD_OFFSET``), so no
 claim picks it again while the pause lasts (no churn: one write per row per pause). When a
@@ -102,6 +104,13 @@ class PauseGate:
                        "could not read the pauses (%s): keeping the last %d", exc,
                        len(self.pauses))
             return False
+        await self.adopt(pauses)
+        return True
+
+    async def adopt(self, pauses: Collection[Pause]) -> None:
+        """The pause set as just read (by ``refresh``, or by the heartbeat it rides, S6): the
+        pauses on are honoured from now on, and the rows of those lifted since are released."""
+        now = self.clock.now()
         self._once.forget(("read", "StoreUnavailable"))
         self._once.forget(("read", "StoreError"))
         self.reads += 1
@@ -119,7 +128,6 @@ class PauseGate:
             self._release_passes = max(0, self._release_passes - 1)
             self._next_sweep = now + RELEASE_SWEEP_SECONDS
             await self._release(now)
-        return True
 
     def _set(self, on: Mapping[str, Pause]) -> None:
         self.pauses = dict(on)

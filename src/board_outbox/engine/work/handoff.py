@@ -11,31 +11,40 @@ The worker (``worker.py``) owns the queue and answers the tail's ``Handoff`` pro
 
 from __future__ import annotations
 
+import heapq
 import uuid
+from collections import deque
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from board_outbox.engine.leases import Lease, current
-from board_outbox.engine.pressure import Pressure
+from board_outbox.engine.flow.leases import Lease, current
+from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.model.clock import Clock
 from board_outbox.model.fairness import prioritized, round_robin
 from board_outbox.ports import Claim, ClaimTerms
 
-__all__ = ["HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX", "PICK_IDLES", "TERMS_SHARE",
-           "HandoffQueue", "by_priority", "claim_priority"]
+__all__ = ["EXPECTED_MAX", "HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX_BATCHES",
+           "PICK_IDLES", "TERMS_SHARE", "HandoffQueue", "by_priority", "claim_priority"]
 
 # The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
 # they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
-# HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX rows; a tenant with a claim's worth
-# queued waits for it to run (its backlog stays in the event log meanwhile).
+# HANDOFF_BATCHES claims' worth and at most HANDOFF_MAX_BATCHES claims' worth (counting the
+# batch in flight); a tenant with a claim's worth queued waits for it to run (its backlog stays
+# in the event log meanwhile). Every row held is a lease: if the store stalls, each is a lease to
+# extend, and a hand-off sized by a fast pace (a 2,000-row bound let 703 pile up) turned one
+# stall into a beat too big to answer within the op timeout. Ten claims keep the worker fed
+# while the tail refills it (a tail pass inserts about a claim per tenant), and their leases are
+# two writes of a beat (``leases.BEAT_CHUNK``).
 HANDOFF_BATCHES = 4
 HANDOFF_LEASE_SHARE = 0.1
-HANDOFF_MAX = 2000
+HANDOFF_MAX_BATCHES = 10
 # a worker fed by a hand-off picks at most every PICK_IDLES * idle_seconds (unless a backlog):
 # as often as an idle worker polls at its slowest (the service's idle pause backs off to 4x)
 PICK_IDLES = 4
 # the inserts of our tail within this share of a lease share one claim_id (``terms``)
 TERMS_SHARE = 0.25
+# due times of rows given back pending that the pick schedule keeps (``expect``): the earliest
+EXPECTED_MAX = 1000
 
 
 def claim_priority(claim: Claim) -> int:
@@ -54,7 +63,7 @@ class HandoffQueue:
     """The handed rows waiting their turn, and the hand-off's room, terms and schedules."""
 
     def __init__(self, *, clock: Clock, batch_size: int, lease_seconds: float,
-                 heartbeat_fraction: float, idle_seconds: float) -> None:
+                 heartbeat_fraction: float, idle_seconds: float, net_seconds: float = 5.0) -> None:
         self.clock = clock
         self.batch_size = batch_size
         self.lease_seconds = lease_seconds
@@ -66,43 +75,59 @@ class HandoffQueue:
         self._queued_by_tenant: dict[str, int] = {}
         self._handing = False  # fed by a tail: the pick runs on its schedule (``pick_due``)
         self._next_pick = -float("inf")
+        self._next_net = -float("inf")  # the pick's schedule while the change stream is open
+        self.net_seconds = net_seconds
+        self._due: list[float] = []  # when rows this worker gave back pending are due (a heap)
         self._pick_full = False  # the last pick filled its claim: a backlog, pick every tick
         self.next_beat = -float("inf")  # the handed rows' leases, extended meanwhile
         self._terms_id: str | None = None  # the claim_id the hand-off's inserts share (``terms``)
         self._terms_until = -float("inf")
+        # earlier terms' claim ids, with when the last lease minted under each ends
+        self._minted: deque[tuple[str, float]] = deque()
 
     def capacity(self, row_seconds: float, pressure: Pressure | None) -> int:
-        """Rows the hand-off holds at most: what starts within ``HANDOFF_LEASE_SHARE`` of a lease
-        at the measured pace (``row_seconds`` a row; 0: not measured yet), at least
-        ``HANDOFF_BATCHES`` claims, at most ``HANDOFF_MAX``; scaled by the backpressure."""
+        """Rows the worker holds at most, the batch in flight and the hand-off's together: what
+        starts within ``HANDOFF_LEASE_SHARE`` of a lease at the measured pace (``row_seconds`` a
+        row; 0: not measured yet), at least ``HANDOFF_BATCHES`` claims, at most
+        ``HANDOFF_MAX_BATCHES`` claims; scaled by the backpressure."""
         floor = self.batch_size * HANDOFF_BATCHES
+        most = self.batch_size * HANDOFF_MAX_BATCHES
         if row_seconds <= 0:
-            cap = max(floor, min(HANDOFF_MAX, self.batch_size * 25))
+            cap = max(floor, most)
         else:
             pace = int(self.lease_seconds * HANDOFF_LEASE_SHARE / row_seconds)
-            cap = max(floor, min(HANDOFF_MAX, pace))
+            cap = max(floor, min(most, pace))
         return cap if pressure is None else pressure.scale(cap, self.batch_size)
 
-    def room(self, tenant_id: str, capacity: int, *, stopping: bool) -> int:
+    def room(self, tenant_id: str, capacity: int, *, stopping: bool, running: int = 0) -> int:
         """Rows of ``tenant_id`` this worker takes now: none while it holds a claim's worth of
         the tenant's rows (F1: a burst waits in the event log, a quiet tenant's row never waits
-        behind it) or while it stops; else what the hand-off has room for (``capacity``), at
-        least a claim's worth."""
+        behind it) or while it stops; else what it has room for (``capacity``, less the
+        ``running`` rows of the batch in flight and the rows queued), at least a claim's
+        worth."""
         if stopping or self._queued_by_tenant.get(tenant_id, 0) >= self.batch_size:
             return 0
-        return max(self.batch_size, capacity - len(self._queued))
+        return max(self.batch_size, capacity - running - len(self._queued))
 
     def terms(self, *, stopping: bool) -> ClaimTerms | None:
         """The claim for the rows of one insert, leased from now (None while stopping). Inserts
         within ``TERMS_SHARE`` of a lease share a claim_id (the fence is per row and per claimant:
-        sharing it only lets their done marks and lease beats go out as one write each)."""
+        sharing it only lets their done marks and lease beats go out as one write each). The
+        claim ids minted within the last lease are adopted: a row an earlier insert of ours
+        wrote after we had given up on that insert (a store timeout) comes back with the next
+        insert of it, instead of waiting out its lease unrun."""
         if stopping:
             return None
         now = self.clock.now()
         if self._terms_id is None or now >= self._terms_until:
+            if self._terms_id is not None:
+                self._minted.append((self._terms_id, self._terms_until + self.lease_seconds))
             self._terms_id = uuid.uuid4().hex
             self._terms_until = now + self.lease_seconds * TERMS_SHARE
-        return ClaimTerms(claim_id=self._terms_id, lease_until=now + self.lease_seconds)
+        while self._minted and self._minted[0][1] <= now:  # every lease under it has ended
+            self._minted.popleft()
+        return ClaimTerms(claim_id=self._terms_id, lease_until=now + self.lease_seconds,
+                          adopt=tuple(cid for cid, _ in self._minted))
 
     def receive(self, claims: Iterable[Claim]) -> bool:
         """Rows our tail inserted born claimed for us: the next ticks run them (no claim
@@ -146,18 +171,37 @@ class HandoffQueue:
         self.dequeue(leases)
         return [current(x) for x in leases]
 
-    def pick_due(self, now: float) -> bool:
-        """Whether this tick runs the due-row pick. Without a hand-off, every tick. With one,
-        the rows our own tail inserts come by hand, and the pick is only for the rest (retries
-        whose backoff ended, another owner's rows past ``steal_after_seconds``, released rows):
-        it runs every ``PICK_IDLES * idle_seconds`` -- as often as an idle worker polls at its
-        slowest -- and on every tick while the last pick came back full (a backlog)."""
-        return not self._handing or self._pick_full or now >= self._next_pick
+    def pick_due(self, now: float, *, stream_open: bool = False) -> bool:
+        """Whether this tick runs the due-row pick. Without a hand-off or a change stream, every
+        tick. With a hand-off, the rows our own tail inserts come by hand, and the pick is only
+        for the rest (retries whose backoff ended, another owner's rows past
+        ``steal_after_seconds``, released rows): it runs every ``PICK_IDLES * idle_seconds`` --
+        as often as an idle worker polls at its slowest. While the change stream is open, the
+        owned tenants' new rows come by hand as soon as they are inserted, so the pick is only
+        the net: every ``net_seconds``, and as soon as a row this worker gave back pending is
+        due (``expect``: it knows their ``not_before``). Whatever the schedule, every tick while
+        the last pick came back full (a backlog)."""
+        if self._pick_full or (not self._handing and not stream_open):
+            return True
+        if self._due and self._due[0] <= now:
+            return True
+        return now >= (self._next_net if stream_open else self._next_pick)
 
     def picked(self, now: float, *, full: bool) -> None:
         """A pick ran at ``now``; ``full``: it filled its claim (a backlog: pick every tick)."""
         self._pick_full = full
         self._next_pick = now + PICK_IDLES * self.idle_seconds
+        self._next_net = now + self.net_seconds
+        while self._due and self._due[0] <= now:
+            heapq.heappop(self._due)
+
+    def expect(self, due: float) -> None:
+        """A row this worker gave back pending (a retry, a deferral) is due at ``due``: the pick
+        runs then, whatever its schedule. At most ``EXPECTED_MAX`` are kept (the earliest: a
+        later one is caught by the net)."""
+        heapq.heappush(self._due, due)
+        if len(self._due) > EXPECTED_MAX:
+            self._due = heapq.nsmallest(EXPECTED_MAX, self._due)
 
     def take(self, room: int, tenants: Collection[str] | None) -> list[Claim]:
         """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin
