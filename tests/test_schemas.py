@@ -267,7 +267,7 @@ def _stored(doc: dict[str, Any]) -> dict[str, Any]:
 def test_every_document_a_schema_allows_is_read_as_it_is(collection: str) -> None:
     seen: list[int] = []
 
-    @settings(max_examples=150, deadline=None, database=None, print_blob=True,
+    @settings(max_examples=100, deadline=None, database=None, print_blob=True,
               suppress_health_check=list(HealthCheck))
     @given(allowed(collection))
     def check(doc: dict[str, Any]) -> None:
@@ -279,10 +279,11 @@ def test_every_document_a_schema_allows_is_read_as_it_is(collection: str) -> Non
         if verdict.state != "ok":
             trait = next((t for c, r, t in BEYOND if c == collection and r in verdict.why), None)
             assert trait is not None and trait(stored), (verdict, stored)
-        seen.append(len(stored))
+        else:
+            seen.append(len(stored))
 
     check()
-    assert len(seen) >= 100  # it generated documents, not only refusals
+    assert len(seen) >= 50  # most were read as they are, not let by as BEYOND the schema
 
 
 # values a careless or hostile writer stores: wrong types, the edges of every range, ids that
@@ -394,7 +395,7 @@ def test_each_field_of_each_page_example_changed_is_judged_alike(collection: str
 def test_every_document_a_schema_refuses_the_service_refuses(collection: str) -> None:
     both: list[str] = []
 
-    @settings(max_examples=200, deadline=None, database=None, print_blob=True,
+    @settings(max_examples=150, deadline=None, database=None, print_blob=True,
               suppress_health_check=list(HealthCheck))
     @given(changed(collection))
     def check(case: tuple[dict[str, Any], str]) -> None:
@@ -411,8 +412,8 @@ def test_every_document_a_schema_refuses_the_service_refuses(collection: str) ->
 
     check()
     # a change often breaks the document: the test judged refusals, not only harmless changes
-    # (from about 1 in 5 of the 200 for an event to 4 in 5 for a counter)
-    assert len(both) >= 20, both
+    # (from about 1 in 5 of the 150 for an event to 4 in 5 for a counter)
+    assert len(both) >= 15, both
 
 
 # --- 2. the bad-data corpus: judged alike ------------------------------------------------------
