@@ -545,6 +545,13 @@ CASES: list[Case] = [
     bad_kind_case("sub-kind-projection", "invalid kind 'projection'", "projection"),
     bad_kind_case("sub-kind-empty", "invalid kind ''", ""),
     sub_case("sub-kind-int", "ignoring malformed subscription", lambda t: _sub(t, kind=7)),
+    # its rows' keys would carry the slash (or newline): no command could address them
+    sub_case("sub-id-with-slash", "invalid sub_id", lambda t: _sub(t, sub_id=f"{t}/x")),
+    sub_case("sub-id-with-newline", "invalid sub_id", lambda t: _sub(t, sub_id=f"{t}\n")),
+    # a launch at nobody, or at a name no one can type to pause it
+    sub_case("sub-bot-empty", "invalid bot ''", lambda t: _sub(t, bot="")),
+    sub_case("sub-bot-with-newline", "invalid bot", lambda t: _sub(t, bot="pager\n")),
+    sub_case("sub-bot-padded", "invalid bot", lambda t: _sub(t, bot=" pager")),
     # F2: a subscription's own limits
     sub_case("sub-max-in-flight-negative", "ignoring malformed subscription",
              lambda t: _sub(t, max_in_flight=-1)),
@@ -2561,6 +2568,14 @@ async def test_hostile_forwarded_headers_cost_only_their_request(
 # `subscriptions add` with priority 11 / coalesce 60:5 / an unknown kind / 101 labels / a bot
 #   with a control character / a file with an unknown field (P6)
 #                                          -> (new) one line, exit 2, nothing written
+# subscription sub_id "acme/x" or "acme\n" (stored by another tool)
+#                                          -> ran: its rows' keys carried the slash or newline, and
+#                                             no command (explain, dead-letters) could address them
+#                                          -> malformed: one line, the subscription ignored
+# subscription bot "" / "pager\n" / " pager" (stored by another tool)
+#                                          -> launched at an empty or untypable name (pause --bot
+#                                             could not name it)
+#                                          -> malformed: one line, the subscription ignored
 # a BSON date past year 9999 in done_at    -> (mongod) the driver raised for the whole reply
 #                                          -> DATETIME_AUTO: that row alone is malformed (the wire
 #                                             server refuses to store such a date: codec test)
