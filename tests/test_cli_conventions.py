@@ -34,7 +34,7 @@ RECORDS = [
     ("dead-letters", "purge"),
     ("subscriptions", "list"), ("subscriptions", "show"), ("subscriptions", "add"),
     ("subscriptions", "edit"), ("subscriptions", "disable"), ("subscriptions", "enable"),
-    ("subscriptions", "rm"),
+    ("subscriptions", "rm"), ("rows", "cancel"), ("rows", "rerun"), ("rows", "find"),
 ]
 NO_RECORD = {("run",), ("console",), ("demo",), ("completion",)}  # logs, pages, a script
 
