@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 
-from board_outbox.engine.bulk_replay import RowWrite
+from board_outbox.engine.bulk_replay import RowWrite, replay_write
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
+from board_outbox.model.dead_letters import CANCEL, REPLAY
 from board_outbox.model.domain import DONE, PENDING, AuditEntry, EffectRow, rerun_row_key
 from board_outbox.ports import EffectOutbox
 
-__all__ = ["cancel_write", "rerun_row", "rerun_write"]
+__all__ = ["cancel_write", "rerun_row", "rerun_write", "write_of"]
 
 
 def cancel_write(outbox: EffectOutbox, *, bulk_id: str, by: str, why: str,
@@ -70,3 +71,14 @@ def rerun_write(outbox: EffectOutbox, *, bulk_id: str, by: str, clock: Clock) ->
                                             updated_at=row.updated_at)
 
     return rerun
+
+
+def write_of(action: str, outbox: EffectOutbox, *, bulk_id: str, by: str, why: str,
+             clock: Clock) -> RowWrite:
+    """The one-row write of the bulk ``action`` (replay, cancel -- ``why`` is its reason --
+    or rerun)."""
+    if action == CANCEL:
+        return cancel_write(outbox, bulk_id=bulk_id, by=by, why=why, clock=clock)
+    if action == REPLAY:
+        return replay_write(outbox, bulk_id=bulk_id, by=by, clock=clock)
+    return rerun_write(outbox, bulk_id=bulk_id, by=by, clock=clock)

@@ -19,7 +19,6 @@ import anyio
 
 from board_outbox.model.dead_letters import (
     ABORTED,
-    CANCEL,
     DONE_WORDS,
     NOUNS,
     REPLAY,
@@ -30,7 +29,7 @@ from board_outbox.model.dead_letters import (
 from board_outbox.surface.cli.output import UsageError, confirm_bulk, print_json
 
 if TYPE_CHECKING:
-    from board_outbox.engine.bulk_replay import RowWrite, Stop
+    from board_outbox.engine.bulk_replay import Stop
 
 EXIT_ABORTED = 130
 
@@ -63,6 +62,7 @@ async def run_bulk(args: argparse.Namespace, stores: Any, flt: BulkFilter, actio
                    command: str) -> int:
     """Plan, print, confirm, apply with a progress bar, summarize: the bulk ``action`` on the
     rows ``flt`` takes (``args``: json, dry_run, yes, rate, by, and a cancel's reason)."""
+    from board_outbox.engine.bulk_actions import write_of
     from board_outbox.engine.bulk_replay import DEFAULT_RATE, Stop, apply_bulk, plan_bulk_replay
     from board_outbox.model.clock import SystemClock
     from board_outbox.surface.bulk_filter import plan_lines
@@ -85,8 +85,8 @@ async def run_bulk(args: argparse.Namespace, stores: Any, flt: BulkFilter, actio
         return 1
     by = args.by or getpass.getuser()
     bulk_id = uuid.uuid4().hex[:12]
-    write = _write(action, stores, bulk_id=bulk_id, by=by, clock=clock,
-                   why=getattr(args, "reason", None) or "")
+    write = write_of(action, stores.outbox, bulk_id=bulk_id, by=by, clock=clock,
+                     why=getattr(args, "reason", None) or "")
     stop = Stop()
     sys.stdout.flush()
     with _progress_bar(plan.matched, action) as progress:
@@ -103,18 +103,6 @@ async def run_bulk(args: argparse.Namespace, stores: Any, flt: BulkFilter, actio
     if prog.state == ABORTED:
         return EXIT_ABORTED
     return 0 if prog.state == RUN_DONE and not prog.refused else 1
-
-
-def _write(action: str, stores: Any, *, bulk_id: str, by: str, clock: Any, why: str) -> RowWrite:
-    from board_outbox.engine import bulk_actions
-    from board_outbox.engine.bulk_replay import replay_write
-
-    if action == CANCEL:
-        return bulk_actions.cancel_write(stores.outbox, bulk_id=bulk_id, by=by, why=why,
-                                         clock=clock)
-    if action == REPLAY:
-        return replay_write(stores.outbox, bulk_id=bulk_id, by=by, clock=clock)
-    return bulk_actions.rerun_write(stores.outbox, bulk_id=bulk_id, by=by, clock=clock)
 
 
 async def _stop_on_signals(stop: Stop) -> None:
