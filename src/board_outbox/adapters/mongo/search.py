@@ -5,7 +5,11 @@
 - row key: ``row_key_unique``;
 - state: that state's partial index, by its key, newest first (the pending rows of one tenant
   over ``pending_tenant_not_before``; a tenant's done rows, most of its history, over
-  ``tenant_seq``)."""
+  ``tenant_seq``).
+
+The partial indexes are hinted (a planner may not consider an index whose partial filter the
+query only implies); the full ones are not: an equality on their prefix and a sort on the rest
+of their key is what every planner serves from them."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILE
 from board_outbox.model.search import RowQuery
 
 __all__ = ["CARD_INDEX", "STATE_ORDER", "search_of"]
+
 
 CARD_INDEX = "tenant_card_seq"
 BY_SEQ = [("seq", DESCENDING)]
@@ -38,10 +43,10 @@ def search_of(q: RowQuery, in_state: dict[str, dict[str, Any]]) -> tuple[
     if q.form == "row_key":
         return {"row_key": q.row_key}, None, None
     if q.form == "card":
-        return ({"tenant_id": q.tenant, "event.card_id": q.card}, BY_SEQ, CARD_INDEX)
+        return {"tenant_id": q.tenant, "event.card_id": q.card}, BY_SEQ, None
     if q.form in ("event", "seq_range"):
         return ({"tenant_id": q.tenant, "seq": {"$gte": q.seq_from, "$lte": q.seq_to}},
-                BY_SEQ, "tenant_seq")
+                BY_SEQ, None)
     assert q.state is not None
     flt = dict(in_state.get(q.state, {"state": q.state}))
     if q.tenant is None:
@@ -52,6 +57,7 @@ def search_of(q: RowQuery, in_state: dict[str, dict[str, Any]]) -> tuple[
         return flt, [("not_before", DESCENDING)], "pending_tenant_not_before"
     if q.state == DONE:
         flt.pop("done_at", None)
-        return flt, BY_SEQ, "tenant_seq"
+        flt["seq"] = {"$gte": 0}  # the ``tenant_seq`` key's range, as the state's key's
+        return flt, BY_SEQ, None
     index, order = STATE_ORDER[q.state]
     return flt, order, index
