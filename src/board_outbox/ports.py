@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Map
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from board_outbox.model.api_tokens import ApiToken
 from board_outbox.model.domain import AuditEntry, Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.pause import Pause
@@ -42,6 +43,7 @@ from board_outbox.model.subscription_records import SubscriptionRecord
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
+    "ApiTokenStore",
     "AttentionPage",
     "CardStore",
     "Change",
@@ -592,6 +594,8 @@ class Stores:
     series: SeriesStore | None = None  # the console's charts (issue 33)
     # the operators' subscription management (P6; None: this backend offers none)
     sub_admin: SubscriptionAdmin | None = None
+    # the JSON API's bearer tokens (A8; None: this backend offers none)
+    api_tokens: ApiTokenStore | None = None
 
 
 
@@ -679,6 +683,25 @@ class SessionStore(Protocol):
 
     async def close(self, session_id: str) -> None:
         """End the session (none: nothing happens)."""
+        ...
+
+
+class ApiTokenStore(Protocol):
+    """The JSON API's bearer tokens (A8): stored hashed, revocable, kept after revocation."""
+
+    async def create(self, token: ApiToken) -> None: ...
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        """The token of that id (None: none, or its document does not decode: it authorizes
+        nothing, and is reported once)."""
+        ...
+
+    async def all(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+        ...
+
+    async def revoke(self, token_id: str, at: float, by: str) -> bool:
+        """Revoke it (False: no such token, or revoked already)."""
         ...
 
 

@@ -19,6 +19,7 @@ from board_outbox.model.errors import (
     UsageError,
 )
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
+from board_outbox.surface.cli.commands.apitokens import cmd_api_tokens
 from board_outbox.surface.cli.commands.audit import cmd_audit
 from board_outbox.surface.cli.commands.completion import cmd_completion
 from board_outbox.surface.cli.commands.console import cmd_console
@@ -77,6 +78,7 @@ COMMANDS["subscriptions"] = cmd_subscriptions
 COMMANDS["doctor"] = cmd_doctor
 COMMANDS["completion"] = cmd_completion
 COMMANDS["rows"] = cmd_rows
+COMMANDS["api-tokens"] = cmd_api_tokens
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:

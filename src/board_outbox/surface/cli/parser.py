@@ -15,6 +15,7 @@ from board_outbox.surface.cli.argtypes import (
     seq_arg,
     when_arg,
 )
+from board_outbox.surface.cli.commands.apitokens import API_TOKENS_HELP, add_api_tokens
 from board_outbox.surface.cli.rows_args import ROWS_HELP, add_rows
 from board_outbox.surface.cli.subscription_args import add_subscriptions
 
@@ -224,6 +225,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 _COMMANDS["rows"] = ROWS_HELP
+_COMMANDS["api-tokens"] = API_TOKENS_HELP
 
 
 def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -416,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="listen on this port (default: [ui] port, 9465; 0: any free port)")
     add_subscriptions(_command(sub, "subscriptions", common), common)
     add_rows(_command(sub, "rows", common), common)
+    add_api_tokens(_command(sub, "api-tokens", common), common)
     dr = _command(sub, "doctor", common)
     _json(dr, "one JSON document: every check with its status, what it found and what to do")
     comp = _command(sub, "completion")
