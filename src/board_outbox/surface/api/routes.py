@@ -80,8 +80,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/rows", READ, "search rows: one of card (with tenant), event (TENANT:SEQ), "
              "seq_range (A..B, with tenant), row_key, state", name="rows",
              query=("card", "event", "seq_range", "row_key", "state", "tenant", "limit")),
-    Endpoint("GET", "/rows/{row_key}", READ, "one row", name="row"),
+    # before /rows/{row_key}, which would take it
     Endpoint("GET", "/rows/{row_key}/explain", READ, "why the row waits", name="explain"),
+    Endpoint("GET", "/rows/{row_key}", READ, "one row", name="row"),
     Endpoint("GET", "/dead-letters", READ, "dead-letters, newest first", name="dead_letters",
              query=("tenant", "limit")),
     Endpoint("GET", "/pauses", READ, "the pauses that are on", name="pauses"),
