@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.api_tokens import create_token
+from board_outbox.engine.upkeep.api_tokens import create_token
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
 from board_outbox.service.config import load_config

@@ -34,9 +34,9 @@ from bson import Decimal128
 from bson.binary import Binary
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.tail import Tail
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.tail.tail import Tail
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.domain import (
     Card,
     EventSnapshot,
@@ -1077,7 +1077,7 @@ async def test_a_bad_membership_lease_is_not_a_member(
     """Item 1: a non-numeric expiry used to end `run` (and `status`) with a traceback on every
     replica; a lease far ahead, or a non-string member id, was a live member forever (its
     rendezvous share of the tenants never drained). Now each is left out, with one line."""
-    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.engine.flow.membership import MembershipSettings, Ownership
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.validation import BAD_DOCUMENTS
 
@@ -1159,7 +1159,7 @@ async def test_a_bad_generation_pointer_costs_only_its_read_model(
         request: pytest.FixtureRequest) -> None:
     """Item 1: one malformed generation pointer (even for a tenant that does not exist) made
     every tenant's projection rows fail and park. Now only its own read model's writes fail."""
-    from board_outbox.engine.generations import VersionedReadModels
+    from board_outbox.engine.upkeep.generations import VersionedReadModels
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.errors import StoreError
 
@@ -1238,7 +1238,7 @@ async def test_a_bad_series_document_costs_only_itself_on_the_charts(
     """A planted or hand-edited ``trigger_series`` document: left out of the charts and the
     sparklines, one line, listed by ``status --json``; the good documents of the same minutes
     still draw (and a page loaded twice logs nothing more)."""
-    from board_outbox.engine.series import SeriesRecorder, SeriesSettings
+    from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
     from board_outbox.model.validation import BAD_DOCUMENTS
@@ -1285,7 +1285,7 @@ async def test_a_bad_document_under_the_replicas_own_key_costs_one_minutes_point
     """The worst place for one: the very (minute, replica) a flush writes, with counts that are
     not a document (the store refuses the $max). That flush fails with one line; its counts go
     with the next minute's, nothing lost, and the loop goes on."""
-    from board_outbox.engine.series import SeriesRecorder, SeriesSettings, read_window
+    from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings, read_window
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.series import MINUTE, SeriesCounts, minute_of, series_id
 
@@ -1761,7 +1761,7 @@ BAD_ROWS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(BAD_ROWS))
 async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
         side: str, case: str, request: pytest.FixtureRequest) -> None:
-    from board_outbox.engine.explain import explain
+    from board_outbox.engine.upkeep.explain import explain
     from board_outbox.model.explanation import Malformed
 
     t = _uniq("ex")
@@ -1780,7 +1780,7 @@ async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
 @pytest.mark.parametrize("side", SIDES)
 async def test_explain_of_a_key_no_row_has_or_that_is_no_key(
         side: str, request: pytest.FixtureRequest) -> None:
-    from board_outbox.engine.explain import explain
+    from board_outbox.engine.upkeep.explain import explain
     from board_outbox.model.errors import InvalidRowKey, RowNotFound
 
     async with open_side(side, request) as s:
@@ -1801,8 +1801,8 @@ async def test_explain_reads_past_bad_slots_counters_leases_and_events(
     acquire) holds nothing; a counter that is not a count reads as full (its window stays shut,
     as ``take`` treats it); a lease that is not a time names no owner; an event whose at is not a
     time leaves its moment undated. The good documents beside them still count."""
-    from board_outbox.engine.explain import ExplainSettings, explain
-    from board_outbox.engine.limits import LimitSettings
+    from board_outbox.engine.flow.limits import LimitSettings
+    from board_outbox.engine.upkeep.explain import ExplainSettings, explain
     from board_outbox.model.explanation import Limit, Ownership
 
     t = _uniq("ex")
@@ -2163,7 +2163,7 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
     """A1, A5: rows with a seq that is not an int, no row key, a done_at that is not a date or an
     event time that is not a number are left out of the audit and the latency summary, one
     document at a time; the good rows around them still count."""
-    from board_outbox.engine.audit import Auditor
+    from board_outbox.engine.upkeep.audit import Auditor
     from board_outbox.service.health import effect_latency
     from tests.support.kits import memory_kit
 
@@ -2218,7 +2218,7 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     those the store cannot name (a row key or parked time of another type) are not walked, and
     one whose stored parked time is out of the time range (R7) does not decode either -- while
     every good row beside them is planned and replayed, on every backend."""
-    from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk_replay, plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
     from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
 
@@ -2301,8 +2301,8 @@ async def test_a_bulk_cancel_walks_past_pending_rows_that_do_not_decode(kit: Kit
     """A8: pending rows with wrong-typed fields cost only themselves: the cancel's plan counts
     and names those that do not decode and never writes them; one whose row key or time is of
     another type is not walked; every good row beside them is cancelled, on every backend."""
-    from board_outbox.engine.bulk_actions import cancel_write
-    from board_outbox.engine.bulk_replay import apply_bulk, plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_actions import cancel_write
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
     from board_outbox.model.domain import EventSnapshot, new_launch_row
 
@@ -2334,7 +2334,7 @@ async def test_a_bulk_cancel_walks_past_pending_rows_that_do_not_decode(kit: Kit
 async def test_an_api_token_document_that_does_not_decode_authorizes_nothing() -> None:
     """A8: a stored token with a scope outside the enum, or a digest that is not a string,
     authorizes nothing (reported once as a bad document); a good token beside it works."""
-    from board_outbox.engine.api_tokens import authenticate, create_token
+    from board_outbox.engine.upkeep.api_tokens import authenticate, create_token
     from board_outbox.model.api_tokens import API_TOKENS_COLLECTION, digest, token_text
     from board_outbox.model.clock import SystemClock
     from board_outbox.model.validation import BAD_DOCUMENTS

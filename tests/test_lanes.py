@@ -1,4 +1,4 @@
-"""A claimed batch runs in lanes (``engine/lanes.py``): one per tenant, ``[worker] concurrency``
+"""A claimed batch runs in lanes (``engine/work/lanes.py``): one per tenant, ``[worker] concurrency``
 at once. A tenant's rows keep their order; a slow launch holds up only its own tenant; a failure
 starts nothing more and cancels nothing running; shutdown gives back only what never started."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.engine.lanes import Lanes, run_lanes
+from board_outbox.engine.work.lanes import Lanes, run_lanes
 from board_outbox.model.domain import Subscription
 from board_outbox.ports import LaunchRequest
 from tests.support.kits import memory_kit

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from board_outbox.engine.worksettings import WorkerSettings
+from board_outbox.engine.work.worksettings import WorkerSettings
 from tests.harness.loadtest import run
 
 

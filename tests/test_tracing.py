@@ -15,10 +15,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.model.errors import ConfigError
 from board_outbox.service.runtime import build_registry

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.engine.bulk_actions import cancel_write, rerun_write
-from board_outbox.engine.bulk_replay import apply_bulk, plan_bulk_replay
+from board_outbox.engine.upkeep.bulk_actions import cancel_write, rerun_write
+from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
 from board_outbox.model.dead_letters import BulkFilter, BulkPlan, BulkProgress
 from board_outbox.model.domain import MatchRule, Subscription, parse_row_key
 from board_outbox.model.search import RowQuery

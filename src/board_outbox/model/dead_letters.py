@@ -1,7 +1,7 @@
 """Which rows a bulk action takes -- a replay of dead-letters, a cancel of pending rows, a rerun
 of done ones (A8) -- and what its plan and its progress say: plain values and pure rules (the
-walk over the store and the writes are ``engine/bulk_replay.py``; the cancel's and the rerun's
-writes ``engine/bulk_actions.py``).
+walk over the store and the writes are ``engine/upkeep/bulk_replay.py``; the cancel's and the rerun's
+writes ``engine/upkeep/bulk_actions.py``).
 
 A ``BulkFilter`` is split in two: the part the store answers over its state's walk
 (``store_filter``: the state, tenant, kind, subscription, changed since/before) and the part

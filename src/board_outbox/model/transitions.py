@@ -13,7 +13,7 @@ adapters only apply one, handed to them as data: memory/ as a dict update, mongo
   row, a rerun's note on a done row: a row claimed, or changed in any way, since it was read is
   left as it is -- the fence, not the operator's timing, decides a race with a claim).
 
-The worker's completer (``engine/completer.py``) builds the final ones (done, retry, park,
+The worker's completer (``engine/work/completer.py``) builds the final ones (done, retry, park,
 release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``, the admin
 ``replay``.
 

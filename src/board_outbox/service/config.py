@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from board_outbox.engine.audit import AuditSettings
-from board_outbox.engine.drain import TailSettings
-from board_outbox.engine.limits import LimitSettings
-from board_outbox.engine.membership import MembershipSettings
-from board_outbox.engine.series import SeriesSettings
-from board_outbox.engine.worksettings import WorkerSettings
+from board_outbox.engine.flow.limits import LimitSettings
+from board_outbox.engine.flow.membership import MembershipSettings
+from board_outbox.engine.tail.drain import TailSettings
+from board_outbox.engine.upkeep.audit import AuditSettings
+from board_outbox.engine.upkeep.series import SeriesSettings
+from board_outbox.engine.work.worksettings import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.limits import rate_problem

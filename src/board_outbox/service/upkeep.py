@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from board_outbox.engine.drain import Figures
+from board_outbox.engine.tail.drain import Figures
 from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING
 from board_outbox.model.series import SeriesCounts
 from board_outbox.model.validation import is_seq
@@ -19,12 +19,12 @@ from board_outbox.service.health import TenantStatus, history_headroom, tenant_s
 from board_outbox.service.waker import failure_key
 
 if TYPE_CHECKING:
-    from board_outbox.engine.audit import BackgroundAudit
-    from board_outbox.engine.membership import Ownership
-    from board_outbox.engine.pause import PauseGate
-    from board_outbox.engine.series import SeriesRecorder
-    from board_outbox.engine.tail import Tail
+    from board_outbox.engine.flow.membership import Ownership
+    from board_outbox.engine.flow.pause import PauseGate
+    from board_outbox.engine.tail.tail import Tail
     from board_outbox.engine.telemetry.metrics import Metrics
+    from board_outbox.engine.upkeep.audit import BackgroundAudit
+    from board_outbox.engine.upkeep.series import SeriesRecorder
     from board_outbox.model.clock import Clock
     from board_outbox.model.pause import Pause
     from board_outbox.model.validation import OnceLog

@@ -4,7 +4,7 @@ document (``openapi.py``) are made. Each handler parses and answers; the work is
 and the surface's use cases (search, explain, bulk plan and apply, pause and resume), as the
 console and the CLI call them.
 
-Every request carries ``Authorization: Bearer bo_ID_SECRET`` (``engine/api_tokens``): no
+Every request carries ``Authorization: Bearer bo_ID_SECRET`` (``engine/upkeep/api_tokens``): no
 token, an unknown, revoked or mismatched one is 401; a read token on an admin endpoint 403. No
 cookie is read, so no cross-site request can borrow a browser's session: no CSRF token is needed.
 Bad input is a 400 with one line (``{"error": ...}``), never a traceback."""
@@ -25,11 +25,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from board_outbox.engine.api_tokens import authenticate
-from board_outbox.engine.bulk_actions import write_of
-from board_outbox.engine.bulk_replay import DEFAULT_RATE, apply_bulk, plan_bulk_replay
-from board_outbox.engine.explain import explain
-from board_outbox.engine.series import read_window
+from board_outbox.engine.upkeep.api_tokens import authenticate
+from board_outbox.engine.upkeep.bulk_actions import write_of
+from board_outbox.engine.upkeep.bulk_replay import DEFAULT_RATE, apply_bulk, plan_bulk_replay
+from board_outbox.engine.upkeep.explain import explain
+from board_outbox.engine.upkeep.series import read_window
 from board_outbox.model.api_tokens import ADMIN, READ, ApiToken
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.dead_letters import (

@@ -1,7 +1,7 @@
 """The console's bulk replay: "Replay all matching…" on the dead-letters page opens the plan of
 the current filter (``GET /dead-letters/plan``: counts by tenant, kind and subscription, reads
 only); an admin applies it (``POST /dead-letters/plan/apply``, CSRF-checked like every console
-POST), which runs ``engine.bulk_replay.apply_bulk_replay`` rate-limited in the background of that
+POST), which runs ``engine.upkeep.bulk_replay.apply_bulk_replay`` rate-limited in the background of that
 request and sends the browser to its progress page (``/dead-letters/bulk/ID``: replayed,
 skipped, remaining; it reloads itself while the replay runs), where an admin may abort it
 between two rows. Each row's audit entry says ``console:<name>`` and the bulk replay's id; the
@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from board_outbox.engine.bulk_actions import write_of
-from board_outbox.engine.bulk_replay import (
+from board_outbox.engine.upkeep.bulk_actions import write_of
+from board_outbox.engine.upkeep.bulk_replay import (
     DEFAULT_RATE,
     Stop,
     apply_bulk,

@@ -44,7 +44,7 @@ def add_api_tokens(parser: argparse.ArgumentParser, common: argparse.ArgumentPar
 
 
 async def cmd_api_tokens(args: argparse.Namespace, factory: StoresFactory) -> int:
-    from board_outbox.engine.api_tokens import create_token
+    from board_outbox.engine.upkeep.api_tokens import create_token
     from board_outbox.model.clock import SystemClock
     from board_outbox.service.config import load_config
 

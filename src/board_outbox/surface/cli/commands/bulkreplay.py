@@ -1,5 +1,5 @@
 """``board-outbox dead-letters replay --filter KEY=VALUE ...``: bulk replay as a plan. Parses the
-filter, prints the plan (``engine.bulk_replay.plan_bulk_replay``), asks, then applies it
+filter, prints the plan (``engine.upkeep.bulk_replay.plan_bulk_replay``), asks, then applies it
 (``apply_bulk_replay``) with a progress bar, stopping between two rows on SIGINT/SIGTERM.
 ``rows cancel`` and ``rows rerun`` (A8) take the same steps (``run_bulk``) with their own write."""
 
@@ -29,7 +29,7 @@ from board_outbox.model.dead_letters import (
 from board_outbox.surface.cli.output import UsageError, confirm_bulk, print_json
 
 if TYPE_CHECKING:
-    from board_outbox.engine.bulk_replay import Stop
+    from board_outbox.engine.upkeep.bulk_replay import Stop
 
 EXIT_ABORTED = 130
 
@@ -62,8 +62,8 @@ async def run_bulk(args: argparse.Namespace, stores: Any, flt: BulkFilter, actio
                    command: str) -> int:
     """Plan, print, confirm, apply with a progress bar, summarize: the bulk ``action`` on the
     rows ``flt`` takes (``args``: json, dry_run, yes, rate, by, and a cancel's reason)."""
-    from board_outbox.engine.bulk_actions import write_of
-    from board_outbox.engine.bulk_replay import DEFAULT_RATE, Stop, apply_bulk, plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_actions import write_of
+    from board_outbox.engine.upkeep.bulk_replay import DEFAULT_RATE, Stop, apply_bulk, plan_bulk_replay
     from board_outbox.model.clock import SystemClock
     from board_outbox.surface.bulk_filter import plan_lines
 

@@ -1,5 +1,5 @@
 """The operators' bulk actions beside the dead-letters' replay (A8): cancel pending rows, rerun
-done ones. Each is a plan (``engine.bulk_replay.plan_bulk_replay`` over the filter's state) and
+done ones. Each is a plan (``engine.upkeep.bulk_replay.plan_bulk_replay`` over the filter's state) and
 an apply (``apply_bulk``: rate-limited, abortable between two rows, one summary line), with its
 own one-row write here.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from board_outbox.engine.bulk_replay import RowWrite, replay_write
+from board_outbox.engine.upkeep.bulk_replay import RowWrite, replay_write
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.dead_letters import CANCEL, REPLAY

@@ -1,7 +1,7 @@
 """Bulk actions by filter, as a plan: ``plan_bulk_replay`` counts what a filter takes (the dry
 run: reads only), ``apply_bulk`` applies one action to it, rate-limited, abortable at any point
 with nothing half-done, audited. ``apply_bulk_replay`` is the dead-letters' replay; the cancel of
-pending rows and the rerun of done ones (A8) are ``engine/bulk_actions.py``'s.
+pending rows and the rerun of done ones (A8) are ``engine/upkeep/bulk_actions.py``'s.
 
 Both walk the filter's state the same way: pages of the store's rows in that state
 (``EffectOutbox.failed_page``, ``state_page``: one bounded query a page), each row checked
