@@ -34,9 +34,9 @@ from bson import Decimal128
 from bson.binary import Binary
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.tail import Tail
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.tail.tail import Tail
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.domain import (
     Card,
     EventSnapshot,
@@ -545,6 +545,13 @@ CASES: list[Case] = [
     bad_kind_case("sub-kind-projection", "invalid kind 'projection'", "projection"),
     bad_kind_case("sub-kind-empty", "invalid kind ''", ""),
     sub_case("sub-kind-int", "ignoring malformed subscription", lambda t: _sub(t, kind=7)),
+    # its rows' keys would carry the slash (or newline): no command could address them
+    sub_case("sub-id-with-slash", "invalid sub_id", lambda t: _sub(t, sub_id=f"{t}/x")),
+    sub_case("sub-id-with-newline", "invalid sub_id", lambda t: _sub(t, sub_id=f"{t}\n")),
+    # a launch at nobody, or at a name no one can type to pause it
+    sub_case("sub-bot-empty", "invalid bot ''", lambda t: _sub(t, bot="")),
+    sub_case("sub-bot-with-newline", "invalid bot", lambda t: _sub(t, bot="pager\n")),
+    sub_case("sub-bot-padded", "invalid bot", lambda t: _sub(t, bot=" pager")),
     # F2: a subscription's own limits
     sub_case("sub-max-in-flight-negative", "ignoring malformed subscription",
              lambda t: _sub(t, max_in_flight=-1)),
@@ -1077,7 +1084,7 @@ async def test_a_bad_membership_lease_is_not_a_member(
     """Item 1: a non-numeric expiry used to end `run` (and `status`) with a traceback on every
     replica; a lease far ahead, or a non-string member id, was a live member forever (its
     rendezvous share of the tenants never drained). Now each is left out, with one line."""
-    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.engine.flow.membership import MembershipSettings, Ownership
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.validation import BAD_DOCUMENTS
 
@@ -1159,7 +1166,7 @@ async def test_a_bad_generation_pointer_costs_only_its_read_model(
         request: pytest.FixtureRequest) -> None:
     """Item 1: one malformed generation pointer (even for a tenant that does not exist) made
     every tenant's projection rows fail and park. Now only its own read model's writes fail."""
-    from board_outbox.engine.generations import VersionedReadModels
+    from board_outbox.engine.upkeep.generations import VersionedReadModels
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.errors import StoreError
 
@@ -1238,7 +1245,7 @@ async def test_a_bad_series_document_costs_only_itself_on_the_charts(
     """A planted or hand-edited ``trigger_series`` document: left out of the charts and the
     sparklines, one line, listed by ``status --json``; the good documents of the same minutes
     still draw (and a page loaded twice logs nothing more)."""
-    from board_outbox.engine.series import SeriesRecorder, SeriesSettings
+    from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
     from board_outbox.model.validation import BAD_DOCUMENTS
@@ -1285,7 +1292,7 @@ async def test_a_bad_document_under_the_replicas_own_key_costs_one_minutes_point
     """The worst place for one: the very (minute, replica) a flush writes, with counts that are
     not a document (the store refuses the $max). That flush fails with one line; its counts go
     with the next minute's, nothing lost, and the loop goes on."""
-    from board_outbox.engine.series import SeriesRecorder, SeriesSettings, read_window
+    from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings, read_window
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.series import MINUTE, SeriesCounts, minute_of, series_id
 
@@ -1761,7 +1768,7 @@ BAD_ROWS: dict[str, dict[str, Any]] = {
 @pytest.mark.parametrize("case", sorted(BAD_ROWS))
 async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
         side: str, case: str, request: pytest.FixtureRequest) -> None:
-    from board_outbox.engine.explain import explain
+    from board_outbox.engine.upkeep.explain import explain
     from board_outbox.model.explanation import Malformed
 
     t = _uniq("ex")
@@ -1780,7 +1787,7 @@ async def test_explain_names_a_malformed_row_and_the_one_beside_it_as_ever(
 @pytest.mark.parametrize("side", SIDES)
 async def test_explain_of_a_key_no_row_has_or_that_is_no_key(
         side: str, request: pytest.FixtureRequest) -> None:
-    from board_outbox.engine.explain import explain
+    from board_outbox.engine.upkeep.explain import explain
     from board_outbox.model.errors import InvalidRowKey, RowNotFound
 
     async with open_side(side, request) as s:
@@ -1801,8 +1808,8 @@ async def test_explain_reads_past_bad_slots_counters_leases_and_events(
     acquire) holds nothing; a counter that is not a count reads as full (its window stays shut,
     as ``take`` treats it); a lease that is not a time names no owner; an event whose at is not a
     time leaves its moment undated. The good documents beside them still count."""
-    from board_outbox.engine.explain import ExplainSettings, explain
-    from board_outbox.engine.limits import LimitSettings
+    from board_outbox.engine.flow.limits import LimitSettings
+    from board_outbox.engine.upkeep.explain import ExplainSettings, explain
     from board_outbox.model.explanation import Limit, Ownership
 
     t = _uniq("ex")
@@ -2163,7 +2170,7 @@ async def test_audit_and_latency_read_past_bad_rows(backend: str) -> None:
     """A1, A5: rows with a seq that is not an int, no row key, a done_at that is not a date or an
     event time that is not a number are left out of the audit and the latency summary, one
     document at a time; the good rows around them still count."""
-    from board_outbox.engine.audit import Auditor
+    from board_outbox.engine.upkeep.audit import Auditor
     from board_outbox.service.health import effect_latency
     from tests.support.kits import memory_kit
 
@@ -2218,7 +2225,7 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     those the store cannot name (a row key or parked time of another type) are not walked, and
     one whose stored parked time is out of the time range (R7) does not decode either -- while
     every good row beside them is planned and replayed, on every backend."""
-    from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk_replay, plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
     from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
 
@@ -2291,6 +2298,69 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
     assert [r.row_key for r in every][:2] == ["t1/2/sub/s1", "t1/1/sub/s1"]  # bad ones: left out
 
 
+
+
+# --- operators' power tools (A8) ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_bulk_cancel_walks_past_pending_rows_that_do_not_decode(kit: Kit) -> None:
+    """A8: pending rows with wrong-typed fields cost only themselves: the cancel's plan counts
+    and names those that do not decode and never writes them; one whose row key or time is of
+    another type is not walked; every good row beside them is cancelled, on every backend."""
+    from board_outbox.engine.upkeep.bulk_actions import cancel_write
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
+    from board_outbox.model.dead_letters import BulkFilter
+    from board_outbox.model.domain import EventSnapshot, new_launch_row
+
+    sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
+    now = kit.clock.now()
+    good = [new_launch_row("t1", EventSnapshot(seq=i, type="card.created", card_id="c"), sub, now)
+            for i in (1, 2)]
+    for row in good:
+        row.not_before = now + 3600  # not due: no claim races this test
+    await kit.outbox.upsert_rows(good)
+    base = {"tenant_id": "t1", "state": "pending", "not_before": now + 3600, "sub_id": "s1",
+            "kind": "launch"}
+    await kit.insert_raw_row({**base, "row_key": "t1/3/sub/s1", "seq": 3, "updated_at": now,
+                              "attempts": "three"})  # does not decode
+    await kit.insert_raw_row({**base, "row_key": 4, "seq": 4, "updated_at": now})  # no key
+    await kit.insert_raw_row({**base, "row_key": "t1/5/sub/s1", "seq": 5, "updated_at": "now"})
+    flt = BulkFilter(state="pending", tenant="t1")
+    plan = await plan_bulk_replay(kit.outbox, kit.subs, flt, clock=kit.clock, page=2)
+    assert (plan.matched, plan.unreadable, plan.unreadable_keys) == (2, 1, ["t1/3/sub/s1"])
+    write = cancel_write(kit.outbox, bulk_id="x", by="ops", why="w", clock=kit.clock)
+    prog = await apply_bulk(kit.outbox, kit.subs, plan, write, bulk_id="x", by="ops",
+                            clock=kit.clock, rate=1000.0, page=2)
+    assert (prog.state, prog.applied) == ("done", 2)
+    assert (await kit.raw_row("t1/3/sub/s1") or {})["state"] == "pending"
+    assert {(await kit.raw_row(r.row_key) or {}).get("state") for r in good} == {"cancelled"}
+
+
+@pytest.mark.anyio
+async def test_an_api_token_document_that_does_not_decode_authorizes_nothing() -> None:
+    """A8: a stored token with a scope outside the enum, or a digest that is not a string,
+    authorizes nothing (reported once as a bad document); a good token beside it works."""
+    from board_outbox.engine.upkeep.api_tokens import authenticate, create_token
+    from board_outbox.model.api_tokens import API_TOKENS_COLLECTION, digest, token_text
+    from board_outbox.model.clock import SystemClock
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    b = MemoryBackend()
+    secret = "s" * 43
+    b.api_tokens.put_raw("00000000000000aa", {"name": "x", "scope": "root", "created_at": 1.0,
+                                              "digest": digest(secret)})
+    b.api_tokens.put_raw("00000000000000bb", {"name": "y", "scope": "admin", "created_at": 1.0,
+                                              "digest": 7})
+    for tid in ("00000000000000aa", "00000000000000bb"):
+        assert await authenticate(b.api_tokens, token_text(tid, secret)) is None
+    assert API_TOKENS_COLLECTION in BAD_DOCUMENTS.counts
+    text, _tok = await create_token(b.api_tokens, name="ok", scope="read", by="t",
+                                    clock=SystemClock())
+    assert (await authenticate(b.api_tokens, text)) is not None
+    assert [t.name for t in await b.api_tokens.all()] == ["ok"]
+    for hostile in ("", "bo_", text + "\n", text.upper(), "bo_../../_x", "Bearer " + text):
+        assert await authenticate(b.api_tokens, hostile) is None
 
 
 # --- forwarded headers through a trusted proxy (U3) ------------------------------------------
@@ -2561,6 +2631,14 @@ async def test_hostile_forwarded_headers_cost_only_their_request(
 # `subscriptions add` with priority 11 / coalesce 60:5 / an unknown kind / 101 labels / a bot
 #   with a control character / a file with an unknown field (P6)
 #                                          -> (new) one line, exit 2, nothing written
+# subscription sub_id "acme/x" or "acme\n" (stored by another tool)
+#                                          -> ran: its rows' keys carried the slash or newline, and
+#                                             no command (explain, dead-letters) could address them
+#                                          -> malformed: one line, the subscription ignored
+# subscription bot "" / "pager\n" / " pager" (stored by another tool)
+#                                          -> launched at an empty or untypable name (pause --bot
+#                                             could not name it)
+#                                          -> malformed: one line, the subscription ignored
 # a BSON date past year 9999 in done_at    -> (mongod) the driver raised for the whole reply
 #                                          -> DATETIME_AUTO: that row alone is malformed (the wire
 #                                             server refuses to store such a date: codec test)

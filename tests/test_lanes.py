@@ -1,4 +1,4 @@
-"""A claimed batch runs in lanes (``engine/lanes.py``): one per tenant, ``[worker] concurrency``
+"""A claimed batch runs in lanes (``engine/work/lanes.py``): one per tenant, ``[worker] concurrency``
 at once. A tenant's rows keep their order; a slow launch holds up only its own tenant; a failure
 starts nothing more and cancels nothing running; shutdown gives back only what never started."""
 
@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.lanes import Lanes, run_lanes
-from board_outbox.engine.pressure import Pressure
+from board_outbox.engine.flow.pressure import Pressure
+from board_outbox.engine.work.lanes import Lanes, run_lanes
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.ports import LaunchRequest
 from board_outbox.service.config import load_config

@@ -10,8 +10,8 @@ import anyio
 import pytest
 from board_outbox_projections import BoardReflect
 
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.worker import Lease
+from board_outbox.engine.handlers.registry import ExecutionContext
+from board_outbox.engine.work.worker import Lease
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import EffectRow, MatchRule, Subscription
 from board_outbox.ports import Claim

@@ -334,7 +334,7 @@ def test_fair_share_across_tenants_holds_whatever_the_priorities(
 def handed(rows: list[Placed], room: int, level: bool) -> list[list[Placed]]:
     """``rows`` handed over (oldest due first, as a tail inserts them), then taken ``room`` at a
     time until none is left."""
-    from board_outbox.engine.handoff import HandoffQueue
+    from board_outbox.engine.work.handoff import HandoffQueue
     from board_outbox.model.clock import ManualClock
 
     queue = HandoffQueue(clock=ManualClock(), batch_size=room, lease_seconds=30,

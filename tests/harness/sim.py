@@ -28,9 +28,9 @@ import msgspec
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
-from board_outbox.engine.membership import owner
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.flow.membership import owner
+from board_outbox.engine.handlers.registry import ExecutionContext
+from board_outbox.engine.tail.tail import Tail
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import (
     Card,

@@ -103,7 +103,7 @@ class InvalidRowKey(BoardOutboxError, ValueError):
 
 
 class RowNotFound(BoardOutboxError):
-    """No effect row has this key (``engine.explain``): a typo, or a done row past its TTL."""
+    """No effect row has this key (``engine.upkeep.explain``): a typo, or a done row past its TTL."""
 
     def __init__(self, row_key: str) -> None:
         super().__init__(f"no row {row_key!r}")

@@ -14,22 +14,22 @@ import anyio
 import anyio.lowlevel
 from opentelemetry import trace
 
-from board_outbox.engine.audit import Auditor, BackgroundAudit
-from board_outbox.engine.generations import versioned
+from board_outbox.engine.flow.limits import LaunchGate, LimitSettings
+from board_outbox.engine.flow.membership import Ownership, new_member_id
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.handlers.contract import Projection
-from board_outbox.engine.limits import LaunchGate, LimitSettings
-from board_outbox.engine.membership import Ownership, new_member_id
-from board_outbox.engine.outcomes import TickResult
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.prefetch import StreamEvents
-from board_outbox.engine.pressure import Pressure
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.series import SeriesRecorder
-from board_outbox.engine.subcache import SubscriptionCache
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.tail.prefetch import StreamEvents
+from board_outbox.engine.tail.subcache import SubscriptionCache
+from board_outbox.engine.tail.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.upkeep.audit import Auditor, BackgroundAudit
+from board_outbox.engine.upkeep.generations import versioned
+from board_outbox.engine.upkeep.series import SeriesRecorder
+from board_outbox.engine.work.outcomes import TickResult
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ConfigError, StoreUnavailable
@@ -149,7 +149,7 @@ class Service(StreamWaker, Upkeep):
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=member_id or new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
-        # issue 33: the console's charts, one series document a minute (engine/series.py)
+        # issue 33: the console's charts, one series document a minute (engine/upkeep/series.py)
         self.series: SeriesRecorder | None = None
         if stores.series is not None and config.series.enabled:
             self.series = SeriesRecorder(stores.series, self.clock, self.ownership.member_id,

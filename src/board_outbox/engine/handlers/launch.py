@@ -6,10 +6,10 @@ import logging
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 
+from board_outbox.engine.flow.limits import LaunchGate
+from board_outbox.engine.flow.pause import PauseGate
 from board_outbox.engine.handlers.coalesce import coalesce_check
 from board_outbox.engine.handlers.contract import ExecutionContext
-from board_outbox.engine.limits import LaunchGate
-from board_outbox.engine.pause import PauseGate
 from board_outbox.model.domain import EffectRow, Subscription, matches
 from board_outbox.model.errors import (
     CardNotFound,

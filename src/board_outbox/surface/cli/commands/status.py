@@ -42,7 +42,7 @@ def _latency(seconds: float | None) -> str:
 
 
 async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
-    from board_outbox.engine.membership import trusted
+    from board_outbox.engine.flow.membership import trusted
     from board_outbox.service.config import load_config
     from board_outbox.service.health import effect_latency, tenant_statuses
 

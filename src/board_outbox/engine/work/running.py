@@ -1,4 +1,4 @@
-"""Running claimed rows (a part of ``EffectWorker``, ``engine/worker.py``): one batch read per
+"""Running claimed rows (a part of ``EffectWorker``, ``engine/work/worker.py``): one batch read per
 handler for a tick's claims, their units in lanes (``lanes.LanePool``), the one lease heartbeat
 beside them (O4) and the flush timer of the staged done marks; graceful release on shutdown.
 
@@ -23,21 +23,21 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from board_outbox.engine.batch import lane_of, plan, tenant_lane
-from board_outbox.engine.lanes import LanePool
-from board_outbox.engine.leases import Lease
-from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.flow.leases import Lease
+from board_outbox.engine.work.batch import lane_of, plan, tenant_lane
+from board_outbox.engine.work.lanes import LanePool
+from board_outbox.engine.work.outcomes import TickResult
 from board_outbox.ports import Claim
 
 if TYPE_CHECKING:
-    from board_outbox.engine.batch import BatchUnit
-    from board_outbox.engine.completer import Completer
-    from board_outbox.engine.handoff import HandoffQueue
-    from board_outbox.engine.leases import Leases
-    from board_outbox.engine.outcomes import Outcome
-    from board_outbox.engine.registry import HandlerRegistry
-    from board_outbox.engine.watchdog import Progress
-    from board_outbox.engine.worksettings import WorkerSettings
+    from board_outbox.engine.flow.leases import Leases
+    from board_outbox.engine.handlers.registry import HandlerRegistry
+    from board_outbox.engine.work.batch import BatchUnit
+    from board_outbox.engine.work.completer import Completer
+    from board_outbox.engine.work.handoff import HandoffQueue
+    from board_outbox.engine.work.outcomes import Outcome
+    from board_outbox.engine.work.watchdog import Progress
+    from board_outbox.engine.work.worksettings import WorkerSettings
     from board_outbox.model.clock import Clock
 
 

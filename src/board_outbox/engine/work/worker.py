@@ -18,18 +18,18 @@ import anyio
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.batch import BatchUnit
-from board_outbox.engine.completer import Completer
-from board_outbox.engine.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
-from board_outbox.engine.leases import Lease, Leases, Rider, current
-from board_outbox.engine.outcomes import Outcome, TickResult
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.pressure import Pressure
-from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
-from board_outbox.engine.running import Batch, BatchRunning, Open
+from board_outbox.engine.flow.leases import Lease, Leases, Rider, current
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.flow.pressure import Pressure
+from board_outbox.engine.handlers.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.watchdog import LoopWatch, Progress, deadline
-from board_outbox.engine.worksettings import WorkerSettings
+from board_outbox.engine.work.batch import BatchUnit
+from board_outbox.engine.work.completer import Completer
+from board_outbox.engine.work.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
+from board_outbox.engine.work.outcomes import Outcome, TickResult
+from board_outbox.engine.work.running import Batch, BatchRunning, Open
+from board_outbox.engine.work.watchdog import LoopWatch, Progress, deadline
+from board_outbox.engine.work.worksettings import WorkerSettings
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import (

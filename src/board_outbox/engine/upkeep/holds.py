@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from board_outbox.engine.limits import LimitSettings
-from board_outbox.engine.membership import MembershipSettings, owner, trusted
-from board_outbox.engine.pause import RELEASE_SWEEP_SECONDS
-from board_outbox.engine.worksettings import WorkerSettings
+from board_outbox.engine.flow.limits import LimitSettings
+from board_outbox.engine.flow.membership import MembershipSettings, owner, trusted
+from board_outbox.engine.flow.pause import RELEASE_SWEEP_SECONDS
+from board_outbox.engine.work.worksettings import WorkerSettings
 from board_outbox.model.domain import (
     CLAIMED,
     COALESCED,

@@ -36,8 +36,8 @@ import anyio
 import msgspec
 from opentelemetry import trace
 
-from board_outbox.engine.reading import GapTracker, read_batch
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.tail.reading import GapTracker, read_batch
+from board_outbox.engine.tail.tail import Tail
 from board_outbox.model.bounds import Pos, PosInt
 from board_outbox.model.domain import (
     DONE_TTL_SECONDS,

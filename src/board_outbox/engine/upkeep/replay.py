@@ -24,8 +24,8 @@ import logging
 import msgspec
 from opentelemetry import trace
 
-from board_outbox.engine.audit import passed_chunks
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.tail.tail import Tail
+from board_outbox.engine.upkeep.audit import passed_chunks
 from board_outbox.model.domain import DONE_TTL_SECONDS, FAILED, LIVE_STATES, PROJECTION, SubscriptionIndex
 from board_outbox.model.validation import is_seq
 

@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
-from board_outbox.engine.leases import Lease, current
-from board_outbox.engine.pressure import Pressure
+from board_outbox.engine.flow.leases import Lease, current
+from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import PROJECTION
 from board_outbox.model.fairness import prioritized, ranked, round_robin

@@ -20,7 +20,8 @@ from collections.abc import Collection, Mapping, Sequence
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.drain import (
+from board_outbox.engine.flow.pressure import Pressure
+from board_outbox.engine.tail.drain import (
     MIN_FAIR_BATCH,
     DrainResult,
     Figures,
@@ -28,9 +29,8 @@ from board_outbox.engine.drain import (
     PoisonTracker,
     TailSettings,
 )
-from board_outbox.engine.prefetch import StreamEvents
-from board_outbox.engine.pressure import Pressure
-from board_outbox.engine.reading import GapTracker, read_batch
+from board_outbox.engine.tail.prefetch import StreamEvents
+from board_outbox.engine.tail.reading import GapTracker, read_batch
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import (
     EffectRow,

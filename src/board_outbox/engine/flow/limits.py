@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager
 import anyio
 import msgspec
 
-from board_outbox.engine.leases import Rider
+from board_outbox.engine.flow.leases import Rider
 from board_outbox.model.bounds import InFlight, PerSecond, Pos
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import EffectRow, Subscription

@@ -26,8 +26,8 @@ import anyio
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.outcomes import Outcome
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.work.outcomes import Outcome
 from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
 from board_outbox.model.clock import Clock, RandomSource

@@ -25,11 +25,11 @@ import anyio
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.completer import Completer
-from board_outbox.engine.gathered import gathered
-from board_outbox.engine.outcomes import Outcome
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.watchdog import LoopWatch, deadline
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.work.completer import Completer
+from board_outbox.engine.work.gathered import gathered
+from board_outbox.engine.work.outcomes import Outcome
+from board_outbox.engine.work.watchdog import LoopWatch, deadline
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import PROJECTION, EventSnapshot
 from board_outbox.ports import Claim
