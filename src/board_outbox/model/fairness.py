@@ -2,7 +2,7 @@
 
 A claim takes its rows round-robin by tenant: the first row of every tenant, then the second of
 every tenant that has one, and so on, so one tenant's backlog delays another tenant's next row
-by at most about one claim. Priority (issue 33) orders rows only *within* a tenant's share, and
+by at most about one claim. Priority orders rows only *within* a tenant's share, and
 only among the places its subscription rows hold there: a tenant's candidate rows, oldest due
 first, are places; the places its subscription rows (launches, user effect kinds) hold take
 those rows by priority, highest first, equal priorities oldest first; a projection row (no
