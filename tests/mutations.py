@@ -699,7 +699,7 @@ CATCHERS: dict[str, str] = {
     "priority-projection-rows-ranked":
         "tests/contract/test_priority.py::test_priorities_give_no_tenant_more_turns_for_its_launches[memory]",
     "priority-pick-extra-rows-hold-places-mongo":
-        "tests/contract/test_fairness.py::test_under_a_backlog_a_claim_keeps_the_fair_claims_rules_for_what_its_pick_reads[mongomock]",
+        "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[mongomock]",
     "priority-handoff-places-not-kept":
         "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[memory]",
     "net-pick-misses-due-retries":

@@ -302,7 +302,7 @@ async def claim_once(backend: str, rows: list[Placed], limit: int, level: bool) 
 
 
 @pytest.mark.parametrize("backend", ["memory", "mongomock"])
-@settings(max_examples=50, deadline=None, derandomize=True, print_blob=True,
+@settings(max_examples=200, deadline=None, derandomize=True, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(layouts)
 def test_fair_share_across_tenants_holds_whatever_the_priorities(
