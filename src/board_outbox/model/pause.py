@@ -1,4 +1,4 @@
-"""Pauses (F3, issue 33): an operator holds the effects of a tenant, a subscription or a bot until
+"""Pauses (F3): an operator holds the effects of a tenant, a subscription or a bot until
 they resume them. Pure: the pause document and how it is parsed, the reason a held row carries,
 and how a held row's due time is set aside and given back.
 

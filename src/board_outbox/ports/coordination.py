@@ -60,7 +60,7 @@ class LimitStore(Protocol):
         windows). False: the window is full, nothing counted."""
         ...
 
-    # --- read-only: what ``explain`` shows of a limit (issue 33)
+    # --- read-only: what ``explain`` shows of a limit
 
     async def holders(self, key: str, now: float) -> list[LimitHolder]:
         """The in-flight slots of ``key`` held at ``now`` (``until`` after it), by holder, in one
@@ -82,7 +82,7 @@ class LimitStore(Protocol):
 
 
 class PauseStore(Protocol):
-    """The operators' pauses (issue 33), one small document per (scope, key), read whole by
+    """The operators' pauses (F3), one small document per (scope, key), read whole by
     every replica once per heartbeat. Each call is atomic on one document."""
 
     async def pause(self, scope: str, key: str, *, reason: str, by: str, at: float) -> bool:

@@ -13,7 +13,7 @@ __all__ = ["SeriesStore", "SessionStore", "StatusStore"]
 
 
 class SessionStore(Protocol):
-    """The console's logged-in sessions (issue 30), shared by every replica's console: a login
+    """The console's logged-in sessions, shared by every replica's console: a login
     opens one, a logout closes it, and a cookie naming a closed or expired one is not admin."""
 
     async def open(self, session: ConsoleSession) -> None:
@@ -31,7 +31,7 @@ class SessionStore(Protocol):
 
 
 class SeriesStore(Protocol):
-    """``trigger_series``: the small rolling series the console charts (issue 33): one document
+    """``trigger_series``: the small rolling series the console charts: one document
     per (minute, replica), written at most once a minute by each replica, kept for a few hours
     (``expire_at``: a TTL index)."""
 

@@ -137,7 +137,7 @@ class EffectOutbox(Protocol):
         ...
 
     async def release_held(self, now: float, keep: Collection[str]) -> int:
-        """Issue 33: every row a pause holds (pending, ``not_before`` at or past
+        """F3: every row a pause holds (pending, ``not_before`` at or past
         ``model/pause.HELD_OFFSET``, ``waiting`` a string) whose ``waiting`` is not in ``keep``
         (the pauses still on) is due again at its own time: ``not_before`` back by the offset,
         ``waiting`` cleared, attempts untouched. One write (Mongo: one ``update_many`` whose
@@ -167,7 +167,7 @@ class EffectOutbox(Protocol):
         ``pending_tenant_not_before``, stopped at ``limit``)."""
         ...
 
-    # --- coalescing (issue 33) ------------------------------------------------------------------
+    # --- coalescing: a burst of edits launches once --------------------------------------------
 
     async def newest_in_burst(self, tenant_id: str, sub_id: str, card_id: str,
                               after_seq: int) -> RowIdentity | None:

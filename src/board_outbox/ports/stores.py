@@ -37,6 +37,6 @@ class Stores:
     limits: LimitStore | None = None
     sessions: SessionStore | None = None
     pauses: PauseStore | None = None
-    series: SeriesStore | None = None  # the console's charts (issue 33)
+    series: SeriesStore | None = None  # the console's charts
     # the operators' subscription management (P6; None: this backend offers none)
     sub_admin: SubscriptionAdmin | None = None

@@ -1,4 +1,4 @@
-"""The in-memory ``PauseStore`` (issue 33): pause documents in a dict, shaped as the Mongo adapter
+"""The in-memory ``PauseStore`` (F3): pause documents in a dict, shaped as the Mongo adapter
 stores them, so a test can plant a malformed one (``put_raw``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``board_outbox_pauses`` on MongoDB (issue 33): the operators' pauses, one small document per
+"""``board_outbox_pauses`` on MongoDB (F3): the operators' pauses, one small document per
 (scope, key), ``_id`` = ``"<scope>:<key>"`` (``model/pause``). Every replica reads the whole
 collection once per heartbeat (it holds one document per key ever paused: a handful); each
 write is one atomic ``findAndModify`` on one document, its audit entry ``$push``-ed with it.

@@ -1,4 +1,4 @@
-"""``explain``: why one effect row waits (issue 33, item 4) -- the use case the CLI's
+"""``explain``: why one effect row waits, for the operator asking -- the use case the CLI's
 ``board-outbox explain ROW_KEY`` and the console's row page both print.
 
 The answer has two parts. The timeline: the event's insert (the event store's ``at``), the row's

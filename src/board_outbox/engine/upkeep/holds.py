@@ -1,4 +1,4 @@
-"""What holds one effect row now, by name (issue 33, item 4): an ordered list of checks.
+"""What holds one effect row now, by name (what ``explain`` lists): an ordered list of checks.
 
 Each check looks at the row (and, when it must, at the store: the limits' holders, the live
 replicas, the tenant's due rows) and returns the holds it finds; ``explain`` runs every check in
@@ -400,7 +400,7 @@ async def _chain(c: Case, first: str) -> tuple[list[str], EffectRow | None, str 
 
 
 async def coalescing(c: Case) -> list[Hold]:
-    """Issue 33: a coalescing row in its card's quiet window (not yet due, never failed)."""
+    """A coalescing row in its card's quiet window (not yet due, never failed)."""
     r = c.row
     if (r.state != PENDING or r.burst_at is None or r.not_before <= c.now or r.errors
             or r.attempts or r.waiting):
