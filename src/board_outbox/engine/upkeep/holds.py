@@ -28,6 +28,7 @@ from board_outbox.model.domain import (
     DONE,
     FAILED,
     LAUNCH,
+    LIVE_STATES,
     PENDING,
     EffectRow,
     Subscription,
@@ -353,7 +354,7 @@ async def coalesced(c: Case) -> list[Hold]:
         tail = (f"{last} ran instead ({end.outcome or 'no outcome recorded'})" if len(chain) > 1
                 else f"that newer row of the same (subscription, card) ran instead "
                      f"({end.outcome or 'no outcome recorded'})")
-    elif end.state in (PENDING, CLAIMED):
+    elif end.state in LIVE_STATES:
         tail = f"{last}, the newest of its card's burst, has not run yet ({end.state}): it runs for them all"
     elif end.state == FAILED:
         tail = (f"{last} was dead-lettered: none of them has run (`board-outbox dead-letters "
