@@ -7,16 +7,12 @@ from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from board_outbox.model.domain import EffectRow
-from board_outbox.model.records import (
-    Claim,
-    ClaimTerms,
-    DoneLatency,
-    FailedPage,
-    RowFilter,
-    RowIdentity,
-    UpsertResult,
-)
+from board_outbox.model.records import Claim, ClaimTerms, UpsertResult
 from board_outbox.model.transitions import Mark, Transition
+
+# isort: split
+# what the reads take and answer (dead-letter pages, the audit, the replays, explain)
+from board_outbox.model.records import DoneLatency, FailedPage, RowFilter, RowIdentity
 
 __all__ = ["EffectOutbox"]
 
