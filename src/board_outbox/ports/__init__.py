@@ -11,8 +11,8 @@ One module per store family, each a set of protocols over the model's types:
 - ``readmodels``: read models and their generation pointer (``ReadModelStore``,
   ``ReadModelVersionStore``);
 - ``coordination``: what replicas share (``MembershipStore``, ``LimitStore``, ``PauseStore``);
-- ``operators``: the console's sessions, series and status figures (``SessionStore``,
-  ``SeriesStore``, ``StatusStore``);
+- ``operators``: the console's sessions, series and status figures, the JSON API's tokens
+  (``SessionStore``, ``SeriesStore``, ``StatusStore``, ``ApiTokenStore``);
 - ``launcher``: what starts a bot (``Launcher``);
 - ``stores``: ``Stores``, one backend's set;
 - ``values``: the leaf types the ports define (``ConsumeOutcome``, ``ReadModelOp``), which the
@@ -59,7 +59,7 @@ from board_outbox.ports.coordination import LimitStore, MembershipStore, PauseSt
 from board_outbox.ports.events import CursorStore, EventLog
 from board_outbox.ports.feed import ChangeFeed, ResumeTokenStore
 from board_outbox.ports.launcher import Launcher
-from board_outbox.ports.operators import SeriesStore, SessionStore, StatusStore
+from board_outbox.ports.operators import ApiTokenStore, SeriesStore, SessionStore, StatusStore
 from board_outbox.ports.outbox import EffectOutbox
 from board_outbox.ports.readmodels import ReadModelStore, ReadModelVersionStore
 from board_outbox.ports.stores import Stores
@@ -67,6 +67,7 @@ from board_outbox.ports.subscriptions import SubscriptionAdmin, SubscriptionStor
 from board_outbox.ports.values import ConsumeOutcome, ReadModelOp
 
 __all__ = [
+    "ApiTokenStore",
     "AttentionPage",
     "CardStore",
     "Change",

@@ -1,15 +1,16 @@
 """What the operators' views read and keep: the console's sessions, the charts' series and
-the per-tenant status figures."""
+the per-tenant status figures, and the JSON API's tokens."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from typing import Protocol
 
+from board_outbox.model.api_tokens import ApiToken
 from board_outbox.model.records import AttentionPage, ConsoleSession, RowSummary
 from board_outbox.model.series import SeriesPoint
 
-__all__ = ["SeriesStore", "SessionStore", "StatusStore"]
+__all__ = ["ApiTokenStore", "SeriesStore", "SessionStore", "StatusStore"]
 
 
 class SessionStore(Protocol):
@@ -27,6 +28,25 @@ class SessionStore(Protocol):
 
     async def close(self, session_id: str) -> None:
         """End the session (none: nothing happens)."""
+        ...
+
+
+class ApiTokenStore(Protocol):
+    """The JSON API's bearer tokens (A8): stored hashed, revocable, kept after revocation."""
+
+    async def create(self, token: ApiToken) -> None: ...
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        """The token of that id (None: none, or its document does not decode: it authorizes
+        nothing, and is reported once)."""
+        ...
+
+    async def all(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+        ...
+
+    async def revoke(self, token_id: str, at: float, by: str) -> bool:
+        """Revoke it (False: no such token, or revoked already)."""
         ...
 
 

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.records import Claim, ClaimTerms, UpsertResult
+from board_outbox.model.search import RowQuery
 from board_outbox.model.transitions import Mark, Transition
 
 # isort: split
@@ -193,4 +194,29 @@ class EffectOutbox(Protocol):
         """A row of (tenant, subscription, card) launches at its burst's deadline: the newer
         pending or claimed coalescing rows begin the next burst at ``at`` (``burst_at`` raised to it,
         ``$max``); how many. Mongo: one ``update_many`` over ``burst_sub_card_seq``."""
+        ...
+
+    # --- operators' bulk actions (A8) -----------------------------------------------------------
+
+    async def state_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """As ``failed_page``, for the rows of ``flt.states[0]`` (pending: a bulk cancel's walk;
+        done: a rerun's): one page in the adapter's walk order after ``after``, ``updated_at``
+        bounded as ``flt`` says. Mongo: pending rows over ``pending_updated_at_row_key``
+        (``(updated_at, row_key)`` order, as the dead-letters); done rows, the bulk of the
+        history, in ``_id`` order (the walk reads the collection once, with no index to keep)."""
+        ...
+
+    async def apply_unclaimed(self, row_key: str, t: Transition, *, state: str,
+                              updated_at: float) -> bool:
+        """Apply ``t`` to the row ``row_key`` only while it is in ``state`` with the
+        ``updated_at`` it was read with (a bulk cancel's fence: a row a replica claimed, or that
+        changed in any way, since it was read is left as it is); False: not so. Raises
+        ``StoreError`` when the document refuses it."""
+        ...
+
+    async def search(self, q: RowQuery) -> list[EffectRow]:
+        """The rows ``q`` asks for, newest first, at most ``q.limit``: one query over an index
+        per form (Mongo: ``tenant_card_seq``, ``tenant_seq``, ``row_key_unique``, a state's
+        partial index). A document that does not decode is left out and reported through
+        ``domain.unreadable``."""
         ...

@@ -9,7 +9,7 @@ from board_outbox.ports.coordination import LimitStore, MembershipStore, PauseSt
 from board_outbox.ports.events import CursorStore, EventLog
 from board_outbox.ports.feed import ChangeFeed, ResumeTokenStore
 from board_outbox.ports.launcher import Launcher
-from board_outbox.ports.operators import SeriesStore, SessionStore, StatusStore
+from board_outbox.ports.operators import ApiTokenStore, SeriesStore, SessionStore, StatusStore
 from board_outbox.ports.outbox import EffectOutbox
 from board_outbox.ports.readmodels import ReadModelStore, ReadModelVersionStore
 from board_outbox.ports.subscriptions import SubscriptionAdmin, SubscriptionStore
@@ -40,3 +40,5 @@ class Stores:
     series: SeriesStore | None = None  # the console's charts
     # the operators' subscription management (P6; None: this backend offers none)
     sub_admin: SubscriptionAdmin | None = None
+    # the JSON API's bearer tokens (A8; None: this backend offers none)
+    api_tokens: ApiTokenStore | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -310,11 +311,44 @@ def _env_value(key: str, section: str, field: str, value: str) -> Any:
     hints = typing.get_type_hints(struct, include_extras=True)
     if field not in hints:
         return value
+    hint = hints[field]
+    raw: Any = value.strip()
+    if _is_list(hint):
+        raw = _env_list(key, section, field, raw)
     try:
-        return msgspec.convert(value.strip(), hints[field], strict=False)
+        return msgspec.convert(raw, hint, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{section}.{field} ({key}): {str(exc).split(' - at ')[0]} "
                           f"(got {value[:80]!r})") from None
+
+
+_SEQUENCES = (list, tuple, set, frozenset)
+
+
+def _is_list(hint: Any) -> bool:
+    """Is ``hint`` a list-valued setting (``list[str]``, possibly ``Annotated`` or optional)?"""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return _is_list(typing.get_args(hint)[0])
+    if origin in _SEQUENCES:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_list(arg) for arg in typing.get_args(hint))
+    return False
+
+
+def _env_list(key: str, section: str, field: str, value: str) -> list[Any]:
+    """A list-valued setting from one environment value: a JSON array (``["10.0.0.2",
+    "10.0.0.0/8"]``) or a comma-separated list (``10.0.0.2, 10.0.0.0/8``; blanks around the
+    commas and empty items dropped; an empty value is the empty list)."""
+    if value.startswith("["):
+        try:
+            items = msgspec.json.decode(value)
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"{section}.{field} ({key}): not a JSON array: {exc} (got "
+                              f"{value[:80]!r}; or give a comma-separated list)") from None
+        return list(items)  # a value that starts with "[" and decodes is an array
+    return [item for item in (part.strip() for part in value.split(",")) if item]
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
