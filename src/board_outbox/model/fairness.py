@@ -2,7 +2,7 @@
 
 A claim takes its rows round-robin by tenant: the first row of every tenant, then the second of
 every tenant that has one, and so on, so one tenant's backlog delays another tenant's next row
-by at most about one claim. Priority (issue 33) orders rows only *within* a tenant's share:
+by at most about one claim. Priority (a subscription's) orders rows only *within* a tenant's share:
 each tenant's candidate rows are ordered by priority, highest first, and among equal
 priorities keep the order the pick returned them in (oldest due first); a claim takes a prefix
 of that order per tenant. So no row overtakes an earlier due row of its tenant of the same or

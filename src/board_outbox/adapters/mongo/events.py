@@ -16,7 +16,7 @@ EVENTS = "board_events"
 COUNTERS = "board_event_counters"
 
 # the fields an event is read for (``BoardEvent``; ``at`` also ages seq gaps): a board's own
-# extra fields (payloads, diffs) are neither sent nor decoded (issue 22)
+# extra fields (payloads, diffs) are neither sent nor decoded (less to carry per event)
 # ``trace``: the producer's W3C context (C7), parsed per event by the tail, whatever it holds
 EVENT_FIELDS = {"_id": 0, "tenant_id": 1, "seq": 1, "type": 1, "card_id": 1, "at": 1, "actor": 1,
                 "trace": 1}

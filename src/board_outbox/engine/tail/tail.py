@@ -264,7 +264,7 @@ class Tail:
             per_event = self._rows_per_event.get(tenant_id, 1.0 + len(self.projections))
             res.limit = max(1, min(res.limit, int(room / max(per_event, 1.0))))
         started = time.monotonic()
-        # the events the change stream delivered, when they are the next ones (issue 31);
+        # the events the change stream delivered, when they are the next ones (a round trip saved);
         # else a read from the store, which may earn the stream's buffer its trust
         buffer, streamed, gen = self.streamed, None, None
         if buffer is not None:
@@ -376,7 +376,7 @@ class Tail:
             events.end(rows, first)
         if span.is_recording():
             if rows:
-                # one span event per batch (issue 22): how many rows this batch wrote and the
+                # one span event per batch, not per row (cheap): how many rows this batch wrote and the
                 # seq range they cover; each row carries this span's context (``trace``), so
                 # its execute spans are children of this one and its trace reads end to end
                 span.add_event(telemetry.EVENT_ROWS, {
