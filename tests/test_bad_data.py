@@ -2362,6 +2362,69 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
 
 
 
+# --- operators' power tools (A8) ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_bulk_cancel_walks_past_pending_rows_that_do_not_decode(kit: Kit) -> None:
+    """A8: pending rows with wrong-typed fields cost only themselves: the cancel's plan counts
+    and names those that do not decode and never writes them; one whose row key or time is of
+    another type is not walked; every good row beside them is cancelled, on every backend."""
+    from board_outbox.engine.upkeep.bulk_actions import cancel_write
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
+    from board_outbox.model.dead_letters import BulkFilter
+    from board_outbox.model.domain import EventSnapshot, new_launch_row
+
+    sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
+    now = kit.clock.now()
+    good = [new_launch_row("t1", EventSnapshot(seq=i, type="card.created", card_id="c"), sub, now)
+            for i in (1, 2)]
+    for row in good:
+        row.not_before = now + 3600  # not due: no claim races this test
+    await kit.outbox.upsert_rows(good)
+    base = {"tenant_id": "t1", "state": "pending", "not_before": now + 3600, "sub_id": "s1",
+            "kind": "launch"}
+    await kit.insert_raw_row({**base, "row_key": "t1/3/sub/s1", "seq": 3, "updated_at": now,
+                              "attempts": "three"})  # does not decode
+    await kit.insert_raw_row({**base, "row_key": 4, "seq": 4, "updated_at": now})  # no key
+    await kit.insert_raw_row({**base, "row_key": "t1/5/sub/s1", "seq": 5, "updated_at": "now"})
+    flt = BulkFilter(state="pending", tenant="t1")
+    plan = await plan_bulk_replay(kit.outbox, kit.subs, flt, clock=kit.clock, page=2)
+    assert (plan.matched, plan.unreadable, plan.unreadable_keys) == (2, 1, ["t1/3/sub/s1"])
+    write = cancel_write(kit.outbox, bulk_id="x", by="ops", why="w", clock=kit.clock)
+    prog = await apply_bulk(kit.outbox, kit.subs, plan, write, bulk_id="x", by="ops",
+                            clock=kit.clock, rate=1000.0, page=2)
+    assert (prog.state, prog.applied) == ("done", 2)
+    assert (await kit.raw_row("t1/3/sub/s1") or {})["state"] == "pending"
+    assert {(await kit.raw_row(r.row_key) or {}).get("state") for r in good} == {"cancelled"}
+
+
+@pytest.mark.anyio
+async def test_an_api_token_document_that_does_not_decode_authorizes_nothing() -> None:
+    """A8: a stored token with a scope outside the enum, or a digest that is not a string,
+    authorizes nothing (reported once as a bad document); a good token beside it works."""
+    from board_outbox.engine.upkeep.api_tokens import authenticate, create_token
+    from board_outbox.model.api_tokens import API_TOKENS_COLLECTION, digest, token_text
+    from board_outbox.model.clock import SystemClock
+    from board_outbox.model.validation import BAD_DOCUMENTS
+
+    b = MemoryBackend()
+    secret = "s" * 43
+    b.api_tokens.put_raw("00000000000000aa", {"name": "x", "scope": "root", "created_at": 1.0,
+                                              "digest": digest(secret)})
+    b.api_tokens.put_raw("00000000000000bb", {"name": "y", "scope": "admin", "created_at": 1.0,
+                                              "digest": 7})
+    for tid in ("00000000000000aa", "00000000000000bb"):
+        assert await authenticate(b.api_tokens, token_text(tid, secret)) is None
+    assert API_TOKENS_COLLECTION in BAD_DOCUMENTS.counts
+    text, _tok = await create_token(b.api_tokens, name="ok", scope="read", by="t",
+                                    clock=SystemClock())
+    assert (await authenticate(b.api_tokens, text)) is not None
+    assert [t.name for t in await b.api_tokens.all()] == ["ok"]
+    for hostile in ("", "bo_", text + "\n", text.upper(), "bo_../../_x", "Bearer " + text):
+        assert await authenticate(b.api_tokens, hostile) is None
+
+
 # --- forwarded headers through a trusted proxy (U3) ------------------------------------------
 
 HOSTILE_FORWARDED = [

@@ -11,6 +11,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Map
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from board_outbox.model.api_tokens import ApiToken
 from board_outbox.model.domain import AuditEntry, Card, EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.pause import Pause
@@ -36,11 +37,13 @@ from board_outbox.model.records import (
     UpsertIfNewer,
     UpsertResult,
 )
+from board_outbox.model.search import RowQuery
 from board_outbox.model.series import SeriesPoint
 from board_outbox.model.subscription_records import SubscriptionRecord
 from board_outbox.model.transitions import Mark, Transition
 
 __all__ = [
+    "ApiTokenStore",
     "AttentionPage",
     "CardStore",
     "Change",
@@ -355,6 +358,31 @@ class EffectOutbox(Protocol):
         ``$max``); how many. Mongo: one ``update_many`` over ``burst_sub_card_seq``."""
         ...
 
+    # --- operators' bulk actions (A8) -----------------------------------------------------------
+
+    async def state_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """As ``failed_page``, for the rows of ``flt.states[0]`` (pending: a bulk cancel's walk;
+        done: a rerun's): one page in the adapter's walk order after ``after``, ``updated_at``
+        bounded as ``flt`` says. Mongo: pending rows over ``pending_updated_at_row_key``
+        (``(updated_at, row_key)`` order, as the dead-letters); done rows, the bulk of the
+        history, in ``_id`` order (the walk reads the collection once, with no index to keep)."""
+        ...
+
+    async def apply_unclaimed(self, row_key: str, t: Transition, *, state: str,
+                              updated_at: float) -> bool:
+        """Apply ``t`` to the row ``row_key`` only while it is in ``state`` with the
+        ``updated_at`` it was read with (a bulk cancel's fence: a row a replica claimed, or that
+        changed in any way, since it was read is left as it is); False: not so. Raises
+        ``StoreError`` when the document refuses it."""
+        ...
+
+    async def search(self, q: RowQuery) -> list[EffectRow]:
+        """The rows ``q`` asks for, newest first, at most ``q.limit``: one query over an index
+        per form (Mongo: ``tenant_card_seq``, ``tenant_seq``, ``row_key_unique``, a state's
+        partial index). A document that does not decode is left out and reported through
+        ``domain.unreadable``."""
+        ...
+
 
 class SubscriptionStore(Protocol):
     async def get(self, sub_id: str) -> Subscription:
@@ -578,6 +606,8 @@ class Stores:
     series: SeriesStore | None = None  # the console's charts (issue 33)
     # the operators' subscription management (P6; None: this backend offers none)
     sub_admin: SubscriptionAdmin | None = None
+    # the JSON API's bearer tokens (A8; None: this backend offers none)
+    api_tokens: ApiTokenStore | None = None
 
 
 
@@ -665,6 +695,25 @@ class SessionStore(Protocol):
 
     async def close(self, session_id: str) -> None:
         """End the session (none: nothing happens)."""
+        ...
+
+
+class ApiTokenStore(Protocol):
+    """The JSON API's bearer tokens (A8): stored hashed, revocable, kept after revocation."""
+
+    async def create(self, token: ApiToken) -> None: ...
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        """The token of that id (None: none, or its document does not decode: it authorizes
+        nothing, and is reported once)."""
+        ...
+
+    async def all(self) -> list[ApiToken]:
+        """Every token, revoked ones too, oldest first."""
+        ...
+
+    async def revoke(self, token_id: str, at: float, by: str) -> bool:
+        """Revoke it (False: no such token, or revoked already)."""
         ...
 
 

@@ -8,7 +8,10 @@ adapters only apply one, handed to them as data: memory/ as a dict update, mongo
 - ``apply_claimed`` / ``apply_claimed_many``: fenced on ``{ref, state: claimed, claim_id}`` (M8: a
   stolen lease makes it a no-op, False);
 - ``apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter), and on
-  the ``updated_at`` it was read with when given (a bulk replay: a row changed since is left).
+  the ``updated_at`` it was read with when given (a bulk replay: a row changed since is left);
+- ``apply_unclaimed``: on ``{row_key, state, updated_at as read}`` (a bulk cancel of a pending
+  row, a rerun's note on a done row: a row claimed, or changed in any way, since it was read is
+  left as it is -- the fence, not the operator's timing, decides a race with a claim).
 
 The worker's completer (``engine/work/completer.py``) builds the final ones (done, retry, park,
 release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``, the admin
@@ -26,6 +29,9 @@ release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``
                           instead; attempts unchanged, ``coalesced_into`` names it; expires)
     claimed --coalesce_hold--> pending (issue 33: the newest row of its card is running; the
                           decision waits a moment; attempts unchanged, no error)
+    pending --cancel--> cancelled (A8: an operator's bulk cancel; who, when, why audited;
+                          never launched; expires like done)
+    done --rerun_noted--> done (A8: a new row, ``rerun_of`` this one, was written; audited)
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 import msgspec
 
 from board_outbox.model.domain import (
+    CANCELLED,
     CLAIMED,
     COALESCED,
     DONE,
@@ -168,6 +175,27 @@ def replay(*, now: float, by: str, detail: str = "attempts reset") -> Transition
              "lease_until": None, "updated_at": now, "outcome": None},
         audit=AuditEntry(at=now, action="replay", by=by, detail=detail),
     )
+
+
+def cancel(*, now: float, by: str, why: str) -> Transition:
+    """A8: a pending row an operator cancels: terminal, never launched; who, when and why in its
+    audit entry and its outcome; ``done_at`` is the clock of its TTL index (it expires like a
+    done row, ``[retention] cancelled_seconds``)."""
+    return Transition(
+        name="cancel",
+        set={"state": CANCELLED, "outcome": f"cancelled: {why}", "claim_id": None,
+             "lease_until": None, "waiting": None, "updated_at": now,
+             "done_at": datetime.fromtimestamp(now, UTC)},
+        audit=AuditEntry(at=now, action="cancel", by=by, detail=why),
+    )
+
+
+def rerun_noted(*, now: float, by: str, rerun_key: str, detail: str) -> Transition:
+    """A8: a done row re-run as the new row ``rerun_key``: still done, its history says so
+    (``updated_at`` moves, so a second apply of the same plan skips it: exactly one rerun)."""
+    return Transition(name="rerun_noted", set={"updated_at": now},
+                      audit=AuditEntry(at=now, action="rerun", by=by,
+                                       detail=f"re-run as {rerun_key} ({detail})"))
 
 
 def claim_of_row(ref: Any, row: EffectRow, t: Transition, *, claim_id: str,

@@ -26,11 +26,10 @@ from board_outbox.model.bad_documents import cap as cap
 from board_outbox.model.bounds import MAX_PRIORITY, MIN_PRIORITY
 from board_outbox.model.domain import (
     CLAIMED,
-    COALESCED,
-    DONE,
     FAILED,
     LAUNCH,
     PENDING,
+    SETTLED_STATES,
     AuditEntry,
     EffectRow,
     ErrorEntry,
@@ -49,7 +48,7 @@ MAX_BOT_CHARS = 200  # a subscription's bot: what a launch names, and what limit
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_CARD_TITLE = 64 * 1024  # characters: rows embed the title, and a row must stay far below 16 MB
 MAX_CARD_LABELS = 1000
-ROW_STATES = frozenset({PENDING, CLAIMED, DONE, FAILED, COALESCED})
+ROW_STATES = frozenset({PENDING, CLAIMED, *SETTLED_STATES})
 LEASE_HORIZON_SECONDS = 86400.0  # a lease ending later than this from now is not a lease
 
 
@@ -130,7 +129,7 @@ def stuck_reason(doc: Mapping[str, Any], now: float,
     state = doc.get("state")
     if state not in ROW_STATES:
         return f"state {cap(repr(state), 200)} is not one of {sorted(ROW_STATES)}"
-    if state in (DONE, FAILED, COALESCED):  # settled: the sweep never parks one
+    if state in SETTLED_STATES:  # settled: the sweep never parks one
         return None
     if not isinstance(doc.get("tenant_id"), str):
         return f"tenant_id {cap(repr(doc.get('tenant_id')), 200)} is not a string"

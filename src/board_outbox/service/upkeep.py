@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from board_outbox.engine.tail.drain import Figures
-from board_outbox.model.domain import CLAIMED, COALESCED, DONE, FAILED, PENDING
+from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING
 from board_outbox.model.series import SeriesCounts
 from board_outbox.model.validation import is_seq
 from board_outbox.service.health import TenantStatus, history_headroom, tenant_statuses
@@ -95,7 +95,8 @@ class Upkeep:
             return
         # the live states and the dead-letters every refresh (each count over its state's
         # partial index; summed from every tenant's status when that is read anyway); done
-        # rows -- a week of history -- and coalesced ones every DONE_COUNT_EVERY refreshes
+        # rows -- a week of history -- and coalesced and cancelled ones every DONE_COUNT_EVERY
+        # refreshes
         live = [PENDING, CLAIMED, FAILED]
         counts: dict[str, int] = {}
         if self.status_enabled:
@@ -105,10 +106,10 @@ class Upkeep:
                     counts[state] = counts.get(state, 0) + st.rows.get(state, 0)
             if seldom or self.history_headroom is None:
                 self.history_headroom = await history_headroom(self.stores)  # A2
-        states = ([] if self.status_enabled else live) + ([DONE, COALESCED] if seldom else [])
+        states = ([] if self.status_enabled else live) + ([DONE, COALESCED, CANCELLED] if seldom else [])
         if states:
             counts.update(await self.stores.outbox.count_by_state(states=states))
-        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED)},
+        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED, CANCELLED)},
                              **{s: counts.get(s, 0) for s in live},
                              **{s: counts.get(s, 0) for s in states}}
 

@@ -17,7 +17,9 @@ from anyio.lowlevel import checkpoint
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import (
+    CANCELLED,
     CLAIMED,
+    COALESCED,
     DONE,
     FAILED,
     LIVE_STATES,
@@ -29,6 +31,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.search import RowQuery
 from board_outbox.model.times import stamp
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
@@ -503,3 +506,89 @@ class MemoryEffectOutbox:
                 if n >= limit:
                     break
         return n
+
+    # --- operators' bulk actions (A8) -----------------------------------------------------------
+
+    async def state_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """As the Mongo adapter's walks: pending (and failed) rows in ``(updated_at, row_key)``
+        order, any other state in insertion order (the ``_id`` walk), after ``after``."""
+        state = flt.states[0]
+        if state == FAILED:
+            return await self.failed_page(flt, after)
+        await checkpoint()
+        by_time = state == PENDING
+        keyed: list[tuple[Any, dict[str, Any]]] = []
+        for ref, d in self._docs.items():
+            if not (d.get("state") == state and _number(d.get("updated_at"))
+                    and isinstance(d.get("row_key"), str) and _matches(d, flt)):
+                continue
+            key: Any = (d["updated_at"], d["row_key"]) if by_time else ref
+            if after is None or key > after:
+                keyed.append((key, d))
+        page = heapq.nsmallest(flt.limit, keyed, key=lambda kd: kd[0])
+        rows: list[EffectRow] = []
+        unreadable: list[str] = []
+        for _key, d in page:
+            try:
+                rows.append(from_doc(d, EffectRow, MalformedRow))
+            except MalformedDocument:
+                unreadable.append(d["row_key"])
+        return FailedPage(rows=rows, unreadable=unreadable, read=len(page),
+                          after=page[-1][0] if page else after)
+
+    async def apply_unclaimed(self, row_key: str, t: T.Transition, *, state: str,
+                              updated_at: float) -> bool:
+        await checkpoint()
+        ref = self._by_key.get(row_key)
+        if ref is None:
+            return False
+        doc = self._docs[ref]
+        if doc.get("state") != state or not (_number(was := doc.get("updated_at"))
+                                             and was == updated_at):
+            return False
+        _apply(doc, t)
+        self._track(ref)
+        return True
+
+    async def search(self, q: RowQuery) -> list[EffectRow]:
+        """As the Mongo adapter's query of each form, in the same order (newest first)."""
+        await checkpoint()
+        if q.form == "row_key":
+            ref = self._by_key.get(q.row_key or "")
+            docs = [] if ref is None else [self._docs[ref]]
+        else:
+            docs = [d for d in self._docs.values() if _searched(d, q)]
+            field = "seq" if q.form != "state" or (q.state == DONE and q.tenant) else \
+                _STATE_ORDER[q.state or ""]
+            docs = heapq.nlargest(q.limit, docs, key=lambda d: _sort_key(d.get(field)))
+        out: list[EffectRow] = []
+        for d in docs[:q.limit]:
+            try:
+                out.append(from_doc(d, EffectRow, MalformedRow))
+            except MalformedDocument:  # named through ``domain.unreadable``
+                continue
+        return out
+
+
+# a state's search order, newest first (the key of its partial index, as the Mongo adapter's)
+_STATE_ORDER = {PENDING: "not_before", CLAIMED: "lease_until", FAILED: "updated_at",
+                DONE: "done_at", COALESCED: "done_at", CANCELLED: "done_at"}
+
+
+def _sort_key(value: Any) -> tuple[int, float]:
+    if isinstance(value, datetime):
+        return (1, value.timestamp())
+    return (1, float(value)) if _number(value) else (0, 0.0)
+
+
+def _searched(d: dict[str, Any], q: RowQuery) -> bool:
+    if q.tenant is not None and d.get("tenant_id") != q.tenant:
+        return False
+    if q.form == "card":
+        ev = d.get("event")
+        return isinstance(ev, dict) and ev.get("card_id") == q.card
+    if q.form in ("event", "seq_range"):
+        seq = d.get("seq")
+        return (_number(seq) and q.seq_from is not None and q.seq_to is not None
+                and q.seq_from <= seq <= q.seq_to)
+    return d.get("state") == q.state

@@ -18,6 +18,7 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
+from board_outbox.adapters.mongo.api_tokens import MongoApiTokenStore
 from board_outbox.adapters.mongo.cards import MongoBoard
 from board_outbox.adapters.mongo.changefeed import MongoChangeFeed
 from board_outbox.adapters.mongo.cursors import MongoCursorStore
@@ -114,6 +115,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         pauses=MongoPauseStore(db),
         series=MongoSeriesStore(db),
         sub_admin=subs,
+        api_tokens=MongoApiTokenStore(db),
     )
 
 

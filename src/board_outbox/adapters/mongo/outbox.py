@@ -30,15 +30,18 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import msgspec
 import pymongo
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
+from board_outbox.adapters.mongo import search, walks
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import (
+    CANCELLED,
     CLAIMED,
     COALESCED,
     DONE,
@@ -53,6 +56,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.search import RowQuery
 from board_outbox.model.times import TIME_MAX, TIME_MIN, due_limit
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
@@ -103,6 +107,7 @@ IN_STATE: dict[str, dict[str, Any]] = {
     FAILED: {"state": FAILED, "updated_at": _ANY_NUMBER},
     DONE: {"state": DONE, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
     COALESCED: {"state": COALESCED, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
+    CANCELLED: {"state": CANCELLED, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
 }
 
 
@@ -113,8 +118,6 @@ PRIORITY_INDEX = "pending_priority_not_before"
 # the pick's second query under a backlog: pending rows by (tenant, due time)
 TENANT_INDEX = "pending_tenant_not_before"
 
-# the dead-letters' walk order: the key of the failed rows' partial index (``schema``)
-FAILED_ORDER = [("updated_at", ASCENDING), ("row_key", ASCENDING)]
 
 
 def row_query(flt: RowFilter) -> dict[str, Any]:
@@ -566,29 +569,8 @@ class MongoEffectOutbox:
     @translated
     async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
         """One query over ``failed_updated_at_row_key`` (failed rows by ``(updated_at,
-        row_key)``): its bounds start at the position after the last page, its key is the sort,
-        so a page costs its own rows whatever came before (no skip, no sort stage). The
-        position is the last document's stored values, sent back as they were read."""
-        q = row_query(RowFilter(tenant_id=flt.tenant_id, states=(FAILED,), kind=flt.kind,
-                                sub_ids=flt.sub_ids, updated_after=flt.updated_after,
-                                updated_before=flt.updated_before))
-        q["row_key"] = {"$type": "string"}
-        if after is not None:
-            at, key = after  # at or past ``updated_after``: the last page's rows were
-            q["updated_at"] = {**q["updated_at"], "$gte": at}
-            q["$or"] = [{"updated_at": {"$gt": at}}, {"updated_at": at, "row_key": {"$gt": key}}]
-        # the whole page in the first reply (a find's first batch is 101 documents otherwise)
-        docs = await (self.coll.find(q).sort(FAILED_ORDER).limit(flt.limit)
-                      .batch_size(flt.limit).to_list(None))
-        rows: list[EffectRow] = []
-        unreadable: list[str] = []
-        for doc in docs:
-            try:
-                rows.append(_decode(doc))
-            except MalformedDocument:
-                unreadable.append(doc["row_key"])
-        last = (docs[-1]["updated_at"], docs[-1]["row_key"]) if docs else after
-        return FailedPage(rows=rows, unreadable=unreadable, read=len(docs), after=last)
+        row_key)``), as every operators' walk (``walks.state_page``)."""
+        return await self.state_page(msgspec.structs.replace(flt, states=(FAILED,)), after)
 
     @translated
     async def get(self, row_key: str) -> EffectRow | None:
@@ -782,3 +764,37 @@ class MongoEffectOutbox:
              "$or": [{"not_before": {"$lt": not_before}},
                      {"not_before": not_before, "seq": {"$lt": seq}}]},
             limit=limit))
+
+    # --- operators' bulk actions (A8) -----------------------------------------------------------
+
+    @translated
+    async def state_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """``walks.state_page``: the row filter's query, one page of its state's walk."""
+        q = row_query(RowFilter(tenant_id=flt.tenant_id, states=flt.states[:1], kind=flt.kind,
+                                sub_ids=flt.sub_ids, updated_after=flt.updated_after,
+                                updated_before=flt.updated_before))
+        return await walks.state_page(self.coll, q, flt, after)
+
+    @translated
+    async def apply_unclaimed(self, row_key: str, t: T.Transition, *, state: str,
+                              updated_at: float) -> bool:
+        res = await self.coll.update_one({"row_key": row_key, "state": state,
+                                          "updated_at": updated_at}, update_of(t))
+        return bool(res.modified_count == 1)
+
+    @translated
+    async def search(self, q: RowQuery) -> list[EffectRow]:
+        """``search.search_of``'s one query, hinted to its index."""
+        flt, order, index = search.search_of(q, IN_STATE)
+        cursor = self.coll.find(flt)
+        if order is not None:
+            cursor = cursor.sort(order)
+        if index is not None:
+            cursor = cursor.hint(index)
+        out: list[EffectRow] = []
+        for doc in await cursor.limit(q.limit).batch_size(q.limit).to_list(None):
+            try:
+                out.append(_decode(doc))
+            except MalformedDocument:  # named through ``domain.unreadable``
+                continue
+        return out

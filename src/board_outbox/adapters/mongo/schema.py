@@ -16,7 +16,15 @@ from board_outbox.adapters.mongo.readmodels import READ_MODELS
 from board_outbox.adapters.mongo.series import SERIES
 from board_outbox.adapters.mongo.sessions import SESSIONS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
-from board_outbox.model.domain import CLAIMED, COALESCED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
+from board_outbox.model.domain import (
+    CANCELLED,
+    CLAIMED,
+    COALESCED,
+    DONE,
+    DONE_TTL_SECONDS,
+    FAILED,
+    PENDING,
+)
 from board_outbox.model.errors import StoreError
 from board_outbox.model.retention import Retention
 
@@ -53,8 +61,17 @@ INDEXES: dict[str, list[IndexModel]] = {
         # page resumes from with index bounds, however many rows were parked at one instant
         IndexModel([("updated_at", ASCENDING), ("row_key", ASCENDING)],
                    name="failed_updated_at_row_key", partialFilterExpression={"state": FAILED}),
+        # a bulk cancel's walk over the pending rows (A8), in the same order and for the same
+        # reason; it holds only the rows born pending (not those born claimed by the tail's
+        # hand-off) while they wait: one key written at insert and one removed at the claim
+        IndexModel([("updated_at", ASCENDING), ("row_key", ASCENDING)],
+                   name="pending_updated_at_row_key", partialFilterExpression={"state": PENDING}),
         # the settled rows' TTL indexes follow the configuration: ``ttl_indexes`` below (the
         # defaults are appended to this list after it)
+        # a search by card (A8, ``rows find --card``): a tenant's card's rows by seq; one key
+        # per row, written at its insert (a row's event never changes)
+        IndexModel([("tenant_id", ASCENDING), ("event.card_id", ASCENDING), ("seq", ASCENDING)],
+                   name="tenant_card_seq"),
         # the coalescing check (issue 33): a launch row's newer rows of its (subscription, card);
         # only the rows of coalescing subscriptions carry ``burst_at``, so no other row pays
         IndexModel([("tenant_id", ASCENDING), ("sub_id", ASCENDING),
@@ -101,6 +118,8 @@ TTL_STATES: dict[str, tuple[str, str]] = {
     # coalesced rows on the same clock; this index also serves their count
     # (``IN_STATE``)
     COALESCED: ("coalesced_ttl", "done_at"),
+    # rows an operator cancelled (A8), likewise; this index also serves their count
+    CANCELLED: ("cancelled_ttl", "done_at"),
     # dead-letters only when ``retention.failed_seconds`` is set (else the index is dropped)
     FAILED: ("failed_ttl", FAILED_AT),
 }

@@ -1,11 +1,13 @@
-"""Bulk replay of dead-letters by filter, as a plan: ``plan_bulk_replay`` counts what a filter
-takes (the dry run: reads only), ``apply_bulk_replay`` replays it, rate-limited, abortable at any
-point with nothing half-done, audited.
+"""Bulk actions by filter, as a plan: ``plan_bulk_replay`` counts what a filter takes (the dry
+run: reads only), ``apply_bulk`` applies one action to it, rate-limited, abortable at any point
+with nothing half-done, audited. ``apply_bulk_replay`` is the dead-letters' replay; the cancel of
+pending rows and the rerun of done ones (A8) are ``engine/upkeep/bulk_actions.py``'s.
 
-Both walk the dead-letters the same way: pages of the store's failed rows, oldest parked first
-(``EffectOutbox.failed_page``: one bounded query over the failed rows' index a page), each row
-checked against what the store cannot answer (``model.dead_letters.wants``: the bot, the last
-error). A document that does not decode costs only itself: counted, named, never replayed.
+Both walk the filter's state the same way: pages of the store's rows in that state
+(``EffectOutbox.failed_page``, ``state_page``: one bounded query a page), each row checked
+against what the store cannot answer (``model.dead_letters.wants``: the bot, the last error, a
+rerun's one-shot rows). A document that does not decode costs only itself: counted, named,
+never touched.
 
 The apply takes the rows the plan counted: the same filter, bounded by the newest row the plan
 took, at most as many rows. Each replay is one fenced write (``EffectOutbox.apply_failed`` on
@@ -21,20 +23,23 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
+import msgspec
 
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.dead_letters import (
     ABORTED,
-    DONE,
+    ACTION_STATES,
     FAILED_RUN,
     NAMED_UNREADABLE,
+    REPLAY,
+    RUN_DONE,
     BulkFilter,
     BulkPlan,
     BulkProgress,
     wants,
 )
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.domain import DONE, FAILED, EffectRow
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.model.records import FailedPage
 from board_outbox.model.validation import cap
@@ -47,6 +52,9 @@ APPLY_PAGE = 100  # ... and an apply's (a page lasts APPLY_PAGE / rate seconds)
 DEFAULT_RATE = 50.0  # rows replayed a second unless told otherwise
 
 Sleep = Callable[[float], Awaitable[None]]
+# one row's write of a bulk action: True, moved; False, changed since it was read (skipped);
+# raises StoreUnavailable (in doubt) or StoreError (refused)
+RowWrite = Callable[[EffectRow], Awaitable[bool]]
 
 
 class Stop:
@@ -89,21 +97,33 @@ class Pacer:
         self.next_at = max(now, self.next_at or now) + self.gap
 
 
-async def _bots(subs: SubscriptionStore, flt: BulkFilter, rows: list[EffectRow]) -> dict[str, str]:
-    """subscription id -> bot for the page's rows, read only when the filter names a bot (one
-    ``get_many`` a page; a deleted subscription has no bot: its rows do not match)."""
-    if flt.bot is None:
-        return {}
+class Looked(msgspec.Struct, frozen=True):
+    """What a page's subscriptions say to ``wants``: subscription id -> bot, and the one-shot
+    (consume_labels) subscriptions."""
+
+    bots: dict[str, str]
+    one_shot: frozenset[str]
+
+
+async def _looked(subs: SubscriptionStore, flt: BulkFilter, rows: list[EffectRow]) -> Looked:
+    """The page's subscriptions, read only when the filter names a bot or a rerun must leave
+    the one-shot rows alone (one ``get_many`` a page; a deleted subscription has no bot: its
+    rows do not match)."""
+    if flt.bot is None and (flt.state != DONE or flt.include_one_shot):
+        return Looked({}, frozenset())
     ids = {r.sub_id for r in rows if r.sub_id is not None}
-    return {sid: s.bot for sid, s in (await subs.get_many(ids)).items()} if ids else {}
+    got = await subs.get_many(ids) if ids else {}
+    return Looked({sid: s.bot for sid, s in got.items()},
+                  frozenset(sid for sid, s in got.items() if s.consume_labels))
 
 
 async def _pages(outbox: EffectOutbox, flt: BulkFilter, page: int,
                  upto: float | None = None) -> AsyncIterator[FailedPage]:
     store = flt.store_filter(page, upto=upto)
+    walk = outbox.failed_page if flt.state == FAILED else outbox.state_page
     after = None
     while True:
-        got = await outbox.failed_page(store, after)
+        got = await walk(store, after)
         yield got
         if got.read < page:
             return
@@ -116,7 +136,8 @@ async def plan_bulk_replay(outbox: EffectOutbox, subs: SubscriptionStore, flt: B
     """The dry run: what ``flt`` takes, counted by tenant, kind and subscription. Reads only.
     ``max_read``: stop after reading that many documents (a console page's bound, for a filter
     the store cannot answer: a bot, an error), the plan then covering the rows read."""
-    plan = BulkPlan(filter=flt, planned_at=clock.now())
+    action = next((a for a, st in ACTION_STATES.items() if st == flt.state), REPLAY)
+    plan = BulkPlan(filter=flt, planned_at=clock.now(), action=action)
     async for got in _pages(outbox, flt, page):
         if max_read is not None and plan.read >= max_read:
             plan.truncated = plan.read_capped = True
@@ -125,9 +146,12 @@ async def plan_bulk_replay(outbox: EffectOutbox, subs: SubscriptionStore, flt: B
         plan.unreadable += len(got.unreadable)
         room = NAMED_UNREADABLE - len(plan.unreadable_keys)
         plan.unreadable_keys += got.unreadable[:max(0, room)]
-        bots = await _bots(subs, flt, got.rows)
+        looked = await _looked(subs, flt, got.rows)
         for row in got.rows:
-            if not wants(flt, row, bots):
+            if not wants(flt, row, looked.bots, looked.one_shot):
+                if (flt.state == DONE and row.sub_id in looked.one_shot
+                        and wants(flt, row, looked.bots)):
+                    plan.one_shot += 1
                 continue
             if plan.matched >= flt.limit:
                 plan.truncated = True
@@ -136,29 +160,54 @@ async def plan_bulk_replay(outbox: EffectOutbox, subs: SubscriptionStore, flt: B
     return plan
 
 
+def replay_write(outbox: EffectOutbox, *, bulk_id: str, by: str, clock: Clock) -> RowWrite:
+    """One fenced ``replay`` of a dead-letter (``apply_failed`` on the ``updated_at`` read),
+    audited as this bulk replay's."""
+    detail = f"attempts reset (bulk replay {bulk_id})"
+
+    async def replay(row: EffectRow) -> bool:
+        t = T.replay(now=clock.now(), by=by, detail=detail)
+        return await outbox.apply_failed(row.row_key, t, updated_at=row.updated_at)
+
+    return replay
+
+
 async def apply_bulk_replay(
     outbox: EffectOutbox, subs: SubscriptionStore, plan: BulkPlan, *, bulk_id: str, by: str,
     clock: Clock, rate: float, stop: Stop | None = None, sleep: Sleep | None = None,
     page: int = APPLY_PAGE, progress: BulkProgress | None = None,
     on_progress: Callable[[BulkProgress], None] | None = None,
 ) -> BulkProgress:
-    """Replay the rows ``plan`` counted, at most ``rate`` a second, each a fenced ``replay``
-    audited as this bulk replay's. Returns (and keeps ``progress`` updated as it goes: the
-    console reads it while this runs) where it stands: done, aborted (``stop``), or failed (the
-    store went away; ``in_doubt`` names a write it did not answer). Cancelled, it stops between
-    two rows as well. Ends with one summary log line."""
+    """Replay the dead-letters ``plan`` counted (``apply_bulk`` with ``replay_write``)."""
+    replay = replay_write(outbox, bulk_id=bulk_id, by=by, clock=clock)
+    return await apply_bulk(outbox, subs, plan, replay, bulk_id=bulk_id, by=by, clock=clock,
+                            rate=rate, stop=stop, sleep=sleep, page=page, progress=progress,
+                            on_progress=on_progress)
+
+
+async def apply_bulk(
+    outbox: EffectOutbox, subs: SubscriptionStore, plan: BulkPlan, write: RowWrite, *,
+    bulk_id: str, by: str, clock: Clock, rate: float, stop: Stop | None = None,
+    sleep: Sleep | None = None, page: int = APPLY_PAGE, progress: BulkProgress | None = None,
+    on_progress: Callable[[BulkProgress], None] | None = None,
+) -> BulkProgress:
+    """Apply ``write`` to the rows ``plan`` counted, at most ``rate`` a second, each one fenced
+    write. Returns (and keeps ``progress`` updated as it goes: the console reads it while this
+    runs) where it stands: done, aborted (``stop``), or failed (the store went away;
+    ``in_doubt`` names a write it did not answer). Cancelled, it stops between two rows as
+    well. Ends with one summary log line."""
     stop = stop or Stop()
     sleep = sleep or stop.sleep
     flt = plan.filter
-    prog = progress or BulkProgress(bulk_id=bulk_id, by=by, filter=flt.describe(),
-                                    planned=plan.matched, rate=rate, started_at=clock.now())
+    prog = progress or BulkProgress(bulk_id=bulk_id, action=plan.action, by=by,
+                                    filter=flt.describe(), planned=plan.matched, rate=rate,
+                                    started_at=clock.now())
     pacer = Pacer(rate, clock)
-    detail = f"attempts reset (bulk replay {bulk_id})"
-    taken = 0  # matching rows met, each replayed, skipped or refused
+    taken = 0  # matching rows met, each applied, skipped or refused
     try:
         if plan.matched and plan.newest is not None:
-            taken = await _apply(outbox, subs, plan, prog, pacer, stop, sleep, page,
-                                 by=by, detail=detail, clock=clock, on_progress=on_progress)
+            taken = await _apply(outbox, subs, plan, prog, pacer, stop, sleep, page, write,
+                                 on_progress=on_progress)
         if prog.state == FAILED_RUN:
             pass
         elif stop.requested and prog.remaining:
@@ -167,7 +216,7 @@ async def apply_bulk_replay(
             # every planned row not met was changed since the plan (replayed, parked again,
             # purged): it left the walk's bounds, so the walk never met it
             prog.skipped += max(0, plan.matched - taken)
-            prog.state = DONE
+            prog.state = RUN_DONE
     except BaseException:
         prog.state = ABORTED  # cancelled between two rows: the counts stand
         raise
@@ -176,25 +225,26 @@ async def apply_bulk_replay(
         if on_progress is not None:
             on_progress(prog)
         log.warning("%s (by %s, filter %s, %.6g rows/s)", prog.summary(), by, prog.filter, rate,
-                    extra={"bulk_id": bulk_id, "by": by, "replayed": prog.replayed,
-                           "skipped": prog.skipped, "refused": prog.refused,
-                           "remaining": prog.remaining, "refused_keys": prog.refused_keys[:20]})
+                    extra={"bulk_id": bulk_id, "by": by, "action": prog.action,
+                           "applied": prog.applied, "skipped": prog.skipped,
+                           "refused": prog.refused, "remaining": prog.remaining,
+                           "refused_keys": prog.refused_keys[:20]})
     return prog
 
 
 async def _apply(outbox: EffectOutbox, subs: SubscriptionStore, plan: BulkPlan,
-                 prog: BulkProgress, pacer: Pacer, stop: Stop, sleep: Sleep, page: int, *,
-                 by: str, detail: str, clock: Clock,
+                 prog: BulkProgress, pacer: Pacer, stop: Stop, sleep: Sleep, page: int,
+                 write: RowWrite, *,
                  on_progress: Callable[[BulkProgress], None] | None) -> int:
     flt = plan.filter
     taken = 0
     try:
         async for got in _pages(outbox, flt, page, upto=plan.newest):
-            bots = await _bots(subs, flt, got.rows)
+            looked = await _looked(subs, flt, got.rows)
             for row in got.rows:
                 if taken >= plan.matched or stop.requested:
                     return taken
-                if not wants(flt, row, bots):
+                if not wants(flt, row, looked.bots, looked.one_shot):
                     continue
                 wait = pacer.delay()
                 if wait > 0:
@@ -202,7 +252,7 @@ async def _apply(outbox: EffectOutbox, subs: SubscriptionStore, plan: BulkPlan,
                     if stop.requested:
                         return taken
                 taken += 1
-                await _replay_one(outbox, row, prog, pacer, by=by, detail=detail, clock=clock)
+                await _write_one(write, row, prog, pacer)
                 if prog.state == FAILED_RUN:
                     return taken
                 if on_progress is not None:
@@ -213,27 +263,25 @@ async def _apply(outbox: EffectOutbox, subs: SubscriptionStore, plan: BulkPlan,
     return taken
 
 
-async def _replay_one(outbox: EffectOutbox, row: EffectRow, prog: BulkProgress, pacer: Pacer, *,
-                      by: str, detail: str, clock: Clock) -> None:
-    """One fenced replay, shielded: once started, its outcome is counted whatever cancels us."""
+async def _write_one(write: RowWrite, row: EffectRow, prog: BulkProgress, pacer: Pacer) -> None:
+    """One fenced write, shielded: once started, its outcome is counted whatever cancels us."""
     with anyio.CancelScope(shield=True):
-        t = T.replay(now=clock.now(), by=by, detail=detail)
         try:
-            moved = await outbox.apply_failed(row.row_key, t, updated_at=row.updated_at)
+            moved = await write(row)
         except StoreUnavailable as exc:  # the write may or may not have landed
             prog.in_doubt = row.row_key
             prog.state = FAILED_RUN
             prog.error = cap(f"store unavailable: {exc}", 300)
             return
-        except StoreError as exc:  # the document refused the transition: it stays failed
+        except StoreError as exc:  # the document refused the transition: it stays as it was
             prog.refused += 1
             if len(prog.refused_keys) < NAMED_UNREADABLE:
                 prog.refused_keys.append(row.row_key)
-            log.warning("bulk replay %s: the store refused to replay %s: %s", prog.bulk_id,
+            log.warning("bulk %s %s: the store refused %s: %s", prog.action, prog.bulk_id,
                         row.row_key, cap(exc, 300), extra={"row_key": row.row_key})
         else:
             if moved:
-                prog.replayed += 1
+                prog.applied += 1
             else:
                 prog.skipped += 1
         finally:

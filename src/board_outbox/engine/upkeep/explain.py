@@ -12,7 +12,16 @@ checks of ``engine/upkeep/holds.py``.
 from __future__ import annotations
 
 from board_outbox.engine.upkeep.holds import CHECKS, Case, ExplainSettings
-from board_outbox.model.domain import CLAIMED, COALESCED, DONE, FAILED, PENDING, EffectRow, parse_row_key
+from board_outbox.model.domain import (
+    CANCELLED,
+    CLAIMED,
+    COALESCED,
+    DONE,
+    FAILED,
+    PENDING,
+    EffectRow,
+    parse_row_key,
+)
 from board_outbox.model.errors import MalformedDocument, RowNotFound
 from board_outbox.model.explanation import (
     EXPLAIN_SCHEMA,
@@ -125,7 +134,7 @@ async def _timeline(row: EffectRow, events: EventLog, notes: list[str]) -> list[
     elif row.state == FAILED:
         out.append(Moment(at=row.updated_at or None, what="dead_lettered",
                           detail=row.errors[-1].error if row.errors else ""))
-    elif row.state in (DONE, COALESCED):
+    elif row.state in (DONE, COALESCED, CANCELLED):
         out.append(Moment(at=row.done_at.timestamp() if row.done_at is not None else None,
                           what=row.state, detail=row.outcome or ""))
     # by time (a stable sort); an undated moment sorts with the dated one written before it
