@@ -97,8 +97,10 @@ class MongoCursorStore:
         # a cursor whose seq is not a true int is left out (reported once): its tenant then
         # looks behind, is drained, and stalls alone with the reason (R1) -- the poll net goes
         # on for the others
-        docs = await self.coll.find({"_id": {"$ne": EPOCH_KEY}}).to_list(None)
-        return seqs_by_tenant(CURSORS, ((d.get("_id"), d.get("seq")) for d in docs))
+        # (the store's epoch, one document, is left out here: a query on it would scatter)
+        docs = await self.coll.find({}).to_list(None)
+        return seqs_by_tenant(CURSORS, ((d.get("_id"), d.get("seq")) for d in docs
+                                        if d.get("_id") != EPOCH_KEY))
 
 def _seq(tenant_id: str, doc: dict[str, Any]) -> int:
     """R2: a cursor is a true int; anything else stalls its tenant (StoreError), not the process."""
