@@ -35,6 +35,12 @@ class EventLog(Protocol):
         """The allocator counter (for lag metrics)."""
         ...
 
+    async def seq_before(self, tenant_id: str, epoch: float) -> int:
+        """The highest inserted seq whose event was written at or before ``epoch``
+        (``model.epoch.written_before``; 0 if none): read from the top seq down, stopping at the
+        first such event."""
+        ...
+
     async def tenants(self) -> set[str]:
         """Tenants that have allocated at least one seq."""
         ...
@@ -46,6 +52,12 @@ class EventLog(Protocol):
 
 class CursorStore(Protocol):
     async def get(self, tenant_id: str) -> int | None: ...
+
+    async def epoch(self, now: float) -> float:
+        """The store-wide epoch (``model/epoch.py``): written once at ``now`` ($setOnInsert) by
+        the first caller, then returned as stored. Never a tenant's cursor (``all`` leaves it
+        out)."""
+        ...
 
     async def seed(self, tenant_id: str, value: int) -> int:
         """Create the cursor at ``value`` unless it exists; return the cursor's value."""

@@ -270,6 +270,9 @@ class Service(StreamWaker, Upkeep):
         # stream already leaves out those another member owns (S5), rather than waking every
         # replica for each until the first poll has seen it
         self.tail.seen = frozenset(await self.tail.tenants())
+        # the epoch before the first drain: a tenant born from now on is read from its first
+        # event, whenever this or another replica first sees it
+        await self.tail.begin()
         if self.pauses is not None:  # no row runs before the pauses are known (F3)
             await self.pauses.refresh(strict=True)
 
