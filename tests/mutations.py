@@ -66,7 +66,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("tail-poison-first-tick", "tail",
            "if ticks < self.settings.poison_ticks:", "if ticks < 1:", "tail"),
     Mutant("tail-seed-from-allocator", "tail",
-           "seed = await self.events.max_inserted_seq(tenant_id)",
+           "seed = await self.events.seq_before(tenant_id, await self.begin())",
            "seed = await self.events.allocated_seq(tenant_id)", "tail"),
     Mutant("tail-young-gap-stepped-at-once", "tail",
            "        if age < self.young_gap_seconds:\n            return False",
@@ -680,6 +680,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("subscription-update-unfenced", "adopt",
            "if sub.sub_id not in self._subs or self._rev.get(sub.sub_id, 0) != rev:",
            "if sub.sub_id not in self._subs:", "memory/subscriptions"),
+    # a latest seed at the tenant's highest seq when first seen, not its highest by the epoch:
+    # a tenant born while the service runs (or while it is down) loses its first events
+    Mutant("seed-ignores-the-epoch", "tail+",
+           "seed = await self.events.seq_before(tenant_id, await self.begin())",
+           "seed = await self.events.max_inserted_seq(tenant_id)", "tail"),
     Mutant("subscription-written-unchecked", "adopt",
            "    problem = subscription_problem(sub) or key_problem(\"bot\", sub.bot)",
            "    problem = None", "subscribing"),
@@ -702,6 +707,8 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[mongomock]",
     "priority-handoff-places-not-kept":
         "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[memory]",
+    "seed-ignores-the-epoch":
+        "tests/contract/test_seed.py::test_a_tenant_born_while_the_service_runs_has_its_first_event_launched",
     "net-pick-misses-due-retries":
         "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
     "net-pick-ignores-the-open-stream":

@@ -1511,6 +1511,68 @@ async def test_a_bad_counter_or_cursor_costs_only_its_tenants_status(
 
 
 @pytest.mark.anyio
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize(("value", "match"), [
+    ("yesterday", "epoch at 'yesterday' is not a number of seconds"),
+    (1.7e12, "a millisecond timestamp?"),
+    (True, "epoch at True is not a number of seconds"),
+])
+async def test_a_malformed_epoch_costs_one_line_and_this_replicas_start_stands_in(
+        side: str, value: object, match: str, caplog: pytest.LogCaptureFixture,
+        request: pytest.FixtureRequest) -> None:
+    """The store-wide epoch (``trigger_cursors`` ``~epoch``), hand-edited or written by another
+    tool: read per document, one warning, and the replica's own start stands in (history before
+    it stays unlaunched, a tenant born after it is read in full); the document is left alone, no
+    reader of cursors takes it for a tenant's, and ``status`` lists it as a bad document."""
+    from board_outbox.model.clock import ManualClock
+    from board_outbox.model.epoch import EPOCH_KEY
+    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.service.health import tenant_statuses
+
+    BAD_DOCUMENTS.resolved("trigger_cursors", EPOCH_KEY)  # another case's: logged once per process
+    async with open_side(side, request) as s:
+        if s.backend is not None:
+            s.backend.cursors.stored_epoch = value
+        else:
+            await s.db["trigger_cursors"].insert_one({"_id": EPOCH_KEY, "at": value})
+        st = s.stores
+        old, new = _uniq("old"), _uniq("new")
+        clock = ManualClock(2_000_000_000.0)
+        for t in (old, new):
+            await st.subs.put(Subscription(sub_id=f"{t}-s", tenant_id=t, bot="b"))
+            await st.cards.put(Card(tenant_id=t, card_id="ok", title="ok"))
+        for _ in range(2):  # history, before this replica starts
+            seq = await st.events.allocate_seq(old)
+            await st.events.insert({"tenant_id": old, "seq": seq, "type": "card.created",
+                                    "card_id": "ok", "at": clock.now() - 60})
+        tail = Tail(events=st.events, cursors=st.cursors, outbox=st.outbox, subs=st.subs,
+                    cards=st.cards, clock=clock)  # seed "latest", the default
+        with caplog.at_level(logging.WARNING):
+            assert await tail.begin() == clock.now()
+            again = Tail(events=st.events, cursors=st.cursors, outbox=st.outbox, subs=st.subs,
+                         cards=st.cards, clock=ManualClock(2_000_000_100.0))
+            assert await again.begin() == 2_000_000_100.0  # each replica its own start
+        lines = [m for m in _lines(caplog) if EPOCH_KEY in m]
+        assert len(lines) == 1 and match in lines[0] and "\n" not in lines[0], _lines(caplog)
+        clock.advance(5.0)
+        seq = await st.events.allocate_seq(new)  # born after this replica's start
+        await st.events.insert({"tenant_id": new, "seq": seq, "type": "card.created",
+                                "card_id": "ok", "at": clock.now()})
+        assert (await tail.cursor(old), await tail.cursor(new)) == (2, 0)
+        await tail.drain_all([old, new])
+        assert [r.seq for r in await st.outbox.find(RowFilter(tenant_id=new))] == [1]
+        assert [r.seq for r in await st.outbox.find(RowFilter(tenant_id=old))] == []
+        assert EPOCH_KEY not in await st.cursors.all()
+        assert [d.key for d in BAD_DOCUMENTS.current() if d.collection == "trigger_cursors"
+                and match in d.problem] == [EPOCH_KEY]  # what status --json lists
+        statuses = await tenant_statuses(st, clock.now())
+        assert EPOCH_KEY not in statuses and statuses[new].problems == []
+        if s.db is not None:  # left as it was: an operator's to fix
+            assert (await s.db["trigger_cursors"].find_one({"_id": EPOCH_KEY}))["at"] == value
+
+
+@pytest.mark.anyio
 async def test_refresh_status_survives_a_bad_cursor() -> None:
     from board_outbox.service.config import load_config
     from board_outbox.service.runtime import Service

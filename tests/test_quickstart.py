@@ -13,7 +13,9 @@ the suite's default), so no run collides with another's port.
 
 What it would catch: a command the page names that no longer exists or fails, a flag renamed, a
 configuration that no longer loads, a producer API that moved, a launch that never happens (the
-seed), more than ten commands, and output the page shows that the service no longer prints.
+default ``latest`` seed, which the page keeps: a tenant born after the service's first start is
+read from its first event, however soon after ``run`` the event comes), more than ten commands,
+and output the page shows that the service no longer prints.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def test_the_page_is_at_most_ten_commands_from_the_clone_to_the_launch() -> None
     assert kinds == ["cat", "ensure-schema", "doctor", "subscriptions", "run", "python", "explain"]
     # the output it shows is what the service prints (checked against a real run below)
     assert LAUNCH_LINE in PAGE.read_text()
+    # the default seed: the run below proves it launches a new tenant's very first event
+    assert "seed" not in cmds[1], cmds[1]
 
 
 def _own(config: str, uri: str, database: str) -> str:

@@ -43,6 +43,7 @@ from board_outbox.model.domain import (
     new_launch_row,
     projection_row_key,
 )
+from board_outbox.model.epoch import EPOCH_KEY
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.model.records import Change
 from board_outbox.ports import Stores
@@ -391,7 +392,8 @@ class MongomockSimStore(SimStore):
         self.raw["board_events"].insert_one(dict(doc))
 
     def cursors(self) -> dict[str, int]:
-        return {d["_id"]: d["seq"] for d in self.raw["trigger_cursors"].find({})}
+        return {d["_id"]: d["seq"] for d in self.raw["trigger_cursors"].find({})
+                if d["_id"] != EPOCH_KEY}  # the store's epoch is no tenant's cursor
 
     def row_docs(self) -> list[dict[str, Any]]:
         return list(self.raw["trigger_effects"].find({}))

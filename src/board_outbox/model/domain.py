@@ -29,7 +29,7 @@ PENDING: Final = "pending"
 CLAIMED: Final = "claimed"
 DONE: Final = "done"
 FAILED: Final = "failed"
-# issue 33: a launch superseded by a newer row of its (subscription, card) inside the
+# coalescing: a launch superseded by a newer row of its (subscription, card) inside the
 # subscription's coalescing window; terminal, ``coalesced_into`` names that row; expires like done
 COALESCED: Final = "coalesced"
 # A8: a row an operator cancelled before it ran (who, when and why in its audit entry);
@@ -137,7 +137,7 @@ WindowSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_COALESCE_SECONDS)]
 
 
 class Coalesce(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A subscription's coalescing window (issue 33): a launch row waits ``quiet_seconds`` after
+    """A subscription's coalescing window: a launch row waits ``quiet_seconds`` after
     it was materialized; a newer row of the same (subscription, card) by then supersedes it, so
     a burst of edits launches once, with the newest snapshot -- and no later than
     ``max_wait_seconds`` after the burst's first row (``0 < quiet <= max_wait <= 1 day``)."""
@@ -174,7 +174,7 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     max_in_flight: InFlight | None = None
     max_per_second: PerSecond | None = None
     priority: Priority = 0
-    # --- coalescing (issue 33, item 2): None (the default) launches once per matching event
+    # --- coalescing (a burst of edits launches once): None (the default) launches once per matching event
     coalesce: Coalesce | None = None
 
 
@@ -250,7 +250,7 @@ class EffectRow(msgspec.Struct, kw_only=True):
     # its subscription's priority when it was materialized (projection rows: 0); higher first
     # within its tenant's share of a claim (F1, ``model/fairness``)
     priority: Priority = 0
-    # --- coalescing (issue 33): set only on the rows of a coalescing subscription.
+    # --- coalescing: set only on the rows of a coalescing subscription.
     # ``burst_at``: when the burst this row belongs to began (born ``created_at``; an older row
     # superseded by this one lowers it to its own); ``coalesced_into``: the row that superseded
     # this one (state ``coalesced``)
@@ -350,7 +350,7 @@ def new_subscription_row(
         not_before=now, created_at=now, updated_at=now, materialized_at=now,
     )
     if sub.coalesce is not None and sub.kind == LAUNCH:
-        # issue 33: due after the quiet time; ``burst_at`` marks it a coalescing row (the
+        # coalescing: due after the quiet time; ``burst_at`` marks it a coalescing row (the
         # partial index the supersede check reads holds only these)
         row.not_before = now + sub.coalesce.quiet_seconds
         row.burst_at = now
@@ -370,7 +370,7 @@ def new_projection_row(
 
 def born_due(row: EffectRow) -> bool:
     """Whether a new row is due as it is written: only those may be born claimed (handed to the
-    worker by the tail). A coalescing row (issue 33) waits its quiet time first."""
+    worker by the tail). A coalescing row waits its quiet time first."""
     return row.not_before <= row.created_at
 
 
@@ -389,7 +389,7 @@ _SNAPSHOT_ZERO_FIELDS: Final = ("deleted", "actor")
 
 def new_row_doc(row: EffectRow, shared: dict[int, Any] | None = None) -> dict[str, Any]:
     """A new row as its slim store document: ``to_doc`` without the fields at their zero value
-    (issue 22: fewer bytes to encode, send and store per row; decodes to the same row).
+    (fewer bytes to encode, send and store per row; decodes to the same row).
 
     ``shared`` (one dict per batch) lets the rows of one event share its snapshot's document,
     and the rows of one batch their trace context's: converted once, not once per row. The

@@ -1,5 +1,5 @@
-"""The rolling series the console charts (issue 33, item 6): what one replica says about one
-minute, as stored in ``trigger_series``, and the rules for reading it back.
+"""The rolling series the console charts (lag and throughput over the last hours): what one
+replica says about one minute, as stored in ``trigger_series``, and the rules for reading it back.
 
 One document per (minute, replica). Its counts are the replica's *cumulative* counters since it
 started (events materialized, rows done, rows dead-lettered) with ``base``, the counters at its

@@ -25,9 +25,9 @@ release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``
        |   claimed, lease expired --reclaim--> claimed (attempts +1, lease_expired error)
        \\------------------------------- failed --replay--> pending (attempts 0, audit)
     claimed --extend_lease--> claimed (lease_until later: the worker's heartbeat, O4)
-    claimed --coalesce--> coalesced (issue 33: a newer row of its (subscription, card) runs
+    claimed --coalesce--> coalesced (coalescing: a newer row of its (subscription, card) runs
                           instead; attempts unchanged, ``coalesced_into`` names it; expires)
-    claimed --coalesce_hold--> pending (issue 33: the newest row of its card is running; the
+    claimed --coalesce_hold--> pending (coalescing: the newest row of its card is running; the
                           decision waits a moment; attempts unchanged, no error)
     pending --cancel--> cancelled (A8: an operator's bulk cancel; who, when, why audited;
                           never launched; expires like done)
@@ -117,7 +117,7 @@ def done(*, now: float, outcome: str) -> Transition:
 
 
 def coalesce(*, now: float, into: str) -> Transition:
-    """Issue 33: a coalescing launch superseded by the newer row ``into`` of its (subscription,
+    """A coalescing launch superseded by the newer row ``into`` of its (subscription,
     card): terminal, attempts unchanged, no error; ``done_at`` is the clock of its TTL index
     (it expires like a done row)."""
     return Transition(name="coalesce", set={
@@ -127,7 +127,7 @@ def coalesce(*, now: float, into: str) -> Transition:
 
 
 def coalesce_hold(*, now: float, not_before: float) -> Transition:
-    """Issue 33: a coalescing row whose burst's newest row is running now: pending again after
+    """A coalescing row whose burst's newest row is running now: pending again after
     ``not_before``, attempts unchanged, no error, and no ``waiting`` (it waits on no limit:
     ``status`` counts only those; ``explain`` names its window)."""
     return Transition(name="coalesce_hold", set={"state": PENDING, "not_before": not_before,

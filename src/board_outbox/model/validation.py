@@ -399,7 +399,7 @@ SESSIONS_COLLECTION = "board_outbox_console_sessions"
 
 def console_session(session_id: str, doc: Mapping[str, Any], now: float
                     ) -> ConsoleSession | None:
-    """A stored console session, parsed (issue 30): None when it has ended, or when its document
+    """A stored console session, parsed (the console's logins): None when it has ended, or when its document
     does not parse or promises more than one session's length (a planted or hand-edited one is
     refused and reported, never trusted)."""
     tag, who, until = doc.get("token_tag"), doc.get("who"), stamp(doc.get("expires_at"))

@@ -119,7 +119,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ui: UiConfig = UiConfig()
     audit: AuditSettings = AuditSettings()
     limits: LimitSettings = LimitSettings()
-    series: SeriesSettings = SeriesSettings()  # the console's charts (issue 33)
+    series: SeriesSettings = SeriesSettings()  # the console's charts
     retention: Retention = Retention()  # how long settled rows are kept (O8)
     doctor: DoctorSettings = DoctorSettings()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
@@ -137,7 +137,7 @@ ADMIN_TOKEN_DISTINCT = 8  # different characters at least
 
 def token_problem(token: str) -> None:
     """The admin token is the only key to the console's actions: 16 printable characters or
-    more, no whitespace or control character, and not a few characters repeated (issue 30)."""
+    more, no whitespace or control character, and not a few characters repeated (easy to guess)."""
     bad = next((c for c in token if not c.isprintable() or c.isspace()), None)
     why = None
     if bad is not None:

@@ -65,7 +65,7 @@ def build_registry(
     """The built-in handlers, the named projections and the user effect kinds (``[handlers]``
     and the ``board_outbox.handlers`` entry points; see ``plugins``). Launches keep to
     ``limits`` and to their subscriptions' own limits (F2) on a backend with a limit store, and
-    are held while their bot is paused in ``pause`` (issue 33)."""
+    are held while their bot is paused in ``pause`` (F3)."""
     registry = HandlerRegistry()
     if limits is not None and limits.configured and stores.limits is None:
         raise ConfigError("limits: this backend keeps no limit store")
@@ -95,7 +95,7 @@ class Service(StreamWaker, Upkeep):
         self.clock = clock or SystemClock()
         # projection rows write the building generation too while a shadow rebuild runs (B3)
         self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
-        # issue 33: the pauses, read once per membership heartbeat (the pause loop); the worker
+        # F3: the pauses, read once per membership heartbeat (the pause loop); the worker
         # holds a paused tenant's or subscription's rows, the launch handler a paused bot's
         self.pauses = None if stores.pauses is None else PauseGate(
             stores.pauses, stores.outbox, self.clock, every=config.membership.interval_seconds)
@@ -141,7 +141,7 @@ class Service(StreamWaker, Upkeep):
         # backpressure (T1): one factor for the tail, the worker and the loops' pauses
         self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
         self.tail.pressure = self.worker.pressure = self.pressure
-        # the change stream's event documents: a batch they cover is not read again (issue 31)
+        # the change stream's event documents: a batch they cover is not read again (a round trip saved)
         if stores.feed is not None:
             self.tail.streamed = StreamEvents()
         self._gauge_refreshes = 0
@@ -149,7 +149,7 @@ class Service(StreamWaker, Upkeep):
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=member_id or new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
-        # issue 33: the console's charts, one series document a minute (engine/upkeep/series.py)
+        # the console's charts: one series document a minute (engine/upkeep/series.py)
         self.series: SeriesRecorder | None = None
         if stores.series is not None and config.series.enabled:
             self.series = SeriesRecorder(stores.series, self.clock, self.ownership.member_id,
@@ -271,7 +271,10 @@ class Service(StreamWaker, Upkeep):
         # stream already leaves out those another member owns (S5), rather than waking every
         # replica for each until the first poll has seen it
         self.tail.seen = frozenset(await self.tail.tenants())
-        if self.pauses is not None:  # no row runs before the pauses are known (issue 33)
+        # the epoch before the first drain: a tenant born from now on is read from its first
+        # event, whenever this or another replica first sees it
+        await self.tail.begin()
+        if self.pauses is not None:  # no row runs before the pauses are known (F3)
             await self.pauses.refresh(strict=True)
 
     async def run(self) -> None:

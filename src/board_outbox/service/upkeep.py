@@ -189,7 +189,7 @@ class Upkeep:
             await self._adopt_pauses(self.ownership.pauses)
 
     async def _pause_loop(self) -> None:
-        """Issue 33: without a membership (nothing to ride), the pause set read once per
+        """F3: without a membership (nothing to ride), the pause set read once per
         heartbeat interval (``pause_pass``), on a fixed cadence, so a pause is read by every
         replica within one heartbeat of being written."""
         await self._every(self.config.membership.interval_seconds, self.pause_pass)
@@ -240,7 +240,7 @@ class Upkeep:
         return {t: n for t, n in self.metrics.lag.items() if n > 0 and self.ownership.owns(t)}
 
     async def _series_loop(self) -> None:
-        """Issue 33: one series document once each minute has ended (``flush_due``); a failed
+        """The console's charts: one series document once each minute has ended (``flush_due``); a failed
         flush is logged and its counts go with the next minute's."""
         assert self.series is not None
         while not self.stopping:

@@ -1,4 +1,4 @@
-"""The operator's pause and resume (issue 33), shared by the command line (``pause``,
+"""The operator's pause and resume (F3), shared by the command line (``pause``,
 ``resume``, ``paused``) and the console: each checks its input, writes one pause document
 (``PauseStore``: the action, who and when appended to the document's audit) and logs one line.
 The replicas do the rest within one heartbeat (``engine/flow/pause.PauseGate``)."""

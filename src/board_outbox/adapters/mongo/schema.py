@@ -38,7 +38,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         # the completeness audit and the replays read a tenant's rows by seq range (A1, A4)
         IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq"),
         # Partial indexes, one per state a hot query reads: each holds only the rows in that
-        # state, so a query's bounds cover those rows, never the history (issue 29), and a
+        # state, so a query's bounds cover those rows, never the history (which grows), and a
         # row's state change touches only the indexes of the states it leaves and enters.
         # the worker's claim across tenants (S2): pending rows by due time
         IndexModel([("not_before", ASCENDING)], name="pending_not_before",
@@ -48,7 +48,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("tenant_id", ASCENDING), ("not_before", ASCENDING)],
                    name="pending_tenant_not_before", partialFilterExpression={"state": PENDING}),
         # the pick's third query under a backlog: the due rows of a priority above 0, highest
-        # first, then oldest first (issue 33); a row at 0 has no ``priority`` field (slim
+        # first, then oldest first (F1); a row at 0 has no ``priority`` field (slim
         # rows), so while no subscription sets a priority this index is empty and costs no write
         IndexModel([("priority", DESCENDING), ("not_before", ASCENDING)],
                    name="pending_priority_not_before",
@@ -72,7 +72,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         # per row, written at its insert (a row's event never changes)
         IndexModel([("tenant_id", ASCENDING), ("event.card_id", ASCENDING), ("seq", ASCENDING)],
                    name="tenant_card_seq"),
-        # the coalescing check (issue 33): a launch row's newer rows of its (subscription, card);
+        # the coalescing check: a launch row's newer rows of its (subscription, card);
         # only the rows of coalescing subscriptions carry ``burst_at``, so no other row pays
         IndexModel([("tenant_id", ASCENDING), ("sub_id", ASCENDING),
                     ("event.card_id", ASCENDING), ("seq", ASCENDING)],
@@ -89,7 +89,7 @@ INDEXES: dict[str, list[IndexModel]] = {
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     # the console's sessions end on their own (a logout deletes them sooner)
     SESSIONS: [IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
-    # the console's charts (issue 33): the window is read by minute; each document carries its
+    # the console's charts: the window is read by minute; each document carries its
     # own end (a writer's series.keep_hours past its minute)
     SERIES: [IndexModel([("minute", ASCENDING)], name="minute"),
              IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],

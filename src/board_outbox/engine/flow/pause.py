@@ -1,4 +1,4 @@
-"""Pauses (F3, issue 33): the gate a row passes before it runs, and the pause set behind it.
+"""Pauses (F3): the gate a row passes before it runs, and the pause set behind it.
 
 Every replica reads the pause documents once per heartbeat, in the heartbeat's own read of the
 members (``MembershipStore.heartbeat_with_pauses``, then ``adopt``: no round trip of their own,

@@ -17,7 +17,8 @@ the worker's claims and the hand-off's room, and (divided by it) the poll and id
 
 So under overload a replica backs off multiplicatively and recovers additively (AIMD): two
 replicas on a saturated store shrink until their requests are answered in time, instead of
-retrying full-size batches that time out again (the pile-on of issue 29).
+retrying full-size batches that time out again and pile more work on the store that is
+already behind.
 """
 
 from __future__ import annotations

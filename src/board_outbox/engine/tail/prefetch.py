@@ -1,4 +1,4 @@
-"""Events the change stream delivered, kept so the tail need not read them again (issue 31).
+"""Events the change stream delivered, kept so the tail need not read them again.
 
 The stream hands out each insert's document (the fields the event log's read returns). The
 tail's next batch after cursor ``c`` is served from here when the tenant's buffer is *trusted*

@@ -139,7 +139,7 @@ async def read_batch(
 ) -> Reading:
     """Read up to ``limit`` events after ``after`` and normalize the contiguous, readable prefix.
     ``records``: the events after ``after``, without a hole, already in hand (the change
-    stream's, issue 31) instead of the read. ``StoreUnavailable`` propagates (M1): nothing is
+    stream's, saving the round trip) instead of the read. ``StoreUnavailable`` propagates (M1): nothing is
     passed."""
     if records is None:
         records = await events.read_after(tenant_id, after, limit)

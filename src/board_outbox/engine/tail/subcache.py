@@ -1,4 +1,4 @@
-"""The subscriptions a launch re-checks, cached while a change stream vouches for them (issue 31).
+"""The subscriptions a launch re-checks, cached while a change stream vouches for them.
 
 The tail reads a tenant's subscriptions for every batch it matches, and the launch re-check
 (M10b) read each claimed batch's subscriptions again: a second round trip on the short path,

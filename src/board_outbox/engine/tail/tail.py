@@ -106,6 +106,9 @@ class Tail:
         # the events the change stream delivered: a batch they cover is not read again
         self.streamed: StreamEvents | None = None
         self._tracer = trace.get_tracer("board_outbox.tail", tracer_provider=tracer_provider)
+        # the store-wide epoch (``model/epoch.py``), read once: a ``latest`` seed leaves only the
+        # events written at or before it unlaunched
+        self.epoch: float | None = None
 
     async def tenants(self) -> set[str]:
         """Tenants to drain: with subscriptions, with live rows (M11), and -- when projections
@@ -189,15 +192,26 @@ class Tail:
                         extra={"tenant_id": t})
         self.cursor_ahead = held
 
+    async def begin(self) -> float:
+        """The store-wide epoch: written by the first replica ever to start (at its clock's now),
+        read by every later one. The service calls this before its loops start, so "latest"
+        means "before this deployment began following the board", not "before this replica
+        first read the tenant"."""
+        if self.epoch is None:
+            self.epoch = await self.cursors.epoch(self.clock.now())
+        return self.epoch
+
     async def cursor(self, tenant_id: str) -> int:
         cur = await self.cursors.get(tenant_id)
         if cur is not None:
             return cur
         seed = 0
         if self.settings.seed == "latest":
-            # max INSERTED seq: seqs allocated but not yet inserted will still be read (M7);
-            # never past the counter (a planted seq beyond it is poison, not a head: R2)
-            seed = await self.events.max_inserted_seq(tenant_id)
+            # the highest INSERTED seq written by the epoch: seqs allocated but not yet inserted
+            # will still be read (M7), and so will every event of a tenant born after the epoch
+            # (while the service runs, or while every replica was down); never past the counter
+            # (a planted seq beyond it is poison, not a head: R2)
+            seed = await self.events.seq_before(tenant_id, await self.begin())
             if seed > 0:
                 seed = min(seed, await self.events.allocated_seq(tenant_id))
         got = await self.cursors.seed(tenant_id, seed)
@@ -264,7 +278,7 @@ class Tail:
             per_event = self._rows_per_event.get(tenant_id, 1.0 + len(self.projections))
             res.limit = max(1, min(res.limit, int(room / max(per_event, 1.0))))
         started = time.monotonic()
-        # the events the change stream delivered, when they are the next ones (issue 31);
+        # the events the change stream delivered, when they are the next ones (a round trip saved);
         # else a read from the store, which may earn the stream's buffer its trust
         buffer, streamed, gen = self.streamed, None, None
         if buffer is not None:
@@ -376,7 +390,7 @@ class Tail:
             events.end(rows, first)
         if span.is_recording():
             if rows:
-                # one span event per batch (issue 22): how many rows this batch wrote and the
+                # one span event per batch, not per row (cheap): how many rows this batch wrote and the
                 # seq range they cover; each row carries this span's context (``trace``), so
                 # its execute spans are children of this one and its trace reads end to end
                 span.add_event(telemetry.EVENT_ROWS, {

@@ -1,4 +1,4 @@
-"""``explain``: why one effect row waits (issue 33, item 4) -- the use case the CLI's
+"""``explain``: why one effect row waits, for the operator asking -- the use case the CLI's
 ``board-outbox explain ROW_KEY`` and the console's row page both print.
 
 The answer has two parts. The timeline: the event's insert (the event store's ``at``), the row's
@@ -12,16 +12,7 @@ checks of ``engine/upkeep/holds.py``.
 from __future__ import annotations
 
 from board_outbox.engine.upkeep.holds import CHECKS, Case, ExplainSettings
-from board_outbox.model.domain import (
-    CANCELLED,
-    CLAIMED,
-    COALESCED,
-    DONE,
-    FAILED,
-    PENDING,
-    EffectRow,
-    parse_row_key,
-)
+from board_outbox.model.domain import CLAIMED, FAILED, PENDING, SETTLED_STATES, EffectRow, parse_row_key
 from board_outbox.model.errors import MalformedDocument, RowNotFound
 from board_outbox.model.explanation import (
     EXPLAIN_SCHEMA,
@@ -134,7 +125,7 @@ async def _timeline(row: EffectRow, events: EventLog, notes: list[str]) -> list[
     elif row.state == FAILED:
         out.append(Moment(at=row.updated_at or None, what="dead_lettered",
                           detail=row.errors[-1].error if row.errors else ""))
-    elif row.state in (DONE, COALESCED, CANCELLED):
+    elif row.state in SETTLED_STATES:  # done, coalesced or cancelled: failed is above
         out.append(Moment(at=row.done_at.timestamp() if row.done_at is not None else None,
                           what=row.state, detail=row.outcome or ""))
     # by time (a stable sort); an undated moment sorts with the dated one written before it

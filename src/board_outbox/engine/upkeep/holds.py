@@ -1,4 +1,4 @@
-"""What holds one effect row now, by name (issue 33, item 4): an ordered list of checks.
+"""What holds one effect row now, by name (what ``explain`` lists): an ordered list of checks.
 
 Each check looks at the row (and, when it must, at the store: the limits' holders, the live
 replicas, the tenant's due rows) and returns the holds it finds; ``explain`` runs every check in
@@ -28,6 +28,7 @@ from board_outbox.model.domain import (
     DONE,
     FAILED,
     LAUNCH,
+    LIVE_STATES,
     PENDING,
     EffectRow,
     Subscription,
@@ -353,7 +354,7 @@ async def coalesced(c: Case) -> list[Hold]:
         tail = (f"{last} ran instead ({end.outcome or 'no outcome recorded'})" if len(chain) > 1
                 else f"that newer row of the same (subscription, card) ran instead "
                      f"({end.outcome or 'no outcome recorded'})")
-    elif end.state in (PENDING, CLAIMED):
+    elif end.state in LIVE_STATES:
         tail = f"{last}, the newest of its card's burst, has not run yet ({end.state}): it runs for them all"
     elif end.state == FAILED:
         tail = (f"{last} was dead-lettered: none of them has run (`board-outbox dead-letters "
@@ -400,7 +401,7 @@ async def _chain(c: Case, first: str) -> tuple[list[str], EffectRow | None, str 
 
 
 async def coalescing(c: Case) -> list[Hold]:
-    """Issue 33: a coalescing row in its card's quiet window (not yet due, never failed)."""
+    """A coalescing row in its card's quiet window (not yet due, never failed)."""
     r = c.row
     if (r.state != PENDING or r.burst_at is None or r.not_before <= c.now or r.errors
             or r.attempts or r.waiting):

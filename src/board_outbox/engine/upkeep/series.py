@@ -1,4 +1,4 @@
-"""The rolling series behind the console's charts (issue 33, item 6): written by each replica
+"""The rolling series behind the console's charts: written by each replica
 once a minute (``SeriesRecorder``), read for a window and merged across replicas
 (``read_window``, ``merge``).
 

@@ -364,7 +364,7 @@ class Completer:
         """The launch is over a limit: pending again after ``over.wait_seconds``, attempts
         unchanged, no error appended; the row's ``waiting`` names the limit. A row whose tenant,
         subscription or bot is paused (``Paused``) is held the same way, its ``not_before``
-        set aside by ``model/pause.HELD_OFFSET`` until the pause is lifted (issue 33)."""
+        set aside by ``model/pause.HELD_OFFSET`` until the pause is lifted (F3)."""
         now = self.clock.now()
         paused = isinstance(over, Paused)
         not_before = held_not_before(row.not_before) if paused else now + over.wait_seconds
@@ -389,7 +389,7 @@ class Completer:
             self.metrics.row_limited(over.scope, over.kind)
         return "deferred"
 
-    # --- coalescing (issue 33) -----------------------------------------------------------------
+    # --- coalescing: a burst of edits launches once -------------------------------------------
 
     async def coalesce(self, claim: Claim, row: EffectRow, into: str) -> Outcome:
         """Superseded by the newer row ``into``: terminal ``coalesced``, attempts unchanged,

@@ -24,8 +24,8 @@ class TickResult(msgspec.Struct, kw_only=True):
     released: int = 0
     unrecorded: int = 0  # an outcome the store could not take: the row runs again after its lease
     deferred: int = 0  # over a concurrency or rate limit (F2): pending again, attempts unchanged
-    held: int = 0  # its tenant, subscription or bot is paused (issue 33): held, attempts unchanged
-    coalesced: int = 0  # superseded by a newer row of its (subscription, card) (issue 33)
+    held: int = 0  # its tenant, subscription or bot is paused (F3): held, attempts unchanged
+    coalesced: int = 0  # superseded by a newer row of its (subscription, card): coalesced
 
     def count(self, outcome: Outcome) -> None:
         if outcome != "staged":  # counted when its flush tells what became of it

@@ -1,4 +1,4 @@
-"""Deadlines and an eye on the event loop for plugin code (R1, issue 20).
+"""Deadlines and an eye on the event loop for plugin code (R1).
 
 - ``deadline(seconds, what)``: every plugin call (a handler's ``execute`` and ``prepare``, a
   projection's ``apply`` / ``apply_many``) runs under a cancelling deadline; past it the call is

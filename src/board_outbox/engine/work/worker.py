@@ -116,7 +116,7 @@ class EffectWorker(BatchRunning):
         self.on_receive: Callable[[], None] = lambda: None
         self.pressure: Pressure | None = None  # backpressure: scales claims and room (T1)
         self._leases.on_unavailable = self._store_failed  # a lease beat that timed out
-        # issue 33: a row whose tenant or subscription is paused is held, not run (pause.py)
+        # F3: a row whose tenant or subscription is paused is held, not run (pause.py)
         self.pause: PauseGate | None = None
         # the lanes while they are open (``running.BatchRunning.lanes``: they outlive a batch)
         self._open: Open | None = None
@@ -427,10 +427,10 @@ class EffectWorker(BatchRunning):
                 span.add_event(telemetry.EVENT_DEFERRED, {telemetry.ATTR_REASON: exc.reason,
                                                           telemetry.ATTR_WAIT: exc.wait_seconds})
                 return await done.defer(claim, row, exc)
-            except Superseded as exc:  # issue 33: a newer row of its (subscription, card) runs
+            except Superseded as exc:  # coalescing: a newer row of its (subscription, card) runs
                 span.set_attribute(telemetry.ATTR_OUTCOME, "coalesced")
                 return await done.coalesce(claim, row, exc.into)
-            except CoalesceHold as exc:  # issue 33: its burst's newest row is running now
+            except CoalesceHold as exc:  # coalescing: its burst's newest row is running now
                 span.set_attribute(telemetry.ATTR_OUTCOME, "deferred")
                 return await done.hold(claim, row, exc.reason, exc.wait_seconds)
             except LeaseLost as exc:

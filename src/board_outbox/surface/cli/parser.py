@@ -138,7 +138,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
     ),
     "pause": (
         "hold the effects of a tenant, a subscription or a bot until `resume`",
-        "Pause one tenant, subscription or bot (issue 33): every replica reads the pauses once\n"
+        "Pause one tenant, subscription or bot: every replica reads the pauses once\n"
         "per membership heartbeat (heartbeat_timeout_seconds / 6) and, from then on, holds the\n"
         "rows it pauses instead of running them: each waits (state pending, waiting \"paused:\n"
         "tenant T\") without spending an attempt, and runs in its order after `resume`. The tail\n"

@@ -81,7 +81,7 @@ def _templates() -> Jinja2Templates:
 def build_console(stores: Stores, config: Config, service: Service | None = None) -> Starlette:
     """The console app (its routes are relative: mount it at ``/ui``)."""
     data = ConsoleData(stores, config, service)
-    trends = Trends(stores, config)  # the charts (issue 33): /charts and the sparklines
+    trends = Trends(stores, config)  # the charts: /charts and the sparklines
     templates = _templates()
     admin_token, jaeger = config.ui.admin_token, config.ui.jaeger_url.rstrip("/")
     mode = (f"replica {service.ownership.member_id}" if service is not None
@@ -286,7 +286,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
                          admin_token=admin_token, jobs=jobs),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
-            *pause_routes(stores, sessions, admin_token, page, refused),  # issue 33
+            *pause_routes(stores, sessions, admin_token, page, refused),  # F3
             *chart_routes(trends, page),
             *subscription_routes(stores, sessions, admin_token, page, refused,  # P6
                                  known(resolve_handlers(config.handlers))),

@@ -1,4 +1,4 @@
-"""The console's row page (issue 33, item 4): the row as stored, and ``explain``'s answer
+"""The console's row page: the row as stored, and ``explain``'s answer
 beside it -- the same use case ``board-outbox explain`` prints (``engine/upkeep/explain.py``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The console's charts (issue 33, item 6): the ``/charts`` page and the overview's per-tenant
+"""The console's charts: the ``/charts`` page and the overview's per-tenant
 sparklines, drawn from the rolling series every replica keeps in ``trigger_series``
 (``engine/upkeep/series.py``) as server-side SVG (``charts.py``).
 

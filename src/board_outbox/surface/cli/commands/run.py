@@ -34,7 +34,7 @@ async def cmd_run(args: argparse.Namespace, factory: StoresFactory) -> int:
                 from board_outbox.surface.http import open_ops_server
 
                 ui = api = None
-                if cfg.ui.enabled:  # the console under /ui on the same port (issue 25)
+                if cfg.ui.enabled:  # the console under /ui on the same port
                     from board_outbox.surface.api import build_api
                     from board_outbox.surface.console import build_console
 
