@@ -72,8 +72,9 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if age < self.young_gap_seconds:\n            return False",
            "        if age < 0:\n            return False", "reading"),
     Mutant("tail-first-event-of-batch-unmatched", "tail",
-           "        for snap in snapshots:\n            for sub in index.matching(snap):",
-           "        for snap in snapshots[1:]:\n            for sub in index.matching(snap):", "tail"),
+           "        for snap in snapshots:\n            tc, first = events.begin(snap.seq), len(rows)",
+           "        for snap in snapshots[1:]:\n            tc, first = events.begin(snap.seq), len(rows)",
+           "tail"),
     Mutant("tail-poll-net-reads-counters-first", "tail",
            "        cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}\n"
            "        heads = await self.events.heads()\n",
@@ -190,10 +191,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "steal_before=None if prefer is None else now - s.reclaim_every_seconds,", "worker"),
     # the preference (S1) is shared too: model/fairness.pick takes every row oldest due first
     Mutant("prefer-ignored-under-limit", "bounds",
-           "    return (round_robin(mine, tenant, priority_of)\n"
-           "            + round_robin(others, tenant, priority_of))[:limit]",
-           "    return round_robin(sorted(mine + others, key=lambda d: _number(d.get(\"not_before\"))),\n"
-           "                       tenant, priority_of)[:limit]", "fairness"),
+           "    return (round_robin(mine, tenant, rank_of, mine_more)\n"
+           "            + round_robin(theirs, tenant, rank_of, [d for d in more if others(d)]))[:limit]",
+           "    return round_robin(sorted(mine + theirs, key=lambda d: _number(d.get(\"not_before\"))),\n"
+           "                       tenant, rank_of, more)[:limit]", "fairness"),
     Mutant("int-times-not-claimable-memory", "bounds",
            "return isinstance(value, (int, float)) and not isinstance(value, bool)\n",
            "return isinstance(value, float)\n", "memory/outbox"),
@@ -230,13 +231,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "                and row.attempts < max_attempts):",
            "                ):", "batch"),
     Mutant("token-save-throttle-off", "bounds",
-           "not force and now - self.last_save < self.every", "not force and False", "resume"),
+           "not force and now - self.last_save < every):", "not force and False):", "resume"),
     Mutant("token-not-saved-at-shutdown", "bounds",
            "return await self.resume.save(force=True)", "return await self.resume.save()",
            "runtime"),
     Mutant("handoff-first-come-first-served", "bounds",
-           "taken = round_robin(eligible, lambda x: x.claim.tenant_id,\n"
-           "                            lambda x: claim_priority(x.claim))[:room]",
+           "taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]",
            "taken = eligible[:room]", "handoff"),
     # --- ownership (S1): the harness's early-steal invariant -------------------------------
     Mutant("membership-owns-every-tenant", "membership",
@@ -391,7 +391,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "if not isinstance(data, (str, bytes)) or not data:",
            "if not isinstance(data, str) or not data:", "validation"),
     Mutant("parse-trace-id-lax", "parse",
-           "_TRACE_ID.fullmatch(parts[1]) is None", "len(parts[1].strip()) != 32", "spans"),
+           "return _keep(traceparent, ctx if ctx.is_valid else None)",
+           "return _keep(traceparent, ctx)", "propagation"),
     # the four that died only in unrelated tests
     Mutant("resume-cleared-by-positionless-change", "ops",
            "        if token is not None:\n            self.token = token",
@@ -488,8 +489,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # priority: highest first within a tenant; the stored range inclusive; the pick's third
     # query takes only due rows; a tick's merged claims are ordered by priority
     Mutant("priority-lowest-first", "priority",
-           "q.sort(key=lambda r: -priority_of(r))  # stable",
-           "q.sort(key=lambda r: priority_of(r))  # stable", "fairness"),
+           "pool.sort(key=lambda r: -(rank_of(r) or 0))  # stable",
+           "pool.sort(key=lambda r: rank_of(r) or 0)  # stable", "fairness"),
     Mutant("priority-range-exclusive", "priority",
            "MIN_PRIORITY <= value <= MAX_PRIORITY):", "MIN_PRIORITY < value < MAX_PRIORITY):",
            "fairness"),
@@ -497,7 +498,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'urgent = {**due, "priority": {"$gt": 0}}',
            'urgent = {"state": PENDING, "priority": {"$gt": 0}}', "mongo/outbox"),
     Mutant("priority-tick-not-reordered", "priority",
-           "res = await self.run_claims(by_priority(claims))", "res = await self.run_claims(claims)",
+           "claims = by_priority(claims)  # each tenant's", "claims = claims  # each tenant's",
            "worker"),
     # explain: a lease is live until its exact end, a row due from its exact not_before (as the
     # reclaim and the claim read them); the turn counts only the tenant's rows, strictly ahead
@@ -530,7 +531,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if due > due_limit(now):  # R7: no writer of ours sets one so far ahead",
            "        if False:  # R7: no writer of ours sets one so far ahead", "validation"),
     Mutant("r7-far-due-not-swept-mongo", "r7",
-           '            {"state": PENDING, "not_before": {"$gt": due_limit(now)}},  # R7: no writer\'s\n',
+           '            ({"state": PENDING, "not_before": {"$gt": due_limit(now)}}, "pending_not_before"),\n',
            "", "mongo/outbox"),
     Mutant("explain-pause-not-named", "explain",
            "    paused,  # before the limits: a paused row tries none\n", "", "holds"),
@@ -543,16 +544,27 @@ MUTANTS: tuple[Mutant, ...] = (
     # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
     # failure, ``[worker] concurrency`` honoured
     Mutant("lanes-one-per-row", "lanes",
-           "await run_lanes(units, lane_of, run,",
-           "await run_lanes(units, lambda unit: unit[0].ref, run,", "running"),
+           "pool = LanePool[Job](tg, lambda job: lane(job.claims), self._run_job,",
+           "pool = LanePool[Job](tg, lambda job: job.claims[0].ref, self._run_job,", "running"),
     Mutant("lanes-start-after-a-failure", "lanes",
-           "if out.error is not None or stopping():", "if stopping():", "lanes"),
+           "if not q or self.error is not None or self._stopping():",
+           "if not q or self._stopping():", "lanes"),
     Mutant("lanes-unbounded", "lanes",
            "limiter = anyio.CapacityLimiter(max(1, concurrency))",
-           "limiter = anyio.CapacityLimiter(max(1, len(queues)))", "lanes"),
+           "limiter = anyio.CapacityLimiter(10**6)", "lanes"),
     Mutant("lanes-concurrency-setting-ignored", "lanes",
-           "concurrency=s.concurrency, stopping=lambda: self.stopping,",
-           "concurrency=8, stopping=lambda: self.stopping,", "running"),
+           "concurrency=self.settings.concurrency,", "concurrency=8,", "running"),
+    # lanes outlive the batch: the worker loop keeps them open; the rows in them are bounded, a
+    # tenant's lane takes a claim's worth of its handed rows, one heartbeat beats the queued rows
+    Mutant("lanes-close-with-the-batch", "lanes",
+           "async with self.worker.lanes(self.stats.worker.add):",
+           "async with anyio.create_task_group():", "runtime"),
+    Mutant("lanes-rows-unbounded", "lanes",
+           "return 2 * self.claim_limit()", "return 10**6", "running"),
+    Mutant("lanes-tenant-takes-every-handed-row", "lanes",
+           "return max(1, self.claim_limit()) - self.held(tenant_id)", "return 10**6", "running"),
+    Mutant("lanes-queued-rows-not-beaten", "lanes",
+           "            self.inflight.setdefault(c.ref, Lease(c, now))\n", "", "running"),
     # the stream buffer: trusted only after a read that began with this very buffer; cleared on
     # (re)open; forgotten on ownership loss; bounded
     Mutant("stream-trust-from-an-older-buffer", "stream",
@@ -609,24 +621,37 @@ MUTANTS: tuple[Mutant, ...] = (
     # twin's tenants by their oldest high-priority row; the Mongo pick in the server's order
     # (mongomock: as stored); a hand-off whose backlog pick never stops, or gets no room
     Mutant("fair-stolen-before-owned", "fair",
-           "    return (round_robin(mine, tenant, priority_of)\n"
-           "            + round_robin(others, tenant, priority_of))[:limit]",
-           "    return (round_robin(others, tenant, priority_of)\n"
-           "            + round_robin(mine, tenant, priority_of))[:limit]", "fairness"),
+           "    return (round_robin(mine, tenant, rank_of, mine_more)\n"
+           "            + round_robin(theirs, tenant, rank_of, [d for d in more if others(d)]))[:limit]",
+           "    return (round_robin(theirs, tenant, rank_of, [d for d in more if others(d)])\n"
+           "            + round_robin(mine, tenant, rank_of, more))[:limit]", "fairness"),
     Mutant("fair-tenants-by-name", "fair",
-           "        for q in queues.values():\n            if depth < len(q):",
-           "        for _, q in sorted(queues.items(), key=lambda kv: str(kv[0])):\n"
-           "            if depth < len(q):", "fairness"),
+           "    return _turns(queues.values()) + _turns(left.values())",
+           "    return (_turns(q for _, q in sorted(queues.items(), key=lambda kv: str(kv[0])))\n"
+           "            + _turns(left.values()))", "fairness"),
     Mutant("fair-memory-tenants-by-oldest-candidate", "fair",
-           "oldest = min((nb, ref) for nb, ref, _ in due)",
-           "oldest = min((nb, ref) for nb, ref, _ in first)", "memory/outbox"),
+           "candidates.append(((places[0][0], places[0][1]),",
+           "candidates.append((min((d[0], d[1]) for d in top or places),", "memory/outbox"),
+    # priority never crosses tenants: a projection row keeps its place; the Mongo pick's third
+    # query only competes for the places its tenant's rows hold; the hand-off keeps the places
+    # a take ranked (so the kinds of the places left are as at priority 0)
+    Mutant("priority-projection-rows-ranked", "priority",
+           "return None if doc.get(\"kind\") == PROJECTION else priority_of(doc)",
+           "return priority_of(doc)", "fairness"),
+    Mutant("priority-pick-extra-rows-hold-places-mongo", "priority",
+           "picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before,\n"
+           "                               extra=extra)",
+           "picked = fairness.pick(sorted(picked + extra, key=_due), limit, prefer=prefer,\n"
+           "                               steal_before=steal_before)", "mongo/outbox"),
+    Mutant("priority-handoff-places-not-kept", "priority",
+           "        self._queued = {x.claim.ref: x for x in order}\n", "", "handoff"),
     Mutant("fair-mongo-pick-in-server-order", "fair",
            "        picked.sort(key=_due)\n", "", "mongo/outbox"),
     Mutant("fair-handoff-backlog-pick-never-stops", "fair",
            "self._pick_full = full", "self._pick_full = self._pick_full or full", "handoff"),
     Mutant("fair-handoff-crowds-out-the-pick", "fair",
-           "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)",
-           "claims += self._handoff.take(limit, tenants)", "worker"),
+           "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants,",
+           "claims += self._handoff.take(limit, tenants,", "worker"),
     # --- issue 32: the slot lifetime (harness) ---
     Mutant("limits-mongo-renew-unfenced", "limits",
            '            {"key": key, "holder": holder},\n            {"$set": {"until": until',
@@ -668,6 +693,20 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "lanes-close-with-the-batch":
+        "tests/test_lanes.py::test_a_slow_tenant_holds_only_its_own_lane_while_new_rows_of_others_arrive",
+    "lanes-rows-unbounded":
+        "tests/test_lanes.py::test_open_lanes_hold_at_most_two_claims_and_a_slow_tenant_a_claims_worth",
+    "lanes-tenant-takes-every-handed-row":
+        "tests/test_lanes.py::test_open_lanes_hold_at_most_two_claims_and_a_slow_tenant_a_claims_worth",
+    "lanes-queued-rows-not-beaten":
+        "tests/contract/test_heartbeat.py::test_a_row_queued_behind_a_slow_one_in_open_lanes_keeps_its_lease[memory]",
+    "priority-projection-rows-ranked":
+        "tests/contract/test_priority.py::test_priorities_give_no_tenant_more_turns_for_its_launches[memory]",
+    "priority-pick-extra-rows-hold-places-mongo":
+        "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[mongomock]",
+    "priority-handoff-places-not-kept":
+        "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[memory]",
     "seed-ignores-the-epoch":
         "tests/contract/test_seed.py::test_a_tenant_born_while_the_service_runs_has_its_first_event_launched",
     "net-pick-misses-due-retries":

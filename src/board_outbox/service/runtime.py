@@ -134,8 +134,9 @@ class Service(StreamWaker, Upkeep):
         self.worker.pause = self.pauses
         # the tail's rows go to this replica's worker born claimed, as far as it has room (T1)
         self.tail.handoff = self.worker
-        self.worker.on_receive = lambda: self._worker_wake.set()
+        self.worker.on_receive = self._received
         self.worker.stream_open = lambda: self.stream_open  # the idle pick is then the net
+        self.worker.on_room = self._lanes_moved
         self._awaiting_room: set[str] = set()  # tenants the worker had no room for yet
         # backpressure (T1): one factor for the tail, the worker and the loops' pauses
         self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
@@ -372,6 +373,15 @@ class Service(StreamWaker, Upkeep):
         finally:
             self._draining = False
             self._tail_move()
+            if self.worker.handed:  # the pass's rows, taken together (``_received``)
+                self._worker_wake.set()
+
+    def _received(self) -> None:
+        """Rows our tail handed over: an idle worker takes them at once; a busy one (rows in its
+        lanes) when the tail's pass ends or a lane ends, so the rows of the pass's tenants are
+        claimed together (one projection unit, one prepare read), not tenant by tenant."""
+        if not self._draining or not self.worker.busy():
+            self._worker_wake.set()
 
     async def _drain(self, full: bool) -> bool:
         tenants: list[str] | None = None
@@ -441,31 +451,43 @@ class Service(StreamWaker, Upkeep):
             self._tail_wake.set()
 
     async def _worker_loop(self) -> None:
+        """The worker's passes, in lanes that outlive a batch (``EffectWorker.lanes``): a pass
+        queues its claims and returns, and the next claims while a slow lane still runs. After
+        a pass that claimed, the next follows at once while the lanes have room; else the loop
+        waits for a wake: rows handed over, a lane that ended (room again), a pause lifted, or
+        the idle pause (backing off to 4x ``idle_seconds``, longer under backpressure)."""
         idle = self.config.worker.idle_seconds
         pause = idle
         try:
-            while not self.stopping:
-                self._worker_wake = anyio.Event()
-                res = await self.work_pass()
-                if res is None:
-                    await anyio.sleep(min(idle * 4, 1.0))
-                    res = TickResult()
-                self._room_again()
-                # a deferred row (over a limit, F2) is due again after wait_seconds: no backoff
-                ran = res.done + res.retried + res.failed + res.unrecorded + res.deferred
-                if (res.claimed == 0 or ran == 0) and not self.stopping and not self.worker.handed:
-                    # idle, or every claimed row was lost or expired (a slow store): pause
-                    # an idle worker backs off to 4x idle_seconds (our own tail wakes it at
-                    # once), longer under backpressure
+            async with self.worker.lanes(self.stats.worker.add):
+                while not self.stopping:
+                    self._worker_wake = anyio.Event()
+                    res = await self.work_pass()
+                    if res is None:
+                        await anyio.sleep(min(idle * 4, 1.0))
+                        res = TickResult()
+                    self._room_again()
+                    if self.stopping:
+                        break
+                    # every row that ended since the last pass was lost or expired (a slow
+                    # store): pause rather than claim again at once
+                    ran = res.done + res.retried + res.failed + res.unrecorded + res.deferred
+                    if res.claimed and self.worker.has_room() and (ran or not res.skipped_expired):
+                        pause = idle
+                        continue
                     with anyio.move_on_after(self.pressure.stretch(pause)):
                         await self._worker_wake.wait()
                     pause = idle if self._worker_wake.is_set() else min(pause * 2, idle * 4)
-                else:
-                    pause = idle
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self.release_handed()
             self._worker_exited.set()
+
+    def _lanes_moved(self) -> None:
+        """A lane of the worker ended with nothing left: it has room again (the worker loop
+        takes more; the tenants it had no room for are drained again)."""
+        self._worker_wake.set()
+        self._room_again()
 
     async def release_handed(self) -> None:
         """On the way out: the rows the tail handed to the worker that never started go back

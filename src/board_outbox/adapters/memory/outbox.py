@@ -195,13 +195,16 @@ class MemoryEffectOutbox:
         prefer: Collection[str] | None = None, steal_before: float | None = None,
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Due rows oldest first, taken round-robin by tenant, each tenant's highest priority
-        first (F1, ``fairness.pick``): the twin sees every due row, so its pick is exact (each
-        tenant's ``limit`` first rows by (priority desc, due time) are all a claim of ``limit``
-        can take from it)."""
+        """Due rows oldest first, taken round-robin by tenant, each tenant's subscription rows
+        highest priority first in the places they hold (F1, ``fairness.pick``): the twin sees
+        every due row, so its pick is exact (a claim of ``limit`` takes at most the places of a
+        tenant's ``limit`` oldest rows, filled from those and its ``limit`` highest-ranked
+        subscription rows)."""
         await checkpoint()
-        # per tenant: its oldest claimable row's (due time, ref), and its candidate rows
-        candidates: list[tuple[tuple[float, int], list[tuple[float, int, dict[str, Any]]]]] = []
+        # per tenant: its oldest claimable row's (due time, ref), its ``limit`` oldest rows (the
+        # places) and its highest-ranked subscription rows beyond them (``fairness.ranked``)
+        candidates: list[tuple[tuple[float, int], list[dict[str, Any]], list[dict[str, Any]]]] = []
+        ref_of: dict[int, int] = {}
         for tenant, refs in self._live.items():
             if tenants is not None and tenant not in tenants:
                 continue
@@ -215,14 +218,18 @@ class MemoryEffectOutbox:
                         stealable or fairness.stealable(doc, steal_before)):
                     due.append((nb, ref, doc))
             if due:
-                first = heapq.nsmallest(limit, due, key=lambda d: (
-                    -fairness.priority_of(d[2]), d[0], d[1]))
-                oldest = min((nb, ref) for nb, ref, _ in due)  # whatever its priority
-                candidates.append((oldest, sorted(first, key=lambda d: (d[0], d[1]))))
+                places = heapq.nsmallest(limit, due, key=lambda d: (d[0], d[1]))
+                held = {ref for _, ref, _ in places}
+                top = heapq.nsmallest(limit, (d for d in due if d[1] not in held and
+                                              fairness.rank_of(d[2]) is not None),
+                                      key=lambda d: (-fairness.priority_of(d[2]), d[0], d[1]))
+                ref_of.update((id(doc), ref) for _, ref, doc in places + top)
+                candidates.append(((places[0][0], places[0][1]), [d for _, _, d in places],
+                                   [d for _, _, d in sorted(top, key=lambda d: (d[0], d[1]))]))
         candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row
-        ref_of = {id(doc): ref for _, rows in candidates for _, ref, doc in rows}
-        picked = fairness.pick((doc for _, rows in candidates for _, _, doc in rows), limit,
-                               prefer=prefer, steal_before=steal_before)
+        picked = fairness.pick((doc for _, rows, _ in candidates for doc in rows), limit,
+                               prefer=prefer, steal_before=steal_before,
+                               extra=(doc for _, _, more in candidates for doc in more))
         claims: list[Claim] = []
         claim_id = uuid.uuid4().hex
         lease_until = now + lease_seconds

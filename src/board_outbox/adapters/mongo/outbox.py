@@ -302,18 +302,20 @@ class MongoEffectOutbox:
         0, highest first, then oldest first (over the ``pending_priority_not_before`` index,
         which holds only those: a seek on an empty index while no subscription sets a
         priority), so a high-priority row newer than the window still goes first within its
-        tenant's share.
+        tenant's share. The third query's rows only compete for the places of their tenant's
+        rows the first two read (``fairness.ranked``): priority never crosses tenants.
         Three round trips under a backlog, one otherwise, whatever the number of tenants: a
         pick that does not fill its window has read every due row, priorities and all.
 
         The rows read reach ``fairness.pick`` oldest due first (sorted here: on a server that
         walks ``pending_not_before`` that is the order they came in; a tenant's rows from the
-        second or third query are newer than its rows in the window, or it has none there).
+        second query are newer than its rows in the window, or it has none there).
         Under a preference the window is twice the limit, so owned rows behind others' fresh
         (not yet stealable) rows still fill the claim.
-        A negative priority sinks a row beneath the rows of its tenant this pick sees: under a
-        backlog, a row at -1 in the window goes before a newer row at 0 of its tenant outside
-        it (the window moves on by age, so that row's turn comes by age as ever)."""
+        A negative priority sinks a row beneath the subscription rows of its tenant this pick
+        sees: under a backlog, a row at -1 in the window goes before a newer row at 0 of its
+        tenant outside it (the window moves on by age, so that row's turn comes by age as
+        ever)."""
         started = time.monotonic()
         due: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}}
         if tenants is not None:
@@ -322,6 +324,7 @@ class MongoEffectOutbox:
         # No sort stage: mongod walks the ``pending_not_before`` index for this filter, which
         # yields the oldest due rows first; a sort would only add work on servers that sort.
         picked = await self.coll.find(due).limit(window).to_list(None)
+        extra: list[dict[str, Any]] = []
         if len(picked) >= window:
             seen = sorted({d["tenant_id"] for d in picked if isinstance(d.get("tenant_id"), str)})
             hidden = {**due, "tenant_id": {**due.get("tenant_id", {}), "$nin": seen}}
@@ -337,12 +340,16 @@ class MongoEffectOutbox:
             # the index's own order, so no sort stage where the server sorts by the index
             top = await (self.coll.find(urgent).sort(PRIORITY_ORDER).hint(PRIORITY_INDEX)
                          .limit(window).to_list(None))
-            picked += [d for d in top if d["_id"] not in have]
+            # they compete for the places of their tenant's rows read above and hold none: a
+            # priority never gives a tenant more of the claim, nor one the window did not see
+            extra = [d for d in top if d["_id"] not in have]
         # oldest due first, whatever order the server returned them in: a planner may walk
         # another index (a tenant filter: ``pending_tenant_not_before``, tenant by tenant) and a
         # server that walks none returns them as stored; at most three windows of documents
         picked.sort(key=_due)
-        picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before)
+        extra.sort(key=_due)
+        picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before,
+                               extra=extra)
         ids = [d["_id"] for d in picked]
         if not ids:
             return []

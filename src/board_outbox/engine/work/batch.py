@@ -60,14 +60,21 @@ def plan(claims: Sequence[Claim], projections: Collection[str], max_attempts: in
 
 
 def lane_of(unit: Sequence[Claim]) -> Hashable:
-    """The lane a unit runs in (``lanes.py``): its tenant's, or, for a projection unit that
-    spans tenants, one of its own (it holds up no tenant's other rows, and no other unit has
-    rows of its (tenant, projection) pairs: the order within each pair is the unit's)."""
-    tenants = {c.tenant_id for c in unit}
-    if len(tenants) == 1:
-        return unit[0].tenant_id
+    """The lane a unit runs in (``lanes.py``): its tenant's, or, for a projection's unit (the
+    rows of one projection ``plan`` batches across the tenants of a claim), that projection's
+    own: it holds up no tenant's other rows, and as the lanes outlive a claim a later claim's
+    unit of the projection queues behind an earlier one (the order within each (tenant,
+    projection) pair is the units' order). Without projection batching every unit is one row
+    and runs in its tenant's lane (``tenant_lane``)."""
     row = unit[0].row
-    return ("projection", row.projection if row is not None else None)
+    if len(unit) > 1 or (row is not None and row.kind == PROJECTION):
+        return ("projection", row.projection if row is not None else None)
+    return unit[0].tenant_id
+
+
+def tenant_lane(unit: Sequence[Claim]) -> Hashable:
+    """The lane of a unit of one row without projection batching: its tenant's."""
+    return unit[0].tenant_id
 
 
 async def apply_batch(

@@ -14,17 +14,18 @@ from __future__ import annotations
 import heapq
 import uuid
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from board_outbox.engine.flow.leases import Lease, current
 from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.model.clock import Clock
-from board_outbox.model.fairness import prioritized, round_robin
+from board_outbox.model.domain import PROJECTION
+from board_outbox.model.fairness import prioritized, ranked, round_robin
 from board_outbox.ports import Claim, ClaimTerms
 
 __all__ = ["EXPECTED_MAX", "HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX_BATCHES",
-           "PICK_IDLES", "TERMS_SHARE", "HandoffQueue", "by_priority", "claim_priority"]
+           "PICK_IDLES", "TERMS_SHARE", "TURNS_KEPT", "HandoffQueue", "by_priority", "claim_priority"]
 
 # The hand-off (the rows our tail inserts born claimed for this worker) takes rows as long as
 # they start within HANDOFF_LEASE_SHARE of a lease at the measured pace, at least
@@ -45,17 +46,23 @@ PICK_IDLES = 4
 TERMS_SHARE = 0.25
 # due times of rows given back pending that the pick schedule keeps (``expect``): the earliest
 EXPECTED_MAX = 1000
+# tenants whose last turn in a take is kept beyond those with rows waiting (``take``)
+TURNS_KEPT = 10_000
 
 
-def claim_priority(claim: Claim) -> int:
-    """The priority a claimed row was materialized with (a row that does not decode: 0)."""
-    return claim.row.priority if claim.row is not None else 0
+def claim_priority(claim: Claim) -> int | None:
+    """The rank of a claimed row within its tenant's share (``fairness.ranked``): the priority
+    its subscription row was materialized with; None for a projection row or a row that does
+    not decode (each keeps its place)."""
+    row = claim.row
+    return None if row is None or row.kind == PROJECTION else row.priority
 
 
 def by_priority(claims: list[Claim]) -> list[Claim]:
     """A tick's claims (the hand-off's, the expired leases', the pick's) with each tenant's
-    highest priority first, equal priorities in their claimed order, the tenants' turns where
-    they were (``fairness.prioritized``): the lanes then run each tenant's rows in this order."""
+    subscription rows highest priority first in the places they hold, equal priorities in their
+    claimed order, the tenants' turns and the projection rows' places where they were
+    (``fairness.prioritized``): the lanes then run each tenant's rows in this order."""
     return prioritized(claims, lambda c: c.tenant_id, claim_priority)
 
 
@@ -73,6 +80,10 @@ class HandoffQueue:
         # leases (the heartbeat extends them while they wait); taken before any pick
         self._queued: dict[Any, Lease] = {}
         self._queued_by_tenant: dict[str, int] = {}
+        # F1: each tenant's last turn in a take (a count of the rows taken): the tenants' turns
+        # rotate from take to take (``take``)
+        self._turns: dict[str, int] = {}
+        self._served = 0
         self._handing = False  # fed by a tail: the pick runs on its schedule (``pick_due``)
         self._next_pick = -float("inf")
         self._next_net = -float("inf")  # the pick's schedule while the change stream is open
@@ -103,8 +114,7 @@ class HandoffQueue:
         """Rows of ``tenant_id`` this worker takes now: none while it holds a claim's worth of
         the tenant's rows (F1: a burst waits in the event log, a quiet tenant's row never waits
         behind it) or while it stops; else what it has room for (``capacity``, less the
-        ``running`` rows of the batch in flight and the rows queued), at least a claim's
-        worth."""
+        ``running`` rows in flight and the rows queued), at least a claim's worth."""
         if stopping or self._queued_by_tenant.get(tenant_id, 0) >= self.batch_size:
             return 0
         return max(self.batch_size, capacity - running - len(self._queued))
@@ -203,20 +213,52 @@ class HandoffQueue:
         if len(self._due) > EXPECTED_MAX:
             self._due = heapq.nsmallest(EXPECTED_MAX, self._due)
 
-    def take(self, room: int, tenants: Collection[str] | None) -> list[Claim]:
-        """Up to ``room`` handed rows (of ``tenants`` only, when given), fairly (F1): round-robin
-        by tenant, each tenant's highest priority first and, among equal priorities, oldest
-        first, so a quiet tenant's fresh row is not queued behind a noisy tenant's burst. Each
-        comes with its lease as the heartbeat left it."""
+    def take(self, room: int, tenants: Collection[str] | None,
+             most: Callable[[str], int] | None = None) -> list[Claim]:
+        """Up to ``room`` handed rows (of ``tenants`` only, when given; at most ``most(t)`` of
+        tenant ``t``'s: a lane holding a claim's worth takes none), fairly (F1): round-robin by
+        tenant, each tenant's subscription rows highest priority first and, among equal
+        priorities, oldest first (``fairness.ranked``), so a quiet tenant's fresh row is not
+        queued behind a noisy tenant's burst. The tenants' turns rotate from take to take: a
+        tenant served goes behind the tenants not served since (a take of fewer rows than
+        tenants does not start from the same tenant each time; which of its rows a tenant
+        runs never moves its turn). Each comes with its lease as the heartbeat left it."""
         if room <= 0 or not self._queued:
             return []
         self.dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting
-        eligible = [x for x in self._queued.values()
-                    if tenants is None or x.claim.tenant_id in tenants]
-        taken = round_robin(eligible, lambda x: x.claim.tenant_id,
-                            lambda x: claim_priority(x.claim))[:room]
+        turn = self._turns
+        left: dict[str, int] = {}
+        eligible = []
+        for x in self._rank():
+            t = x.claim.tenant_id
+            if tenants is not None and t not in tenants:
+                continue
+            n = left[t] = left[t] - 1 if t in left else (room if most is None else most(t)) - 1
+            if n >= 0:
+                eligible.append(x)
+        eligible.sort(key=lambda x: turn.get(x.claim.tenant_id, -1))  # stable: oldest first
+        taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]
+        for x in taken:
+            self._served += 1
+            turn[x.claim.tenant_id] = self._served
+        if len(turn) > TURNS_KEPT:  # forget the tenants with no row waiting
+            self._turns = {t: n for t, n in turn.items() if t in self._queued_by_tenant}
         self.dequeue(taken)
         return [current(x) for x in taken]
+
+    def _rank(self) -> list[Lease]:
+        """Each tenant's waiting rows ``fairness.ranked`` into the places (positions in the
+        queue, oldest first) its rows hold, and kept so: a row a higher-priority row overtook
+        takes the place that row held, so the places left keep the kinds of row they had (a
+        tenant's next take is a launch's or a projection row's as it would be at priority 0)."""
+        queues: dict[str, list[Lease]] = {}
+        for x in self._queued.values():
+            queues.setdefault(x.claim.tenant_id, []).append(x)
+        ordered = {t: iter(ranked(q, lambda x: claim_priority(x.claim))[0])
+                   for t, q in queues.items()}
+        order = [next(ordered[x.claim.tenant_id]) for x in self._queued.values()]
+        self._queued = {x.claim.ref: x for x in order}
+        return order
 
     def beat_due(self, now: float) -> bool:
         """Whether the waiting rows' leases are due a beat between batches."""

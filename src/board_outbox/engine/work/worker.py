@@ -27,7 +27,7 @@ from board_outbox.engine.work.batch import BatchUnit
 from board_outbox.engine.work.completer import Completer
 from board_outbox.engine.work.handoff import HANDOFF_BATCHES, PICK_IDLES, HandoffQueue, by_priority
 from board_outbox.engine.work.outcomes import Outcome, TickResult
-from board_outbox.engine.work.running import BatchRunning
+from board_outbox.engine.work.running import Batch, BatchRunning, Open
 from board_outbox.engine.work.watchdog import LoopWatch, Progress, deadline
 from board_outbox.engine.work.worksettings import WorkerSettings
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
@@ -118,6 +118,10 @@ class EffectWorker(BatchRunning):
         self._leases.on_unavailable = self._store_failed  # a lease beat that timed out
         # F3: a row whose tenant or subscription is paused is held, not run (pause.py)
         self.pause: PauseGate | None = None
+        # the lanes while they are open (``running.BatchRunning.lanes``: they outlive a batch)
+        self._open: Open | None = None
+        # called when a lane ended with nothing left to run (the service's loop takes more)
+        self.on_room: Callable[[], None] = lambda: None
 
     @property
     def outbox(self) -> EffectOutbox:
@@ -224,23 +228,36 @@ class EffectWorker(BatchRunning):
 
         Rows handed over by our tail (``hand_off``) are claimed first, by ref. F1: they are our
         owned tenants' fresh rows; when the pick runs they take at most half the claim, the
-        other half is the fair pick's (other tenants' due rows wait for the next pick at most)."""
+        other half is the fair pick's (other tenants' due rows wait for the next pick at most).
+
+        Inside open lanes (``lanes``, the service's worker loop) the claims are queued in them
+        and the tick returns: its result counts them as claimed, and what became of the rows
+        that ended since the last tick. The claim then takes only what the lanes have room for
+        (``bound``), no handed row of a tenant whose lane holds a claim's worth already, and
+        picks only with room for half a claim (a slow lane does not turn the pick into one
+        query per row). Outside, the tick runs its claims to their end (``run_claims``)."""
+        self.raise_failed()  # a unit raised in the open lanes since the last tick
         s = self.settings
         total = await self.sweep()
         now = self.clock.now()
         claims: list[Claim] = []
-        limit = self.claim_limit()
-        pick = self._handoff.pick_due(now, stream_open=self.stream_open())
+        limit = whole = self.claim_limit()
+        room = self.room_in_lanes()
+        if room is not None:
+            limit = min(limit, room)
+        pick = self._handoff.pick_due(now, stream_open=self.stream_open()) and (
+            room is None or room >= max(1, whole // 2))
         # F1: when the pick runs the handed rows take half the claim (at least one row: a tick
         # with handed rows always runs one), the fair pick the rest
-        claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)
+        claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants,
+                                     None if room is None else self.lane_room)
         if self._handoff.beat_due(now):
             await self._beat_queued(now)
         asked = time.monotonic()
         calls = 0
         for _ in range(BROKEN_PER_TICK):
             try:
-                if now >= self._next_reclaim and len(claims) < limit:
+                if now >= self._next_reclaim and len(claims) < limit and (room is None or pick):
                     calls += 1
                     want = limit - len(claims)
                     got = await self.outbox.reclaim_expired(now, s.lease_seconds, want,
@@ -278,19 +295,30 @@ class EffectWorker(BatchRunning):
                 break
         if calls and self.pressure is not None:
             self.pressure.observe(time.monotonic() - asked)
-        self.adapt(limit, len(claims))
-        t0 = self.clock.now()
-        res = await self.run_claims(by_priority(claims))  # each tenant's highest priority first
-        ran = res.claimed - res.skipped_expired - res.released
-        if claims and ran <= 0 and res.skipped_expired:
-            # every row's lease ran out before it started (a slow store): claim fewer
-            self._row_seconds = max(self._row_seconds, s.lease_seconds / max(1, len(claims)))
-        elif ran > 0:
-            per_row = max(0.0, self.clock.now() - t0) / ran
-            self._row_seconds = per_row if self._row_seconds <= 0 else (
-                0.7 * self._row_seconds + 0.3 * per_row)
+        if limit > 0:
+            self.adapt(limit, len(claims))
+        claims = by_priority(claims)  # each tenant's highest priority first
+        if room is None:
+            res = await self.run_claims(claims)
+        else:
+            await self.submit(claims)
+            res = self.collect()
+            res.claimed += len(claims)
         total.add(res)
         return total
+
+    def _paced(self, batch: Batch) -> None:
+        """A tick's claims all left the lanes: one row's time, measured on them (an EWMA); a
+        batch whose every row found its lease ended before it started claims fewer next."""
+        s = self.settings
+        ran = batch.rows - batch.expired
+        if batch.rows and ran <= 0 and batch.expired:
+            # every row's lease ran out before it started (a slow store): claim fewer
+            self._row_seconds = max(self._row_seconds, s.lease_seconds / max(1, batch.rows))
+        elif ran > 0:
+            per_row = max(0.0, self.clock.now() - batch.started) / ran
+            self._row_seconds = per_row if self._row_seconds <= 0 else (
+                0.7 * self._row_seconds + 0.3 * per_row)
 
     async def _prepare(self, claims: list[Claim]) -> dict[str, Any]:
         """Each handler's batch read (``prepare(rows)``, optional): e.g. every subscription the

@@ -42,9 +42,9 @@ class WorkerSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # each claimed batch and, while it runs, every this long (a launch's done mark waits at most
     # this long plus the write)
     mark_flush_seconds: Pos = 0.05
-    # rows of different tenants in one claimed batch run at once, up to this many; a tenant's
-    # rows run one after another in their order (``lanes.py``): a slow launch holds up only its
-    # own tenant
+    # lanes running at once, one per tenant (``lanes.py``): a tenant's rows run one after
+    # another in their order, different tenants' side by side; the lanes outlive a claimed
+    # batch, so a slow launch holds up only its own tenant
     concurrency: PosInt = 8
 
     @property
