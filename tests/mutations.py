@@ -166,7 +166,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '{"state": PENDING, "not_before": {"$lte": now}}',
            '{"state": PENDING, "not_before": {"$lt": now}}', "mongo/outbox"),
     Mutant("reclaim-exact-instant-memory", "bounds",
-           "(_number(lease) and lease <= now)", "(_number(lease) and lease < now)",
+           "_number(lease) and lease <= now:", "_number(lease) and lease < now:",
            "memory/outbox"),
     Mutant("reclaim-exact-instant-mongo", "bounds",
            '{"state": CLAIMED, "lease_until": {"$lte": now}}',
@@ -688,6 +688,148 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("subscription-written-unchecked", "adopt",
            "    problem = subscription_problem(sub) or key_problem(\"bot\", sub.bot)",
            "    problem = None", "subscribing"),
+    # --- the fifth round: bulk done marks under cancellation and shutdown, one broken row in a
+    # bulk write, the read back after a short bulk write, outages longer than the original
+    # lease, the edges, the audit's repair -------------------------------------------------
+    # cancellation and shutdown: a flush cut off with nothing else staged keeps its marks; the
+    # closing flush is shielded; a cancelled batch gives back only rows whose mark is not staged
+    Mutant("flush-cancelled-alone-drops-marks", "marks",
+           "                if self._staged is not None:\n                    self._staged[:0] = batch",
+           "                if self._staged:\n                    self._staged[:0] = batch", "completer"),
+    Mutant("closing-flush-unshielded", "marks",
+           "            with anyio.CancelScope(shield=True):\n                await self.flush()",
+           "            with anyio.CancelScope():\n                await self.flush()", "completer"),
+    Mutant("cancelled-batch-gives-back-staged-rows", "marks",
+           "            run.tally.released += await self.completer.release(self._unstaged(back))",
+           "            run.tally.released += await self.completer.release(back)", "running"),
+    Mutant("release-unshielded", "marks",
+           "        with anyio.CancelScope(shield=True):\n            for claim in claims:",
+           "        with anyio.CancelScope():\n            for claim in claims:", "completer"),
+    # one broken row in a bulk write: each mark alone, only the broken one parked
+    Mutant("bulk-refusal-parks-every-row", "marks",
+           "            alone = [(x.claim, await self._mark_alone(x, m))"
+           " for x, m in zip(batch, marks, strict=True)]",
+           "            alone = [(x.claim, await self.park_broken(x.claim.ref, x.claim.claim_id, 'refused',"
+           " _ctx(x.row))) for x in batch]", "completer"),
+    Mutant("bulk-refusal-records-nothing", "marks",
+           "            alone = [(x.claim, await self._mark_alone(x, m))"
+           " for x, m in zip(batch, marks, strict=True)]",
+           "            alone = [(x.claim, 'unrecorded') for x in batch]", "completer"),
+    Mutant("broken-mark-never-parked", "marks",
+           "        except StoreUnavailable as exc:\n            log.error(\"effect done but not recorded",
+           "        except StoreError as exc:\n            log.error(\"effect done but not recorded",
+           "completer"),
+    Mutant("gathered-refusal-fails-every-tenant", "marks",
+           "        if len(writes) == 1:\n            writes[0].error = exc\n            return\n",
+           "        for w in writes:\n            w.error = exc\n        return\n", "gathered"),
+    Mutant("reclaim-broken-row-blames-the-first-mongo", "marks",
+           'raise BrokenRow(d["_id"], f"reclaim: {cap(problem, 500)}")',
+           'raise BrokenRow(found[0]["_id"], f"reclaim: {cap(problem, 500)}")', "mongo/outbox"),
+    Mutant("reclaim-writes-before-checking-memory", "marks",
+           "        for ref in expired:\n            problem = (T.refusal(self._docs[ref], probe)\n"
+           "                       or T.refusal(self._docs[ref], T.lease_expired(attempt=0, now=now)))\n"
+           "            if problem is not None:\n"
+           '                raise BrokenRow(ref, f"reclaim: {problem}")\n',
+           "", "memory/outbox"),
+    # the read back after a short bulk write: a row counts as ours only in the state we wrote,
+    # under our claim
+    Mutant("marks-read-back-ignores-state-mongo", "marks",
+           'moved = {d["_id"] for d in docs if want.get(d["_id"]) == (d.get("claim_id"), d.get("state"))}',
+           'moved = {d["_id"] for d in docs if want.get(d["_id"], ("",))[0] == d.get("claim_id")}',
+           "mongo/outbox"),
+    Mutant("marks-read-back-ignores-state-memory", "marks",
+           'if was is not None and was.get("claim_id") == m.claim_id and \\\n'
+           '                        was.get("state") == m.t.set.get("state", CLAIMED):',
+           'if was is not None and was.get("claim_id") == m.claim_id:', "memory/outbox"),
+    Mutant("claim-trusts-the-modified-count-mongo", "marks",
+           "            if modified == len(ids):\n                # no race lost",
+           "            if True:\n                # no race lost", "mongo/outbox"),
+    Mutant("claim-read-back-takes-others-rows-mongo", "marks",
+           "            else:\n"
+           '                docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]',
+           "            else:\n                docs = await self.read_ids(ids)", "mongo/outbox"),
+    Mutant("reclaim-read-back-takes-others-rows-mongo", "marks",
+           '        docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]\n'
+           "        if not docs:\n            return []\n        whys",
+           "        docs = await self.read_ids(ids)\n"
+           "        if not docs:\n            return []\n        whys",
+           "mongo/outbox"),
+    Mutant("adopt-takes-another-claims-rows-mongo", "marks",
+           'if d.get("state") == CLAIMED and d.get("claim_id") in ours and until is not None:',
+           'if d.get("state") == CLAIMED and until is not None:', "mongo/outbox"),
+    Mutant("adopt-takes-another-claims-rows-memory", "marks",
+           'if (held.get("state") == CLAIMED and held.get("claim_id") in ours',
+           'if (held.get("state") == CLAIMED and claim is not None', "memory/outbox"),
+    Mutant("adopt-forgets-earlier-terms", "marks",
+           "adopt=tuple(cid for cid, _ in self._minted))", "adopt=())", "handoff"),
+    # outages longer than the original lease: the flush rides out to the lease as the heartbeat
+    # extended it; a staged row keeps its heartbeat until its flush; the hand-off's beat window
+    # is two beats; riders stop with their lease; a lost queued lease is never run
+    Mutant("flush-gives-up-at-the-original-lease", "leases",
+           "lambda: min(self.lease_until(x.claim) for x in batch),",
+           "lambda: min(x.claim.lease_until for x in batch),", "completer"),
+    Mutant("staged-row-leaves-the-heartbeat", "leases",
+           '            if outcome != "staged":  # a staged row stays in flight until its flush',
+           "            if True:  # a staged row stays in flight until its flush", "worker"),
+    Mutant("staged-unit-leaves-the-heartbeat", "leases",
+           "                if not self.completer.staged(c.ref):  # a staged row stays until its flush",
+           "                if True:  # a staged row stays until its flush", "worker"),
+    Mutant("settled-rows-keep-their-leases", "leases",
+           "        for ref in refs:\n            self.inflight.pop(ref, None)",
+           "        for ref in refs:\n            pass", "leases"),
+    Mutant("handoff-beat-window-one-beat", "leases",
+           "horizon = now + 2 * self.lease_seconds * max(self.heartbeat_fraction, 0.1)",
+           "horizon = now + 1 * self.lease_seconds * max(self.heartbeat_fraction, 0.1)", "handoff"),
+    Mutant("heartbeat-skips-handed-rows", "leases",
+           "            await self.extend_many(list(self.inflight.values()) +\n"
+           "                                   self._handoff.due(self.clock.now()))",
+           "            await self.extend_many(list(self.inflight.values()))", "running"),
+    Mutant("riders-ride-a-lost-lease", "leases",
+           "        for lease in leases:\n            if not lease.stopped:\n"
+           "                for ride in list(lease.riders):",
+           "        for lease in leases:\n            if True:\n"
+           "                for ride in list(lease.riders):", "leases"),
+    Mutant("beat-extends-farthest-leases-first", "leases",
+           "order = sorted(groups.items(), key=lambda kv: min(x.until for x in kv[1]))",
+           "order = sorted(groups.items(), key=lambda kv: -min(x.until for x in kv[1]))", "leases"),
+    Mutant("handoff-runs-a-lost-lease", "leases",
+           "        self.dequeue([x for x in self._queued.values() if x.stopped])  # lost while waiting\n",
+           "", "handoff"),
+    # the edges
+    Mutant("handoff-room-ignores-the-queue", "edges",
+           "return max(self.batch_size, capacity - running - len(self._queued))",
+           "return max(self.batch_size, capacity - running)", "handoff"),
+    Mutant("insert-error-taken-for-a-duplicate-mongo", "edges",
+           'if any(e.get("code") != DUPLICATE_KEY for e in errors) or details.get("writeConcernErrors"):',
+           'if details.get("writeConcernErrors"):', "mongo/outbox"),
+    Mutant("stream-trust-from-a-full-read", "edges",
+           "if gen is not None and buffer is not None and not res.stopped and not self.more_behind(res):",
+           "if gen is not None and buffer is not None and not res.stopped:", "tail"),
+    Mutant("lanes-last-error-wins", "edges",
+           "                        if self.error is None:\n                            self.error = exc",
+           "                        self.error = exc", "lanes"),
+    Mutant("pause-release-failure-waits-for-the-sweep", "edges",
+           "            self._release_passes = max(self._release_passes, 1)", "            pass",
+           "engine/flow/pause"),
+    Mutant("coalesce-into-a-running-row", "edges",
+           "        if covered.state == CLAIMED:\n            raise CoalesceHold",
+           "        if False:\n            raise CoalesceHold", "coalesce"),
+    Mutant("priority-sorted-across-tenants", "edges",
+           "    return [queues[tenant_of(item)].pop() for item in items]",
+           "    return sorted(items, key=lambda r: -priority_of(r))", "fairness"),
+    Mutant("bulk-replay-catches-up-after-a-slow-page", "edges",
+           "self.next_at = max(now, self.next_at or now) + self.gap",
+           "self.next_at = (self.next_at or now) + self.gap", "bulk_replay"),
+    Mutant("bulk-replay-past-the-plan", "edges",
+           "if taken >= plan.matched or stop.requested:", "if stop.requested:", "bulk_replay"),
+    # the audit's repair writes only the rows found missing (an expired row stays expired)
+    Mutant("audit-repair-rewrites-every-owed-row", "audit",
+           "            rep.repaired += await self._repair(tenant_id, [s for s in snaps\n"
+           "                                                           "
+           "if s.seq in {r.seq for r in missing}],\n"
+           "                                               {r.row_key for r in missing}, now)",
+           "            rep.repaired += await self._repair(tenant_id, snaps, {r.row_key for r in owed}, now)",
+           "audit"),
 )
 
 # The test expected to catch a mutant, for those the committed results table does not name yet
@@ -817,6 +959,81 @@ CATCHERS: dict[str, str] = {
         "tests/test_subscription_cache.py::test_our_own_writes_empty_the_cache",
     "subcache-unbounded":
         "tests/test_subscription_cache.py::test_the_cache_holds_at_most_its_tenants_then_starts_over",
+    # the fifth round
+    "flush-cancelled-alone-drops-marks":
+        "tests/contract/test_bulk_marks.py::test_a_timer_flush_cut_off_with_nothing_else_staged_keeps_its_marks[memory]",
+    "closing-flush-unshielded":
+        "tests/contract/test_bulk_marks.py::test_a_batch_cancelled_at_shutdown_writes_the_marks_of_the_effects_that_ran[memory]",
+    "cancelled-batch-gives-back-staged-rows":
+        "tests/contract/test_bulk_marks.py::test_a_cancelled_unit_gives_back_only_the_rows_whose_marks_are_not_staged[memory]",
+    "release-unshielded":
+        "tests/contract/test_bulk_marks.py::test_a_batch_cancelled_at_shutdown_writes_the_marks_of_the_effects_that_ran[memory]",
+    "bulk-refusal-parks-every-row":
+        "tests/contract/test_bulk_marks.py::test_a_bulk_write_refused_for_one_row_parks_that_row_alone[memory]",
+    "bulk-refusal-records-nothing":
+        "tests/contract/test_bulk_marks.py::test_a_bulk_write_refused_for_one_row_parks_that_row_alone[memory]",
+    "broken-mark-never-parked":
+        "tests/contract/test_bulk_marks.py::test_a_bulk_write_refused_for_one_row_parks_that_row_alone[memory]",
+    "marks-read-back-ignores-state-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_short_bulk_write_counts_only_rows_in_the_marks_state_under_its_claim[mongomock]",
+    "marks-read-back-ignores-state-memory":
+        "tests/contract/test_bulk_marks.py::test_a_short_bulk_write_counts_only_rows_in_the_marks_state_under_its_claim[memory]",
+    "claim-trusts-the-modified-count-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "claim-read-back-takes-others-rows-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_claim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "gathered-refusal-fails-every-tenant":
+        "tests/contract/test_bulk_marks.py::test_a_gathered_write_refused_for_one_tenant_fails_only_that_tenants_rows[memory]",
+    "reclaim-broken-row-blames-the-first-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_row_refusing_its_reclaim_costs_only_itself[mongomock]",
+    "reclaim-writes-before-checking-memory":
+        "tests/contract/test_bulk_marks.py::test_a_row_refusing_its_reclaim_costs_only_itself[memory]",
+    "reclaim-read-back-takes-others-rows-mongo":
+        "tests/contract/test_bulk_marks.py::test_a_reclaim_that_loses_a_race_for_a_row_returns_only_the_rows_it_holds[mongomock]",
+    "flush-gives-up-at-the-original-lease":
+        "tests/contract/test_long_outages.py::test_a_flush_rides_out_an_outage_past_the_original_lease_while_the_heartbeat_holds[memory-launch]",
+    "staged-row-leaves-the-heartbeat":
+        "tests/contract/test_long_outages.py::test_a_flush_rides_out_an_outage_past_the_original_lease_while_the_heartbeat_holds[memory-launch]",
+    "staged-unit-leaves-the-heartbeat":
+        "tests/contract/test_long_outages.py::test_a_flush_rides_out_an_outage_past_the_original_lease_while_the_heartbeat_holds[memory-projection]",
+    "settled-rows-keep-their-leases":
+        "tests/contract/test_long_outages.py::test_a_row_leaves_the_heartbeat_once_its_mark_is_written[memory]",
+    "handoff-beat-window-one-beat":
+        "tests/contract/test_long_outages.py::test_a_failed_beat_between_batches_is_ridden_out_by_the_handed_rows[memory]",
+    "heartbeat-skips-handed-rows":
+        "tests/contract/test_long_outages.py::test_handed_rows_keep_their_leases_while_a_long_effect_runs_ahead_of_them[memory]",
+    "riders-ride-a-lost-lease":
+        "tests/contract/test_long_outages.py::test_a_launch_whose_lease_was_lost_stops_renewing_its_slots[memory]",
+    "beat-extends-farthest-leases-first":
+        "tests/contract/test_long_outages.py::test_a_beat_cut_short_by_the_store_has_extended_the_leases_nearest_their_end[memory]",
+    "handoff-runs-a-lost-lease":
+        "tests/contract/test_edges.py::test_a_handed_row_whose_lease_was_lost_while_it_waited_is_never_run[memory]",
+    "handoff-room-ignores-the-queue":
+        "tests/contract/test_edges.py::test_the_hand_off_room_counts_the_rows_already_waiting[memory]",
+    "insert-error-taken-for-a-duplicate-mongo":
+        "tests/contract/test_edges.py::test_an_insert_error_that_is_not_a_duplicate_key_stops_the_cursor[mongomock]",
+    "stream-trust-from-a-full-read":
+        "tests/contract/test_edges.py::test_a_read_that_filled_its_limit_earns_the_buffer_no_trust",
+    "lanes-last-error-wins":
+        "tests/contract/test_edges.py::test_of_two_failing_lanes_the_first_failure_is_raised",
+    "pause-release-failure-waits-for-the-sweep":
+        "tests/contract/test_edges.py::test_a_pause_release_that_fails_is_tried_again_at_the_next_read[memory]",
+    "coalesce-into-a-running-row":
+        "tests/contract/test_edges.py::test_a_row_is_never_coalesced_into_a_newer_row_that_is_still_running[memory]",
+    "priority-sorted-across-tenants":
+        "tests/contract/test_edges.py::test_priority_orders_a_tenants_own_rows_and_never_one_tenant_ahead_of_anothers_turn",
+    "bulk-replay-catches-up-after-a-slow-page":
+        "tests/contract/test_edges.py::test_a_bulk_replay_does_not_catch_up_after_a_slow_page[memory]",
+    "bulk-replay-past-the-plan":
+        "tests/contract/test_edges.py::test_a_bulk_replay_applies_no_more_rows_than_its_plan_counted[memory]",
+    "audit-repair-rewrites-every-owed-row":
+        "tests/contract/test_audit.py::test_repair_rewrites_only_the_missing_rows_of_a_mixed_range[memory]",
+    "adopt-takes-another-claims-rows-mongo":
+        "tests/contract/test_handoff.py::test_two_replicas_inserting_the_same_rows_collapse_on_the_row_key[mongomock]",
+    "adopt-takes-another-claims-rows-memory":
+        "tests/contract/test_handoff.py::test_two_replicas_inserting_the_same_rows_collapse_on_the_row_key[memory]",
+    "adopt-forgets-earlier-terms":
+        "tests/contract/test_handoff.py::test_rows_an_insert_wrote_after_its_caller_gave_up_run_now_and_once[memory]",
 }
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
@@ -1035,6 +1252,42 @@ def run_mutant(m: Mutant, unit: bool, harness: bool, first: str = "") -> Result:
     return res
 
 
+# the whole suite as CI runs it (two workers, the live tests too), for ``--together``
+SUITE = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         "--durations=15", *(f"--deselect={t}" for t in UNIT_DESELECT)]
+
+
+def run_together(chosen: list[Mutant], timeout: float) -> int:
+    """Every chosen mutant applied to one copy (a mutant whose snippet an earlier one rewrote is
+    left out, said so), then the whole suite once, without ``-x``: how long a broken build
+    takes to fail, and how many tests say so. Exit status 0 when the suite failed (the build is
+    broken: it must), 1 when it passed or did not finish within ``timeout``."""
+    with tempfile.TemporaryDirectory(prefix="mutants-together-") as tmp:
+        copy = Path(tmp)
+        make_copy(copy)
+        applied: list[str] = []
+        for m in chosen:
+            try:
+                apply(m, copy)
+                applied.append(m.name)
+            except MutantError as exc:
+                print(f"  left out: {str(exc).splitlines()[0]}", file=sys.stderr)
+        print(f"{len(applied)} mutants applied at once: {', '.join(applied)}", file=sys.stderr,
+              flush=True)
+        t0 = time.monotonic()
+        rc, out = run(SUITE, copy, timeout)
+        took = time.monotonic() - t0
+    lines = out.strip().splitlines()
+    tally = next((x for x in reversed(lines) if " passed" in x or " failed" in x), "?")
+    slowest = [x for x in lines if re.match(r"\s*[0-9.]+s (call|setup|teardown) ", x)][:15]
+    failed = sorted({m.group(2) for x in lines if (m := re.match(r"(FAILED|ERROR) (\S+)", x))})
+    print("\n".join(slowest))
+    print(f"\n{len(failed)} tests failed, e.g.: {', '.join(failed[:10])}")
+    state = "did not finish" if rc is None else ("failed" if rc else "PASSED")
+    print(f"the suite with {len(applied)} mutants at once {state} in {took:.0f}s: {tally}")
+    return 0 if rc not in (None, 0) else 1
+
+
 def preflight(baseline: bool) -> None:
     """The copy, not the editable install, must be what the subprocesses import: a copy whose
     domain module raises at import must fail, and ``board_outbox`` must resolve inside it. With
@@ -1113,6 +1366,12 @@ def main(argv: list[str] | None = None) -> int:
                          "first (default: the committed table)")
     ap.add_argument("--suite-only", action="store_true",
                     help="never run a catcher first: the whole unit suite for every mutant")
+    ap.add_argument("--together", action="store_true",
+                    help="apply every chosen mutant (--only, else all) to ONE copy and time the "
+                         "whole suite once, as CI runs it, without -x: how long a broken build "
+                         "takes to fail")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="with --together: the suite's bound in seconds (default 1800)")
     args = ap.parse_args(argv)
     if args.list:
         for m in MUTANTS:
@@ -1129,6 +1388,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown mutant(s): {', '.join(unknown)}")
         chosen = [m for m in MUTANTS if m.name in args.only]
+    if args.together:
+        return run_together(chosen, args.timeout)
     known = catchers(args.catchers)
     preflight(baseline=not args.no_unit and not args.no_baseline)
     t0 = time.monotonic()

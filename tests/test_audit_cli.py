@@ -172,6 +172,7 @@ def test_help(command: str, flag: str, capsys: pytest.CaptureFixture[str]) -> No
 # --- over the wire -----------------------------------------------------------------------
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 @pytest.mark.live_mongo
 @pytest.mark.anyio
 async def test_the_service_audit_and_the_commands_find_a_deleted_row_and_an_orphan_on_the_wire(

@@ -1756,6 +1756,7 @@ async def test_many_new_tenants_are_seeded_in_one_write_not_one_by_one(
         assert "cursors.seed_many" not in calls
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 @pytest.mark.anyio
 @pytest.mark.parametrize("side", ["memory", "mongomock"])
 async def test_status_costs_the_same_queries_for_10_or_1000_tenants(

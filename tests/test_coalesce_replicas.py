@@ -83,6 +83,7 @@ async def test_a_burst_on_one_card_across_two_replicas_memory() -> None:
     await scenario(lambda _name: backend.stores(), [launcher])
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 @pytest.mark.live_mongo
 async def test_a_burst_on_one_card_across_two_replicas_on_the_wire(live_db: Any) -> None:
     from board_outbox.adapters.mongo.client import mongo_stores

@@ -149,6 +149,7 @@ def failpoints(live: LiveServer) -> Iterator[MongoClient[dict[str, Any]]]:
     admin.close()
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 def test_the_console_in_a_browser_over_a_running_service(
     live_uri: str, tmp_path: Path, browser: Any, failpoints: MongoClient[dict[str, Any]],
 ) -> None:

@@ -27,11 +27,12 @@ from tests.harness.sim import (
 choices = st.lists(st.integers(0, 2**16), min_size=20, max_size=250)
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 def test_200_schedules_hold_every_invariant() -> None:
     """With the lease heartbeat (O4) simulated, no lease expires between a launch and its mark:
     the 10,000-schedule run has 0 such doubles (was 353). Each replica is the service ``run``
     builds, membership on, driven pass by pass."""
-    rep = run_many(200)
+    rep = run_many(200, stop_at_first=True)
     assert rep.violations == []
     assert rep.schedules == 200
     for kind in ("transient", "crash_before", "crash_after"):
@@ -57,7 +58,7 @@ def test_without_the_heartbeat_the_residual_window_is_visited(monkeypatch: pytes
     from tests.harness import sim
 
     monkeypatch.setattr(sim, "HEARTBEAT", False)
-    rep = run_many(100)
+    rep = run_many(100, stop_at_first=True)
     assert rep.violations == []
     doubles = sum(n for k, n in rep.residual.items() if k.startswith("double launch"))
     assert doubles > 0  # the residual window is really visited, and reported apart
@@ -109,7 +110,7 @@ def test_harness_catches_unfenced_marks(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_without_membership_every_invariant_holds_too() -> None:
     """Ownership off (``[membership] enabled = false``): every replica drains every tenant."""
-    rep = run_many(60, first_seed=1000, membership=False)
+    rep = run_many(60, first_seed=1000, membership=False, stop_at_first=True)
     assert rep.violations == []
     assert rep.env["member_leave"] == 0 and rep.launches > 50
     assert rep.covered["claims of another owner's row"] == 0
@@ -205,6 +206,7 @@ def test_hypothesis_schedules_hold_every_invariant(cs: list[int]) -> None:
     assert rep.violations == [], "\n".join(rep.trace + rep.violations)
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 def test_a_failing_schedule_shrinks_to_a_readable_step_list() -> None:
     """A seeded schedule breaks the cursor-first pipeline; shrinking its recorded choices
     leaves a few readable steps that still lose events."""
@@ -225,8 +227,32 @@ def test_a_failing_schedule_shrinks_to_a_readable_step_list() -> None:
     assert any("cursor passed" in v for v in rep.violations)
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 def test_schedules_over_the_mongo_adapters_hold_every_invariant() -> None:
     """The same simulation with the Mongo adapters (pymongo API over mongomock) as the store."""
-    rep = run_many(40, store="mongomock")
+    rep = run_many(40, store="mongomock", stop_at_first=True)
     assert rep.violations == []
     assert sum(rep.faults.values()) > 50 and rep.launches > 20
+
+
+def test_a_stuck_schedule_is_reported_hung_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica waiting on something no turn brings (the driver then waits for it forever): the
+    schedule ends at its real-time bound with a ``[hung]`` violation, and a run that must be
+    clean stops there -- a broken build fails in seconds, not at the test's timeout."""
+    import time
+
+    import anyio
+
+    from board_outbox.service.runtime import Service
+    from tests.harness import sim
+
+    async def stuck(self: Service) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setitem(sim.SCHEDULE_SECONDS, "memory", 1.0)
+    monkeypatch.setattr(Service, "work_pass", stuck)
+    t0 = time.monotonic()
+    rep = run_many(5, stop_at_first=True)
+    assert time.monotonic() - t0 < 10
+    _caught(rep.violations, "hung")
+    assert rep.schedules == 1

@@ -27,9 +27,11 @@ def _caught(violations: list[str], kind: str) -> None:
     assert kinds[kind] > 0, (kind, kinds, violations[:5])
 
 
-@pytest.mark.parametrize(("store", "n"), [("memory", 120), ("mongomock", 16)])
-def test_schedules_hold_every_limit_invariant(store: str, n: int) -> None:
-    rep = run_many(n, store=store)
+# the mongomock run's seeds: a window where a tenant's two in-flight slots get refused (rare:
+# 4 schedules in 48 there)
+@pytest.mark.parametrize(("store", "n", "first"), [("memory", 120, 0), ("mongomock", 16, 24)])
+def test_schedules_hold_every_limit_invariant(store: str, n: int, first: int) -> None:
+    rep = run_many(n, first_seed=first, store=store, stop_at_first=True)
     assert rep.violations == [], rep.violations[:5]
     assert all(k in VIOLATION_KINDS for k in KINDS)
     c = rep.covered

@@ -23,6 +23,7 @@ def test_sigkilled_replica_loses_nothing() -> None:
     assert res["rows_launched_twice"] <= 50
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 @pytest.mark.live_mongo
 def test_sigkilled_replica_on_a_real_replica_set(live_uri: str) -> None:
     """The same over a real replica set (skipped, with the reason, when there is none)."""

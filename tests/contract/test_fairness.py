@@ -380,6 +380,7 @@ def check_backlog(lay: Layout, got: list[str]) -> None:
                     assert s in claimed and claimed.index(s) < claimed.index(r)
 
 
+@pytest.mark.timeout(180)  # heavy: tens of seconds on a loaded machine (default 90 s)
 async def test_under_a_backlog_a_claim_keeps_the_fair_claims_rules_for_what_its_pick_reads(
     kit: Kit,
 ) -> None:

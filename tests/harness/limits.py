@@ -113,6 +113,8 @@ class LimitsWatch:
     task_holder: dict[int, str] = field(default_factory=dict)
     lost: set[tuple[str, str]] = field(default_factory=set)  # acquires crashed after the call
     n: int = 0
+    # told of every renewal that reached the store (key, holder): ``marks.MarksWatch.renewed``
+    on_renew: Callable[[str, str], None] = lambda key, holder: None
 
     # --- who holds what ------------------------------------------------------------------
 
@@ -329,6 +331,7 @@ class _Watched:
         if docs:
             self._w.fence("renew", key, holder, before, docs(key), until, kept)
         self._w._renewed(key, holder, until, kept)
+        self._w.on_renew(key, holder)
         return kept
 
     async def release(self, key: str, holder: str) -> None:

@@ -28,6 +28,7 @@ import msgspec
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
+from board_outbox.engine.flow.leases import Leases
 from board_outbox.engine.flow.membership import owner
 from board_outbox.engine.handlers.registry import ExecutionContext
 from board_outbox.engine.tail.tail import Tail
@@ -50,6 +51,7 @@ from board_outbox.ports import Stores
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from tests.harness import limits as F2
+from tests.harness.marks import MarksWatch
 from tests.support.faults import Crash, point_of
 
 LEASE = 10.0
@@ -77,7 +79,22 @@ MARKS = (CONSUMED_MARK, DONE_MARK, "outbox.apply_claimed[retry]", "outbox.apply_
 MID_LAUNCH = ("launcher.launch", "labels.consume", CONSUMED_MARK, "limits.take", "limits.release")
 FAULT_KINDS = ("none", "transient", "crash_before", "crash_after")
 ENV_ACTIONS = ("emit", "emit_slow", "finish_slow", "tick", "jump", "edit_sub", "delete_sub",
-               "delete_card", "poison", "outage", "cross_tenant", "stop")
+               "delete_card", "poison", "outage", "cross_tenant", "stop", "stall", "slow_marks")
+# how many steps a stalled replica stays frozen (``stall``: a process paused past its leases --
+# a long GC, a frozen VM): it neither moves nor beats while the clock moves past its leases and
+# the others reclaim what it held; then it thaws, its heartbeat first
+STALL_STEPS = 30
+# ``slow_marks``: the next replica that writes a batch's done marks meets a store that takes
+# each bulk write to its op timeout and then fails, this many times in a row -- an outage longer
+# than the rows' original lease, while the heartbeat's small writes still land
+SLOW_MARK_TRIES = 4
+OP_TIMEOUT = 4.0
+# The real time one schedule may take (its time is simulated: a schedule takes well under a
+# second on the memory twins, a few over mongomock, tens on the wire). Past it the schedule is
+# stuck -- a replica waiting on what no turn brings, the driver waiting on a replica that never
+# parks -- and is reported ``[hung]``, so a broken build fails fast instead of holding the run
+# until the test's timeout.
+SCHEDULE_SECONDS = {"memory": 30.0, "mongomock": 60.0, "wire": 300.0}
 # Each invariant violation is reported as "[kind] detail"; the self-tests assert on the kind.
 VIOLATION_KINDS = (
     "duplicate-row", "not-settled", "lost-event", "young-gap-stepped", "poison-row",
@@ -88,6 +105,10 @@ VIOLATION_KINDS = (
     # F2, the launch gate's limits (tests/harness/limits.py)
     "over-limit", "deferral-attempt", "slot-leaked", "needless-deferral", "over-rate",
     "slot-lifetime", "slot-fence",
+    # the effect's mark and the leases behind it (tests/harness/marks.py)
+    "effect-unmarked", "stale-claim", "handoff-lapsed", "slot-after-lost-lease",
+    # the schedule did not finish within SCHEDULE_SECONDS of real time
+    "hung",
 )
 
 
@@ -286,6 +307,7 @@ class SimPort:
 
         async def faulted(point: str, *args: Any, **kwargs: Any) -> Any:
             sim.called_at[rid] = sim.clock.now()  # when the caller decided (before its turn)
+            sim.marks.at_turn(rid, sim.services.get(rid))
             fault = await sim.turns.turn(rid, point)
             if fault != "none" and prefix == "limits":
                 sim.limits.faulted(name, args, fault)
@@ -297,7 +319,10 @@ class SimPort:
                 raise Crash(point)
             before = sim.store.row_by_ref(args[0]) if point in (*MARKS, DEFER) else None
             befores = [sim.store.row_by_ref(m.ref) for m in args[0]] if point == BULK_DONE else []
+            fenced = sim.fenced_before(prefix, name, args, kwargs)
             result = await attr(*args, **kwargs)
+            if fenced:
+                sim.fenced_after(rid, point, fenced, result)
             if point in MARKS:
                 sim.check_fenced(point, args, result, before)
             if point == BULK_DONE:
@@ -437,6 +462,8 @@ class Simulation:
         self.silent: dict[int, int] = {}  # rid -> step until which it does not heartbeat
         self.frozen: set[int] = set()  # split view: these replicas keep the view they were given
         self.store = STORES[store]()
+        self.wall_seconds = SCHEDULE_SECONDS[store]
+        self.hung = False
         self.d = decider
         self.n_replicas = replicas
         self.tenants = [f"t{i}" for i in range(tenants)]
@@ -499,7 +526,17 @@ class Simulation:
         base = self.store.stores.limits
         self.limit_store = None if base is None else self.limits.store(base)
         self.stops: dict[int, anyio.CancelScope] = {}  # each replica's, for a hard stop
+        # the effect's mark and the leases behind it (tests/harness/marks.py)
+        self.marks = MarksWatch(self.clock, LEASE * HEARTBEAT_FRACTION)
+        self.marks.covered = self.report.covered
+        self.limits.on_renew = self.marks.renewed
+        self.stalled: dict[int, int] = {}  # rid -> the step it thaws at (``stall``)
+        self.stalled_rows: set[str] = set()  # rows a replica held when it stalled
         self.stop_armed = False  # a hard stop waits for a replica resumed mid-launch
+        self.stop_staged = False  # ... or for one resumed with done marks staged
+        self.stall_armed = False  # a stall waits for a replica resumed mid-launch or flush
+        self.slow_marks_armed = False  # slow bulk marks wait for a replica resumed to flush
+        self.slow_marks: dict[int, int] = {}  # rid -> its bulk marks still to time out
 
     # --- observation hooks (called by SimPort) ----------------------------------------------
 
@@ -537,6 +574,39 @@ class Simulation:
                 # it between two attempts leaves the mark unrecorded (the worker says so) and
                 # the row runs again -- the same residual window
                 self.window2_lease.add(row)
+
+    def fenced_before(self, prefix: str, name: str, args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> list[tuple[Any, str, str, Any]]:
+        """The rows a fenced write names: (ref, claim_id, transition, the row as it is now)."""
+        if prefix != "outbox":
+            return []
+        if name == "apply_claimed":
+            named = [(args[0], args[1], args[2].name)]
+        elif name == "apply_claimed_many":
+            named = [(ref, args[1], args[2].name) for ref in args[0]]
+        elif name == "apply_marks":
+            named = [(m.ref, m.claim_id, m.t.name) for m in args[0]]
+        elif name == "park_broken" and kwargs.get("claim_id") is not None:
+            named = [(args[0], kwargs["claim_id"], "park_broken")]
+        else:
+            return []
+        return [(ref, cid, t, self.store.row_by_ref(ref)) for ref, cid, t in named]
+
+    def fenced_after(self, rid: int, point: str, named: list[tuple[Any, str, str, Any]],
+                     result: Any) -> None:
+        """What a fenced write did: each row it moved is checked (``[stale-claim]``), and a
+        mark that ends the claim settles the effect the row's launch had (landed or fenced
+        out: the store has answered it)."""
+        moved = set(result) if isinstance(result, list) else (
+            {ref for ref, _c, _t, _b in named} if result else set())
+        for ref, cid, t, before in named:
+            if ref in moved:
+                self.marks.landed(rid, point, ref, cid, before,
+                                  fence_checked=point in MARKS or point == BULK_DONE)
+            if t == "release" and ref in moved:
+                self.marks.given_back(rid, ref, cid)
+            elif t not in ("consumed", "extend_lease"):
+                self.marks.settled(rid, ref, cid)
 
     def check_fenced(self, point: str, args: tuple[Any, ...], result: Any,
                      before: dict[str, Any] | None) -> None:
@@ -588,6 +658,10 @@ class Simulation:
                         f"attempts {claim.row.attempts}, as at its previous claim")
                 self.claim_attempts[key] = claim.row.attempts
                 mine[key] = claim.row
+        if point in ("outbox.claim_any", "outbox.reclaim_expired"):
+            self.marks.given(rid, (c.claim_id for c in result))
+        if point == "outbox.upsert_rows" and kwargs.get("claim") is not None:
+            self.marks.given(rid, [kwargs["claim"].claim_id])
         if point == "subs.get":
             self.sub_read[rid] = result
         if point == "labels.consume":
@@ -602,6 +676,8 @@ class Simulation:
         if point == "launcher.launch":
             req = args[0]
             self.launch_open.setdefault(rid, set()).add(req.row_key)
+            if rid in self.services:
+                self.marks.launched(rid, self.services[rid], req.row_key)
             row_tenant = req.row_key.split("/", 1)[0]
             sub = self.sub_read.get(rid)
             if sub is None or sub.sub_id != req.sub_id:
@@ -747,6 +823,10 @@ class Simulation:
         # a done mark riding out an outage waits in simulation turns, not in real seconds: the
         # driver moves the clock (and ends the outage) between its tries
         service.worker.completer.pause = _no_pause
+        if HEARTBEAT:
+            # the hand-off beats its waiting rows on the simulated heartbeat's period: between
+            # batches at the worker's ticks, during a batch with the heartbeat (``pass_time``)
+            service.worker._handoff.heartbeat_fraction = HEARTBEAT_FRACTION
         reg = service.registry
         reg.register("launch", _Tracking(reg.handler("launch"), self, rid), replace=True)
         service.add_projection(Fragile())
@@ -763,6 +843,7 @@ class Simulation:
             while True:
                 service = self._service(rid)
                 self.services[rid] = service
+                self.marks.new_service(rid)
                 self.changes[rid] = []
                 self.delivered.pop(rid, None)
                 self.token_writes.pop(rid, None)
@@ -802,12 +883,16 @@ class Simulation:
                             await service.work_pass()
                             # a pass with nothing to do may make no store call: park here, so
                             # that the loop waits its turn (a crash here is a crash too)
+                            self.marks.at_turn(rid, service)
                             if (await self.turns.turn(rid, IDLE)).startswith("crash"):
                                 self.note_crash(rid, IDLE, "before")
                                 raise Crash(IDLE)
                     except Crash:
                         self.log(f"replica {rid} crashed and restarts")
                         crashed = True
+                # what it launched and never marked: excused only if it was killed (a hard
+                # stop ran its shielded clean-up: the closing flush)
+                self.marks.service_ended(rid, service, killed=crashed)
                 if crashed or self.stops[rid].cancelled_caught:  # its launch is gone with it
                     self.current_row.pop(rid, None)
                     self.launch_open.pop(rid, None)
@@ -945,6 +1030,10 @@ class Simulation:
             self.log(f"poison {t}/{seq}")
         elif action == "cross_tenant":
             await self._plant_cross_tenant()
+        elif action == "stall":
+            self.stall_armed = True
+        elif action == "slow_marks":
+            self.slow_marks_armed = True
         elif action == "stop":
             rid = self.d.choose(self.n_replicas)
             how = self.d.choose(8)
@@ -952,9 +1041,49 @@ class Simulation:
                 await self._hard_stop(rid)
             elif how == 1:  # the next replica resumed mid-launch (its slots held: the shield)
                 self.stop_armed = True
+            elif how == 2:  # the next replica resumed with done marks staged (the closing
+                self.stop_staged = True  # flush is shielded: they are written all the same)
             elif rid in self.services:
                 self.services[rid].stop()  # graceful: it leaves at its next pass, then restarts
                 self.log(f"replica {rid} is asked to stop")
+
+    async def _stall(self, rid: int) -> None:
+        """A replica freezes past its leases (a long GC pause, a frozen VM): it neither moves
+        nor beats while the clock moves on past its leases, and the others reclaim what it
+        held; ``STALL_STEPS`` later it thaws, its heartbeat first. The ``stall`` action arms it
+        for the next replica resumed mid-launch or at its flush: what it holds is what is
+        tested (a launch's slots, staged done marks)."""
+        self.stalled[rid] = self.step + STALL_STEPS
+        self.stalled_rows |= self.launch_open.get(rid, set())
+        if rid in self.current_row:
+            self.stalled_rows.add(self.current_row[rid])
+        self.report.covered["replicas stalled past their leases"] += 1
+        self.log(f"replica {rid} stalls at {self.turns.parked[rid][1]}")
+        await self.pass_time(LEASE + 1.0)
+
+    async def _slow_mark(self, rid: int) -> None:
+        """One bulk done-mark write of ``rid`` meets a slow store: it waits for its op timeout
+        (the clock moves, the heartbeats beat) and fails."""
+        if rid not in self.slow_marks:
+            self.slow_marks_armed = False
+            self.slow_marks[rid] = SLOW_MARK_TRIES
+            self.log(f"replica {rid}'s bulk marks meet a slow store")
+        self.slow_marks[rid] -= 1
+        if not self.slow_marks[rid]:
+            del self.slow_marks[rid]
+        self.report.faults["bulk marks timed out"] += 1
+        await self.pass_time(OP_TIMEOUT)
+        if rid in self.turns.parked:  # not cut meanwhile
+            self.turns.resume(rid, "transient")
+
+    async def _thaw(self) -> None:
+        """Stalled replicas whose time is up move again; the heartbeat, its own task, beats
+        first (a lease lost meanwhile is found lost, and stops what rides on it)."""
+        for rid in [r for r, until in sorted(self.stalled.items()) if until <= self.step]:
+            del self.stalled[rid]
+            if rid in self.services:
+                await self._beat(rid, self.services[rid].worker)
+            self.log(f"replica {rid} thaws")
 
     async def _hard_stop(self, rid: int) -> None:
         """A hard stop (the service's task group cancelled): the replica is cancelled where it
@@ -1021,9 +1150,7 @@ class Simulation:
 
     async def pass_time(self, seconds: float) -> None:
         """Time passes; while it does, each replica's lease heartbeat (O4) beats every
-        ``LEASE * HEARTBEAT_FRACTION`` for the rows it has in flight -- the worker's own
-        ``extend``, on the store directly (not a turn: the heartbeat is its own task). A beat
-        fails like any store call, at the fault rate; ``max_execution_seconds`` still stops it."""
+        ``LEASE * HEARTBEAT_FRACTION`` (``_beat``). A stalled replica does not beat."""
         step = LEASE * HEARTBEAT_FRACTION
         left = seconds
         while left > 0:
@@ -1032,25 +1159,56 @@ class Simulation:
             left -= d
             if self.limits.fire():  # F2: the launches whose slots ended now are cut here
                 await self._let_cancelled_run()
-            for worker in [v.worker for _r, v in sorted(self.services.items())] if HEARTBEAT else []:
-                for lease in worker.leases:  # in flight, and handed rows waiting their turn
-                    if self.faults_on and self.d.choose(100) < self.fault_percent:
-                        self.report.faults["heartbeat beat failed"] += 1
-                        continue
-                    via = worker.outbox
-                    worker.outbox = self.store.stores.outbox
-                    # a beat renews the launch's in-flight slots too (F2): on the store as well
-                    gate = _gate(worker)
-                    slots_via = None if gate is None else gate.store
-                    if gate is not None and self.limit_store is not None:
-                        gate.store = self.limit_store
-                    try:
-                        await worker.extend(lease)
-                        self.limits.beat(lease)
-                    finally:
-                        worker.outbox = via
-                        if gate is not None and slots_via is not None:
-                            gate.store = slots_via
+            for rid, service in sorted(self.services.items()) if HEARTBEAT else []:
+                if self.services.get(rid) is not service:
+                    continue  # restarted meanwhile (a cut launch's clean-up ran): gone
+                if rid in self.stalled:
+                    self.marks.before_beat(rid, service.worker._handoff.leases)
+                    self.report.faults["heartbeat stalled"] += 1
+                    continue
+                await self._beat(rid, service.worker)
+
+    async def _beat(self, rid: int, worker: Any) -> None:
+        """One beat of a replica's heartbeat, as its batch's heartbeat beats: the leases in
+        flight, and the handed rows' whose lease ends within two beats (``HandoffQueue.due``)
+        -- the worker's own ``extend``, on the store directly (not a turn: the heartbeat is its
+        own task). A beat fails like any store call, at the fault rate;
+        ``max_execution_seconds`` still stops it."""
+        waiting = worker._handoff
+        self.marks.before_beat(rid, waiting.leases)
+        beating = list(worker.inflight.values()) + waiting.due(self.clock.now())
+        for lease in beating:
+            if rid not in self.services or self.services[rid].worker is not worker:
+                return  # restarted meanwhile (a cut launch's clean-up ran on): gone
+            if self.faults_on and self.d.choose(100) < self.fault_percent:
+                self.report.faults["heartbeat beat failed"] += 1
+                continue
+            # the worker's beat (``Leases.extend_many``) over the store directly, through a
+            # ``Leases`` of its own: the worker's outbox stays the replica's turns (a launch
+            # cut by its slot's end runs on meanwhile, and its calls wait their turns)
+            beat = Leases(outbox=self.store.stores.outbox, clock=self.clock,
+                          lease_seconds=worker._leases.lease_seconds,
+                          max_execution_seconds=worker._leases.max_execution_seconds)
+            beat.inflight = worker.inflight
+            # a beat renews the launch's in-flight slots too (F2): on the store as well
+            gate = _gate(worker)
+            slots_via = None if gate is None else gate.store
+            if gate is not None and self.limit_store is not None:
+                gate.store = self.limit_store
+            before, was = self.store.row_by_ref(lease.claim.ref), lease.until
+            self.marks.riding = lease
+            try:
+                await beat.extend_many([lease])
+                self.limits.beat(lease)
+            finally:
+                self.marks.riding = None
+                if gate is not None and slots_via is not None:
+                    gate.store = slots_via
+            current = rid in self.services and self.services[rid].worker is worker
+            if lease.until != was and current:  # its write landed (and the replica lives on)
+                self.marks.landed(rid, "a heartbeat beat", lease.claim.ref,
+                                  lease.claim.claim_id, before, fence_checked=False)
+        self.marks.after_beat(waiting.leases, {id(x) for x in beating})
 
     def _insert(self, t: str, seq: int, card_id: str, etype: str) -> None:
         self.store.insert({"tenant_id": t, "seq": seq, "type": etype,
@@ -1075,7 +1233,9 @@ class Simulation:
         self.step += 1
         self.report.steps += 1
         self._record_cursors()
-        parked = sorted(self.turns.parked)
+        if self.stalled:
+            await self._thaw()
+        parked = sorted(r for r in self.turns.parked if r not in self.stalled)
         if allow_env and self.d.choose(4) == 0:
             disarm = getattr(self.store, "disarm", None)
             if disarm is not None:  # the world's own writes are never the wire faults' target
@@ -1088,6 +1248,19 @@ class Simulation:
         if self.stop_armed and self.turns.parked[rid][1] in MID_LAUNCH:
             self.stop_armed = False
             await self._hard_stop(rid)
+            return
+        if self.stall_armed and self.turns.parked[rid][1] in (*MID_LAUNCH, BULK_DONE):
+            self.stall_armed = False
+            await self._stall(rid)
+            return
+        if self.stop_staged and rid in self.services and \
+                self.services[rid].worker.completer.pending_marks:
+            self.stop_staged = False
+            await self._hard_stop(rid)
+            return
+        if self.turns.parked[rid][1] == BULK_DONE and self.faults_on and (
+                self.slow_marks_armed or rid in self.slow_marks):
+            await self._slow_mark(rid)
             return
         fault = "none"
         if self.faults_on and self.d.choose(100) < self.fault_percent:
@@ -1124,13 +1297,26 @@ class Simulation:
     async def run(self, max_steps: int = 400) -> Report:
         with self.limits.sim_time():
             await self._run(max_steps)
+        if self.hung:
+            self.report.violations.append(
+                f"[hung] the schedule did not finish within {self.wall_seconds:g} s of real time "
+                f"(stuck at step {self.step}; parked: {sorted(self.turns.parked)})")
+            return self.report
         # F2: checked once every replica has stopped (their releases made, shielded)
         self.report.violations += self.limits.finish()
         return self.report
 
+    async def _watchdog(self, scope: anyio.CancelScope) -> None:
+        """Ends a schedule stuck past ``wall_seconds`` of real time (see SCHEDULE_SECONDS)."""
+        await anyio.sleep(self.wall_seconds)
+        self.hung = True
+        self.turns.close()  # a replica's shielded clean-up waits for no turn now
+        scope.cancel()
+
     async def _run(self, max_steps: int) -> None:
         await self.setup()
         async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watchdog, tg.cancel_scope)
             for rid in range(self.n_replicas):
                 self.turns.start()  # counted before it first runs: the driver waits for it
                 tg.start_soon(self._replica, rid)
@@ -1141,11 +1327,17 @@ class Simulation:
             self.frozen.clear()  # views heal: every replica heartbeats again
             self.split.clear()
             self.silent.clear()
+            self.slow_marks.clear()
+            for rid in self.stalled:
+                self.stalled[rid] = self.step  # every stalled replica thaws at the next step
             while self.slow:
                 await self.env_action("finish_slow")
             for i in range(20_000):
                 await self._one_step(allow_env=False)
                 if i % 50 == 49:
+                    # time passes only while every replica waits its turn (the step above
+                    # resumed one: a beat racing its calls would see their writes as its own)
+                    await self.turns.wait_all_parked()
                     await self.pass_time(YOUNG_GAP + 1)  # expire leases and gaps, pass backoffs
                     if self._settled() or self._runaway():
                         break
@@ -1165,6 +1357,9 @@ class Simulation:
         v = r.violations
         v += self.live_violations
         docs = self.store.row_docs()
+        self.marks.finish(docs)
+        v += self.marks.violations
+        r.residual.update(self.marks.residual)
         rows: dict[str, dict[str, Any]] = {}
         for d in docs:
             if d["row_key"] in rows:
@@ -1262,6 +1457,8 @@ class Simulation:
             if n > 1:
                 if key in self.window2:
                     r.residual["double launch: crash between launch and mark_done"] += 1
+                elif key in self.stalled_rows:
+                    r.residual["double launch: its replica stalled past its lease"] += 1
                 elif key in self.window2_lease:
                     r.residual["double launch: lease expired between launch and mark_done"] += 1
                 else:
@@ -1451,7 +1648,10 @@ def shrink(choices: Sequence[int], fails: Callable[[list[int]], bool]) -> list[i
 
 def run_many(n: int, first_seed: int = 0, steps: int = 300,
              progress: Callable[[int, Report], None] | None = None,
-             tail_cls: type[Tail] = Tail, store: str = "memory", membership: bool = True) -> Report:
+             tail_cls: type[Tail] = Tail, store: str = "memory", membership: bool = True,
+             stop_at_first: bool = False) -> Report:
+    """``n`` seeded schedules from ``first_seed``; ``stop_at_first``: stop after the first
+    that reports a violation (a run that must be clean fails fast on a broken build)."""
     total = Report(schedules=0)
     for i in range(n):
         rep = run_schedule(first_seed + i, steps, tail_cls=tail_cls, store=store,
@@ -1461,5 +1661,7 @@ def run_many(n: int, first_seed: int = 0, steps: int = 300,
         total.add(rep)
         if progress is not None:
             progress(i + 1, total)
+        if stop_at_first and rep.violations:
+            break
     return total
 

@@ -36,6 +36,7 @@ release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,6 +75,22 @@ class Mark(msgspec.Struct, frozen=True):
     ref: Any
     claim_id: str
     t: Transition
+
+
+def refusal(doc: Mapping[str, Any], t: Transition) -> str | None:
+    """Why a store refuses ``t`` on this stored document (None: it applies): ``$inc`` on an
+    ``attempts`` that is not a number, ``$push`` onto an ``errors`` or ``audit`` that is not an
+    array. MongoDB's rules; the memory twin refuses by them too, and a sweep of expired leases
+    checks its rows by them before it writes any (R1)."""
+    attempts = doc.get("attempts", 0)
+    if t.count_attempt and (not isinstance(attempts, (int, float)) or isinstance(attempts, bool)):
+        return (f"Cannot apply $inc to a value of non-numeric type: attempts is "
+                f"{type(attempts).__name__}")
+    for name, entry in (("errors", t.error), ("audit", t.audit)):
+        if entry is not None and not isinstance(doc.get(name, []), list):
+            return (f"The field '{name}' must be an array but is of type "
+                    f"{type(doc.get(name)).__name__}")
+    return None
 
 
 def claim(*, claim_id: str, now: float, lease_until: float) -> Transition:

@@ -88,14 +88,10 @@ def _newest_first(doc: dict[str, Any]) -> tuple[int, float, str, str]:
 
 def _check(doc: dict[str, Any], t: T.Transition) -> None:
     """Like the server, refuse ``$inc`` on a non-number and ``$push`` onto a non-array
-    (StoreError)."""
-    if t.count_attempt and not _number(doc.get("attempts", 0)):
-        raise StoreError(f"Cannot apply $inc to a value of non-numeric type: attempts is "
-                         f"{type(doc.get('attempts')).__name__}")
-    for name, entry in (("errors", t.error), ("audit", t.audit)):
-        if entry is not None and not isinstance(doc.get(name, []), list):
-            raise StoreError(f"The field '{name}' must be an array but is of type "
-                             f"{type(doc.get(name)).__name__}")
+    (StoreError, ``transitions.refusal``)."""
+    problem = T.refusal(doc, t)
+    if problem is not None:
+        raise StoreError(problem)
 
 
 def _apply(doc: dict[str, Any], t: T.Transition) -> None:
@@ -245,26 +241,33 @@ class MemoryEffectOutbox:
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
         await checkpoint()
-        claims: list[Claim] = []
         lease_until = now + lease_seconds
+        expired: list[int] = []
         for tenant, refs in self._live.items():
             if tenants is not None and tenant not in tenants:
                 continue
             for ref in refs:
-                doc = self._docs[ref]
-                if len(claims) >= limit:
-                    return claims
-                lease = doc.get("lease_until")
-                if doc.get("state") != CLAIMED or not (_number(lease) and lease <= now):
-                    continue
-                claim_id = uuid.uuid4().hex
-                try:
-                    _apply(doc, T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
-                    _apply(doc, T.lease_expired(attempt=doc["attempts"], now=now))
-                except StoreError as exc:  # R1: the caller parks this one row
-                    raise BrokenRow(ref, f"reclaim: {exc}") from exc
-                claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
-                                         reclaimed=True))
+                lease = self._docs[ref].get("lease_until")
+                if len(expired) < limit and self._docs[ref].get("state") == CLAIMED and \
+                        _number(lease) and lease <= now:
+                    expired.append(ref)
+        # R1: a row whose document refuses the reclaim is named before any row is written (the
+        # caller parks it and sweeps again); written first, the rows before it would be
+        # reclaimed under claims nobody holds, left for a whole lease
+        probe = T.reclaim(claim_id="", now=now, lease_until=lease_until)
+        for ref in expired:
+            problem = (T.refusal(self._docs[ref], probe)
+                       or T.refusal(self._docs[ref], T.lease_expired(attempt=0, now=now)))
+            if problem is not None:
+                raise BrokenRow(ref, f"reclaim: {problem}")
+        claims: list[Claim] = []
+        for ref in expired:
+            doc = self._docs[ref]
+            claim_id = uuid.uuid4().hex
+            _apply(doc, T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
+            _apply(doc, T.lease_expired(attempt=doc["attempts"], now=now))
+            claims.append(T.claim_of(ref, doc, claim_id=claim_id, lease_until=lease_until,
+                                     reclaimed=True))
         return claims
 
     def _fenced(self, ref: Any, claim_id: str) -> dict[str, Any] | None:

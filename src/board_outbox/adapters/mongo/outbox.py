@@ -385,12 +385,22 @@ class MongoEffectOutbox:
         expired: dict[str, Any] = {"state": CLAIMED, "lease_until": {"$lte": now}}
         if tenants is not None:
             expired["tenant_id"] = {"$in": sorted(tenants)}
-        ids = [d["_id"] for d in await self.coll.find(expired, {"_id": 1}).limit(limit).to_list(None)]
-        if not ids:
+        found = await (self.coll.find(expired, {"_id": 1, "attempts": 1, "errors": 1})
+                       .limit(limit).to_list(None))
+        if not found:
             return []
         claim_id = uuid.uuid4().hex
         lease_until = now + (time.monotonic() - started) + lease_seconds
-        reclaim = update_of(T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until))
+        t = T.reclaim(claim_id=claim_id, now=now, lease_until=lease_until)
+        # R1: a row whose document refuses the reclaim is named before any row is written (the
+        # caller parks it and sweeps again); an update_many that fails on it would have
+        # reclaimed the rows before it under a claim nobody holds, left for a whole lease
+        for d in found:
+            problem = T.refusal(d, t) or T.refusal(d, T.lease_expired(attempt=0, now=now))
+            if problem is not None:
+                raise BrokenRow(d["_id"], f"reclaim: {cap(problem, 500)}")
+        ids = [d["_id"] for d in found]
+        reclaim = update_of(t)
         for chunk in chunks(ids):
             try:
                 await self.coll.update_many(by_ids(chunk, **expired), reclaim, hint=BY_ID)
