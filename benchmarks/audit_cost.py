@@ -17,8 +17,8 @@ from typing import Any
 
 import anyio
 
-from board_outbox.engine.audit import Auditor
-from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.tail.tail import Tail, TailSettings
+from board_outbox.engine.upkeep.audit import Auditor
 from board_outbox.model.clock import SystemClock
 from board_outbox.service.runtime import build_registry
 

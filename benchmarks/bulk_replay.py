@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from pymongo import monitoring
 
-from board_outbox.engine.bulk_replay import apply_bulk_replay, plan_bulk_replay
+from board_outbox.engine.upkeep.bulk_replay import apply_bulk_replay, plan_bulk_replay
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.dead_letters import BulkFilter
 from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row, new_row_doc

@@ -38,15 +38,14 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from board_outbox.adapters.mongo.outbox import IN_STATE
 from board_outbox.service.wireserver import WireServer
 
-from .common import stop, write_result
+from .common import bot_runner, stop, write_result
 from .throughput import SYMPTOMS, Server, Store, replica_config, spawn_floor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,16 +88,9 @@ s.serve_forever()
 """
 
 
-@contextmanager
-def counting_runner() -> Iterator[str]:
-    """Start the runner; yield its launch URL; stop it."""
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield f"http://127.0.0.1:{int(proc.stdout.readline())}/launch"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def counting_runner() -> AbstractContextManager[str]:
+    """The counting runner, started and stopped as ``common.bot_runner`` does its own."""
+    return bot_runner(RUNNER)
 
 
 def launches(runner: str) -> int:

@@ -220,9 +220,10 @@ s.serve_forever()
 
 
 @contextmanager
-def bot_runner() -> Iterator[str]:
-    """Start the runner; yield its launch URL; stop it."""
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER], stdout=subprocess.PIPE, text=True)
+def bot_runner(script: str = RUNNER) -> Iterator[str]:
+    """Start the runner (``script``: another runner's source, printing its port first); yield
+    its launch URL; stop it."""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         yield f"http://127.0.0.1:{int(proc.stdout.readline())}/launch"

@@ -67,9 +67,9 @@ from pymongo import AsyncMongoClient, UpdateOne
 
 from board_outbox.adapters.launchers import HttpLauncher
 from board_outbox.adapters.mongo import ensure_schema, mongo_stores
-from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import Card, MatchRule, Subscription
 from board_outbox.ports import LaunchRequest, Stores

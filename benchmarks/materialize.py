@@ -10,8 +10,8 @@ from typing import Any
 
 import anyio
 
-from board_outbox.engine.reading import card_ids, decode_event, snapshot
-from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.tail.reading import card_ids, decode_event, snapshot
+from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import EffectRow, SubscriptionIndex, from_doc
 from board_outbox.model.errors import CardNotFound, MalformedRow

@@ -29,8 +29,8 @@ from pymongo import monitoring
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from board_outbox.adapters.memory import MemoryLauncher
-from board_outbox.engine.tail import Tail, TailSettings
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.tail.tail import Tail, TailSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import Card
 from board_outbox.ports import Stores

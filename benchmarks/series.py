@@ -39,7 +39,7 @@ from pymongo import AsyncMongoClient, MongoClient
 
 from board_outbox.adapters.mongo import ensure_schema
 from board_outbox.adapters.mongo.series import SERIES, MongoSeriesStore
-from board_outbox.engine.series import most_behind, read_window
+from board_outbox.engine.upkeep.series import most_behind, read_window
 from board_outbox.model.series import MINUTE, minute_of, series_id
 from board_outbox.service.wireserver import WireServer
 

@@ -88,7 +88,7 @@ def one_run(server: WireServer, tenants: int, src: Path, timeout: float) -> dict
                         break
                     time.sleep(0.1)
                 out["start_to_first_launch_s"] = None if first is None else round(first, 2)
-                seeded = db["trigger_cursors"].count_documents({})
+                seeded = db["trigger_cursors"].count_documents({"seq": {"$exists": True}})  # not the epoch
                 out["cursors_at_first_launch"] = seeded
             finally:
                 proc.terminate()

@@ -8,9 +8,9 @@ from typing import Any
 
 import anyio
 
-from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
-from board_outbox.engine.tail import Tail, TailSettings
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.handlers.registry import ExecutionContext, HandlerRegistry
+from board_outbox.engine.tail.tail import Tail, TailSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import EffectRow
 

@@ -66,7 +66,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("tail-poison-first-tick", "tail",
            "if ticks < self.settings.poison_ticks:", "if ticks < 1:", "tail"),
     Mutant("tail-seed-from-allocator", "tail",
-           "seed = await self.events.max_inserted_seq(tenant_id)",
+           "seed = await self.events.seq_before(tenant_id, await self.begin())",
            "seed = await self.events.allocated_seq(tenant_id)", "tail"),
     Mutant("tail-young-gap-stepped-at-once", "tail",
            "        if age < self.young_gap_seconds:\n            return False",
@@ -191,10 +191,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "steal_before=None if prefer is None else now - s.reclaim_every_seconds,", "worker"),
     # the preference (S1) is shared too: model/fairness.pick takes every row oldest due first
     Mutant("prefer-ignored-under-limit", "bounds",
-           "    return (round_robin(mine, tenant, priority_of)\n"
-           "            + round_robin(others, tenant, priority_of))[:limit]",
-           "    return round_robin(sorted(mine + others, key=lambda d: _number(d.get(\"not_before\"))),\n"
-           "                       tenant, priority_of)[:limit]", "fairness"),
+           "    return (round_robin(mine, tenant, rank_of, mine_more)\n"
+           "            + round_robin(theirs, tenant, rank_of, [d for d in more if others(d)]))[:limit]",
+           "    return round_robin(sorted(mine + theirs, key=lambda d: _number(d.get(\"not_before\"))),\n"
+           "                       tenant, rank_of, more)[:limit]", "fairness"),
     Mutant("int-times-not-claimable-memory", "bounds",
            "return isinstance(value, (int, float)) and not isinstance(value, bool)\n",
            "return isinstance(value, float)\n", "memory/outbox"),
@@ -236,8 +236,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return await self.resume.save(force=True)", "return await self.resume.save()",
            "runtime"),
     Mutant("handoff-first-come-first-served", "bounds",
-           "taken = round_robin(eligible, lambda x: x.claim.tenant_id,\n"
-           "                            lambda x: claim_priority(x.claim))[:room]",
+           "taken = round_robin(eligible, lambda x: x.claim.tenant_id)[:room]",
            "taken = eligible[:room]", "handoff"),
     # --- ownership (S1): the harness's early-steal invariant -------------------------------
     Mutant("membership-owns-every-tenant", "membership",
@@ -267,11 +266,11 @@ MUTANTS: tuple[Mutant, ...] = (
            'return Transition(name="defer", count_attempt=True, set=', "transitions"),
     Mutant("limits-in-flight-not-checked", "limits",
            "if n and not await self.store.acquire(", "if False and await self.store.acquire(",
-           "engine/limits"),
+           "engine/flow/limits"),
     Mutant("limits-slots-never-released", "limits",
            "            if held:\n                await self._release(held, holder)",
            "            if False:\n                await self._release(held, holder)",
-           "engine/limits"),
+           "engine/flow/limits"),
     Mutant("limits-mongo-rate-uncapped", "limits",
            '{"_id": cid, "n": {"$gte": 0, "$lt": allowed}}', '{"_id": cid}', "mongo/limits"),
     # --- issue 29 (T1): completion in bulk, the born-claimed hand-off, backpressure, bounded
@@ -400,7 +399,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        self.token = token", "resume"),
     Mutant("limits-release-unshielded", "limits",
            "with anyio.move_on_after(RELEASE_SECONDS, shield=True):",
-           "with anyio.move_on_after(RELEASE_SECONDS):", "engine/limits"),
+           "with anyio.move_on_after(RELEASE_SECONDS):", "engine/flow/limits"),
     Mutant("limits-bot-key-without-tenant", "limits",
            'return f"bot:{tenant_id}/{bot}"', 'return f"bot:{bot}"', "model/limits"),
     Mutant("accept-errors-reported-every-time", "ops",
@@ -458,13 +457,13 @@ MUTANTS: tuple[Mutant, ...] = (
            "if isinstance(why, str) and why not in keep:",
            "if isinstance(why, str):", "mongo/outbox"),
     Mutant("pause-lift-released-on-one-read-only", "pause",
-           "RELEASE_PASSES = 2", "RELEASE_PASSES = 1", "engine/pause"),
+           "RELEASE_PASSES = 2", "RELEASE_PASSES = 1", "engine/flow/pause"),
     Mutant("pause-read-late-at-the-heartbeat-instant", "pause",
            "if not force and now < self._next_read:", "if not force and now <= self._next_read:",
-           "engine/pause"),
+           "engine/flow/pause"),
     Mutant("pause-scope-ignored", "pause",
            "frozenset(p.key for p in on.values() if p.scope == scope)",
-           "frozenset(p.key for p in on.values())", "engine/pause"),
+           "frozenset(p.key for p in on.values())", "engine/flow/pause"),
     Mutant("pause-held-row-loses-its-own-time", "pause",
            "not_before = held_not_before(row.not_before) if paused else",
            "not_before = held_not_before(now) if paused else", "completer"),
@@ -490,8 +489,8 @@ MUTANTS: tuple[Mutant, ...] = (
     # priority: highest first within a tenant; the stored range inclusive; the pick's third
     # query takes only due rows; a tick's merged claims are ordered by priority
     Mutant("priority-lowest-first", "priority",
-           "q.sort(key=lambda r: -priority_of(r))  # stable",
-           "q.sort(key=lambda r: priority_of(r))  # stable", "fairness"),
+           "pool.sort(key=lambda r: -(rank_of(r) or 0))  # stable",
+           "pool.sort(key=lambda r: rank_of(r) or 0)  # stable", "fairness"),
     Mutant("priority-range-exclusive", "priority",
            "MIN_PRIORITY <= value <= MAX_PRIORITY):", "MIN_PRIORITY < value < MAX_PRIORITY):",
            "fairness"),
@@ -499,7 +498,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'urgent = {**due, "priority": {"$gt": 0}}',
            'urgent = {"state": PENDING, "priority": {"$gt": 0}}', "mongo/outbox"),
     Mutant("priority-tick-not-reordered", "priority",
-           "res = await self.run_claims(by_priority(claims))", "res = await self.run_claims(claims)",
+           "claims = by_priority(claims)  # each tenant's", "claims = claims  # each tenant's",
            "worker"),
     # explain: a lease is live until its exact end, a row due from its exact not_before (as the
     # reclaim and the claim read them); the turn counts only the tenant's rows, strictly ahead
@@ -545,16 +544,27 @@ MUTANTS: tuple[Mutant, ...] = (
     # lanes: one lane per tenant, at most ``concurrency`` at once, nothing started after a
     # failure, ``[worker] concurrency`` honoured
     Mutant("lanes-one-per-row", "lanes",
-           "await run_lanes(units, lane_of, run,",
-           "await run_lanes(units, lambda unit: unit[0].ref, run,", "running"),
+           "pool = LanePool[Job](tg, lambda job: lane(job.claims), self._run_job,",
+           "pool = LanePool[Job](tg, lambda job: job.claims[0].ref, self._run_job,", "running"),
     Mutant("lanes-start-after-a-failure", "lanes",
-           "if out.error is not None or stopping():", "if stopping():", "lanes"),
+           "if not q or self.error is not None or self._stopping():",
+           "if not q or self._stopping():", "lanes"),
     Mutant("lanes-unbounded", "lanes",
            "limiter = anyio.CapacityLimiter(max(1, concurrency))",
-           "limiter = anyio.CapacityLimiter(max(1, len(queues)))", "lanes"),
+           "limiter = anyio.CapacityLimiter(10**6)", "lanes"),
     Mutant("lanes-concurrency-setting-ignored", "lanes",
-           "concurrency=s.concurrency, stopping=lambda: self.stopping,",
-           "concurrency=8, stopping=lambda: self.stopping,", "running"),
+           "concurrency=self.settings.concurrency,", "concurrency=8,", "running"),
+    # lanes outlive the batch: the worker loop keeps them open; the rows in them are bounded, a
+    # tenant's lane takes a claim's worth of its handed rows, one heartbeat beats the queued rows
+    Mutant("lanes-close-with-the-batch", "lanes",
+           "async with self.worker.lanes(self.stats.worker.add):",
+           "async with anyio.create_task_group():", "runtime"),
+    Mutant("lanes-rows-unbounded", "lanes",
+           "return 2 * self.claim_limit()", "return 10**6", "running"),
+    Mutant("lanes-tenant-takes-every-handed-row", "lanes",
+           "return max(1, self.claim_limit()) - self.held(tenant_id)", "return 10**6", "running"),
+    Mutant("lanes-queued-rows-not-beaten", "lanes",
+           "            self.inflight.setdefault(c.ref, Lease(c, now))\n", "", "running"),
     # the stream buffer: trusted only after a read that began with this very buffer; cleared on
     # (re)open; forgotten on ownership loss; bounded
     Mutant("stream-trust-from-an-older-buffer", "stream",
@@ -611,24 +621,37 @@ MUTANTS: tuple[Mutant, ...] = (
     # twin's tenants by their oldest high-priority row; the Mongo pick in the server's order
     # (mongomock: as stored); a hand-off whose backlog pick never stops, or gets no room
     Mutant("fair-stolen-before-owned", "fair",
-           "    return (round_robin(mine, tenant, priority_of)\n"
-           "            + round_robin(others, tenant, priority_of))[:limit]",
-           "    return (round_robin(others, tenant, priority_of)\n"
-           "            + round_robin(mine, tenant, priority_of))[:limit]", "fairness"),
+           "    return (round_robin(mine, tenant, rank_of, mine_more)\n"
+           "            + round_robin(theirs, tenant, rank_of, [d for d in more if others(d)]))[:limit]",
+           "    return (round_robin(theirs, tenant, rank_of, [d for d in more if others(d)])\n"
+           "            + round_robin(mine, tenant, rank_of, more))[:limit]", "fairness"),
     Mutant("fair-tenants-by-name", "fair",
-           "        for q in queues.values():\n            if depth < len(q):",
-           "        for _, q in sorted(queues.items(), key=lambda kv: str(kv[0])):\n"
-           "            if depth < len(q):", "fairness"),
+           "    return _turns(queues.values()) + _turns(left.values())",
+           "    return (_turns(q for _, q in sorted(queues.items(), key=lambda kv: str(kv[0])))\n"
+           "            + _turns(left.values()))", "fairness"),
     Mutant("fair-memory-tenants-by-oldest-candidate", "fair",
-           "oldest = min((nb, ref) for nb, ref, _ in due)",
-           "oldest = min((nb, ref) for nb, ref, _ in first)", "memory/outbox"),
+           "candidates.append(((places[0][0], places[0][1]),",
+           "candidates.append((min((d[0], d[1]) for d in top or places),", "memory/outbox"),
+    # priority never crosses tenants: a projection row keeps its place; the Mongo pick's third
+    # query only competes for the places its tenant's rows hold; the hand-off keeps the places
+    # a take ranked (so the kinds of the places left are as at priority 0)
+    Mutant("priority-projection-rows-ranked", "priority",
+           "return None if doc.get(\"kind\") == PROJECTION else priority_of(doc)",
+           "return priority_of(doc)", "fairness"),
+    Mutant("priority-pick-extra-rows-hold-places-mongo", "priority",
+           "picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before,\n"
+           "                               extra=extra)",
+           "picked = fairness.pick(sorted(picked + extra, key=_due), limit, prefer=prefer,\n"
+           "                               steal_before=steal_before)", "mongo/outbox"),
+    Mutant("priority-handoff-places-not-kept", "priority",
+           "        self._queued = {x.claim.ref: x for x in order}\n", "", "handoff"),
     Mutant("fair-mongo-pick-in-server-order", "fair",
            "        picked.sort(key=_due)\n", "", "mongo/outbox"),
     Mutant("fair-handoff-backlog-pick-never-stops", "fair",
            "self._pick_full = full", "self._pick_full = self._pick_full or full", "handoff"),
     Mutant("fair-handoff-crowds-out-the-pick", "fair",
-           "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants)",
-           "claims += self._handoff.take(limit, tenants)", "worker"),
+           "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants,",
+           "claims += self._handoff.take(limit, tenants,", "worker"),
     # --- issue 32: the slot lifetime (harness) ---
     Mutant("limits-mongo-renew-unfenced", "limits",
            '            {"key": key, "holder": holder},\n            {"$set": {"until": until',
@@ -637,13 +660,13 @@ MUTANTS: tuple[Mutant, ...] = (
            'if d.get("key") == key and d.get("holder") == holder]', 'if d.get("key") == key]',
            "memory/limits"),
     Mutant("limits-riders-never-ride", "limits",
-           "for ride in list(lease.riders):", "for ride in []:", "engine/leases"),
+           "for ride in list(lease.riders):", "for ride in []:", "engine/flow/leases"),
     Mutant("limits-bound-not-renewed", "limits",
            "slots.scope.deadline = anyio.current_time() + until - clock.now()", "pass",
-           "engine/limits"),
+           "engine/flow/limits"),
     Mutant("limits-takeover-not-cut", "limits",
            'slots.cut(f"the in-flight slot of {key} was taken over by another holder")', "pass",
-           "engine/limits"),
+           "engine/flow/limits"),
     # O8, O10, P6: the TTL follows the retention; no backend is assumed; writes are fenced
     Mutant("retention-ttl-never-changed", "adopt",
            '        if have.get("expireAfterSeconds") != seconds:', "        if False:", "schema"),
@@ -657,6 +680,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("subscription-update-unfenced", "adopt",
            "if sub.sub_id not in self._subs or self._rev.get(sub.sub_id, 0) != rev:",
            "if sub.sub_id not in self._subs:", "memory/subscriptions"),
+    # a latest seed at the tenant's highest seq when first seen, not its highest by the epoch:
+    # a tenant born while the service runs (or while it is down) loses its first events
+    Mutant("seed-ignores-the-epoch", "tail+",
+           "seed = await self.events.seq_before(tenant_id, await self.begin())",
+           "seed = await self.events.max_inserted_seq(tenant_id)", "tail"),
     Mutant("subscription-written-unchecked", "adopt",
            "    problem = subscription_problem(sub) or key_problem(\"bot\", sub.bot)",
            "    problem = None", "subscribing"),
@@ -672,8 +700,8 @@ MUTANTS: tuple[Mutant, ...] = (
            "            with anyio.CancelScope(shield=True):\n                await self.flush()",
            "            with anyio.CancelScope():\n                await self.flush()", "completer"),
     Mutant("cancelled-batch-gives-back-staged-rows", "marks",
-           "                self._unstaged([c for c in claims if c.ref not in finished]))",
-           "                [c for c in claims if c.ref not in finished])", "running"),
+           "            run.tally.released += await self.completer.release(self._unstaged(back))",
+           "            run.tally.released += await self.completer.release(back)", "running"),
     Mutant("release-unshielded", "marks",
            "        with anyio.CancelScope(shield=True):\n            for claim in claims:",
            "        with anyio.CancelScope():\n            for claim in claims:", "completer"),
@@ -778,11 +806,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "if gen is not None and buffer is not None and not res.stopped and not self.more_behind(res):",
            "if gen is not None and buffer is not None and not res.stopped:", "tail"),
     Mutant("lanes-last-error-wins", "edges",
-           "                    if out.error is None:\n                        out.error = exc",
-           "                    out.error = exc", "lanes"),
+           "                        if self.error is None:\n                            self.error = exc",
+           "                        self.error = exc", "lanes"),
     Mutant("pause-release-failure-waits-for-the-sweep", "edges",
            "            self._release_passes = max(self._release_passes, 1)", "            pass",
-           "engine/pause"),
+           "engine/flow/pause"),
     Mutant("coalesce-into-a-running-row", "edges",
            "        if covered.state == CLAIMED:\n            raise CoalesceHold",
            "        if False:\n            raise CoalesceHold", "coalesce"),
@@ -807,6 +835,22 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "lanes-close-with-the-batch":
+        "tests/test_lanes.py::test_a_slow_tenant_holds_only_its_own_lane_while_new_rows_of_others_arrive",
+    "lanes-rows-unbounded":
+        "tests/test_lanes.py::test_open_lanes_hold_at_most_two_claims_and_a_slow_tenant_a_claims_worth",
+    "lanes-tenant-takes-every-handed-row":
+        "tests/test_lanes.py::test_open_lanes_hold_at_most_two_claims_and_a_slow_tenant_a_claims_worth",
+    "lanes-queued-rows-not-beaten":
+        "tests/contract/test_heartbeat.py::test_a_row_queued_behind_a_slow_one_in_open_lanes_keeps_its_lease[memory]",
+    "priority-projection-rows-ranked":
+        "tests/contract/test_priority.py::test_priorities_give_no_tenant_more_turns_for_its_launches[memory]",
+    "priority-pick-extra-rows-hold-places-mongo":
+        "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[mongomock]",
+    "priority-handoff-places-not-kept":
+        "tests/contract/test_priority.py::test_fair_share_across_tenants_holds_whatever_the_priorities[memory]",
+    "seed-ignores-the-epoch":
+        "tests/contract/test_seed.py::test_a_tenant_born_while_the_service_runs_has_its_first_event_launched",
     "net-pick-misses-due-retries":
         "tests/contract/test_handoff.py::test_with_the_stream_open_the_idle_pick_is_the_net_and_its_own_retries_run_when_due",
     "net-pick-ignores-the-open-stream":

@@ -1,6 +1,6 @@
 """The console's charts (issue 33, item 6): the SVG the server draws parses as XML, its points are
 the data's (read back through the drawn y axis), gaps stay gaps, hostile labels are text, and
-the same chart is the same bytes; and the series merge's rules on their own (engine/series)."""
+the same chart is the same bytes; and the series merge's rules on their own (engine/upkeep/series)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from board_outbox.engine.series import merge
+from board_outbox.engine.upkeep.series import merge
 from board_outbox.model.series import MINUTE, SeriesCounts, SeriesPoint
 from board_outbox.surface.console.charts import (
     Chart,
@@ -147,7 +147,7 @@ def test_compact(n: float, text: str) -> None:
     assert compact(n) == text
 
 
-# --- the merge's rules (engine/series.merge), without a store --------------------------------
+# --- the merge's rules (engine/upkeep/series.merge), without a store --------------------------------
 
 
 def _p(minute: int, replica: str, counts: tuple[int, int, int], base: tuple[int, int, int],

@@ -34,7 +34,8 @@ RECORDS = [
     ("dead-letters", "purge"),
     ("subscriptions", "list"), ("subscriptions", "show"), ("subscriptions", "add"),
     ("subscriptions", "edit"), ("subscriptions", "disable"), ("subscriptions", "enable"),
-    ("subscriptions", "rm"),
+    ("subscriptions", "rm"), ("rows", "cancel"), ("rows", "rerun"), ("rows", "find"),
+    ("api-tokens", "create"), ("api-tokens", "list"), ("api-tokens", "revoke"),
 ]
 NO_RECORD = {("run",), ("console",), ("demo",), ("completion",)}  # logs, pages, a script
 

@@ -205,7 +205,7 @@ def _bound(node: ast.stmt) -> set[str]:
 
 def index_of(dirs: Iterable[Path]) -> Index:
     idx = Index()
-    for d in dirs:  # module names are relative to the folder: board_outbox.engine.tail
+    for d in dirs:  # module names are relative to the folder: board_outbox.engine.tail.tail
         for path in sorted(d.rglob("*.py")):
             if "__pycache__" not in path.parts:
                 idx.add_module(path, d)
@@ -248,7 +248,7 @@ def test_the_name_check_can_fail(source: Index) -> None:
     dotted, camel = code_refs(
         "`Tail.drain_tenant`, `Tail.drain_everything`, `reading.read_batch`, `reading.read_all`, "
         "`HandlerRegistry.handler(kind).execute(row, ctx)`, `run_batch(w)`, `GapTracker`, "
-        "`NoSuchTracker`, `sdk.py`, `engine/worker.py`, `young_gap_seconds`")
+        "`NoSuchTracker`, `sdk.py`, `engine/work/worker.py`, `young_gap_seconds`")
     assert dotted == {"Tail.drain_tenant", "Tail.drain_everything", "reading.read_batch",
                       "reading.read_all", "HandlerRegistry.handler(kind).execute(row, ctx)",
                       "run_batch(w)"}
@@ -270,7 +270,7 @@ PENDING_PATHS: frozenset[str] = frozenset()
 
 
 def doc_paths(markdown: str) -> set[str]:
-    """Paths in backticks: ``engine/tail.py``, ``adapters/*/outbox.py``, ``tests/harness/``."""
+    """Paths in backticks: ``engine/tail/tail.py``, ``adapters/*/outbox.py``, ``tests/harness/``."""
     return {span for span in re.findall(r"`([^`\s]+)`", markdown)
             if "/" in span and re.fullmatch(r"[\w.*/-]+", span) and not span.startswith("/")
             and (span.endswith("/") or re.search(r"\.(py|md|toml|json|txt|png|yaml|yml)$", span))}
@@ -283,7 +283,7 @@ def path_exists(span: str, page: Path = ARCHITECTURE) -> bool:
 
 
 def test_every_path_the_docs_give_exists() -> None:
-    assert {"engine/tail.py", "adapters/*/outbox.py", "tests/harness/"} <= doc_paths(
+    assert {"engine/tail/tail.py", "adapters/*/outbox.py", "tests/harness/"} <= doc_paths(
         ARCHITECTURE.read_text())
     assert not path_exists("engine/run_batch.py")
     missing: list[str] = []

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.engine.watchdog import LoopWatch, Progress
+from board_outbox.engine.work.watchdog import LoopWatch, Progress
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import MatchRule, Subscription, launch_row_key
 from board_outbox.service.runtime import build_registry

@@ -1,5 +1,5 @@
 """``board-outbox explain ROW_KEY [--json]`` (issue 33, item 4): the command prints what the engine
-answers (``engine/explain.py``, tested on every backend in tests/contract/test_explain.py); a
+answers (``engine/upkeep/explain.py``, tested on every backend in tests/contract/test_explain.py); a
 text that is not a row key, or a key no row has, is one line and exit 2; ``--json`` is one
 stable document. Last, the command against a running service on the wire."""
 
@@ -111,7 +111,7 @@ def test_explain_shows_the_rows_priority(capsys: pytest.CaptureFixture[str]) -> 
 
 async def _held(backend: MemoryBackend) -> tuple[str, float]:
     """A launch row the service held for its tenant's pause (paused 2 minutes ago by ana)."""
-    from board_outbox.engine.pause import PauseGate
+    from board_outbox.engine.flow.pause import PauseGate
 
     await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
     await backend.board.put(Card(tenant_id=T, card_id="c"))

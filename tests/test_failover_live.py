@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pymongo import MongoClient
 
-from board_outbox.engine.membership import owner
+from board_outbox.engine.flow.membership import owner
 
 pytestmark = [pytest.mark.live_mongo]
 

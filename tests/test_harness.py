@@ -119,7 +119,7 @@ def test_without_membership_every_invariant_holds_too() -> None:
 def test_harness_catches_a_replica_that_takes_fresh_rows_of_a_live_owner(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The steal cut-off dropped: the other owners' rows are claimed the moment they exist."""
-    from board_outbox.engine import worker
+    from board_outbox.engine.work import worker
 
     # the worker then never hears of the ownership: it takes every due row at once
     monkeypatch.setattr(worker.EffectWorker, "prefer", property(lambda self: lambda: None,

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from board_outbox.adapters.memory.limits import MemoryLimitStore
-from board_outbox.engine import leases, limits
-from board_outbox.engine.limits import LaunchGate
+from board_outbox.engine.flow import leases, limits
+from board_outbox.engine.flow.limits import LaunchGate
 from board_outbox.model import transitions
 from tests.harness.sim import VIOLATION_KINDS, run_many, violation_kinds
 

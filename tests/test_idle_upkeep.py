@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.membership import owner
+from board_outbox.engine.flow.membership import owner
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.model.errors import StoreUnavailable

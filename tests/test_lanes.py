@@ -1,17 +1,22 @@
-"""A claimed batch runs in lanes (``engine/lanes.py``): one per tenant, ``[worker] concurrency``
+"""A claimed batch runs in lanes (``engine/work/lanes.py``): one per tenant, ``[worker] concurrency``
 at once. A tenant's rows keep their order; a slow launch holds up only its own tenant; a failure
 starts nothing more and cancels nothing running; shutdown gives back only what never started."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import anyio
 import pytest
 
-from board_outbox.engine.lanes import Lanes, run_lanes
-from board_outbox.model.domain import Subscription
+from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.engine.flow.pressure import Pressure
+from board_outbox.engine.work.lanes import Lanes, run_lanes
+from board_outbox.model.domain import Card, Subscription
 from board_outbox.ports import LaunchRequest
+from board_outbox.service.config import load_config
+from board_outbox.service.runtime import Service
 from tests.support.kits import memory_kit
 
 pytestmark = pytest.mark.anyio
@@ -155,3 +160,115 @@ async def test_the_worker_runs_at_most_its_concurrency_of_lanes_at_once(concurre
     kit.launcher.launch = launch  # type: ignore[method-assign]
     res = await kit.worker(batch_size=10, concurrency=concurrency).tick_any()
     assert res.done == 3 and peak == concurrency
+
+
+async def test_a_slow_tenant_holds_only_its_own_lane_while_new_rows_of_others_arrive() -> None:
+    """Lanes outlive the batch (the service's worker loop): one tenant's bot is slow (here: it
+    runs until the test lets it end), three fast tenants' events arrive while its launches run
+    (5 each, ``batch_size = 20``). The fast tenants' 15 launches happen while the slow launch
+    still runs (before, the next claim waited for the batch's slowest lane: every fast launch
+    waited for all of the slow tenant's), and the slow tenant's rows still run one after
+    another, in order, once it ends."""
+    backend = MemoryBackend()
+    tenants = ("slow", "f1", "f2", "f3")
+    for t in tenants:
+        await backend.subs.put(Subscription(sub_id=f"{t}.s", tenant_id=t, bot="bot"))
+        await backend.board.put(Card(tenant_id=t, card_id="c"))
+    release = anyio.Event()
+    started = anyio.Event()
+    launched: list[tuple[str, int]] = []
+    running: list[tuple[str, int]] = []
+    inner = backend.launcher.launch
+
+    async def launch(req: LaunchRequest) -> Any:
+        running.append((req.tenant_id, req.seq))
+        if req.tenant_id == "slow":
+            started.set()
+            await release.wait()
+        launched.append((req.tenant_id, req.seq))
+        running.remove((req.tenant_id, req.seq))
+        return await inner(req)
+
+    backend.launcher.launch = launch  # type: ignore[method-assign]
+    config = load_config(env={}, worker={"batch_size": 20}, projections=[],
+                         tail={"seed": "earliest"})
+    service = Service(backend.stores(), config, rng=random.Random(1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(service.run)
+        try:
+            with anyio.fail_after(5):
+                for _ in range(3):
+                    await backend.events.emit("slow", "card.created", "c")
+                await started.wait()  # the slow tenant's first launch runs
+                for t in tenants[1:]:
+                    for _ in range(5):
+                        await backend.events.emit(t, "card.created", "c")
+                while sum(t != "slow" for t, _ in launched) < 15:
+                    await anyio.sleep(0.01)
+            assert running == [("slow", 1)] and not any(t == "slow" for t, _ in launched)
+        finally:
+            release.set()
+        with anyio.fail_after(10):
+            while len(launched) < 18:
+                await anyio.sleep(0.01)
+        service.stop()
+    assert [s for t, s in launched if t == "slow"] == [1, 2, 3]
+    for t in tenants[1:]:
+        assert [s for u, s in launched if u == t] == [1, 2, 3, 4, 5]
+
+
+async def test_open_lanes_hold_at_most_two_claims_and_a_slow_tenant_a_claims_worth() -> None:
+    """Bounds of lanes that outlive the batch (the worker's ticks inside ``lanes``): the rows in
+    the lanes never pass two claims' worth (``bound``; the backpressure scales the claim, so
+    the bound too), a tenant's lane takes at most a claim's worth of its handed rows (the rest
+    wait, leased, in the hand-off, and the tail gets no room for more of them) while other
+    tenants' handed rows still go to their own lanes; the pick, which cannot leave a tenant
+    out, is held by the bound."""
+    kit = memory_kit()
+    for t in ("slow", "fast"):
+        await kit.sub(Subscription(sub_id=f"{t}.s", tenant_id=t, bot="bot"))
+        await kit.card(t, "c")
+    release = anyio.Event()
+    inner = kit.launcher.launch
+
+    async def launch(req: LaunchRequest) -> Any:
+        if req.tenant_id == "slow":
+            await release.wait()
+        return await inner(req)
+
+    kit.launcher.launch = launch  # type: ignore[method-assign]
+    worker = kit.worker(batch_size=4)
+    tail = kit.tail(seed="earliest")
+    tail.handoff = worker
+    for _ in range(12):
+        await kit.emit("slow", "card.created", "c")
+    with anyio.fail_after(5):
+        async with worker.lanes():
+            await tail.drain_all(["slow"])  # handed over, born claimed
+            assert worker.handed >= 8
+            for _ in range(3):
+                await worker.tick_any()
+                await anyio.sleep(0.01)
+            assert worker.held("slow") == 4 and worker.handed >= 4  # a claim's worth, no more
+            assert worker.room("slow") == 0  # the tail reads no more of it meanwhile
+            for _ in range(3):
+                await kit.emit("fast", "card.created", "c")
+            await tail.drain_all(["fast"])
+            await worker.tick_any()
+            while len(kit.launcher.launches) < 3:  # the fast rows ran beside the slow lane
+                await anyio.sleep(0.01)
+            # rows no tail handed over (pending in the store) come by the pick: the bound holds
+            for _ in range(8):
+                await kit.emit("slow", "card.created", "c")
+            await kit.tail(seed="earliest").drain_all(["slow"])
+            for _ in range(4):
+                kit.clock.advance(2)  # the pick's schedule (a worker fed by its tail)
+                await worker.tick_any()
+                assert worker.held("slow") <= worker.bound() == 8
+            assert worker.held("slow") == 8
+            worker.pressure = Pressure(kit.clock)
+            worker.pressure.failed("a slow store")
+            assert worker.bound() < 8  # backpressure shrinks what the lanes take
+            release.set()
+        assert worker.held("slow") == 0 and not worker.inflight
+    assert {r.tenant_id for r in kit.launcher.launches[:3]} == {"fast"}

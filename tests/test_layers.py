@@ -7,6 +7,14 @@ are peers: neither imports the other). The package's import graph has no circles
 Mongo adapter (plus the wire-server launcher) imports the driver. The built-in projections
 under the top-level ``projections/`` import only the public SDK, and nothing under ``src/``
 imports them.
+
+Inside the engine, the rooms (sub-packages) stand in an order of their own, ``ENGINE_ROOMS``:
+
+    telemetry | flow -> tail | handlers -> work -> upkeep
+
+A room imports only from rooms of a lower rank, or from itself (rooms of one rank are peers:
+neither imports the other), so no import runs back up and the rooms form no circle; every
+module of the engine sits in a room.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ RANK = {"model": 0, "ports": 1, "engine": 2, "adapters": 2, "sdk": 3, "testing":
         "service": 4, "surface": 5, "__init__": 6, "__main__": 6,
         # the version (its one source, read by the build): a leaf any layer may read
         "__about__": 0}
+# rank of each room (sub-package) of the engine: lower ranks never import higher ones
+ENGINE_ROOMS = {"telemetry": 0, "flow": 0, "tail": 1, "handlers": 1, "work": 2, "upkeep": 3}
 DRIVER = ("pymongo", "bson", "motor")
 DRIVER_OK = ("adapters/mongo/", "service/wireserver.py")
 
@@ -134,6 +144,46 @@ def circles() -> list[list[str]]:
     return out
 
 
+def engine_rooms_of(path: Path) -> list[tuple[str, int]]:
+    """(room, line) for every import of another module of the engine in ``path``; the room of
+    ``from board_outbox.engine import x`` is ``x``."""
+    out: list[tuple[str, int]] = []
+    for target, line in imports(path):
+        parts = target.split(".")
+        if parts[:2] == ["board_outbox", "engine"] and len(parts) > 2:
+            out.append((parts[2], line))
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "board_outbox.engine":
+            out += [(a.name, node.lineno) for a in node.names]
+    return out
+
+
+def engine_arrows_back_up() -> list[str]:
+    """Imports between the engine's rooms that do not run down ``ENGINE_ROOMS``, and modules that
+    sit in no room."""
+    bad = []
+    engine = PKG / "engine"
+    for path in package_sources():
+        if engine not in path.parents:
+            continue
+        rel = path.relative_to(engine)
+        if rel == Path("__init__.py"):
+            continue
+        mine = rel.parts[0] if len(rel.parts) > 1 else ""
+        if mine not in ENGINE_ROOMS:
+            bad.append(f"engine/{rel} sits in no room of ENGINE_ROOMS")
+            continue
+        for theirs, line in engine_rooms_of(path):
+            if theirs == mine:
+                continue
+            if theirs not in ENGINE_ROOMS:
+                bad.append(f"engine/{rel}:{line} imports engine.{theirs} (no room)")
+            elif ENGINE_ROOMS[theirs] >= ENGINE_ROOMS[mine]:
+                bad.append(f"engine/{rel}:{line} imports engine.{theirs} "
+                           f"({mine} may not import {theirs})")
+    return bad
+
+
 def test_every_module_sits_in_a_layer() -> None:
     stray = [str(p.relative_to(PKG)) for p in package_sources()
              if top(["board_outbox", *module_of(p, PKG)]) not in RANK]
@@ -146,6 +196,36 @@ def test_no_module_imports_a_layer_above_its_own() -> None:
 
 def test_the_package_has_no_import_circles() -> None:
     assert circles() == []
+
+
+def test_the_engine_rooms_import_only_rooms_below_their_own() -> None:
+    assert engine_arrows_back_up() == []
+
+
+def test_the_engine_rooms_are_the_ranked_ones() -> None:
+    """A room added or renamed takes its place in ``ENGINE_ROOMS``; a room gone leaves it."""
+    rooms = {p.parent.name for p in (PKG / "engine").glob("*/__init__.py")}
+    assert rooms == set(ENGINE_ROOMS)
+
+
+def test_the_engine_check_sees_an_arrow_back_up_and_a_module_outside_the_rooms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The room check must flag an import up (absolute, relative or ``from engine import x``), one
+    between peers and a flat module, or the test above could pass by seeing nothing."""
+    fake = tmp_path / "board_outbox"
+    for room in ("", "flow", "tail", "handlers", "work"):
+        (fake / "engine" / room).mkdir(parents=True, exist_ok=True)
+        (fake / "engine" / room / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "engine" / "flow" / "a.py").write_text("from ..work.b import c\n")
+    (fake / "engine" / "tail" / "d.py").write_text("from board_outbox.engine import handlers\n")
+    (fake / "engine" / "work" / "b.py").write_text(
+        "from board_outbox.engine.flow.a import e\nfrom board_outbox.engine.tail import d\n")
+    (fake / "engine" / "flat.py").write_text("")
+    monkeypatch.setattr(__import__(__name__, fromlist=["PKG"]), "PKG", fake)
+    assert sorted(b.split(" ")[0] for b in engine_arrows_back_up()) == [
+        "engine/flat.py", "engine/flow/a.py:1", "engine/tail/d.py:1"]
 
 
 def test_only_the_mongo_adapter_imports_the_driver() -> None:

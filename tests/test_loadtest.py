@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from board_outbox.engine.work.worksettings import WorkerSettings
 from tests.harness.loadtest import run
 
 
@@ -28,4 +29,6 @@ def test_sigkilled_replica_on_a_real_replica_set(live_uri: str) -> None:
     """The same over a real replica set (skipped, with the reason, when there is none)."""
     res = run(events=600, tenants=4, n_replicas=4, log=lambda _m: None, mongo_uri=live_uri)
     assert res["lost_rows"] == 0 and res["duplicate_rows"] == 0 and res["not_done"] == 0
-    assert res["rows_launched_twice"] <= 4
+    # as above: at most the rows the victim had launched and not yet marked, one batch of its
+    # own (the default batch_size) -- its marks flush every mark_flush_seconds, so usually fewer
+    assert res["rows_launched_twice"] <= WorkerSettings().batch_size

@@ -234,7 +234,8 @@ def test_each_states_filter_implies_its_partial_index_and_bounds_its_key() -> No
         if "state" in m.document.get("partialFilterExpression", {}):
             partial.setdefault(m.document["partialFilterExpression"]["state"], set()).add(
                 next(iter(m.document["key"])))
-    assert set(IN_STATE) == set(partial) == {"pending", "claimed", "failed", "done", "coalesced"}
+    assert set(IN_STATE) == set(partial) == {"pending", "claimed", "failed", "done",
+                                             "coalesced", "cancelled"}
     for state, flt in IN_STATE.items():
         assert flt["state"] == state
         (field,) = partial[state] & set(flt)  # one of its indexes leads with the bounded key

@@ -28,6 +28,10 @@ STORE_COMMANDS: list[list[str]] = [
     ["subscriptions", "add", "s", "--tenant", "t1", "--bot", "b"],
     ["subscriptions", "edit", "s", "--priority", "1"], ["subscriptions", "disable", "s"],
     ["subscriptions", "enable", "s"], ["subscriptions", "rm", "s", "--yes"],
+    ["rows", "find", "--state", "pending"], ["rows", "cancel", "--filter", "tenant=t1",
+                                             "--reason", "r", "--dry-run"],
+    ["rows", "rerun", "--filter", "tenant=t1", "--dry-run"], ["api-tokens", "list"],
+    ["api-tokens", "create", "--name", "n"], ["api-tokens", "revoke", "0123456789abcdef"],
 ]
 # the commands that never open a store
 STORELESS = {"demo", "completion"}

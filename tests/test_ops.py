@@ -174,7 +174,8 @@ async def test_healthz_readyz_and_metrics_on_a_running_service() -> None:
         assert lag == {T: 0.0}
         rows = {s.labels["state"]: s.value for s in families["board_outbox_rows"].samples}
         # 3 launches + 3 projection rows; the live states and the dead-letters read 0, not absent
-        assert rows == {"done": 6.0, "pending": 0.0, "claimed": 0.0, "failed": 0.0, "coalesced": 0.0}
+        assert rows == {"done": 6.0, "pending": 0.0, "claimed": 0.0, "failed": 0.0, "coalesced": 0.0,
+                        "cancelled": 0.0}
         done = [s for s in families["board_outbox_materialize_to_done_seconds"].samples
                 if s.name.endswith("_count")]
         assert sum(s.value for s in done) == 6.0

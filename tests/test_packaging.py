@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import email
+import json
 import re
 import subprocess
 import sys
@@ -71,6 +72,18 @@ def test_the_wheel_carries_the_typing_marker_the_license_and_the_projections(
     # nothing from outside the two packages (tests, tracing/, benchmarks) rides along
     tops = {n.split("/", 1)[0] for n in names}
     assert tops == {"board_outbox", "board_outbox_projections", f"board_outbox-{__version__}.dist-info"}
+
+
+def test_the_wheel_carries_the_producers_json_schemas(wheel: zipfile.ZipFile) -> None:
+    """docs/producing.md sends producers to the schemas in the installed package: one per
+    collection they write, each a valid JSON Schema (draft 2020-12)."""
+    import jsonschema
+
+    names = {n for n in wheel.namelist() if n.startswith("board_outbox/schemas/")}
+    assert names == {f"board_outbox/schemas/{c}.schema.json" for c in (
+        "board_events", "board_event_counters", "board_cards", "trigger_subscriptions")}
+    for name in names:
+        jsonschema.Draft202012Validator.check_schema(json.loads(wheel.read(name)))
 
 
 def test_the_wheel_metadata_is_complete_and_honest(wheel: zipfile.ZipFile) -> None:

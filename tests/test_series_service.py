@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.series import read_window
+from board_outbox.engine.upkeep.series import read_window
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
@@ -128,7 +128,7 @@ async def test_a_batch_another_replica_passed_first_is_not_counted_as_materializ
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Two replicas racing on a tenant both write its rows (they collapse) but only one moves
     its cursor: the loser's batch (``cas_lost``) is not counted again in the series."""
-    from board_outbox.engine.drain import DrainResult
+    from board_outbox.engine.tail.drain import DrainResult
 
     backend = MemoryBackend()
     service = await _service(backend, ManualClock())
@@ -160,7 +160,7 @@ async def test_a_flush_refused_on_the_wire_is_carried_to_the_next_minute(
 
     from board_outbox.adapters.mongo import ensure_schema
     from board_outbox.adapters.mongo.series import MongoSeriesStore
-    from board_outbox.engine.series import SeriesRecorder, SeriesSettings
+    from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings
 
     if not live.failpoints():
         pytest.skip("this server has no test commands")

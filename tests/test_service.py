@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.worker import MIN_CLAIM
+from board_outbox.engine.handlers.registry import ExecutionContext
+from board_outbox.engine.work.worker import MIN_CLAIM
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
@@ -143,9 +143,11 @@ async def test_graceful_shutdown_finishes_in_flight_and_releases_the_rest() -> N
     assert len(done) == 1 and len(pending) == 4  # in-flight finished, the rest given back
     assert all(d["claim_id"] is None and d.get("attempts", 0) == 0 for d in pending)
     # every claimed row it had not started went back (the claim may be smaller than batch_size:
-    # idle ticks before the events shrink it toward MIN_CLAIM)
+    # idle ticks before the events shrink it toward MIN_CLAIM; the rows still in the hand-off go
+    # back too, uncounted here); the projection rows ran in a lane of their own, not behind the
+    # slow launch
     w = service.stats.worker
-    assert w.done == 1 and w.claimed >= MIN_CLAIM and w.released == w.claimed - 1
+    assert w.claimed >= MIN_CLAIM and w.released >= 1 and w.claimed == w.done + w.released
 
 
 async def test_shutdown_past_grace_releases_the_interrupted_row() -> None:

@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.membership import owner
-from board_outbox.engine.prefetch import StreamEvents
+from board_outbox.engine.flow.membership import owner
+from board_outbox.engine.tail.prefetch import StreamEvents
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.model.records import Change

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.engine.membership import owner
+from board_outbox.engine.flow.membership import owner
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config, load_config

@@ -38,7 +38,7 @@ INT_TYPES = {k: v for k, v in TYPES.items() if k != "float"}
 @pytest.mark.parametrize("conv", list(TYPES.values()), ids=list(TYPES))
 async def test_a_membership_lease_is_trusted_up_to_exactly_the_heartbeat_timeout(
         side: str, conv: Callable[[float], Any], request: pytest.FixtureRequest) -> None:
-    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.engine.flow.membership import MembershipSettings, Ownership
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.validation import BAD_DOCUMENTS
 
@@ -109,7 +109,7 @@ async def test_a_fixed_document_is_no_longer_listed_as_bad(
         side: str, request: pytest.FixtureRequest) -> None:
     """The bad-document listing is what is bad now: a cursor, a counter or a membership lease
     fixed by hand leaves it at the next read (and a relapse is listed again)."""
-    from board_outbox.engine.membership import MembershipSettings, Ownership
+    from board_outbox.engine.flow.membership import MembershipSettings, Ownership
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.validation import BAD_DOCUMENTS
 

@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import format_span_id, format_trace_id
 
 from board_outbox.adapters.launchers import LogLauncher
-from board_outbox.engine.tail import Tail, TailSettings
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.tail.tail import Tail, TailSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.service.logs import JsonFormatter, TraceIds, setup_logging
 from board_outbox.service.runtime import build_registry

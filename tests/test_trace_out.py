@@ -19,8 +19,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanKind, StatusCode, format_s
 
 from board_outbox.adapters.launchers import HttpLauncher
 from board_outbox.engine import telemetry
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.domain import EffectRow, Subscription
 from board_outbox.model.errors import LaunchFailed
 from board_outbox.ports import LaunchRequest
@@ -164,7 +164,7 @@ async def test_a_user_effect_kind_gets_the_rows_context_in_its_arguments() -> No
     registry = HandlerRegistry()
     handler = Recipient(tp)
     registry.register("notify", handler)
-    from board_outbox.engine.tail import Tail, TailSettings
+    from board_outbox.engine.tail.tail import Tail, TailSettings
 
     tail = Tail(events=kit.events, cursors=kit.cursors, outbox=kit.outbox, subs=kit.subs,
                 cards=kit.cards, clock=kit.clock, settings=TailSettings(seed="earliest"),

@@ -15,10 +15,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from board_outbox.engine import telemetry
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.model.errors import ConfigError
 from board_outbox.service.runtime import build_registry
@@ -231,7 +231,8 @@ async def test_metrics_record_latency_attempts_dead_letters_and_gauges() -> None
     lag = {p.attributes["tenant_id"]: p.value for p in points["board_outbox.tail.lag"]}
     assert lag == {T: 1}
     rows = {p.attributes["state"]: p.value for p in points["board_outbox.rows"]}
-    assert rows == {"done": 1, "pending": 0, "claimed": 0, "failed": 0, "coalesced": 0}
+    assert rows == {"done": 1, "pending": 0, "claimed": 0, "failed": 0, "coalesced": 0,
+                    "cancelled": 0}
 
 
 def test_the_shared_endpoint_turns_on_every_signal_and_none_turns_one_off() -> None:

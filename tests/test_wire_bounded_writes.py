@@ -23,7 +23,7 @@ from pymongo import AsyncMongoClient, monitoring
 
 from board_outbox.adapters.mongo import ensure_schema
 from board_outbox.adapters.mongo.outbox import EFFECTS, ROW_CHUNK, MongoEffectOutbox
-from board_outbox.engine.leases import BEAT_CHUNK, Lease, Leases
+from board_outbox.engine.flow.leases import BEAT_CHUNK, Lease, Leases
 from board_outbox.model import transitions as tr
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import EffectRow

@@ -24,10 +24,10 @@ from board_outbox.adapters.launchers import HttpLauncher
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import mongo_stores
 from board_outbox.adapters.mongo.limits import LIMITS
-from board_outbox.engine.limits import LimitSettings
-from board_outbox.engine.outcomes import TickResult
-from board_outbox.engine.tail import Tail, TailSettings
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.flow.limits import LimitSettings
+from board_outbox.engine.tail.tail import Tail, TailSettings
+from board_outbox.engine.work.outcomes import TickResult
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import DONE
 from board_outbox.ports import RowFilter

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryLauncher
-from board_outbox.engine.membership import owner
+from board_outbox.engine.flow.membership import owner
 from board_outbox.model.domain import DONE, PENDING, Card, Subscription
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.ports import RowFilter, Stores

@@ -22,7 +22,7 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import mongo_stores
-from board_outbox.engine.pressure import COOLDOWN_SECONDS, GROW, MAX_STRETCHED_SECONDS
+from board_outbox.engine.flow.pressure import COOLDOWN_SECONDS, GROW, MAX_STRETCHED_SECONDS
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

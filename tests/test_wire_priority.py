@@ -15,8 +15,8 @@ from pymongo import AsyncMongoClient
 
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import mongo_stores
-from board_outbox.engine.tail import Tail, TailSettings
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.tail.tail import Tail, TailSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.domain import DONE, Card, MatchRule, Subscription
 from board_outbox.ports import RowFilter, Stores

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
@@ -120,6 +121,25 @@ def _sent(span: trace.Span, doc: Mapping[str, Any], seq: int, tc: TraceContext |
                         fields=dict(extra or {}))
 
 
+@contextmanager
+def _sending(tracer_provider: trace.TracerProvider | None, doc: dict[str, Any]
+             ) -> Iterator[tuple[trace.Span, TraceContext | None]]:
+    """The PRODUCER span around one event's two writes, ``emit``'s and ``emit_sync``'s alike:
+    started and current, its W3C context stored in ``doc``, the document checked before a seq is
+    spent on it; a failure is recorded on the span and raised. Yields the span and the context
+    stored (None: none was current)."""
+    span = _start(tracer_provider, doc["tenant_id"], doc["type"], doc["card_id"])
+    with trace.use_span(span, end_on_exit=True, record_exception=False,
+                        set_status_on_exception=False):
+        tc = _traced(doc, span)
+        try:
+            check_document(doc)
+            yield span, tc
+        except Exception as exc:
+            _failed(span, exc)
+            raise
+
+
 def _failed(span: trace.Span, exc: BaseException) -> None:
     span.record_exception(exc)
     span.set_attribute("error.type", type(exc).__name__)
@@ -151,17 +171,10 @@ async def emit(
     read; ``StoreUnavailable`` (transient) or ``StoreError`` if the store failed, possibly after
     spending a seq (a hole the service steps over)."""
     doc = _document(tenant_id, type, card_id, actor, at, fields)
-    span = _start(tracer_provider, tenant_id, type, card_id)
-    with trace.use_span(span, end_on_exit=True, record_exception=False,
-                        set_status_on_exception=False):
-        tc = _traced(doc, span)
-        try:
-            check_document(doc)
-            seq = await append(db, doc)
-        except Exception as exc:
-            _failed(span, exc)
-            raise
-        return _sent(span, doc, seq, tc, fields)
+    with _sending(tracer_provider, doc) as (span, tc):
+        seq = await append(db, doc)
+        event = _sent(span, doc, seq, tc, fields)
+    return event
 
 
 def emit_sync(
@@ -178,14 +191,7 @@ def emit_sync(
     """``emit`` on a synchronous pymongo ``Database`` (a web app's request thread, a script):
     the same checks, the same two writes, the same span and stored context."""
     doc = _document(tenant_id, type, card_id, actor, at, fields)
-    span = _start(tracer_provider, tenant_id, type, card_id)
-    with trace.use_span(span, end_on_exit=True, record_exception=False,
-                        set_status_on_exception=False):
-        tc = _traced(doc, span)
-        try:
-            check_document(doc)
-            seq = append_sync(db, doc)
-        except Exception as exc:
-            _failed(span, exc)
-            raise
-        return _sent(span, doc, seq, tc, fields)
+    with _sending(tracer_provider, doc) as (span, tc):
+        seq = append_sync(db, doc)
+        event = _sent(span, doc, seq, tc, fields)
+    return event

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from board_outbox.engine.audit import Auditor, AuditSettings, BackgroundAudit
-from board_outbox.engine.replay import replay_range
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.tail.tail import Tail
+from board_outbox.engine.upkeep.audit import Auditor, AuditSettings, BackgroundAudit
+from board_outbox.engine.upkeep.replay import replay_range
 from board_outbox.model.domain import DONE_TTL_SECONDS, MatchRule, Subscription
 from tests.support.kits import Kit
 

@@ -28,9 +28,9 @@ from bson.int64 import Int64
 
 from board_outbox.adapters.memory import MemoryMembershipStore
 from board_outbox.engine.handlers import LaunchHandler
-from board_outbox.engine.registry import ExecutionContext, HandlerRegistry
+from board_outbox.engine.handlers.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import Lease
+from board_outbox.engine.work.worker import Lease
 from board_outbox.model.domain import EffectRow, MatchRule, Subscription, to_doc
 from board_outbox.ports import MembershipStore
 from tests.support.kits import Kit

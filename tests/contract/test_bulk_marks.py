@@ -203,7 +203,7 @@ async def test_a_gathered_write_refused_for_one_tenant_fails_only_that_tenants_r
     retry); t0's and t2's are not re-applied row by row."""
     import dataclasses
 
-    from board_outbox.engine.gathered import GatheredReadModels
+    from board_outbox.engine.work.gathered import GatheredReadModels
     from board_outbox.service.runtime import build_registry
 
     tenants = ["t0", "t1", "t2"]

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 from anyio.lowlevel import checkpoint
 
-from board_outbox.engine.bulk_replay import Stop, apply_bulk_replay, plan_bulk_replay
+from board_outbox.engine.upkeep.bulk_replay import Stop, apply_bulk_replay, plan_bulk_replay
 from board_outbox.model import transitions as tr
 from board_outbox.model.dead_letters import BulkFilter, BulkPlan, BulkProgress, last_error_class
 from board_outbox.model.domain import (

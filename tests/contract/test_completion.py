@@ -12,7 +12,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.model.errors import StoreUnavailable

@@ -16,8 +16,8 @@ import pytest
 from pymongo.errors import BulkWriteError
 
 from board_outbox.engine.handlers.coalesce import coalesce_check
-from board_outbox.engine.lanes import run_lanes
-from board_outbox.engine.prefetch import StreamEvents
+from board_outbox.engine.tail.prefetch import StreamEvents
+from board_outbox.engine.work.lanes import run_lanes
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import EffectRow, EventSnapshot, Subscription, new_subscription_row
 from board_outbox.model.errors import CoalesceHold, Superseded
@@ -228,7 +228,7 @@ async def _dead_letters(kit: Kit, n: int, at: float) -> None:
 
 
 async def _replay(kit: Kit, plan: Any, rate: float) -> Any:
-    from board_outbox.engine.bulk_replay import apply_bulk_replay
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk_replay
 
     async def sleep(seconds: float) -> None:
         kit.clock.advance(seconds)
@@ -240,7 +240,7 @@ async def _replay(kit: Kit, plan: Any, rate: float) -> Any:
 async def test_a_bulk_replay_applies_no_more_rows_than_its_plan_counted(kit: Kit) -> None:
     """Five dead-letters parked at one instant; the plan's limit is three. The apply walks up
     to the plan's newest instant -- where all five lie -- and still replays three."""
-    from board_outbox.engine.bulk_replay import plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_replay import plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
 
     await _dead_letters(kit, 5, kit.clock.now() - 60)
@@ -258,7 +258,7 @@ async def test_a_bulk_replay_does_not_catch_up_after_a_slow_page(kit: Kit) -> No
     three."""
     import itertools
 
-    from board_outbox.engine.bulk_replay import plan_bulk_replay
+    from board_outbox.engine.upkeep.bulk_replay import plan_bulk_replay
     from board_outbox.model.dead_letters import BulkFilter
 
     await _dead_letters(kit, 6, kit.clock.now() - 60)

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from board_outbox.engine.explain import ExplainSettings, explain
-from board_outbox.engine.limits import LimitSettings
-from board_outbox.engine.membership import owner
-from board_outbox.engine.worker import WorkerSettings
+from board_outbox.engine.flow.limits import LimitSettings
+from board_outbox.engine.flow.membership import owner
+from board_outbox.engine.upkeep.explain import ExplainSettings, explain
+from board_outbox.engine.work.worker import WorkerSettings
 from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING, Subscription
 from board_outbox.model.errors import InvalidRowKey, RowNotFound
 from board_outbox.model.explanation import (
@@ -289,7 +289,7 @@ async def test_an_unknown_or_malformed_key_is_refused(kit: Kit) -> None:
 def _paused_worker(kit: Kit) -> Any:
     """The service's wiring of the pause gate: the worker checks tenant and subscription, the
     launch handler the bot."""
-    from board_outbox.engine.pause import PauseGate
+    from board_outbox.engine.flow.pause import PauseGate
 
     assert kit.pauses is not None
     gate = PauseGate(kit.pauses, kit.outbox, kit.clock, every=1.0)
@@ -399,7 +399,7 @@ async def test_a_chain_that_loops_dangles_or_does_not_decode_is_said_not_followe
     """Planted chains: a loop (a -> b -> a), a row pointing at one that is gone, one pointing at
     a row that does not decode, one longer than the bound: each is explained in bounded reads
     with the reason, never followed forever, and names no row as the one that ran."""
-    from board_outbox.engine.holds import CHAIN_LIMIT
+    from board_outbox.engine.upkeep.holds import CHAIN_LIMIT
 
     now = kit.clock.now()
     await kit.insert_raw_row(_coalesced(1, f"{T}/2/sub/s1", now))

@@ -5,6 +5,7 @@ and another owner's row is taken once it is old measured from its materializatio
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -187,43 +188,54 @@ class Layout:
         return sorted((r for r in self.rows if self.asked(r)), key=lambda r: r.due)
 
 
-def turns(rows: list[Row]) -> list[Row]:
+def turns(rows: list[Row], extra: Sequence[Row] = ()) -> list[Row]:
     """``rows`` round-robin by tenant: every tenant's first row, then every second, ...; the
-    tenants in the order of their oldest row, each tenant's rows highest priority first, then
-    oldest first."""
-    oldest: dict[str, float] = {}
-    for r in rows:
-        oldest[r.tenant] = min(oldest.get(r.tenant, r.due), r.due)
-    rank = {t: i for i, t in enumerate(sorted(oldest, key=oldest.__getitem__))}
-    depth = {r: sum(1 for o in rows if o.tenant == r.tenant
-                    and (-o.priority, o.due) < (-r.priority, r.due)) for r in rows}
-    return sorted(rows, key=lambda r: (depth[r], rank[r.tenant]))
+    tenants in the order of their oldest row; each tenant's places (its rows) taken by the
+    highest priority, then oldest, of its rows and its ``extra`` rows (which hold no place);
+    then the rows left over, in turns the same way."""
+    mine: dict[str, list[Row]] = {}
+    for r in sorted(rows, key=lambda r: r.due):
+        mine.setdefault(r.tenant, []).append(r)
+    pools = {t: sorted(q + [r for r in extra if r.tenant == t], key=lambda r: (-r.priority, r.due))
+             for t, q in mine.items()}
+    for r in sorted(extra, key=lambda r: r.due):
+        if r.tenant not in mine:
+            pools.setdefault(r.tenant, []).append(r)
+    placed = [pools[t][:len(mine[t])] for t in mine]
+    left = [pool[len(mine.get(t, ())):] for t, pool in pools.items()]
+    return [q[d] for queues in (placed, left) for d in range(max(map(len, queues), default=0))
+            for q in queues if d < len(q)]
 
 
-def fair_claim(lay: Layout, seen: list[Row] | None = None) -> list[Row]:
-    """The claim F1 and S1 ask for of the rows ``seen`` (default: all): the owned tenants'
-    claimable rows in turns, then the other owners' stealable rows in turns; the first
-    ``limit``."""
+def fair_claim(lay: Layout, seen: list[Row] | None = None,
+               extra: Sequence[Row] = ()) -> list[Row]:
+    """The claim F1 and S1 ask for of the rows ``seen`` (default: all), with ``extra`` rows
+    competing for their tenant's places: the owned tenants' claimable rows in turns, then the
+    other owners' stealable rows in turns; the first ``limit``."""
     rows = [r for r in (lay.rows if seen is None else seen) if lay.claimable(r)]
-    return (turns([r for r in rows if lay.owned(r)])
-            + turns([r for r in rows if not lay.owned(r)]))[:lay.limit]
+    more = [r for r in extra if lay.claimable(r)]
+    return (turns([r for r in rows if lay.owned(r)], [r for r in more if lay.owned(r)])
+            + turns([r for r in rows if not lay.owned(r)],
+                    [r for r in more if not lay.owned(r)]))[:lay.limit]
 
 
-def mongo_reads(lay: Layout) -> list[Row] | None:
-    """The due rows the Mongo pick reads (docs/design.md, F1): every one while they fit its
-    window; under a backlog the window, the due rows of the tenants it does not show (the
-    second query) and the due rows above priority 0 (the third). None when the second or third
+def mongo_reads(lay: Layout) -> tuple[list[Row], list[Row]] | None:
+    """The due rows the Mongo pick reads (docs/design.md, F1), as places and extra rows: every
+    one while they fit its window; under a backlog the window and the due rows of the tenants
+    it does not show (the second query), and, as extra rows that only compete for their
+    tenant's places, the due rows above priority 0 (the third). None when the second or third
     query has more than a window to read: which part it reads is the server's index order."""
     due = lay.due_rows()
     if len(due) < lay.window:
-        return due
+        return due, []
     window = due[:lay.window]
     shown = {r.tenant for r in window}
     hidden = [r for r in due if r.tenant not in shown]
     urgent = [r for r in due if r.priority > 0]
     if len(hidden) > lay.window or len(urgent) > lay.window:
         return None
-    return list(dict.fromkeys(window + hidden + urgent))
+    places = window + hidden
+    return places, [r for r in urgent if r not in places]
 
 
 def layout(rng: random.Random, n: int, *, fits: bool) -> Layout:
@@ -291,7 +303,8 @@ async def claim_layout(kit: Kit, lay: Layout, rows: tuple[Row, ...] | None = Non
     return [c.row.row_key if c.row is not None else "?" for c in claims]
 
 
-def described(lay: Layout, got: list[str], seen: list[Row] | None = None) -> str:
+def described(lay: Layout, got: list[str], seen: list[Row] | None = None,
+              extra: Sequence[Row] = ()) -> str:
     rows = "\n".join(f"  {r.key:18} due {r.due - NOW:+8.1f} created {r.created - NOW:+8.1f} "
                      f"p{r.priority:+d}{'' if lay.claimable(r) else ' (not claimable)'}"
                      for r in sorted(lay.rows, key=lambda r: (r.tenant, r.due)))
@@ -299,7 +312,7 @@ def described(lay: Layout, got: list[str], seen: list[Row] | None = None) -> str
             f"steal_before {None if lay.steal_before is None else lay.steal_before - NOW}, "
             f"tenants {sorted(lay.tenants) if lay.tenants else None}, inserted "
             f"{[r.key for r in lay.rows]}\n{rows}\nclaimed {got}\nwanted  "
-            f"{[r.key for r in fair_claim(lay, seen)]}")
+            f"{[r.key for r in fair_claim(lay, seen, extra)]}")
 
 
 async def test_a_claim_is_the_fair_claim_of_every_due_row_when_its_pick_reads_them_all(
@@ -381,9 +394,9 @@ async def test_under_a_backlog_a_claim_keeps_the_fair_claims_rules_for_what_its_
         lay = layout(rng, n, fits=False)
         stored = tuple(sorted(lay.rows, key=lambda r: r.due)) if kit.name == "mongomock" else None
         got = await claim_layout(kit, lay, stored)
-        seen = list(lay.rows) if kit.name == "memory" else mongo_reads(lay)
+        seen = (list(lay.rows), []) if kit.name == "memory" else mongo_reads(lay)
         if seen is not None:
-            assert got == [r.key for r in fair_claim(lay, seen)], described(lay, got, seen)
+            assert got == [r.key for r in fair_claim(lay, *seen)], described(lay, got, *seen)
         try:
             check_backlog(lay, got)
         except AssertionError as exc:

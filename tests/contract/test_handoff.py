@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from board_outbox.engine.worker import HANDOFF_BATCHES, PICK_IDLES, EffectWorker
+from board_outbox.engine.work.worker import HANDOFF_BATCHES, PICK_IDLES, EffectWorker
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import (
     EffectRow,

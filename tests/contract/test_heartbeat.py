@@ -10,8 +10,8 @@ import anyio
 import pytest
 from board_outbox_projections import BoardReflect
 
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.worker import Lease
+from board_outbox.engine.handlers.registry import ExecutionContext
+from board_outbox.engine.work.worker import Lease
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import EffectRow, MatchRule, Subscription
 from board_outbox.ports import Claim
@@ -200,3 +200,48 @@ async def test_a_slow_batched_projection_keeps_its_leases_under_the_batch_heartb
         assert proj.rival_claimed == 0 and proj.batches == [3] and res.done == 3
     else:  # no heartbeat: the rival reclaims a row mid-apply, and our late mark of it is a no-op
         assert proj.rival_claimed == 1 and res.lease_lost == 1 and res.done == 2
+
+
+async def test_a_row_queued_behind_a_slow_one_in_open_lanes_keeps_its_lease(kit: Kit) -> None:
+    """Lanes that outlive the batch (``EffectWorker.lanes``): a later tick's row of the tenant
+    waits in its lane behind a slow effect, past its own lease; the one heartbeat of the open
+    lanes extends it too, so a rival ticking at the slow effect's end claims nothing, and each
+    row runs once."""
+    await kit.sub(SUB)
+    await kit.card(T, "c1")
+    await kit.emit(T, "card.created", "c1")
+    await kit.tail(seed="earliest").drain_all([T])
+    registry = kit.registry()
+    rival = kit.worker(registry=registry, lease_seconds=LEASE, heartbeat_fraction=0)
+    started, ended = anyio.Event(), anyio.Event()
+    queued = anyio.Event()
+    runs: list[int] = []
+    rival_claimed: list[int] = []
+
+    class Slow:
+        async def execute(self, row: EffectRow, ctx: ExecutionContext[Any]) -> str:
+            runs.append(row.seq)
+            if row.seq == 1:
+                started.set()
+                await queued.wait()
+                for _ in range(12):  # 24 s of store time, past the queued row's lease
+                    kit.clock.advance(2.0)
+                    await anyio.sleep(0.1)  # two beats
+                rival_claimed.append((await rival.tick_any()).claimed)
+                ended.set()
+            return "launched"
+
+    registry.register("launch", Slow(), replace=True)
+    worker = kit.worker(registry=registry, lease_seconds=LEASE, heartbeat_fraction=BEAT)
+    with anyio.fail_after(15):
+        async with worker.lanes():
+            await worker.tick_any()
+            await started.wait()
+            await kit.emit(T, "card.created", "c1")
+            await kit.tail(seed="earliest").drain_all([T])
+            assert (await worker.tick_any()).claimed == 1  # behind seq 1 in the tenant's lane
+            queued.set()
+            await ended.wait()
+    assert rival_claimed == [0] and runs == [1, 2]
+    rows = await kit.rows(T)
+    assert [(r.state, r.attempts) for r in rows] == [("done", 0), ("done", 0)]

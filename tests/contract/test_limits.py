@@ -8,7 +8,7 @@ import math
 import anyio
 import pytest
 
-from board_outbox.engine.limits import LimitSettings
+from board_outbox.engine.flow.limits import LimitSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.model.domain import DONE, PENDING, Subscription
 from board_outbox.model.limits import bot_key, rate_slot, rate_window, tenant_key
@@ -269,7 +269,7 @@ async def test_a_hard_stop_inside_a_launch_still_gives_its_slots_back(kit: Kit) 
     """The launch is cancelled (a hard stop, a deadline) while it holds its bot's and tenant's
     slots: the release runs to the end anyway, so the next launch does not wait out
     ``slot_seconds``."""
-    from board_outbox.engine.limits import LaunchGate
+    from board_outbox.engine.flow.limits import LaunchGate
     from board_outbox.model.domain import EffectRow
 
     gate = LaunchGate(_limits(kit), LimitSettings(bot_in_flight=1, tenant_in_flight=1))

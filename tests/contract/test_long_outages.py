@@ -20,8 +20,8 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.handlers.registry import ExecutionContext
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import StoreUnavailable
 from tests.contract.test_completion import materialize, paced, spy_marks
@@ -216,7 +216,7 @@ async def test_a_beat_cut_short_by_the_store_has_extended_the_leases_nearest_the
     """Two claims' leases, one ending in 10 s and one in 25 s, beaten together; the store
     times out on the beat's second write (the rest waits for the next beat). The first write
     went to the lease nearest its end: that one was extended, the other still has time."""
-    from board_outbox.engine.leases import Lease
+    from board_outbox.engine.flow.leases import Lease
 
     await materialize(kit, 2)
     now = kit.clock.now()

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from board_outbox.engine.limits import LimitSettings
-from board_outbox.engine.outcomes import TickResult
-from board_outbox.engine.pause import RELEASE_SWEEP_SECONDS, PauseGate
+from board_outbox.engine.flow.limits import LimitSettings
+from board_outbox.engine.flow.pause import RELEASE_SWEEP_SECONDS, PauseGate
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.work.outcomes import TickResult
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import DONE, PENDING, EffectRow, Subscription
 from board_outbox.model.limits import bot_key

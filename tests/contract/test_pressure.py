@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.engine.pressure import (
+from board_outbox.engine.flow.pressure import (
     COOLDOWN_SECONDS,
     GROW,
     MAX_STRETCHED_SECONDS,

@@ -6,11 +6,24 @@ slim (no field at 0)."""
 
 from __future__ import annotations
 
-import pytest
+from dataclasses import dataclass
+from typing import Any
 
-from board_outbox.model.domain import MatchRule, Subscription
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from board_outbox.model.domain import (
+    EffectRow,
+    EventSnapshot,
+    MatchRule,
+    Subscription,
+    new_launch_row,
+    new_projection_row,
+)
 from board_outbox.ports import Claim
-from tests.support.kits import Kit
+from tests.support.kits import Kit, memory_kit
 
 pytestmark = pytest.mark.anyio
 
@@ -183,3 +196,155 @@ def test_the_order_within_a_tenant_and_a_stored_priority_read_as_0_when_it_is_no
         assert priority_of({"priority": bad}) == 0
     assert priority_of({}) == 0 and priority_of({"priority": -10}) == -10
     assert priority_of({"priority": 10}) == 10
+
+
+async def claim_kinds(kit: Kit, limit: int) -> list[list[tuple[str, str]]]:
+    """Claims of ``limit`` until none is due: each claim's (tenant, kind) in order."""
+    out: list[list[tuple[str, str]]] = []
+    while claims := await kit.outbox.claim_any(kit.clock.now(), 30, limit):
+        out.append([(c.tenant_id, c.row.kind if c.row is not None else "?") for c in claims])
+    return out
+
+
+async def test_priorities_give_no_tenant_more_turns_for_its_launches(kit: Kit) -> None:
+    """Priority never crosses tenants, projection rows beside the launches (each event makes a
+    launch row and a projection row, as with the default ``board-reflect``): a's launches at
+    +10 and b's at -10 take the places of the claims a's and b's launches take when both are
+    at 0 -- before, a's launches rose above its projection rows and b's sank beneath its own,
+    so a's launches went twice as often as b's."""
+
+    async def claimed(a: str, pa: int, b: str, pb: int) -> list[list[tuple[str, str]]]:
+        for tenant, n, priority in ((a, 8, pa), (b, 4, pb)):
+            await kit.sub(sub(tenant, "s", priority))
+            await kit.card(tenant, "c")
+            for _ in range(n):
+                await kit.emit(tenant, "card.created", "c")
+            await kit.tail(projections=("board-reflect",), seed="earliest").drain_all([tenant])
+            kit.clock.advance(1)
+        names = {a: "first", b: "second"}
+        return [[(names[t], kind) for t, kind in batch] for batch in await claim_kinds(kit, 2)]
+
+    level = await claimed("c", 0, "d", 0)
+    assert await claimed("a", 10, "b", -10) == level
+    # while both have rows, every claim takes one of each; the second tenant's launches are
+    # all claimed within its four claims' worth of turns, beside the first's
+    assert all(sorted(t for t, _ in batch) == ["first", "second"] for batch in level[:8])
+    launches = [i for i, batch in enumerate(level) if ("second", "launch") in batch]
+    assert len(launches) == 4 and launches[-1] < 8, level
+
+
+# --- the property: fair share across tenants whatever the priorities -------------------------
+
+NOW = 10_000.0
+
+
+@dataclass(frozen=True)
+class Placed:
+    tenant: str
+    seq: int
+    due: float
+    priority: int | None  # None: a projection row
+
+    def row(self, level: bool) -> EffectRow:
+        """The row, its priority 0 when ``level`` (the fair reference's layout)."""
+        ev = EventSnapshot(seq=self.seq, type="card.created", card_id="c")
+        if self.priority is None:
+            return new_projection_row(self.tenant, ev, "board-reflect", self.due)
+        return new_launch_row(self.tenant, ev, sub(self.tenant, "s", 0 if level else self.priority),
+                              self.due)
+
+
+layouts = st.tuples(
+    st.integers(1, 5),  # the claim's (or the take's) size
+    st.lists(st.tuples(st.sampled_from("abcd"), st.one_of(st.none(), st.integers(-10, 10))),
+             min_size=1, max_size=24),
+    st.randoms(use_true_random=False),
+)
+
+
+def placed(spec: list[tuple[str, int | None]], rng: Any) -> list[Placed]:
+    dues = rng.sample(range(1, 5000), len(spec))  # distinct due times, all due
+    return [Placed(t, i + 1, NOW - d / 7, p)
+            for i, ((t, p), d) in enumerate(zip(spec, dues, strict=True))]
+
+
+def shape(rows: list[Placed]) -> list[tuple[str, bool]]:
+    """Which tenant each place goes to, and whether a projection row fills it."""
+    return [(r.tenant, r.priority is None) for r in rows]
+
+
+def kept_order(rows: list[Placed], taken: list[Placed]) -> None:
+    """No launch taken ahead of (or instead of) an older launch of its tenant of the same or a
+    higher priority."""
+    for i, r in enumerate(taken):
+        if r.priority is None:
+            continue
+        for s in rows:
+            if s.tenant == r.tenant and s.priority is not None and s.due < r.due and (
+                    s.priority >= r.priority):
+                assert s in taken[:i], (r, s, taken)
+
+
+async def claim_once(backend: str, rows: list[Placed], limit: int, level: bool) -> list[Placed]:
+    if backend == "memory":
+        kit = memory_kit()
+    else:
+        from tests.support.kits import mongo_kit
+        from tests.support.mongomock_async import mock_database
+
+        kit = mongo_kit(mock_database(), "mongomock")
+    # oldest due first: mongomock returns documents as stored, where a server walks the
+    # ``pending_not_before`` index (so its window is the oldest due rows)
+    await kit.outbox.upsert_rows([r.row(level) for r in sorted(rows, key=lambda r: r.due)])
+    by_key = {r.row(level).row_key: r for r in rows}
+    return [by_key[c.row.row_key] for c in await kit.outbox.claim_any(NOW, 30, limit)
+            if c.row is not None]
+
+
+@pytest.mark.parametrize("backend", ["memory", "mongomock"])
+@settings(max_examples=200, deadline=None, derandomize=True, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(layouts)
+def test_fair_share_across_tenants_holds_whatever_the_priorities(
+    backend: str, layout: tuple[int, list[tuple[str, int | None]], Any],
+) -> None:
+    """Random layouts of due launch rows (random priorities) and projection rows over up to four
+    tenants: a claim gives each of its places to the tenant, and to the kind of row (launch or
+    projection), the fair reference -- the same rows, every priority 0 -- gives it; no launch
+    is taken ahead of, or instead of, an older launch of its tenant of the same or a higher
+    priority. Then the hand-off: the rows handed over, taken ``limit`` at a time until none is
+    left, go to the tenants in the reference's order, take by take."""
+    limit, spec, rng = layout
+    rows = placed(spec, rng)
+
+    async def claims() -> tuple[list[Placed], list[Placed]]:
+        return (await claim_once(backend, rows, limit, level=False),
+                await claim_once(backend, rows, limit, level=True))
+
+    got, reference = anyio.run(claims)
+    assert shape(got) == shape(reference)
+    kept_order(rows, got)
+    if backend != "memory":
+        return
+    takes = [handed(rows, limit, level) for level in (False, True)]
+    assert [shape(t) for t in takes[0]] == [shape(t) for t in takes[1]]
+    kept_order(rows, [r for t in takes[0] for r in t])
+
+
+def handed(rows: list[Placed], room: int, level: bool) -> list[list[Placed]]:
+    """``rows`` handed over (oldest due first, as a tail inserts them), then taken ``room`` at a
+    time until none is left."""
+    from board_outbox.engine.work.handoff import HandoffQueue
+    from board_outbox.model.clock import ManualClock
+
+    queue = HandoffQueue(clock=ManualClock(), batch_size=room, lease_seconds=30,
+                         heartbeat_fraction=0.34, idle_seconds=0.25)
+    by_ref = {}
+    for r in sorted(rows, key=lambda r: r.due):
+        by_ref[r.seq] = r
+        queue.receive([Claim(ref=r.seq, claim_id="c", lease_until=NOW + 30, tenant_id=r.tenant,
+                             row=r.row(level))])
+    out: list[list[Placed]] = []
+    while taken := queue.take(room, None):
+        out.append([by_ref[c.ref] for c in taken])
+    return out

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import pytest
 from board_outbox_projections import BoardReflect, CardActivity
 
-from board_outbox.engine.batch import plan
+from board_outbox.engine.work.batch import plan
 from board_outbox.model import transitions as tr
 from board_outbox.model.domain import EventSnapshot
 from board_outbox.ports import PushRecent, ReadModelWrites, UpsertIfNewer
@@ -268,7 +268,7 @@ async def test_a_claimed_batch_of_one_projection_across_tenants_is_one_bulk_writ
     counting = Counting(kit.readmodels)
     reg = build_registry(dataclasses.replace(kit.stores, readmodels=counting), [])
     InOrder.seen = {}
-    from board_outbox.engine.gathered import GatheredReadModels
+    from board_outbox.engine.work.gathered import GatheredReadModels
 
     reg.register_projection(InOrder(GatheredReadModels(counting)))  # as build_registry wraps
     worker = kit.worker(registry=reg, batch_size=10)

@@ -1,7 +1,7 @@
 """The rolling series (issue 33, item 6) on every backend (memory, mongomock, the wire): one
 document per (minute, replica), idempotent flushes, a window read in one bounded query with
 the lag of the tenants asked for only, documents that carry their own end (TTL), a failed flush
-carried to the next minute (not lost, not doubled), and replicas merged (``engine/series``)."""
+carried to the next minute (not lost, not doubled), and replicas merged (``engine/upkeep/series``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from board_outbox.engine.series import SeriesRecorder, SeriesSettings, read_window
+from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings, read_window
 from board_outbox.model.series import (
     MINUTE,
     SERIES_COLLECTION,

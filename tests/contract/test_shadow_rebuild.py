@@ -12,8 +12,8 @@ from typing import Any
 import anyio
 import pytest
 
-from board_outbox.engine.generations import VersionedReadModels, physical
-from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.upkeep.generations import VersionedReadModels, physical
 from board_outbox.model.domain import Subscription
 from board_outbox.model.errors import RebuildConflict
 from board_outbox.ports import ReadModelStore, ReadModelVersions, UpsertIfNewer
@@ -235,7 +235,7 @@ async def test_a_pointer_changed_under_the_rebuild_is_a_conflict(kit: Kit) -> No
 
 
 async def _snap(kit: Kit, seq: int) -> Any:
-    from board_outbox.engine.reading import decode_event, snapshot
+    from board_outbox.engine.tail.reading import decode_event, snapshot
 
     ev = decode_event(T, (await kit.events.read_after(T, seq - 1, 1))[0])
     card = await kit.cards.get(T, ev.card_id)

@@ -11,8 +11,8 @@ import math
 import anyio
 import pytest
 
-from board_outbox.engine.limits import LimitSettings
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.flow.limits import LimitSettings
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.domain import PENDING, Subscription
 from board_outbox.model.limits import bot_key, tenant_key
 from board_outbox.ports import LaunchRequest, LimitStore

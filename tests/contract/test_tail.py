@@ -394,7 +394,7 @@ async def test_a_batch_that_passed_its_limits_worth_of_seqs_has_more_behind(kit:
     """The tail drains on in the same pass after a batch that read fewer events than its limit
     but moved the cursor over the limit's worth of seqs (gaps stepped over inside its window);
     a batch that stopped short of that is caught up."""
-    from board_outbox.engine.tail import DrainResult
+    from board_outbox.engine.tail.tail import DrainResult
 
     tail = kit.tail(batch_size=4)
     stepped = DrainResult(tenant_id=T, limit=4, read=3, cursor_before=10, cursor_after=14)

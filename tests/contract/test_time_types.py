@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from bson.int64 import Int64
 
-from board_outbox.engine.explain import explain
+from board_outbox.engine.upkeep.explain import explain
 from board_outbox.model.validation import LEASE_HORIZON_SECONDS
 from tests.contract.test_boundaries import LEASE, raw_row
 from tests.support.kits import Kit

@@ -7,7 +7,7 @@ import logging
 import anyio
 import pytest
 
-from board_outbox.engine.registry import ExecutionContext
+from board_outbox.engine.handlers.registry import ExecutionContext
 from board_outbox.model.domain import EffectRow, MatchRule, Subscription
 from board_outbox.model.errors import LaunchFailed
 from board_outbox.ports import LaunchRequest

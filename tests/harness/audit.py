@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from board_outbox.engine.reading import card_ids, decode_event, snapshot
+from board_outbox.engine.tail.reading import card_ids, decode_event, snapshot
 from board_outbox.model.domain import matches
 from board_outbox.ports import Stores
 

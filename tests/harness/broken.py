@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from opentelemetry import trace
 
-from board_outbox.engine.tail import DrainResult, Tail
+from board_outbox.engine.tail.tail import DrainResult, Tail
 from board_outbox.model.domain import EffectRow
 from board_outbox.ports import ClaimTerms, UpsertResult
 

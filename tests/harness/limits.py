@@ -265,7 +265,7 @@ class LimitsWatch:
     def sim_time(self) -> Iterator[None]:
         """While inside, the launch gate reads the simulated clock, and its bounds fire by
         ``fire`` (they are far in the event loop's future: they never fire by themselves)."""
-        gate = sys.modules["board_outbox.engine.limits"]
+        gate = sys.modules["board_outbox.engine.flow.limits"]
         real = gate.anyio
         setattr(gate, "anyio", _SimAnyio(self))  # noqa: B010 (a module's global, swapped)
         try:

@@ -28,10 +28,10 @@ import msgspec
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher, MemoryMembershipStore
 from board_outbox.adapters.memory.tokens import MemoryResumeTokenStore
-from board_outbox.engine.leases import Leases
-from board_outbox.engine.membership import owner
-from board_outbox.engine.registry import ExecutionContext
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.flow.leases import Leases
+from board_outbox.engine.flow.membership import owner
+from board_outbox.engine.handlers.registry import ExecutionContext
+from board_outbox.engine.tail.tail import Tail
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import (
     Card,
@@ -44,6 +44,7 @@ from board_outbox.model.domain import (
     new_launch_row,
     projection_row_key,
 )
+from board_outbox.model.epoch import EPOCH_KEY
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.model.records import Change
 from board_outbox.ports import Stores
@@ -416,7 +417,8 @@ class MongomockSimStore(SimStore):
         self.raw["board_events"].insert_one(dict(doc))
 
     def cursors(self) -> dict[str, int]:
-        return {d["_id"]: d["seq"] for d in self.raw["trigger_cursors"].find({})}
+        return {d["_id"]: d["seq"] for d in self.raw["trigger_cursors"].find({})
+                if d["_id"] != EPOCH_KEY}  # the store's epoch is no tenant's cursor
 
     def row_docs(self) -> list[dict[str, Any]]:
         return list(self.raw["trigger_effects"].find({}))

@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 from board_outbox.adapters.memory import MemoryLauncher
+from board_outbox.model.epoch import EPOCH_KEY
 from board_outbox.service.wireserver import WireServer
 
 APP = "bo-harness"
@@ -101,7 +102,8 @@ class WireSimStore:
         self.raw["board_events"].insert_one(dict(doc))
 
     def cursors(self) -> dict[str, int]:
-        return {d["_id"]: d["seq"] for d in self.raw["trigger_cursors"].find({})}
+        return {d["_id"]: d["seq"] for d in self.raw["trigger_cursors"].find({})
+                if d["_id"] != EPOCH_KEY}  # the store's epoch is no tenant's cursor
 
     def row_docs(self) -> list[dict[str, Any]]:
         return list(self.raw["trigger_effects"].find({}))

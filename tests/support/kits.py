@@ -11,9 +11,9 @@ import msgspec
 
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher
 from board_outbox.adapters.memory.status import MemoryStatusStore
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.tail import Tail, TailSettings
-from board_outbox.engine.worker import EffectWorker, WorkerSettings
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.tail.tail import Tail, TailSettings
+from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import ManualClock
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.ports import (

@@ -1,6 +1,6 @@
 """Number types the settings structs validate with when configuration is decoded into them.
 
-Every interval, timeout and lease is bounded on both sides (issue 20): below a millisecond a
+Every interval, timeout and lease is bounded on both sides: below a millisecond a
 loop spins, beyond a day a setting is a typo (and a lease beyond the stuck-row sweep's horizon
 gets parked by another replica). Cross-field rules (lease vs horizon, heartbeat vs lease,
 stall vs young gap...) are in ``service/config.validate``."""
@@ -26,7 +26,7 @@ AtLeastOne = Annotated[float, msgspec.Meta(ge=1, le=100)]
 MAX_SLOTS: Final = 1000
 InFlight = Annotated[int, msgspec.Meta(ge=0, le=MAX_SLOTS)]
 PerSecond = Annotated[float, msgspec.Meta(ge=0, le=MAX_COUNT)]
-# a subscription's priority (issue 33): higher first within its tenant's fair share (F1)
+# a subscription's priority: higher first within its tenant's fair share (F1)
 MIN_PRIORITY: Final = -10
 MAX_PRIORITY: Final = 10
 Priority = Annotated[int, msgspec.Meta(ge=MIN_PRIORITY, le=MAX_PRIORITY)]

@@ -1,20 +1,23 @@
-"""Which dead-letters a bulk replay takes, and what its plan and its progress say: plain values
-and pure rules (the walk over the store and the writes are ``engine/bulk_replay.py``).
+"""Which rows a bulk action takes -- a replay of dead-letters, a cancel of pending rows, a rerun
+of done ones (A8) -- and what its plan and its progress say: plain values and pure rules (the
+walk over the store and the writes are ``engine/upkeep/bulk_replay.py``; the cancel's and the rerun's
+writes ``engine/upkeep/bulk_actions.py``).
 
-A ``BulkFilter`` is split in two: the part the store answers over the failed rows' index
-(``store_filter``: tenant, kind, subscription, parked since/before) and the part checked here on
-each row read (``wants``: the bot, which the row does not carry, and the last error)."""
+A ``BulkFilter`` is split in two: the part the store answers over its state's walk
+(``store_filter``: the state, tenant, kind, subscription, changed since/before) and the part
+checked here on each row read (``wants``: the bot, which the row does not carry, the last error,
+and a rerun's one-shot rows)."""
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import msgspec
 
 from board_outbox.model import times
-from board_outbox.model.domain import FAILED, PROJECTION, EffectRow
+from board_outbox.model.domain import DONE, FAILED, PENDING, PROJECTION, EffectRow
 from board_outbox.model.records import RowFilter
 
 # rows one bulk replay takes unless its filter says otherwise (``limit=``)
@@ -25,8 +28,17 @@ NAMED_UNREADABLE = 10
 _CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*):")
 
 
+# the bulk actions, by the state of the rows each takes
+REPLAY, CANCEL, RERUN = "replay", "cancel", "rerun"
+ACTION_STATES = {REPLAY: FAILED, CANCEL: PENDING, RERUN: DONE}
+# what a plan calls one row of each state, and the past tense of each action
+NOUNS = {FAILED: "dead-letter", PENDING: "pending row", DONE: "done row"}
+DONE_WORDS = {REPLAY: "replayed", CANCEL: "cancelled", RERUN: "re-run"}
+
+
 class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
-    """The dead-letters a bulk replay takes: every given field must hold (None: any)."""
+    """The rows a bulk action takes: every given field must hold (None: any). ``state``: the
+    rows' state, which the action implies (failed for a replay)."""
 
     tenant: str | None = None
     kind: str | None = None
@@ -37,6 +49,10 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
     since: float | None = None  # parked at or after (epoch seconds)
     before: float | None = None  # parked before
     limit: int = DEFAULT_BULK_LIMIT  # at most this many rows, the oldest parked first
+    state: str = FAILED
+    # a rerun: take the rows of one-shot (consume_labels) subscriptions too (their labels were
+    # spent by the first run: a rerun would launch without them)
+    include_one_shot: bool = False
 
     def store_filter(self, page: int, *, upto: float | None = None) -> RowFilter:
         """What the store answers over the failed rows' index, ``page`` rows a query; ``upto``:
@@ -45,7 +61,7 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
         if upto is not None:
             bound = math.nextafter(upto, math.inf)  # RowFilter's bound is exclusive
             before = bound if before is None else min(before, bound)
-        return RowFilter(tenant_id=self.tenant, states=(FAILED,), kind=self.kind,
+        return RowFilter(tenant_id=self.tenant, states=(self.state,), kind=self.kind,
                          sub_ids=() if self.subscription is None else (self.subscription,),
                          updated_after=self.since, updated_before=before, limit=page)
 
@@ -59,6 +75,8 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
             ("bot", self.bot), ("error", self.error), ("error-class", self.error_class),
             ("since", None if self.since is None else when(self.since)),
             ("before", None if self.before is None else when(self.before))) if v is not None]
+        if self.include_one_shot:
+            terms.append("include-one-shot")
         return " ".join([*terms, f"limit={self.limit}"])
 
 
@@ -72,10 +90,15 @@ def last_error_class(row: EffectRow) -> str | None:
     return m.group(1) if m else last.kind
 
 
-def wants(flt: BulkFilter, row: EffectRow, bots: Mapping[str, str]) -> bool:
+def wants(flt: BulkFilter, row: EffectRow, bots: Mapping[str, str],
+          one_shot: Collection[str] = ()) -> bool:
     """Does the row pass the checks the store does not make? ``bots``: subscription id -> bot,
-    for the rows' subscriptions that still exist (read only when the filter names a bot)."""
-    if row.state != FAILED:
+    for the rows' subscriptions that still exist (read only when the filter names a bot);
+    ``one_shot``: the subscriptions that consume labels (a rerun leaves their rows alone
+    unless ``include_one_shot``)."""
+    if row.state != flt.state:
+        return False
+    if flt.state == DONE and not flt.include_one_shot and row.sub_id in one_shot:
         return False
     if flt.bot is not None and (row.sub_id is None or bots.get(row.sub_id) != flt.bot):
         return False
@@ -93,12 +116,14 @@ def target_of(row: EffectRow) -> str:
 
 
 class BulkPlan(msgspec.Struct, kw_only=True):
-    """What a bulk replay would take (the dry run): counts by tenant, kind and subscription of
-    the matching dead-letters, the oldest parked first, up to the filter's limit. ``newest``
-    bounds the apply: a row parked (or parked again) after the plan was read is not the plan's."""
+    """What a bulk action would take (the dry run): counts by tenant, kind and subscription of
+    the matching rows, in the walk's order, up to the filter's limit. ``newest`` bounds the
+    apply: a row changed (parked again, deferred...) after the plan was read is not the plan's."""
 
     filter: BulkFilter
     planned_at: float
+    action: str = REPLAY
+    one_shot: int = 0  # a rerun's rows of one-shot subscriptions, left out (include_one_shot)
     matched: int = 0
     by_tenant: dict[str, int] = msgspec.field(default_factory=dict)
     by_kind: dict[str, int] = msgspec.field(default_factory=dict)
@@ -120,23 +145,25 @@ class BulkPlan(msgspec.Struct, kw_only=True):
         self.newest = row.updated_at if self.newest is None else max(self.newest, row.updated_at)
 
 
-RUNNING, DONE, ABORTED, FAILED_RUN = "running", "done", "aborted", "failed"
+RUNNING, RUN_DONE, ABORTED, FAILED_RUN = "running", "done", "aborted", "failed"
 
 
 class BulkProgress(msgspec.Struct, kw_only=True):
-    """Where one bulk replay stands. Every planned row is, at any moment, exactly one of:
-    replayed (pending again, attempts 0, its audit entry written), skipped (changed since the
-    plan -- replayed by someone else, parked again, purged -- so left as it is), refused (the
-    store refused the transition: left failed), or remaining (untouched). ``in_doubt`` names the
-    one row whose write the store did not answer (it is replayed or untouched, not known which)."""
+    """Where one bulk action stands. Every planned row is, at any moment, exactly one of:
+    applied (a replay's: pending again, attempts 0; a cancel's: cancelled; a rerun's: its new
+    row written; each with its audit entry), skipped (changed since the plan -- replayed or
+    claimed by someone else, parked again, purged -- so left as it is), refused (the store
+    refused the transition: left as it was), or remaining (untouched). ``in_doubt`` names the one
+    row whose write the store did not answer (applied or untouched, not known which)."""
 
     bulk_id: str
+    action: str = REPLAY
     by: str
     filter: str
     planned: int
     rate: float
     started_at: float
-    replayed: int = 0
+    applied: int = 0
     skipped: int = 0
     refused: int = 0
     refused_keys: list[str] = msgspec.field(default_factory=list)
@@ -146,18 +173,26 @@ class BulkProgress(msgspec.Struct, kw_only=True):
     finished_at: float | None = None
 
     @property
+    def replayed(self) -> int:
+        """A replay's word for ``applied``."""
+        return self.applied
+
+    @property
     def remaining(self) -> int:
-        return max(0, self.planned - self.replayed - self.skipped - self.refused
+        return max(0, self.planned - self.applied - self.skipped - self.refused
                    - (self.in_doubt is not None))
 
     def summary(self) -> str:
-        """The one line a bulk replay ends with (and logs)."""
-        what = {DONE: "done", ABORTED: "aborted", FAILED_RUN: "stopped", RUNNING: "running"}[self.state]
-        line = (f"bulk replay {self.bulk_id} {what}: {self.replayed} of {self.planned} planned "
-                f"rows replayed, {self.skipped} skipped (changed since the plan), {self.refused} "
-                f"refused by the store, {self.remaining} left untouched")
+        """The one line a bulk action ends with (and logs)."""
+        what = {RUN_DONE: "done", ABORTED: "aborted", FAILED_RUN: "stopped",
+                RUNNING: "running"}[self.state]
+        did = DONE_WORDS.get(self.action, self.action)
+        line = (f"bulk {self.action} {self.bulk_id} {what}: {self.applied} of {self.planned} "
+                f"planned rows {did}, {self.skipped} skipped (changed since the plan), "
+                f"{self.refused} refused by the store, {self.remaining} left untouched")
         if self.in_doubt is not None:
-            line += f"; 1 in doubt ({self.in_doubt}: replayed or untouched, see dead-letters show)"
+            line += (f"; 1 in doubt ({self.in_doubt}: {did} or untouched, see "
+                     "`board-outbox explain`)")
         if self.error:
             line += f"; {self.error}"
         return line

@@ -24,14 +24,18 @@ from board_outbox.model.times import TIME_MAX, TIME_MIN, Stamp, stamp, time_prob
 LAUNCH: Final = "launch"
 PROJECTION: Final = "projection"
 
-RowState = Literal["pending", "claimed", "done", "failed", "coalesced"]
+RowState = Literal["pending", "claimed", "done", "failed", "coalesced", "cancelled"]
 PENDING: Final = "pending"
 CLAIMED: Final = "claimed"
 DONE: Final = "done"
 FAILED: Final = "failed"
-# issue 33: a launch superseded by a newer row of its (subscription, card) inside the
+# coalescing: a launch superseded by a newer row of its (subscription, card) inside the
 # subscription's coalescing window; terminal, ``coalesced_into`` names that row; expires like done
 COALESCED: Final = "coalesced"
+# A8: a row an operator cancelled before it ran (who, when and why in its audit entry);
+# terminal, never launched; expires like done (``done_at`` is its TTL clock)
+CANCELLED: Final = "cancelled"
+SETTLED_STATES: Final = (DONE, FAILED, COALESCED, CANCELLED)
 LIVE_STATES: Final = (PENDING, CLAIMED)
 # done rows expire this long after ``done_at`` (the TTL index, M11b); dead-letters never do
 DONE_TTL_SECONDS: Final = 7 * 24 * 3600
@@ -133,7 +137,7 @@ WindowSeconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_COALESCE_SECONDS)]
 
 
 class Coalesce(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A subscription's coalescing window (issue 33): a launch row waits ``quiet_seconds`` after
+    """A subscription's coalescing window: a launch row waits ``quiet_seconds`` after
     it was materialized; a newer row of the same (subscription, card) by then supersedes it, so
     a burst of edits launches once, with the newest snapshot -- and no later than
     ``max_wait_seconds`` after the burst's first row (``0 < quiet <= max_wait <= 1 day``)."""
@@ -170,7 +174,7 @@ class Subscription(msgspec.Struct, frozen=True, kw_only=True):
     max_in_flight: InFlight | None = None
     max_per_second: PerSecond | None = None
     priority: Priority = 0
-    # --- coalescing (issue 33, item 2): None (the default) launches once per matching event
+    # --- coalescing (a burst of edits launches once): None (the default) launches once per matching event
     coalesce: Coalesce | None = None
 
 
@@ -246,7 +250,7 @@ class EffectRow(msgspec.Struct, kw_only=True):
     # its subscription's priority when it was materialized (projection rows: 0); higher first
     # within its tenant's share of a claim (F1, ``model/fairness``)
     priority: Priority = 0
-    # --- coalescing (issue 33): set only on the rows of a coalescing subscription.
+    # --- coalescing: set only on the rows of a coalescing subscription.
     # ``burst_at``: when the burst this row belongs to began (born ``created_at``; an older row
     # superseded by this one lowers it to its own); ``coalesced_into``: the row that superseded
     # this one (state ``coalesced``)
@@ -255,6 +259,9 @@ class EffectRow(msgspec.Struct, kw_only=True):
     burst_at: Stamp | None = None
     coalesced_into: str | None = None
     burst_closed: bool = False
+    # A8: a rerun of a done row names the row it reruns (its own key ends ``/rerun/N``: a new
+    # Idempotency-Key for the bot, and both rows stay in the history)
+    rerun_of: str | None = None
 
 
 def launch_row_key(tenant_id: str, seq: int, sub_id: str) -> str:
@@ -275,21 +282,28 @@ class RowKey(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     part: Literal["sub", "proj"]
     name: str
+    rerun: int = 0  # A8: the N of a rerun's ``/rerun/N`` (0: not a rerun)
 
 
 MAX_SEQ: Final = 2**63 - 1
+MAX_RERUN_DEPTH: Final = 8  # reruns of reruns a key may carry
 
 
 def parse_row_key(text: str) -> RowKey:
     """The parts of a row key as ``launch_row_key`` and ``projection_row_key`` write it
-    (``TENANT/SEQ/sub/SUB_ID`` or ``TENANT/SEQ/proj/PROJECTION``). Raises ``InvalidRowKey`` with
-    one line saying what is wrong (the operator's typo never reaches a store)."""
+    (``TENANT/SEQ/sub/SUB_ID`` or ``TENANT/SEQ/proj/PROJECTION``), a rerun's (A8) followed by
+    ``/rerun/N``. Raises ``InvalidRowKey`` with one line saying what is wrong (the operator's
+    typo never reaches a store)."""
     shown = repr(text) if len(text) <= 120 else repr(text[:100]) + f"... ({len(text)} characters)"
     form = "TENANT/SEQ/sub/SUB_ID or TENANT/SEQ/proj/PROJECTION"
     parts = text.split("/")
-    if len(parts) != 4:
+    reruns = parts[4:]
+    if len(parts) < 4 or len(reruns) % 2 or len(reruns) > 2 * MAX_RERUN_DEPTH or any(
+            word != "rerun" or not (n.isascii() and n.isdigit() and 0 < len(n) <= 9
+                                    and int(n) > 0)
+            for word, n in zip(reruns[::2], reruns[1::2], strict=True)):
         raise InvalidRowKey(f"{shown} is not a row key: expected {form}")
-    tenant, seq, part, name = parts
+    tenant, seq, part, name = parts[:4]
     if part not in ("sub", "proj"):
         raise InvalidRowKey(f"{shown} is not a row key: the third part is {part[:20]!r}, "
                             f"not 'sub' or 'proj' ({form})")
@@ -302,7 +316,12 @@ def parse_row_key(text: str) -> RowKey:
             raise InvalidRowKey(f"{shown} is not a row key: the {what} part {value[:30]!r} is "
                                 "not 1-200 characters from A-Z a-z 0-9 _ . : @ -")
     return RowKey(tenant_id=tenant, seq=int(seq), part="sub" if part == "sub" else "proj",
-                  name=name)
+                  name=name, rerun=int(reruns[-1]) if reruns else 0)
+
+
+def rerun_row_key(row_key: str, n: int) -> str:
+    """A8: the key of the ``n``-th rerun of the row ``row_key`` (a new Idempotency-Key)."""
+    return f"{row_key}/rerun/{n}"
 
 
 def new_launch_row(
@@ -331,7 +350,7 @@ def new_subscription_row(
         not_before=now, created_at=now, updated_at=now, materialized_at=now,
     )
     if sub.coalesce is not None and sub.kind == LAUNCH:
-        # issue 33: due after the quiet time; ``burst_at`` marks it a coalescing row (the
+        # coalescing: due after the quiet time; ``burst_at`` marks it a coalescing row (the
         # partial index the supersede check reads holds only these)
         row.not_before = now + sub.coalesce.quiet_seconds
         row.burst_at = now
@@ -351,7 +370,7 @@ def new_projection_row(
 
 def born_due(row: EffectRow) -> bool:
     """Whether a new row is due as it is written: only those may be born claimed (handed to the
-    worker by the tail). A coalescing row (issue 33) waits its quiet time first."""
+    worker by the tail). A coalescing row waits its quiet time first."""
     return row.not_before <= row.created_at
 
 
@@ -362,7 +381,7 @@ def born_due(row: EffectRow) -> bool:
 # queries and indexes use them.
 _ROW_ZERO_FIELDS: Final = ("sub_id", "projection", "attempts", "claim_id", "lease_until",
                            "consume_marked", "errors", "audit", "outcome", "trace", "done_at",
-                           "coalesced_into", "burst_closed", "priority")
+                           "coalesced_into", "burst_closed", "priority", "rerun_of")
 # left out only while None (0.0 is a time an injected clock may start at)
 _ROW_NONE_FIELDS: Final = ("burst_at",)
 _SNAPSHOT_ZERO_FIELDS: Final = ("deleted", "actor")
@@ -370,7 +389,7 @@ _SNAPSHOT_ZERO_FIELDS: Final = ("deleted", "actor")
 
 def new_row_doc(row: EffectRow, shared: dict[int, Any] | None = None) -> dict[str, Any]:
     """A new row as its slim store document: ``to_doc`` without the fields at their zero value
-    (issue 22: fewer bytes to encode, send and store per row; decodes to the same row).
+    (fewer bytes to encode, send and store per row; decodes to the same row).
 
     ``shared`` (one dict per batch) lets the rows of one event share its snapshot's document,
     and the rows of one batch their trace context's: converted once, not once per row. The

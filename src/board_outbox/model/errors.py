@@ -103,7 +103,7 @@ class InvalidRowKey(BoardOutboxError, ValueError):
 
 
 class RowNotFound(BoardOutboxError):
-    """No effect row has this key (``engine.explain``): a typo, or a done row past its TTL."""
+    """No effect row has this key (``engine.upkeep.explain``): a typo, or a done row past its TTL."""
 
     def __init__(self, row_key: str) -> None:
         super().__init__(f"no row {row_key!r}")
@@ -166,7 +166,7 @@ class OverLimit(BoardOutboxError):
 
 
 class Paused(OverLimit):
-    """The row's tenant, subscription or bot is paused (issue 33): not a failure and not an
+    """The row's tenant, subscription or bot is paused (F3): not a failure and not an
     attempt; the row is held (``model/pause``) until the pause is lifted. An ``OverLimit`` so
     that it takes the limits' way out of a handler: the worker defers the row."""
 
@@ -179,7 +179,7 @@ class Paused(OverLimit):
 
 
 class Superseded(BoardOutboxError):
-    """Issue 33: a coalescing launch row has a newer row of its (subscription, card) that runs
+    """A coalescing launch row has a newer row of its (subscription, card) that runs
     instead (``into``): the worker moves it to ``coalesced`` (terminal, attempts unchanged)."""
 
     def __init__(self, into: str) -> None:
@@ -191,7 +191,7 @@ class Superseded(BoardOutboxError):
 
 
 class CoalesceHold(BoardOutboxError):
-    """Issue 33: a coalescing launch row cannot tell yet whether it is superseded (the newest
+    """A coalescing launch row cannot tell yet whether it is superseded (the newest
     row of its (subscription, card) is running right now): pending again after
     ``wait_seconds``, attempts unchanged, no error (the defer transition)."""
 

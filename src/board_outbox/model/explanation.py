@@ -1,10 +1,10 @@
-"""What ``explain`` answers about one effect row (issue 33, item 4): the row's facts, its
+"""What ``explain`` answers about one effect row, for an operator asking why it waits: the row's facts, its
 timeline as the row and the event store record it, and what holds it now, each hold by name.
 
 Plain values, encoded as they are by ``explain --json`` (``msgspec``): a field keeps its name and
 meaning while ``EXPLAIN_SCHEMA`` stays 1 (new fields and new holds may be added). A hold is a
 tagged struct: its ``hold`` field names it (``limit``, ``backoff``, ``ownership``...), the other
-fields say what, who and until when. The engine decides them (``engine/holds.py``).
+fields say what, who and until when. The engine decides them (``engine/upkeep/holds.py``).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class Coalesced(_Hold, frozen=True, kw_only=True, tag="coalesced"):
 
 
 class Coalescing(_Hold, frozen=True, kw_only=True, tag="coalescing"):
-    """In its card's quiet window (issue 33): due at ``until``, when it launches unless a newer
+    """In its card's quiet window (coalescing): due at ``until``, when it launches unless a newer
     row of its (subscription, card) supersedes it; its burst began at ``burst_at``."""
 
     until: float
@@ -179,11 +179,11 @@ class RowFacts(msgspec.Struct, frozen=True, kw_only=True):
     waiting: str | None
     created_at: float
     updated_at: float
-    priority: int = 0  # its subscription's when it was materialized (issue 33)
+    priority: int = 0  # its subscription's when it was materialized (F1: orders rows within the tenant)
 
 
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):
-    """``explain ROW_KEY``: ``holds`` in the order they were checked (``engine/holds.CHECKS``);
+    """``explain ROW_KEY``: ``holds`` in the order they were checked (``engine/upkeep/holds.CHECKS``);
     ``row`` None when the stored document does not decode (``holds`` says why)."""
 
     schema: int

@@ -1,4 +1,4 @@
-"""Pauses (F3, issue 33): an operator holds the effects of a tenant, a subscription or a bot until
+"""Pauses (F3): an operator holds the effects of a tenant, a subscription or a bot until
 they resume them. Pure: the pause document and how it is parsed, the reason a held row carries,
 and how a held row's due time is set aside and given back.
 
@@ -16,7 +16,7 @@ moves ``not_before`` back by the same offset: it is due again at its own time, i
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
 import msgspec
@@ -27,8 +27,9 @@ from board_outbox.model.times import HELD_OFFSET, Stamp, time_problem
 from board_outbox.model.validation import BAD_DOCUMENTS, cap, finite, tenant_problem
 
 __all__ = ["AUDIT_KEEP", "HELD_OFFSET", "MAX_REASON", "PAUSES_COLLECTION", "SCOPES", "Pause",
-           "PauseScope", "decode_pause", "good_audit", "held_not_before", "is_held", "key_problem",
-           "parse_pause", "pause_id", "paused_by", "reason_of", "text_problem", "was_on"]
+           "PauseScope", "append_audit", "decode_pause", "good_audit", "held_not_before", "is_held",
+           "key_problem", "parse_pause", "parse_pauses", "pause_id", "paused_by", "reason_of",
+           "text_problem", "was_on"]
 
 PAUSES_COLLECTION: Final = "board_outbox_pauses"
 PauseScope = Literal["tenant", "subscription", "bot"]
@@ -158,6 +159,12 @@ def parse_pause(doc_id: object, doc: Mapping[str, Any]) -> Pause | None:
     return got
 
 
+def parse_pauses(docs: Iterable[tuple[object, Mapping[str, Any]]]) -> list[Pause]:
+    """The pauses among stored documents (``(_id, document)`` pairs), each parsed on its own
+    (``parse_pause``): one that does not parse is left out and reported, and the others stand."""
+    return [pause for doc_id, doc in docs if (pause := parse_pause(doc_id, doc)) is not None]
+
+
 def decode_pause(doc_id: object, doc: Mapping[str, Any]) -> Pause | str:
     """``parse_pause`` without the report: the pause, or why the document is not one."""
     problem = _problem(doc_id, doc)
@@ -169,6 +176,13 @@ def decode_pause(doc_id: object, doc: Mapping[str, Any]) -> Pause | str:
         return msgspec.convert(fields, Pause)
     except msgspec.ValidationError as exc:
         return cap(decode_problem(fields, str(exc)), 300)
+
+
+def append_audit(audit: object, entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A stored ``audit`` (not a list: none) with ``entry`` appended, its newest ``AUDIT_KEEP``
+    kept: what the store's ``$push`` with ``$slice`` leaves, for a backend that writes the
+    array itself (the in-memory twin)."""
+    return [*(audit if isinstance(audit, list) else []), entry][-AUDIT_KEEP:]
 
 
 def good_audit(doc: Mapping[str, Any] | None) -> list[dict[str, Any]]:

@@ -140,7 +140,7 @@ class RowSummary(msgspec.Struct, kw_only=True):
     rows: dict[str, int]
     oldest_live_created_at: float | None = None
     waiting: int = 0  # pending rows deferred over a concurrency or rate limit (F2)
-    held: int = 0  # pending rows held by a pause (issue 33; not counted in ``waiting``)
+    held: int = 0  # pending rows held by a pause (F3; not counted in ``waiting``)
 
 
 class TenantLag(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,13 +25,14 @@ KeptOrForever = Annotated[int, msgspec.Meta(ge=0, le=MAX_RETENTION_SECONDS)]
 
 
 class Retention(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Seconds a row is kept after it settles, per terminal state. ``done`` and ``coalesced``
-    rows expire (after ``done_at``); dead-letters (``failed``) are kept until an operator
+    """Seconds a row is kept after it settles, per terminal state. ``done``, ``coalesced`` and
+    ``cancelled`` rows expire (after ``done_at``); dead-letters (``failed``) are kept until an operator
     replays or purges them unless ``failed_seconds`` is set (after ``failed_at``, the time the
     row was parked; a row parked by a version that did not write it never expires)."""
 
     done_seconds: Kept = 7 * DAY
     coalesced_seconds: Kept = 7 * DAY
+    cancelled_seconds: Kept = 7 * DAY  # A8: rows an operator cancelled, after ``done_at``
     failed_seconds: KeptOrForever = 0
 
     def __post_init__(self) -> None:
@@ -43,7 +44,7 @@ class Retention(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         """The shortest time a settled row is kept: a row owed for an event older than this
         may have run and expired, so it is never called missing (the audit) nor written again
         (a replay)."""
-        kept = [self.done_seconds, self.coalesced_seconds]
+        kept = [self.done_seconds, self.coalesced_seconds, self.cancelled_seconds]
         if self.failed_seconds:
             kept.append(self.failed_seconds)
         return float(min(kept))
@@ -51,7 +52,7 @@ class Retention(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     def by_state(self) -> dict[str, int]:
         """Terminal state -> seconds kept (0: forever)."""
         return {"done": self.done_seconds, "coalesced": self.coalesced_seconds,
-                "failed": self.failed_seconds}
+                "cancelled": self.cancelled_seconds, "failed": self.failed_seconds}
 
 
 def days(seconds: float) -> str:

@@ -1,10 +1,10 @@
-"""The rolling series the console charts (issue 33, item 6): what one replica says about one
-minute, as stored in ``trigger_series``, and the rules for reading it back.
+"""The rolling series the console charts (lag and throughput over the last hours): what one
+replica says about one minute, as stored in ``trigger_series``, and the rules for reading it back.
 
 One document per (minute, replica). Its counts are the replica's *cumulative* counters since it
 started (events materialized, rows done, rows dead-lettered) with ``base``, the counters at its
 last flush the store acknowledged: the minute's own figures are ``counts - base``, and a flush
-that landed although the replica was told it failed is not counted twice (``engine/series``
+that landed although the replica was told it failed is not counted twice (``engine/upkeep/series``
 takes the larger of ``base`` and the previous document's counts). Writing absolute values
 makes a flush idempotent: the store keeps the larger counts and the smaller base.
 

@@ -8,9 +8,12 @@ adapters only apply one, handed to them as data: memory/ as a dict update, mongo
 - ``apply_claimed`` / ``apply_claimed_many``: fenced on ``{ref, state: claimed, claim_id}`` (M8: a
   stolen lease makes it a no-op, False);
 - ``apply_failed``: on ``{row_key, state: failed}`` (a replay only moves a dead-letter), and on
-  the ``updated_at`` it was read with when given (a bulk replay: a row changed since is left).
+  the ``updated_at`` it was read with when given (a bulk replay: a row changed since is left);
+- ``apply_unclaimed``: on ``{row_key, state, updated_at as read}`` (a bulk cancel of a pending
+  row, a rerun's note on a done row: a row claimed, or changed in any way, since it was read is
+  left as it is -- the fence, not the operator's timing, decides a race with a claim).
 
-The worker's completer (``engine/completer.py``) builds the final ones (done, retry, park,
+The worker's completer (``engine/work/completer.py``) builds the final ones (done, retry, park,
 release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``, the admin
 ``replay``.
 
@@ -22,10 +25,13 @@ release); the heartbeat builds ``extend_lease``, the launch handler ``consumed``
        |   claimed, lease expired --reclaim--> claimed (attempts +1, lease_expired error)
        \\------------------------------- failed --replay--> pending (attempts 0, audit)
     claimed --extend_lease--> claimed (lease_until later: the worker's heartbeat, O4)
-    claimed --coalesce--> coalesced (issue 33: a newer row of its (subscription, card) runs
+    claimed --coalesce--> coalesced (coalescing: a newer row of its (subscription, card) runs
                           instead; attempts unchanged, ``coalesced_into`` names it; expires)
-    claimed --coalesce_hold--> pending (issue 33: the newest row of its card is running; the
+    claimed --coalesce_hold--> pending (coalescing: the newest row of its card is running; the
                           decision waits a moment; attempts unchanged, no error)
+    pending --cancel--> cancelled (A8: an operator's bulk cancel; who, when, why audited;
+                          never launched; expires like done)
+    done --rerun_noted--> done (A8: a new row, ``rerun_of`` this one, was written; audited)
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any
 import msgspec
 
 from board_outbox.model.domain import (
+    CANCELLED,
     CLAIMED,
     COALESCED,
     DONE,
@@ -127,7 +134,7 @@ def done(*, now: float, outcome: str) -> Transition:
 
 
 def coalesce(*, now: float, into: str) -> Transition:
-    """Issue 33: a coalescing launch superseded by the newer row ``into`` of its (subscription,
+    """A coalescing launch superseded by the newer row ``into`` of its (subscription,
     card): terminal, attempts unchanged, no error; ``done_at`` is the clock of its TTL index
     (it expires like a done row)."""
     return Transition(name="coalesce", set={
@@ -137,7 +144,7 @@ def coalesce(*, now: float, into: str) -> Transition:
 
 
 def coalesce_hold(*, now: float, not_before: float) -> Transition:
-    """Issue 33: a coalescing row whose burst's newest row is running now: pending again after
+    """A coalescing row whose burst's newest row is running now: pending again after
     ``not_before``, attempts unchanged, no error, and no ``waiting`` (it waits on no limit:
     ``status`` counts only those; ``explain`` names its window)."""
     return Transition(name="coalesce_hold", set={"state": PENDING, "not_before": not_before,
@@ -185,6 +192,27 @@ def replay(*, now: float, by: str, detail: str = "attempts reset") -> Transition
              "lease_until": None, "updated_at": now, "outcome": None},
         audit=AuditEntry(at=now, action="replay", by=by, detail=detail),
     )
+
+
+def cancel(*, now: float, by: str, why: str) -> Transition:
+    """A8: a pending row an operator cancels: terminal, never launched; who, when and why in its
+    audit entry and its outcome; ``done_at`` is the clock of its TTL index (it expires like a
+    done row, ``[retention] cancelled_seconds``)."""
+    return Transition(
+        name="cancel",
+        set={"state": CANCELLED, "outcome": f"cancelled: {why}", "claim_id": None,
+             "lease_until": None, "waiting": None, "updated_at": now,
+             "done_at": datetime.fromtimestamp(now, UTC)},
+        audit=AuditEntry(at=now, action="cancel", by=by, detail=why),
+    )
+
+
+def rerun_noted(*, now: float, by: str, rerun_key: str, detail: str) -> Transition:
+    """A8: a done row re-run as the new row ``rerun_key``: still done, its history says so
+    (``updated_at`` moves, so a second apply of the same plan skips it: exactly one rerun)."""
+    return Transition(name="rerun_noted", set={"updated_at": now},
+                      audit=AuditEntry(at=now, action="rerun", by=by,
+                                       detail=f"re-run as {rerun_key} ({detail})"))
 
 
 def claim_of_row(ref: Any, row: EffectRow, t: Transition, *, claim_id: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
@@ -25,11 +26,10 @@ from board_outbox.model.bad_documents import cap as cap
 from board_outbox.model.bounds import MAX_PRIORITY, MIN_PRIORITY
 from board_outbox.model.domain import (
     CLAIMED,
-    COALESCED,
-    DONE,
     FAILED,
     LAUNCH,
     PENDING,
+    SETTLED_STATES,
     AuditEntry,
     EffectRow,
     ErrorEntry,
@@ -44,9 +44,11 @@ from board_outbox.model.times import due_limit, stamp, time_problem
 
 MAX_SEQ = 2**63 - 1  # the counter is a BSON long
 MAX_LABELS = 100  # consume_labels / labels_all entries a subscription may carry
+MAX_BOT_CHARS = 200  # a subscription's bot: what a launch names, and what limits and pauses key on
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_CARD_TITLE = 64 * 1024  # characters: rows embed the title, and a row must stay far below 16 MB
 MAX_CARD_LABELS = 1000
-ROW_STATES = frozenset({PENDING, CLAIMED, DONE, FAILED, COALESCED})
+ROW_STATES = frozenset({PENDING, CLAIMED, *SETTLED_STATES})
 LEASE_HORIZON_SECONDS = 86400.0  # a lease ending later than this from now is not a lease
 
 
@@ -68,8 +70,19 @@ def tenant_problem(tenant_id: object) -> str | None:
     return None
 
 
+def bot_problem(bot: str) -> str | None:
+    """Why ``bot`` cannot be a subscription's bot (None: it can): 1-200 characters, no control
+    character, no leading or trailing whitespace. A launch names it, and limits and pauses key
+    on it: an empty one launches at nobody, one with a newline cannot be typed to pause it."""
+    if not bot or len(bot) > MAX_BOT_CHARS or _CONTROL.search(bot) or bot != bot.strip():
+        return (f"invalid bot {cap(repr(bot), 100)}: use 1-{MAX_BOT_CHARS} characters, without "
+                "control characters or leading or trailing whitespace")
+    return None
+
+
 def subscription_problem(sub: Subscription) -> str | None:
-    """Why a decoded subscription must not be used (None: it may). Its label lists are bounded:
+    """Why a decoded subscription must not be used (None: it may). Its id must be an id (it is
+    part of its rows' keys), its bot a name (``bot_problem``). Its label lists are bounded:
     a 10,000-label consume is a pathological write that would pause the whole store. Its effect
     kind must be an id, and not ``projection``. Its priority is a whole number from
     ``MIN_PRIORITY`` to ``MAX_PRIORITY`` (a decoded document is held to that by its type; a
@@ -77,9 +90,14 @@ def subscription_problem(sub: Subscription) -> str | None:
     if (problem := priority_problem(sub.priority)) is not None:
         return problem
     try:
+        # its id is part of every row key it owes: one that is not an id (a slash, a newline)
+        # makes keys that no command can address (``parse_row_key`` refuses them)
+        check_id("sub_id", sub.sub_id)
         check_kind(sub.kind)
     except InvalidId as exc:
         return str(exc)
+    if (problem := bot_problem(sub.bot)) is not None:
+        return problem
     for name, labels in (("consume_labels", sub.consume_labels),
                          ("rule.labels_all", sub.rule.labels_all)):
         if len(labels) > MAX_LABELS:
@@ -111,7 +129,7 @@ def stuck_reason(doc: Mapping[str, Any], now: float,
     state = doc.get("state")
     if state not in ROW_STATES:
         return f"state {cap(repr(state), 200)} is not one of {sorted(ROW_STATES)}"
-    if state in (DONE, FAILED, COALESCED):  # settled: the sweep never parks one
+    if state in SETTLED_STATES:  # settled: the sweep never parks one
         return None
     if not isinstance(doc.get("tenant_id"), str):
         return f"tenant_id {cap(repr(doc.get('tenant_id')), 200)} is not a string"
@@ -381,7 +399,7 @@ SESSIONS_COLLECTION = "board_outbox_console_sessions"
 
 def console_session(session_id: str, doc: Mapping[str, Any], now: float
                     ) -> ConsoleSession | None:
-    """A stored console session, parsed (issue 30): None when it has ended, or when its document
+    """A stored console session, parsed (the console's logins): None when it has ended, or when its document
     does not parse or promises more than one session's length (a planted or hand-edited one is
     refused and reported, never trusted)."""
     tag, who, until = doc.get("token_tag"), doc.get("who"), stamp(doc.get("expires_at"))

@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from board_outbox.adapters.launchers import HttpLauncher, LogLauncher
-from board_outbox.engine.generations import versioned
+from board_outbox.engine.upkeep.generations import versioned
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.errors import ConfigError
 from board_outbox.ports import Launcher, Stores

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,12 +14,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from board_outbox.engine.audit import AuditSettings
-from board_outbox.engine.drain import TailSettings
-from board_outbox.engine.limits import LimitSettings
-from board_outbox.engine.membership import MembershipSettings
-from board_outbox.engine.series import SeriesSettings
-from board_outbox.engine.worksettings import WorkerSettings
+from board_outbox.engine.flow.limits import LimitSettings
+from board_outbox.engine.flow.membership import MembershipSettings
+from board_outbox.engine.tail.drain import TailSettings
+from board_outbox.engine.upkeep.audit import AuditSettings
+from board_outbox.engine.upkeep.series import SeriesSettings
+from board_outbox.engine.work.worksettings import WorkerSettings
 from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.limits import rate_problem
@@ -118,7 +119,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     ui: UiConfig = UiConfig()
     audit: AuditSettings = AuditSettings()
     limits: LimitSettings = LimitSettings()
-    series: SeriesSettings = SeriesSettings()  # the console's charts (issue 33)
+    series: SeriesSettings = SeriesSettings()  # the console's charts
     retention: Retention = Retention()  # how long settled rows are kept (O8)
     doctor: DoctorSettings = DoctorSettings()
     projections: list[str] = msgspec.field(default_factory=lambda: ["board-reflect"])
@@ -136,7 +137,7 @@ ADMIN_TOKEN_DISTINCT = 8  # different characters at least
 
 def token_problem(token: str) -> None:
     """The admin token is the only key to the console's actions: 16 printable characters or
-    more, no whitespace or control character, and not a few characters repeated (issue 30)."""
+    more, no whitespace or control character, and not a few characters repeated (easy to guess)."""
     bad = next((c for c in token if not c.isprintable() or c.isspace()), None)
     why = None
     if bad is not None:
@@ -310,11 +311,44 @@ def _env_value(key: str, section: str, field: str, value: str) -> Any:
     hints = typing.get_type_hints(struct, include_extras=True)
     if field not in hints:
         return value
+    hint = hints[field]
+    raw: Any = value.strip()
+    if _is_list(hint):
+        raw = _env_list(key, section, field, raw)
     try:
-        return msgspec.convert(value.strip(), hints[field], strict=False)
+        return msgspec.convert(raw, hint, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{section}.{field} ({key}): {str(exc).split(' - at ')[0]} "
                           f"(got {value[:80]!r})") from None
+
+
+_SEQUENCES = (list, tuple, set, frozenset)
+
+
+def _is_list(hint: Any) -> bool:
+    """Is ``hint`` a list-valued setting (``list[str]``, possibly ``Annotated`` or optional)?"""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        return _is_list(typing.get_args(hint)[0])
+    if origin in _SEQUENCES:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_list(arg) for arg in typing.get_args(hint))
+    return False
+
+
+def _env_list(key: str, section: str, field: str, value: str) -> list[Any]:
+    """A list-valued setting from one environment value: a JSON array (``["10.0.0.2",
+    "10.0.0.0/8"]``) or a comma-separated list (``10.0.0.2, 10.0.0.0/8``; blanks around the
+    commas and empty items dropped; an empty value is the empty list)."""
+    if value.startswith("["):
+        try:
+            items = msgspec.json.decode(value)
+        except msgspec.DecodeError as exc:
+            raise ConfigError(f"{section}.{field} ({key}): not a JSON array: {exc} (got "
+                              f"{value[:80]!r}; or give a comma-separated list)") from None
+        return list(items)  # a value that starts with "[" and decodes is an array
+    return [item for item in (part.strip() for part in value.split(",")) if item]
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

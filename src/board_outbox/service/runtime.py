@@ -14,22 +14,22 @@ import anyio
 import anyio.lowlevel
 from opentelemetry import trace
 
-from board_outbox.engine.audit import Auditor, BackgroundAudit
-from board_outbox.engine.generations import versioned
+from board_outbox.engine.flow.limits import LaunchGate, LimitSettings
+from board_outbox.engine.flow.membership import Ownership, new_member_id
+from board_outbox.engine.flow.pause import PauseGate
+from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.handlers.contract import Projection
-from board_outbox.engine.limits import LaunchGate, LimitSettings
-from board_outbox.engine.membership import Ownership, new_member_id
-from board_outbox.engine.outcomes import TickResult
-from board_outbox.engine.pause import PauseGate
-from board_outbox.engine.prefetch import StreamEvents
-from board_outbox.engine.pressure import Pressure
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.series import SeriesRecorder
-from board_outbox.engine.subcache import SubscriptionCache
-from board_outbox.engine.tail import Tail
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.tail.prefetch import StreamEvents
+from board_outbox.engine.tail.subcache import SubscriptionCache
+from board_outbox.engine.tail.tail import Tail
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.engine.worker import EffectWorker
+from board_outbox.engine.upkeep.audit import Auditor, BackgroundAudit
+from board_outbox.engine.upkeep.generations import versioned
+from board_outbox.engine.upkeep.series import SeriesRecorder
+from board_outbox.engine.work.outcomes import TickResult
+from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
 from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ConfigError, StoreUnavailable
@@ -65,7 +65,7 @@ def build_registry(
     """The built-in handlers, the named projections and the user effect kinds (``[handlers]``
     and the ``board_outbox.handlers`` entry points; see ``plugins``). Launches keep to
     ``limits`` and to their subscriptions' own limits (F2) on a backend with a limit store, and
-    are held while their bot is paused in ``pause`` (issue 33)."""
+    are held while their bot is paused in ``pause`` (F3)."""
     registry = HandlerRegistry()
     if limits is not None and limits.configured and stores.limits is None:
         raise ConfigError("limits: this backend keeps no limit store")
@@ -95,7 +95,7 @@ class Service(StreamWaker, Upkeep):
         self.clock = clock or SystemClock()
         # projection rows write the building generation too while a shadow rebuild runs (B3)
         self.stores = stores = versioned(stores, self.clock, config.store.generation_cache_seconds)
-        # issue 33: the pauses, read once per membership heartbeat (the pause loop); the worker
+        # F3: the pauses, read once per membership heartbeat (the pause loop); the worker
         # holds a paused tenant's or subscription's rows, the launch handler a paused bot's
         self.pauses = None if stores.pauses is None else PauseGate(
             stores.pauses, stores.outbox, self.clock, every=config.membership.interval_seconds)
@@ -134,13 +134,14 @@ class Service(StreamWaker, Upkeep):
         self.worker.pause = self.pauses
         # the tail's rows go to this replica's worker born claimed, as far as it has room (T1)
         self.tail.handoff = self.worker
-        self.worker.on_receive = lambda: self._worker_wake.set()
+        self.worker.on_receive = self._received
         self.worker.stream_open = lambda: self.stream_open  # the idle pick is then the net
+        self.worker.on_room = self._lanes_moved
         self._awaiting_room: set[str] = set()  # tenants the worker had no room for yet
         # backpressure (T1): one factor for the tail, the worker and the loops' pauses
         self.pressure = Pressure(self.clock, slow_seconds=config.service.slow_store_seconds)
         self.tail.pressure = self.worker.pressure = self.pressure
-        # the change stream's event documents: a batch they cover is not read again (issue 31)
+        # the change stream's event documents: a batch they cover is not read again (a round trip saved)
         if stores.feed is not None:
             self.tail.streamed = StreamEvents()
         self._gauge_refreshes = 0
@@ -148,7 +149,7 @@ class Service(StreamWaker, Upkeep):
         self.ownership = Ownership(stores.members, self.clock, settings=config.membership,
                                    member_id=member_id or new_member_id(config.service.replica_name))
         self.worker.prefer = self.ownership.prefer
-        # issue 33: the console's charts, one series document a minute (engine/series.py)
+        # the console's charts: one series document a minute (engine/upkeep/series.py)
         self.series: SeriesRecorder | None = None
         if stores.series is not None and config.series.enabled:
             self.series = SeriesRecorder(stores.series, self.clock, self.ownership.member_id,
@@ -270,7 +271,10 @@ class Service(StreamWaker, Upkeep):
         # stream already leaves out those another member owns (S5), rather than waking every
         # replica for each until the first poll has seen it
         self.tail.seen = frozenset(await self.tail.tenants())
-        if self.pauses is not None:  # no row runs before the pauses are known (issue 33)
+        # the epoch before the first drain: a tenant born from now on is read from its first
+        # event, whenever this or another replica first sees it
+        await self.tail.begin()
+        if self.pauses is not None:  # no row runs before the pauses are known (F3)
             await self.pauses.refresh(strict=True)
 
     async def run(self) -> None:
@@ -369,6 +373,15 @@ class Service(StreamWaker, Upkeep):
         finally:
             self._draining = False
             self._tail_move()
+            if self.worker.handed:  # the pass's rows, taken together (``_received``)
+                self._worker_wake.set()
+
+    def _received(self) -> None:
+        """Rows our tail handed over: an idle worker takes them at once; a busy one (rows in its
+        lanes) when the tail's pass ends or a lane ends, so the rows of the pass's tenants are
+        claimed together (one projection unit, one prepare read), not tenant by tenant."""
+        if not self._draining or not self.worker.busy():
+            self._worker_wake.set()
 
     async def _drain(self, full: bool) -> bool:
         tenants: list[str] | None = None
@@ -438,31 +451,43 @@ class Service(StreamWaker, Upkeep):
             self._tail_wake.set()
 
     async def _worker_loop(self) -> None:
+        """The worker's passes, in lanes that outlive a batch (``EffectWorker.lanes``): a pass
+        queues its claims and returns, and the next claims while a slow lane still runs. After
+        a pass that claimed, the next follows at once while the lanes have room; else the loop
+        waits for a wake: rows handed over, a lane that ended (room again), a pause lifted, or
+        the idle pause (backing off to 4x ``idle_seconds``, longer under backpressure)."""
         idle = self.config.worker.idle_seconds
         pause = idle
         try:
-            while not self.stopping:
-                self._worker_wake = anyio.Event()
-                res = await self.work_pass()
-                if res is None:
-                    await anyio.sleep(min(idle * 4, 1.0))
-                    res = TickResult()
-                self._room_again()
-                # a deferred row (over a limit, F2) is due again after wait_seconds: no backoff
-                ran = res.done + res.retried + res.failed + res.unrecorded + res.deferred
-                if (res.claimed == 0 or ran == 0) and not self.stopping and not self.worker.handed:
-                    # idle, or every claimed row was lost or expired (a slow store): pause
-                    # an idle worker backs off to 4x idle_seconds (our own tail wakes it at
-                    # once), longer under backpressure
+            async with self.worker.lanes(self.stats.worker.add):
+                while not self.stopping:
+                    self._worker_wake = anyio.Event()
+                    res = await self.work_pass()
+                    if res is None:
+                        await anyio.sleep(min(idle * 4, 1.0))
+                        res = TickResult()
+                    self._room_again()
+                    if self.stopping:
+                        break
+                    # every row that ended since the last pass was lost or expired (a slow
+                    # store): pause rather than claim again at once
+                    ran = res.done + res.retried + res.failed + res.unrecorded + res.deferred
+                    if res.claimed and self.worker.has_room() and (ran or not res.skipped_expired):
+                        pause = idle
+                        continue
                     with anyio.move_on_after(self.pressure.stretch(pause)):
                         await self._worker_wake.wait()
                     pause = idle if self._worker_wake.is_set() else min(pause * 2, idle * 4)
-                else:
-                    pause = idle
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self.release_handed()
             self._worker_exited.set()
+
+    def _lanes_moved(self) -> None:
+        """A lane of the worker ended with nothing left: it has room again (the worker loop
+        takes more; the tenants it had no room for are drained again)."""
+        self._worker_wake.set()
+        self._room_again()
 
     async def release_handed(self) -> None:
         """On the way out: the rows the tail handed to the worker that never started go back

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from board_outbox.engine.drain import DrainResult
-from board_outbox.engine.outcomes import TickResult
+from board_outbox.engine.tail.drain import DrainResult
+from board_outbox.engine.work.outcomes import TickResult
 
 
 @dataclass

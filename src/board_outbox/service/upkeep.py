@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from board_outbox.engine.drain import Figures
-from board_outbox.model.domain import CLAIMED, COALESCED, DONE, FAILED, PENDING
+from board_outbox.engine.tail.drain import Figures
+from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING
 from board_outbox.model.series import SeriesCounts
 from board_outbox.model.validation import is_seq
 from board_outbox.service.health import TenantStatus, history_headroom, tenant_statuses
 from board_outbox.service.waker import failure_key
 
 if TYPE_CHECKING:
-    from board_outbox.engine.audit import BackgroundAudit
-    from board_outbox.engine.membership import Ownership
-    from board_outbox.engine.pause import PauseGate
-    from board_outbox.engine.series import SeriesRecorder
-    from board_outbox.engine.tail import Tail
+    from board_outbox.engine.flow.membership import Ownership
+    from board_outbox.engine.flow.pause import PauseGate
+    from board_outbox.engine.tail.tail import Tail
     from board_outbox.engine.telemetry.metrics import Metrics
+    from board_outbox.engine.upkeep.audit import BackgroundAudit
+    from board_outbox.engine.upkeep.series import SeriesRecorder
     from board_outbox.model.clock import Clock
     from board_outbox.model.pause import Pause
     from board_outbox.model.validation import OnceLog
@@ -95,7 +95,8 @@ class Upkeep:
             return
         # the live states and the dead-letters every refresh (each count over its state's
         # partial index; summed from every tenant's status when that is read anyway); done
-        # rows -- a week of history -- and coalesced ones every DONE_COUNT_EVERY refreshes
+        # rows -- a week of history -- and coalesced and cancelled ones every DONE_COUNT_EVERY
+        # refreshes
         live = [PENDING, CLAIMED, FAILED]
         counts: dict[str, int] = {}
         if self.status_enabled:
@@ -105,10 +106,10 @@ class Upkeep:
                     counts[state] = counts.get(state, 0) + st.rows.get(state, 0)
             if seldom or self.history_headroom is None:
                 self.history_headroom = await history_headroom(self.stores)  # A2
-        states = ([] if self.status_enabled else live) + ([DONE, COALESCED] if seldom else [])
+        states = ([] if self.status_enabled else live) + ([DONE, COALESCED, CANCELLED] if seldom else [])
         if states:
             counts.update(await self.stores.outbox.count_by_state(states=states))
-        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED)},
+        self.metrics.rows = {**{s: self.metrics.rows.get(s, 0) for s in (DONE, COALESCED, CANCELLED)},
                              **{s: counts.get(s, 0) for s in live},
                              **{s: counts.get(s, 0) for s in states}}
 
@@ -188,7 +189,7 @@ class Upkeep:
             await self._adopt_pauses(self.ownership.pauses)
 
     async def _pause_loop(self) -> None:
-        """Issue 33: without a membership (nothing to ride), the pause set read once per
+        """F3: without a membership (nothing to ride), the pause set read once per
         heartbeat interval (``pause_pass``), on a fixed cadence, so a pause is read by every
         replica within one heartbeat of being written."""
         await self._every(self.config.membership.interval_seconds, self.pause_pass)
@@ -239,7 +240,7 @@ class Upkeep:
         return {t: n for t, n in self.metrics.lag.items() if n > 0 and self.ownership.owns(t)}
 
     async def _series_loop(self) -> None:
-        """Issue 33: one series document once each minute has ended (``flush_due``); a failed
+        """The console's charts: one series document once each minute has ended (``flush_due``); a failed
         flush is logged and its counts go with the next minute's."""
         assert self.series is not None
         while not self.stopping:

@@ -19,9 +19,9 @@ from board_outbox.model.records import Change
 from board_outbox.model.validation import OnceLog, cap
 
 if TYPE_CHECKING:
-    from board_outbox.engine.membership import Ownership
-    from board_outbox.engine.subcache import SubscriptionCache
-    from board_outbox.engine.tail import Tail
+    from board_outbox.engine.flow.membership import Ownership
+    from board_outbox.engine.tail.subcache import SubscriptionCache
+    from board_outbox.engine.tail.tail import Tail
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.model.clock import Clock
     from board_outbox.ports import Stores

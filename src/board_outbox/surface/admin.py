@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from board_outbox.engine.batch import apply_batch
-from board_outbox.engine.reading import GapTracker, read_batch
-from board_outbox.engine.registry import HandlerRegistry
-from board_outbox.engine.tail import Tail, TailSettings
+from board_outbox.engine.handlers.registry import HandlerRegistry
+from board_outbox.engine.tail.reading import GapTracker, read_batch
+from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.work.batch import apply_batch
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.domain import FAILED, LAUNCH, PROJECTION, EffectRow, matches

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from board_outbox.model import times
-from board_outbox.model.dead_letters import DEFAULT_BULK_LIMIT, BulkFilter, BulkPlan
-from board_outbox.model.domain import check_id
+from board_outbox.model.dead_letters import DEFAULT_BULK_LIMIT, NOUNS, BulkFilter, BulkPlan
+from board_outbox.model.domain import FAILED, check_id
 from board_outbox.model.errors import InvalidId, UsageError
 from board_outbox.surface.admin import parse_when
 
@@ -94,10 +94,12 @@ def plan_lines(plan: BulkPlan, *, top: int = 10) -> list[str]:
         return times.when(t, fmt="%Y-%m-%d %H:%M:%S")
 
     flt = plan.filter
-    out = [f"plan: {plan.matched} dead-letter{'s' if plan.matched != 1 else ''} match "
+    noun = NOUNS.get(flt.state, "row")
+    out = [f"plan: {plan.matched} {noun}{'s' if plan.matched != 1 else ''} match "
            f"{flt.describe()}" + (" (the limit: more may match)" if plan.truncated else "")]
     if plan.matched:
-        out.append(f"  parked {when(plan.oldest)} .. {when(plan.newest)} UTC, oldest first")
+        verb = "parked" if flt.state == FAILED else "last changed"
+        out.append(f"  {verb} {when(plan.oldest)} .. {when(plan.newest)} UTC, oldest first")
     for label, counts in (("tenant", plan.by_tenant), ("kind", plan.by_kind),
                           ("subscription", plan.by_subscription)):
         if not counts:
@@ -107,6 +109,9 @@ def plan_lines(plan: BulkPlan, *, top: int = 10) -> list[str]:
         rest = sum(n for _, n in ranked[top:])
         more = f", {len(ranked) - top} more {rest}" if rest else ""
         out.append(f"  by {label + ':':14}{shown}{more}")
+    if plan.one_shot:
+        out.append(f"  {plan.one_shot} more of one-shot (consume_labels) subscriptions left out: "
+                   "their labels were spent by the first run (--include-one-shot takes them)")
     if plan.unreadable:
         out.append(f"  {plan.unreadable} matching document{'s' if plan.unreadable != 1 else ''} "
                    f"do not decode and are left alone (`board-outbox explain KEY` says why): "

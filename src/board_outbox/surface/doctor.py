@@ -142,6 +142,7 @@ def _server_checks(cfg: Config, facts: ServerFacts) -> list[Check]:
 def required_privileges(database: str) -> dict[str, list[str]]:
     """Action -> the collections of ``database`` the service needs it on (the doctor checks
     them; docs/operations.md grants them through roles)."""
+    from board_outbox.adapters.mongo.api_tokens import API_TOKENS
     from board_outbox.adapters.mongo.cards import CARDS
     from board_outbox.adapters.mongo.cursors import CURSORS
     from board_outbox.adapters.mongo.events import COUNTERS, EVENTS
@@ -149,7 +150,7 @@ def required_privileges(database: str) -> dict[str, list[str]]:
     from board_outbox.adapters.mongo.schema import INDEXES
     from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
 
-    own = sorted({EFFECTS, CURSORS, *INDEXES} - {EVENTS, SUBSCRIPTIONS})
+    own = sorted({EFFECTS, CURSORS, API_TOKENS, *INDEXES} - {EVENTS, SUBSCRIPTIONS})
     return {
         "find": sorted({*own, EVENTS, COUNTERS, CARDS, SUBSCRIPTIONS}),
         "insert": own, "remove": own, "update": sorted({*own, CARDS}),

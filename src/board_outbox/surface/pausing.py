@@ -1,7 +1,7 @@
-"""The operator's pause and resume (issue 33), shared by the command line (``pause``,
+"""The operator's pause and resume (F3), shared by the command line (``pause``,
 ``resume``, ``paused``) and the console: each checks its input, writes one pause document
 (``PauseStore``: the action, who and when appended to the document's audit) and logs one line.
-The replicas do the rest within one heartbeat (``engine/pause.PauseGate``)."""
+The replicas do the rest within one heartbeat (``engine/flow/pause.PauseGate``)."""
 
 from __future__ import annotations
 

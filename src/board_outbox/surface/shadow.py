@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from board_outbox.engine.generations import VersionedReadModels
-from board_outbox.engine.registry import HandlerRegistry
+from board_outbox.engine.handlers.registry import HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.upkeep.generations import VersionedReadModels
 from board_outbox.model.clock import Clock
 from board_outbox.model.errors import ProjectionFailed, RebuildConflict
 from board_outbox.ports import CardStore, EventLog, ReadModelStore, ReadModelVersions

@@ -7,7 +7,7 @@ launch.
 (``PermanentEffectError``); a 3xx is not followed (a retry). The row key goes out as
 ``Idempotency-Key``.
 
-Why aiohttp (issue 22, ``benchmarks/launcher.py``): measured in the same run against a local
+Why aiohttp (``benchmarks/launcher.py``): measured in the same run against a local
 runner, it costs 4-8x less of our CPU per launch than ``httpx.AsyncClient`` (httpcore re-runs its
 async-library detection on every request, and without ``sniffio`` installed that is a failing
 import per request; httpx also logs one INFO line per request).

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from board_outbox.adapters.memory.api_tokens import MemoryApiTokenStore
 from board_outbox.adapters.memory.cards import MemoryBoard
 from board_outbox.adapters.memory.cursors import MemoryCursorStore
 from board_outbox.adapters.memory.events import MemoryEventLog
@@ -69,6 +70,7 @@ class MemoryBackend:
         self.pauses = MemoryPauseStore()
         self.members = MemoryMembershipStore(self.pauses)  # the pauses ride the heartbeat
         self.series = MemorySeriesStore()
+        self.api_tokens = MemoryApiTokenStore()
 
     def stores(self, launcher: Launcher | None = None) -> Stores:
         """Every port of this backend (the event log doubles as the change feed)."""
@@ -79,7 +81,7 @@ class MemoryBackend:
             members=self.members, rm_versions=self.rm_versions,
             status=MemoryStatusStore(self.events, self.outbox, self.cursors), limits=self.limits,
             sessions=self.sessions, pauses=self.pauses, series=self.series,
-            sub_admin=self.subs,
+            sub_admin=self.subs, api_tokens=self.api_tokens,
         )
 
 

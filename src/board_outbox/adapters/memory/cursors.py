@@ -6,6 +6,7 @@ from collections.abc import Collection, Mapping
 
 from anyio.lowlevel import checkpoint
 
+from board_outbox.model.epoch import epoch_at
 from board_outbox.model.errors import StoreError
 from board_outbox.model.validation import is_seq, seqs_by_tenant
 
@@ -16,6 +17,13 @@ class MemoryCursorStore:
     def __init__(self) -> None:
         self._cursors: dict[str, int] = {}
         self._held: dict[str, tuple[int, int]] = {}
+        self.stored_epoch: object = None  # the epoch document's ``at``, as stored (a test may plant one)
+
+    async def epoch(self, now: float) -> float:
+        await checkpoint()
+        if self.stored_epoch is None:
+            self.stored_epoch = now
+        return epoch_at({"at": self.stored_epoch}, now)
 
     async def get(self, tenant_id: str) -> int | None:
         await checkpoint()

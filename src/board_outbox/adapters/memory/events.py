@@ -11,8 +11,9 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
+from board_outbox.model.epoch import written_before
 from board_outbox.model.errors import ChangeStreamLost
-from board_outbox.model.validation import seqs_by_tenant
+from board_outbox.model.validation import is_seq, seqs_by_tenant
 from board_outbox.ports import Change, EventRecord
 
 COUNTERS = "board_event_counters"
@@ -97,6 +98,14 @@ class MemoryEventLog:
         await checkpoint()
         seqs = self._seqs.get(tenant_id)
         return seqs[-1] if seqs else 0
+
+    async def seq_before(self, tenant_id: str, epoch: float) -> int:
+        await checkpoint()
+        docs = self._docs.get(tenant_id, {})
+        for seq in reversed(self._seqs.get(tenant_id, [])):
+            if is_seq(seq) and written_before(docs[seq], epoch):
+                return seq
+        return 0
 
     async def allocated_seq(self, tenant_id: str) -> int:
         await checkpoint()

@@ -3,25 +3,15 @@ adapter stores them, so a test can plant a malformed one (``put_raw``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from anyio.lowlevel import checkpoint
 
+from board_outbox.adapters.memory.documents import RawDocuments
 from board_outbox.model.limits import rate_slot, slot_id
 from board_outbox.model.records import LimitHolder
 from board_outbox.model.validation import counter_problem, finite, report_slot, slot_is_free
 
 
-class MemoryLimitStore:
-    def __init__(self) -> None:
-        self._docs: dict[str, dict[str, Any]] = {}
-
-    def put_raw(self, doc_id: str, doc: dict[str, Any]) -> None:
-        self._docs[doc_id] = dict(doc)
-
-    def raw(self, doc_id: str) -> dict[str, Any] | None:
-        return self._docs.get(doc_id)
-
+class MemoryLimitStore(RawDocuments):
     async def acquire(self, key: str, limit: int, holder: str, until: float, now: float) -> bool:
         await checkpoint()
         for k in range(limit):

@@ -17,7 +17,9 @@ from anyio.lowlevel import checkpoint
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import (
+    CANCELLED,
     CLAIMED,
+    COALESCED,
     DONE,
     FAILED,
     LIVE_STATES,
@@ -29,6 +31,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.search import RowQuery
 from board_outbox.model.times import stamp
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
@@ -188,13 +191,16 @@ class MemoryEffectOutbox:
         prefer: Collection[str] | None = None, steal_before: float | None = None,
         tenants: Collection[str] | None = None,
     ) -> list[Claim]:
-        """Due rows oldest first, taken round-robin by tenant, each tenant's highest priority
-        first (F1, ``fairness.pick``): the twin sees every due row, so its pick is exact (each
-        tenant's ``limit`` first rows by (priority desc, due time) are all a claim of ``limit``
-        can take from it)."""
+        """Due rows oldest first, taken round-robin by tenant, each tenant's subscription rows
+        highest priority first in the places they hold (F1, ``fairness.pick``): the twin sees
+        every due row, so its pick is exact (a claim of ``limit`` takes at most the places of a
+        tenant's ``limit`` oldest rows, filled from those and its ``limit`` highest-ranked
+        subscription rows)."""
         await checkpoint()
-        # per tenant: its oldest claimable row's (due time, ref), and its candidate rows
-        candidates: list[tuple[tuple[float, int], list[tuple[float, int, dict[str, Any]]]]] = []
+        # per tenant: its oldest claimable row's (due time, ref), its ``limit`` oldest rows (the
+        # places) and its highest-ranked subscription rows beyond them (``fairness.ranked``)
+        candidates: list[tuple[tuple[float, int], list[dict[str, Any]], list[dict[str, Any]]]] = []
+        ref_of: dict[int, int] = {}
         for tenant, refs in self._live.items():
             if tenants is not None and tenant not in tenants:
                 continue
@@ -208,14 +214,18 @@ class MemoryEffectOutbox:
                         stealable or fairness.stealable(doc, steal_before)):
                     due.append((nb, ref, doc))
             if due:
-                first = heapq.nsmallest(limit, due, key=lambda d: (
-                    -fairness.priority_of(d[2]), d[0], d[1]))
-                oldest = min((nb, ref) for nb, ref, _ in due)  # whatever its priority
-                candidates.append((oldest, sorted(first, key=lambda d: (d[0], d[1]))))
+                places = heapq.nsmallest(limit, due, key=lambda d: (d[0], d[1]))
+                held = {ref for _, ref, _ in places}
+                top = heapq.nsmallest(limit, (d for d in due if d[1] not in held and
+                                              fairness.rank_of(d[2]) is not None),
+                                      key=lambda d: (-fairness.priority_of(d[2]), d[0], d[1]))
+                ref_of.update((id(doc), ref) for _, ref, doc in places + top)
+                candidates.append(((places[0][0], places[0][1]), [d for _, _, d in places],
+                                   [d for _, _, d in sorted(top, key=lambda d: (d[0], d[1]))]))
         candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row
-        ref_of = {id(doc): ref for _, rows in candidates for _, ref, doc in rows}
-        picked = fairness.pick((doc for _, rows in candidates for _, _, doc in rows), limit,
-                               prefer=prefer, steal_before=steal_before)
+        picked = fairness.pick((doc for _, rows, _ in candidates for doc in rows), limit,
+                               prefer=prefer, steal_before=steal_before,
+                               extra=(doc for _, _, more in candidates for doc in more))
         claims: list[Claim] = []
         claim_id = uuid.uuid4().hex
         lease_until = now + lease_seconds
@@ -506,3 +516,89 @@ class MemoryEffectOutbox:
                 if n >= limit:
                     break
         return n
+
+    # --- operators' bulk actions (A8) -----------------------------------------------------------
+
+    async def state_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """As the Mongo adapter's walks: pending (and failed) rows in ``(updated_at, row_key)``
+        order, any other state in insertion order (the ``_id`` walk), after ``after``."""
+        state = flt.states[0]
+        if state == FAILED:
+            return await self.failed_page(flt, after)
+        await checkpoint()
+        by_time = state == PENDING
+        keyed: list[tuple[Any, dict[str, Any]]] = []
+        for ref, d in self._docs.items():
+            if not (d.get("state") == state and _number(d.get("updated_at"))
+                    and isinstance(d.get("row_key"), str) and _matches(d, flt)):
+                continue
+            key: Any = (d["updated_at"], d["row_key"]) if by_time else ref
+            if after is None or key > after:
+                keyed.append((key, d))
+        page = heapq.nsmallest(flt.limit, keyed, key=lambda kd: kd[0])
+        rows: list[EffectRow] = []
+        unreadable: list[str] = []
+        for _key, d in page:
+            try:
+                rows.append(from_doc(d, EffectRow, MalformedRow))
+            except MalformedDocument:
+                unreadable.append(d["row_key"])
+        return FailedPage(rows=rows, unreadable=unreadable, read=len(page),
+                          after=page[-1][0] if page else after)
+
+    async def apply_unclaimed(self, row_key: str, t: T.Transition, *, state: str,
+                              updated_at: float) -> bool:
+        await checkpoint()
+        ref = self._by_key.get(row_key)
+        if ref is None:
+            return False
+        doc = self._docs[ref]
+        if doc.get("state") != state or not (_number(was := doc.get("updated_at"))
+                                             and was == updated_at):
+            return False
+        _apply(doc, t)
+        self._track(ref)
+        return True
+
+    async def search(self, q: RowQuery) -> list[EffectRow]:
+        """As the Mongo adapter's query of each form, in the same order (newest first)."""
+        await checkpoint()
+        if q.form == "row_key":
+            ref = self._by_key.get(q.row_key or "")
+            docs = [] if ref is None else [self._docs[ref]]
+        else:
+            docs = [d for d in self._docs.values() if _searched(d, q)]
+            field = "seq" if q.form != "state" or (q.state == DONE and q.tenant) else \
+                _STATE_ORDER[q.state or ""]
+            docs = heapq.nlargest(q.limit, docs, key=lambda d: _sort_key(d.get(field)))
+        out: list[EffectRow] = []
+        for d in docs[:q.limit]:
+            try:
+                out.append(from_doc(d, EffectRow, MalformedRow))
+            except MalformedDocument:  # named through ``domain.unreadable``
+                continue
+        return out
+
+
+# a state's search order, newest first (the key of its partial index, as the Mongo adapter's)
+_STATE_ORDER = {PENDING: "not_before", CLAIMED: "lease_until", FAILED: "updated_at",
+                DONE: "done_at", COALESCED: "done_at", CANCELLED: "done_at"}
+
+
+def _sort_key(value: Any) -> tuple[int, float]:
+    if isinstance(value, datetime):
+        return (1, value.timestamp())
+    return (1, float(value)) if _number(value) else (0, 0.0)
+
+
+def _searched(d: dict[str, Any], q: RowQuery) -> bool:
+    if q.tenant is not None and d.get("tenant_id") != q.tenant:
+        return False
+    if q.form == "card":
+        ev = d.get("event")
+        return isinstance(ev, dict) and ev.get("card_id") == q.card
+    if q.form in ("event", "seq_range"):
+        seq = d.get("seq")
+        return (_number(seq) and q.seq_from is not None and q.seq_to is not None
+                and q.seq_from <= seq <= q.seq_to)
+    return d.get("state") == q.state

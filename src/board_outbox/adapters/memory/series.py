@@ -9,6 +9,7 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
+from board_outbox.adapters.memory.documents import RawDocuments
 from board_outbox.model.errors import StoreError
 from board_outbox.model.series import (
     COUNTERS,
@@ -19,16 +20,13 @@ from board_outbox.model.series import (
 )
 
 
-class MemorySeriesStore:
+class MemorySeriesStore(RawDocuments):
     def __init__(self) -> None:
-        self._docs: dict[str, dict[str, Any]] = {}
+        super().__init__()
         self.writes = 0  # flushes, for tests that count them
 
     def put_raw(self, doc_id: str, doc: dict[str, Any]) -> None:
         self._docs[doc_id] = {"_id": doc_id, **doc}
-
-    def raw(self, doc_id: str) -> dict[str, Any] | None:
-        return self._docs.get(doc_id)
 
     async def flush(self, point: SeriesPoint, expire_at: float) -> None:
         await checkpoint()

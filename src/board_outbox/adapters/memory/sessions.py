@@ -3,21 +3,14 @@ stores them, so a test can plant a malformed one (``put_raw``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from anyio.lowlevel import checkpoint
 
+from board_outbox.adapters.memory.documents import RawDocuments
 from board_outbox.model.records import ConsoleSession
 from board_outbox.model.validation import console_session
 
 
-class MemorySessionStore:
-    def __init__(self) -> None:
-        self._docs: dict[str, dict[str, Any]] = {}
-
-    def put_raw(self, session_id: str, doc: dict[str, Any]) -> None:
-        self._docs[session_id] = dict(doc)
-
+class MemorySessionStore(RawDocuments):
     async def open(self, session: ConsoleSession) -> None:
         await checkpoint()
         self._docs[session.session_id] = {"token_tag": session.token_tag, "who": session.who,

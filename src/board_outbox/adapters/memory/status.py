@@ -37,7 +37,7 @@ class MemoryStatusStore:
             summary = out.setdefault(tenant, RowSummary(rows={}))
             summary.rows[state] = summary.rows.get(state, 0) + 1
             if state == PENDING and is_held(doc.get("not_before")):
-                summary.held += 1  # issue 33: held by a pause
+                summary.held += 1  # F3: held by a pause
             elif state == PENDING and doc.get("waiting"):
                 summary.waiting += 1  # F2: deferred over a limit
             created = stamp(doc.get("created_at"))  # R7: a time in range, or none

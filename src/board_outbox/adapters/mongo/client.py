@@ -6,7 +6,7 @@ import re
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pymongo
 from pymongo import AsyncMongoClient
@@ -18,6 +18,7 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
+from board_outbox.adapters.mongo.api_tokens import MongoApiTokenStore
 from board_outbox.adapters.mongo.cards import MongoBoard
 from board_outbox.adapters.mongo.changefeed import MongoChangeFeed
 from board_outbox.adapters.mongo.cursors import MongoCursorStore
@@ -39,6 +40,20 @@ from board_outbox.model.retention import Retention
 from board_outbox.model.validation import cap
 from board_outbox.ports import Launcher, Stores
 
+SERVER_SELECTION_TIMEOUT_SECONDS = 10.0  # the default: how long opening waits for a primary
+
+
+class ClientOptions(TypedDict, total=False):
+    """``make_client``'s settings beside the URI, each optional (its default is there): what
+    ``open_stores`` takes and passes on, spelt once."""
+
+    app_name: str
+    op_timeout_seconds: float
+    connect_timeout_seconds: float
+    server_selection_timeout_seconds: float
+    read_concern: str
+    write_concern: str | int
+
 
 def make_client(
     uri: str,
@@ -46,7 +61,7 @@ def make_client(
     app_name: str = "board-outbox",
     op_timeout_seconds: float = 10.0,
     connect_timeout_seconds: float = 5.0,
-    server_selection_timeout_seconds: float = 10.0,
+    server_selection_timeout_seconds: float = SERVER_SELECTION_TIMEOUT_SECONDS,
     read_concern: str = "majority",
     write_concern: str | int = "majority",
 ) -> AsyncMongoClient[dict[str, Any]]:
@@ -114,6 +129,7 @@ def mongo_stores(db: Any, launcher: Launcher, *, change_feed: bool = True) -> St
         pauses=MongoPauseStore(db),
         series=MongoSeriesStore(db),
         sub_admin=subs,
+        api_tokens=MongoApiTokenStore(db),
     )
 
 
@@ -123,27 +139,18 @@ async def open_stores(
     launcher: Launcher,
     uri: str,
     database: str,
-    app_name: str = "board-outbox",
-    op_timeout_seconds: float = 10.0,
-    connect_timeout_seconds: float = 5.0,
-    server_selection_timeout_seconds: float = 10.0,
-    read_concern: str = "majority",
-    write_concern: str | int = "majority",
     change_feed: bool = True,
     ensure_schema: bool = False,
     retention: Retention | None = None,
+    **options: Unpack[ClientOptions],
 ) -> AsyncIterator[Stores]:
-    """The factory: connect (``reach``: a primary answers within the server selection timeout,
-    or one line says why not), optionally ensure the indexes and the retention's TTLs (O8),
-    yield the ports, close."""
-    client = make_client(
-        uri, app_name=app_name, op_timeout_seconds=op_timeout_seconds,
-        connect_timeout_seconds=connect_timeout_seconds,
-        server_selection_timeout_seconds=server_selection_timeout_seconds,
-        read_concern=read_concern, write_concern=write_concern,
-    )
+    """The factory: connect (``make_client`` with ``options``; ``reach``: a primary answers
+    within the server selection timeout, or one line says why not), optionally ensure the
+    indexes and the retention's TTLs (O8), yield the ports, close."""
+    client = make_client(uri, **options)
     try:
-        await reach(client, server_selection_timeout_seconds, seed_hosts(uri))
+        timeout = options.get("server_selection_timeout_seconds", SERVER_SELECTION_TIMEOUT_SECONDS)
+        await reach(client, timeout, seed_hosts(uri))
         db = client[database]
         if ensure_schema:
             await ensure(db, retention)

@@ -6,10 +6,11 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from pymongo import UpdateOne
-from pymongo.errors import BulkWriteError
+from pymongo import ReturnDocument, UpdateOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.epoch import EPOCH_KEY, epoch_at
 from board_outbox.model.errors import StoreError
 from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq, seqs_by_tenant
 
@@ -24,6 +25,17 @@ class MongoCursorStore:
     async def get(self, tenant_id: str) -> int | None:
         doc = await self.coll.find_one({"_id": tenant_id})
         return None if doc is None else _seq(tenant_id, doc)
+
+    @translated
+    async def epoch(self, now: float) -> float:
+        # one round trip: the insert when there is none yet, else the stored one unchanged
+        try:
+            doc = await self.coll.find_one_and_update(
+                {"_id": EPOCH_KEY}, {"$setOnInsert": {"at": now}}, upsert=True,
+                return_document=ReturnDocument.AFTER)
+        except DuplicateKeyError:  # another replica's first start inserted it at the same time
+            doc = await self.coll.find_one({"_id": EPOCH_KEY})
+        return epoch_at(doc, now)
 
     @translated
     async def seed(self, tenant_id: str, value: int) -> int:
@@ -85,8 +97,10 @@ class MongoCursorStore:
         # a cursor whose seq is not a true int is left out (reported once): its tenant then
         # looks behind, is drained, and stalls alone with the reason (R1) -- the poll net goes
         # on for the others
+        # (the store's epoch, one document, is left out here: a query on it would scatter)
         docs = await self.coll.find({}).to_list(None)
-        return seqs_by_tenant(CURSORS, ((d.get("_id"), d.get("seq")) for d in docs))
+        return seqs_by_tenant(CURSORS, ((d.get("_id"), d.get("seq")) for d in docs
+                                        if d.get("_id") != EPOCH_KEY))
 
 def _seq(tenant_id: str, doc: dict[str, Any]) -> int:
     """R2: a cursor is a true int; anything else stalls its tenant (StoreError), not the process."""

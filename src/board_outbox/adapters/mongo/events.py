@@ -8,6 +8,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.epoch import written_before
 from board_outbox.model.errors import StoreError
 from board_outbox.model.validation import cap, is_seq, seqs_by_tenant
 from board_outbox.ports import EventRecord
@@ -16,7 +17,7 @@ EVENTS = "board_events"
 COUNTERS = "board_event_counters"
 
 # the fields an event is read for (``BoardEvent``; ``at`` also ages seq gaps): a board's own
-# extra fields (payloads, diffs) are neither sent nor decoded (issue 22)
+# extra fields (payloads, diffs) are neither sent nor decoded (less to carry per event)
 # ``trace``: the producer's W3C context (C7), parsed per event by the tail, whatever it holds
 EVENT_FIELDS = {"_id": 0, "tenant_id": 1, "seq": 1, "type": 1, "card_id": 1, "at": 1, "actor": 1,
                 "trace": 1}
@@ -71,6 +72,26 @@ class MongoEventLog:
                                        {"seq": 1, "_id": 0})
                       .sort("seq", DESCENDING).limit(20).to_list(None))
         return next((d["seq"] for d in docs if is_seq(d["seq"])), 0)
+
+    @translated
+    async def seq_before(self, tenant_id: str, epoch: float) -> int:
+        # down the (tenant_id, seq) index a page at a time: a tenant with history stops in the
+        # first page (its newest event is older); one born after the epoch reads its few events
+        top: int | float | None = None
+        page = 20
+        while True:
+            seq: dict[str, Any] = {"$type": "number"}
+            if top is not None:
+                seq["$lt"] = top
+            docs = await (self.events.find({"tenant_id": tenant_id, "seq": seq},
+                                           {"seq": 1, "at": 1, "_id": 0})
+                          .sort("seq", DESCENDING).limit(page).batch_size(page).to_list(None))
+            for d in docs:
+                if is_seq(d["seq"]) and written_before(d, epoch):
+                    return int(d["seq"])
+            if len(docs) < page:
+                return 0
+            top, page = docs[-1]["seq"], 500
 
     @translated
     async def allocated_seq(self, tenant_id: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
-from board_outbox.model.pause import PAUSES_COLLECTION, Pause, parse_pause
+from board_outbox.model.pause import PAUSES_COLLECTION, Pause, parse_pauses
 from board_outbox.model.validation import BAD_DOCUMENTS, finite, member_problem
 from board_outbox.ports import Member
 
@@ -54,14 +54,13 @@ class MongoMembershipStore:
         cursor = await self.coll.aggregate([{"$unionWith": {
             "coll": PAUSES_COLLECTION, "pipeline": [{"$addFields": {PAUSE_TAG: True}}]}}])
         members: list[dict[str, Any]] = []
-        pauses: list[Pause] = []
+        pause_docs: list[tuple[object, dict[str, Any]]] = []
         for doc in await cursor.to_list(None):
             if doc.pop(PAUSE_TAG, None) is True:
-                pause = parse_pause(doc.get("_id"), doc)
-                if pause is not None:
-                    pauses.append(pause)
+                pause_docs.append((doc.get("_id"), doc))
             else:
                 members.append(doc)
+        pauses = parse_pauses(pause_docs)
         return parse_members(members, now, MEMBERS), pauses
 
     @translated

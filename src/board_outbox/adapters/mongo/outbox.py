@@ -30,15 +30,18 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import msgspec
 import pymongo
 from bson import ObjectId
 from pymongo import ASCENDING, DESCENDING, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, OperationFailure, PyMongoError
 
+from board_outbox.adapters.mongo import search, walks
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
 from board_outbox.model.domain import (
+    CANCELLED,
     CLAIMED,
     COALESCED,
     DONE,
@@ -53,6 +56,7 @@ from board_outbox.model.domain import (
 )
 from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.search import RowQuery
 from board_outbox.model.times import TIME_MAX, TIME_MIN, due_limit
 from board_outbox.model.validation import (
     LEASE_HORIZON_SECONDS,
@@ -103,6 +107,7 @@ IN_STATE: dict[str, dict[str, Any]] = {
     FAILED: {"state": FAILED, "updated_at": _ANY_NUMBER},
     DONE: {"state": DONE, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
     COALESCED: {"state": COALESCED, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
+    CANCELLED: {"state": CANCELLED, "done_at": {"$gte": datetime(1970, 1, 1, tzinfo=UTC)}},
 }
 
 
@@ -113,8 +118,6 @@ PRIORITY_INDEX = "pending_priority_not_before"
 # the pick's second query under a backlog: pending rows by (tenant, due time)
 TENANT_INDEX = "pending_tenant_not_before"
 
-# the dead-letters' walk order: the key of the failed rows' partial index (``schema``)
-FAILED_ORDER = [("updated_at", ASCENDING), ("row_key", ASCENDING)]
 
 
 def row_query(flt: RowFilter) -> dict[str, Any]:
@@ -299,18 +302,20 @@ class MongoEffectOutbox:
         0, highest first, then oldest first (over the ``pending_priority_not_before`` index,
         which holds only those: a seek on an empty index while no subscription sets a
         priority), so a high-priority row newer than the window still goes first within its
-        tenant's share.
+        tenant's share. The third query's rows only compete for the places of their tenant's
+        rows the first two read (``fairness.ranked``): priority never crosses tenants.
         Three round trips under a backlog, one otherwise, whatever the number of tenants: a
         pick that does not fill its window has read every due row, priorities and all.
 
         The rows read reach ``fairness.pick`` oldest due first (sorted here: on a server that
         walks ``pending_not_before`` that is the order they came in; a tenant's rows from the
-        second or third query are newer than its rows in the window, or it has none there).
+        second query are newer than its rows in the window, or it has none there).
         Under a preference the window is twice the limit, so owned rows behind others' fresh
         (not yet stealable) rows still fill the claim.
-        A negative priority sinks a row beneath the rows of its tenant this pick sees: under a
-        backlog, a row at -1 in the window goes before a newer row at 0 of its tenant outside
-        it (the window moves on by age, so that row's turn comes by age as ever)."""
+        A negative priority sinks a row beneath the subscription rows of its tenant this pick
+        sees: under a backlog, a row at -1 in the window goes before a newer row at 0 of its
+        tenant outside it (the window moves on by age, so that row's turn comes by age as
+        ever)."""
         started = time.monotonic()
         due: dict[str, Any] = {"state": PENDING, "not_before": {"$lte": now}}
         if tenants is not None:
@@ -319,6 +324,7 @@ class MongoEffectOutbox:
         # No sort stage: mongod walks the ``pending_not_before`` index for this filter, which
         # yields the oldest due rows first; a sort would only add work on servers that sort.
         picked = await self.coll.find(due).limit(window).to_list(None)
+        extra: list[dict[str, Any]] = []
         if len(picked) >= window:
             seen = sorted({d["tenant_id"] for d in picked if isinstance(d.get("tenant_id"), str)})
             hidden = {**due, "tenant_id": {**due.get("tenant_id", {}), "$nin": seen}}
@@ -334,12 +340,16 @@ class MongoEffectOutbox:
             # the index's own order, so no sort stage where the server sorts by the index
             top = await (self.coll.find(urgent).sort(PRIORITY_ORDER).hint(PRIORITY_INDEX)
                          .limit(window).to_list(None))
-            picked += [d for d in top if d["_id"] not in have]
+            # they compete for the places of their tenant's rows read above and hold none: a
+            # priority never gives a tenant more of the claim, nor one the window did not see
+            extra = [d for d in top if d["_id"] not in have]
         # oldest due first, whatever order the server returned them in: a planner may walk
         # another index (a tenant filter: ``pending_tenant_not_before``, tenant by tenant) and a
         # server that walks none returns them as stored; at most three windows of documents
         picked.sort(key=_due)
-        picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before)
+        extra.sort(key=_due)
+        picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before,
+                               extra=extra)
         ids = [d["_id"] for d in picked]
         if not ids:
             return []
@@ -576,29 +586,8 @@ class MongoEffectOutbox:
     @translated
     async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
         """One query over ``failed_updated_at_row_key`` (failed rows by ``(updated_at,
-        row_key)``): its bounds start at the position after the last page, its key is the sort,
-        so a page costs its own rows whatever came before (no skip, no sort stage). The
-        position is the last document's stored values, sent back as they were read."""
-        q = row_query(RowFilter(tenant_id=flt.tenant_id, states=(FAILED,), kind=flt.kind,
-                                sub_ids=flt.sub_ids, updated_after=flt.updated_after,
-                                updated_before=flt.updated_before))
-        q["row_key"] = {"$type": "string"}
-        if after is not None:
-            at, key = after  # at or past ``updated_after``: the last page's rows were
-            q["updated_at"] = {**q["updated_at"], "$gte": at}
-            q["$or"] = [{"updated_at": {"$gt": at}}, {"updated_at": at, "row_key": {"$gt": key}}]
-        # the whole page in the first reply (a find's first batch is 101 documents otherwise)
-        docs = await (self.coll.find(q).sort(FAILED_ORDER).limit(flt.limit)
-                      .batch_size(flt.limit).to_list(None))
-        rows: list[EffectRow] = []
-        unreadable: list[str] = []
-        for doc in docs:
-            try:
-                rows.append(_decode(doc))
-            except MalformedDocument:
-                unreadable.append(doc["row_key"])
-        last = (docs[-1]["updated_at"], docs[-1]["row_key"]) if docs else after
-        return FailedPage(rows=rows, unreadable=unreadable, read=len(docs), after=last)
+        row_key)``), as every operators' walk (``walks.state_page``)."""
+        return await self.state_page(msgspec.structs.replace(flt, states=(FAILED,)), after)
 
     @translated
     async def get(self, row_key: str) -> EffectRow | None:
@@ -792,3 +781,37 @@ class MongoEffectOutbox:
              "$or": [{"not_before": {"$lt": not_before}},
                      {"not_before": not_before, "seq": {"$lt": seq}}]},
             limit=limit))
+
+    # --- operators' bulk actions (A8) -----------------------------------------------------------
+
+    @translated
+    async def state_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
+        """``walks.state_page``: the row filter's query, one page of its state's walk."""
+        q = row_query(RowFilter(tenant_id=flt.tenant_id, states=flt.states[:1], kind=flt.kind,
+                                sub_ids=flt.sub_ids, updated_after=flt.updated_after,
+                                updated_before=flt.updated_before))
+        return await walks.state_page(self.coll, q, flt, after)
+
+    @translated
+    async def apply_unclaimed(self, row_key: str, t: T.Transition, *, state: str,
+                              updated_at: float) -> bool:
+        res = await self.coll.update_one({"row_key": row_key, "state": state,
+                                          "updated_at": updated_at}, update_of(t))
+        return bool(res.modified_count == 1)
+
+    @translated
+    async def search(self, q: RowQuery) -> list[EffectRow]:
+        """``search.search_of``'s one query, hinted to its index."""
+        flt, order, index = search.search_of(q, IN_STATE)
+        cursor = self.coll.find(flt)
+        if order is not None:
+            cursor = cursor.sort(order)
+        if index is not None:
+            cursor = cursor.hint(index)
+        out: list[EffectRow] = []
+        for doc in await cursor.limit(q.limit).batch_size(q.limit).to_list(None):
+            try:
+                out.append(_decode(doc))
+            except MalformedDocument:  # named through ``domain.unreadable``
+                continue
+        return out

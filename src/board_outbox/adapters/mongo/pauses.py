@@ -1,4 +1,4 @@
-"""``board_outbox_pauses`` on MongoDB (issue 33): the operators' pauses, one small document per
+"""``board_outbox_pauses`` on MongoDB (F3): the operators' pauses, one small document per
 (scope, key), ``_id`` = ``"<scope>:<key>"`` (``model/pause``). Every replica reads the whole
 collection once per heartbeat (it holds one document per key ever paused: a handful); each
 write is one atomic ``findAndModify`` on one document, its audit entry ``$push``-ed with it.
@@ -21,7 +21,7 @@ from board_outbox.model.pause import (
     Pause,
     decode_pause,
     good_audit,
-    parse_pause,
+    parse_pauses,
     pause_id,
     was_on,
 )
@@ -83,9 +83,4 @@ class MongoPauseStore:
 
     @translated
     async def all(self) -> list[Pause]:
-        out = []
-        for doc in await self.coll.find({}).to_list(None):
-            pause = parse_pause(doc.get("_id"), doc)
-            if pause is not None:
-                out.append(pause)
-        return out
+        return parse_pauses((doc.get("_id"), doc) for doc in await self.coll.find({}).to_list(None))

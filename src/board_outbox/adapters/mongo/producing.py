@@ -12,7 +12,8 @@ as ``StoreUnavailable`` (transient: worth another ``emit``) or ``StoreError``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import bson
@@ -53,39 +54,52 @@ def _taken(tenant_id: str, seq: int) -> StoreError:
 async def append(db: AsyncEventsDatabase, doc: Mapping[str, Any]) -> int:
     """Allocate the tenant's next seq and insert ``doc`` with it; the seq."""
     tenant_id = doc["tenant_id"]
-    try:
-        counter = await db[COUNTERS].find_one_and_update(
-            {"_id": tenant_id}, {"$inc": {"seq": 1}}, upsert=True,
-            return_document=ReturnDocument.AFTER)
-    except PyMongoError as exc:
-        raise classify(exc, "emit: allocating a seq") from exc
-    seq = int(counter["seq"])  # type: ignore[index]  # an upsert returning AFTER: never None
-    try:
+    with _allocating():
+        counter = await db[COUNTERS].find_one_and_update({"_id": tenant_id}, _NEXT_SEQ, **_UPSERT)
+    seq = _seq_of(counter)
+    with _inserting(tenant_id, seq):
         await db[EVENTS].insert_one({**doc, "seq": seq})
-    except DuplicateKeyError:
-        raise _taken(tenant_id, seq) from None
-    except PyMongoError as exc:
-        raise classify(exc, _hole(tenant_id, seq)) from exc
     return seq
 
 
 def append_sync(db: EventsDatabase, doc: Mapping[str, Any]) -> int:
     """``append`` on a synchronous pymongo ``Database``."""
     tenant_id = doc["tenant_id"]
+    with _allocating():
+        counter = db[COUNTERS].find_one_and_update({"_id": tenant_id}, _NEXT_SEQ, **_UPSERT)
+    seq = _seq_of(counter)
+    with _inserting(tenant_id, seq):
+        db[EVENTS].insert_one({**doc, "seq": seq})
+    return seq
+
+
+# The two forms share everything but the driver's call: the counter's update (the tenant's
+# next seq: ``$inc``, upserted, the document after it returned) and what each write's failure
+# means.
+_NEXT_SEQ: dict[str, Any] = {"$inc": {"seq": 1}}
+_UPSERT: dict[str, Any] = {"upsert": True, "return_document": ReturnDocument.AFTER}
+
+
+def _seq_of(counter: Any) -> int:
+    return int(counter["seq"])  # an upsert returning the document after it: never None
+
+
+@contextmanager
+def _allocating() -> Iterator[None]:
     try:
-        counter = db[COUNTERS].find_one_and_update(
-            {"_id": tenant_id}, {"$inc": {"seq": 1}}, upsert=True,
-            return_document=ReturnDocument.AFTER)
+        yield
     except PyMongoError as exc:
         raise classify(exc, "emit: allocating a seq") from exc
-    seq = int(counter["seq"])  # type: ignore[index]  # an upsert returning AFTER: never None
+
+
+@contextmanager
+def _inserting(tenant_id: str, seq: int) -> Iterator[None]:
     try:
-        db[EVENTS].insert_one({**doc, "seq": seq})
+        yield
     except DuplicateKeyError:
         raise _taken(tenant_id, seq) from None
     except PyMongoError as exc:
         raise classify(exc, _hole(tenant_id, seq)) from exc
-    return seq
 
 
 def _hole(tenant_id: str, seq: int) -> str:

@@ -16,7 +16,15 @@ from board_outbox.adapters.mongo.readmodels import READ_MODELS
 from board_outbox.adapters.mongo.series import SERIES
 from board_outbox.adapters.mongo.sessions import SESSIONS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
-from board_outbox.model.domain import CLAIMED, COALESCED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
+from board_outbox.model.domain import (
+    CANCELLED,
+    CLAIMED,
+    COALESCED,
+    DONE,
+    DONE_TTL_SECONDS,
+    FAILED,
+    PENDING,
+)
 from board_outbox.model.errors import StoreError
 from board_outbox.model.retention import Retention
 
@@ -30,7 +38,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         # the completeness audit and the replays read a tenant's rows by seq range (A1, A4)
         IndexModel([("tenant_id", ASCENDING), ("seq", ASCENDING)], name="tenant_seq"),
         # Partial indexes, one per state a hot query reads: each holds only the rows in that
-        # state, so a query's bounds cover those rows, never the history (issue 29), and a
+        # state, so a query's bounds cover those rows, never the history (which grows), and a
         # row's state change touches only the indexes of the states it leaves and enters.
         # the worker's claim across tenants (S2): pending rows by due time
         IndexModel([("not_before", ASCENDING)], name="pending_not_before",
@@ -40,7 +48,7 @@ INDEXES: dict[str, list[IndexModel]] = {
         IndexModel([("tenant_id", ASCENDING), ("not_before", ASCENDING)],
                    name="pending_tenant_not_before", partialFilterExpression={"state": PENDING}),
         # the pick's third query under a backlog: the due rows of a priority above 0, highest
-        # first, then oldest first (issue 33); a row at 0 has no ``priority`` field (slim
+        # first, then oldest first (F1); a row at 0 has no ``priority`` field (slim
         # rows), so while no subscription sets a priority this index is empty and costs no write
         IndexModel([("priority", DESCENDING), ("not_before", ASCENDING)],
                    name="pending_priority_not_before",
@@ -53,9 +61,18 @@ INDEXES: dict[str, list[IndexModel]] = {
         # page resumes from with index bounds, however many rows were parked at one instant
         IndexModel([("updated_at", ASCENDING), ("row_key", ASCENDING)],
                    name="failed_updated_at_row_key", partialFilterExpression={"state": FAILED}),
+        # a bulk cancel's walk over the pending rows (A8), in the same order and for the same
+        # reason; it holds only the rows born pending (not those born claimed by the tail's
+        # hand-off) while they wait: one key written at insert and one removed at the claim
+        IndexModel([("updated_at", ASCENDING), ("row_key", ASCENDING)],
+                   name="pending_updated_at_row_key", partialFilterExpression={"state": PENDING}),
         # the settled rows' TTL indexes follow the configuration: ``ttl_indexes`` below (the
         # defaults are appended to this list after it)
-        # the coalescing check (issue 33): a launch row's newer rows of its (subscription, card);
+        # a search by card (A8, ``rows find --card``): a tenant's card's rows by seq; one key
+        # per row, written at its insert (a row's event never changes)
+        IndexModel([("tenant_id", ASCENDING), ("event.card_id", ASCENDING), ("seq", ASCENDING)],
+                   name="tenant_card_seq"),
+        # the coalescing check: a launch row's newer rows of its (subscription, card);
         # only the rows of coalescing subscriptions carry ``burst_at``, so no other row pays
         IndexModel([("tenant_id", ASCENDING), ("sub_id", ASCENDING),
                     ("event.card_id", ASCENDING), ("seq", ASCENDING)],
@@ -72,7 +89,7 @@ INDEXES: dict[str, list[IndexModel]] = {
     SUBSCRIPTIONS: [IndexModel([("tenant_id", ASCENDING)], name="tenant")],
     # the console's sessions end on their own (a logout deletes them sooner)
     SESSIONS: [IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
-    # the console's charts (issue 33): the window is read by minute; each document carries its
+    # the console's charts: the window is read by minute; each document carries its
     # own end (a writer's series.keep_hours past its minute)
     SERIES: [IndexModel([("minute", ASCENDING)], name="minute"),
              IndexModel([("expire_at", ASCENDING)], name="expire_ttl", expireAfterSeconds=0)],
@@ -101,6 +118,8 @@ TTL_STATES: dict[str, tuple[str, str]] = {
     # coalesced rows on the same clock; this index also serves their count
     # (``IN_STATE``)
     COALESCED: ("coalesced_ttl", "done_at"),
+    # rows an operator cancelled (A8), likewise; this index also serves their count
+    CANCELLED: ("cancelled_ttl", "done_at"),
     # dead-letters only when ``retention.failed_seconds`` is set (else the index is dropped)
     FAILED: ("failed_ttl", FAILED_AT),
 }

@@ -1,4 +1,4 @@
-"""``trigger_series`` on MongoDB: the rolling series the console charts (issue 33).
+"""``trigger_series`` on MongoDB: the rolling series the console charts.
 
 ``{_id: "<minute>/<replica>", minute, replica, counts: {materialized, done, dead}, base: {...},
 lag_total, behind, listed, lag: [{t: tenant, n: events}, ...], expire_at}``. Each replica

@@ -1,5 +1,5 @@
 """``board_outbox_console_sessions`` on MongoDB: the console's logged-in sessions, shared by
-every replica's console, so a logout ends a session everywhere (issue 30).
+every replica's console, so a logout ends a session everywhere.
 
 ``{_id: <hash of the cookie's session id>, token_tag, who, expires_at, expire_at}``: the TTL
 index on ``expire_at`` (a date) removes ended sessions; ``get`` checks ``expires_at`` itself (the

@@ -60,7 +60,7 @@ class MongoStatusStore:
                         "oldest": {"$min": _IN_RANGE_CREATED},
                         # F2: rows that carry a reason they wait on a limit
                         "waiting": {"$sum": {"$cond": [{"$ifNull": ["$waiting", False]}, 1, 0]}},
-                        # issue 33: held by a pause (they carry a reason too)
+                        # F3: held by a pause (they carry a reason too)
                         "held": {"$sum": {"$cond": [{"$gte": ["$not_before", HELD_OFFSET]},
                                                     1, 0]}}}},
         ])

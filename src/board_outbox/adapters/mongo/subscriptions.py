@@ -30,7 +30,10 @@ def _malformed_sub(ref: object, detail: str) -> MalformedDocument:
     return MalformedDocument("subscription", ref, cap(detail, 500))
 
 
-def _decode(doc: dict[str, Any]) -> Subscription:
+def decode_subscription(doc: dict[str, Any]) -> Subscription:
+    """A stored subscription as the service reads it: decoded, then ``subscription_problem``
+    (``MalformedDocument`` naming why not). Its JSON Schema is held to this
+    (``board_outbox/schemas/trigger_subscriptions.schema.json``)."""
     sub = from_doc(doc, Subscription, _malformed_sub)
     problem = subscription_problem(sub)
     if problem is not None:
@@ -46,7 +49,7 @@ def _record(doc: dict[str, Any]) -> SubscriptionRecord:
         else cap(repr(raw_id), 80)
     tenant = doc.get("tenant_id")
     try:
-        sub: Subscription | None = _decode(doc)
+        sub: Subscription | None = decode_subscription(doc)
         problem = None
     except MalformedDocument as exc:
         sub, problem = None, exc.detail
@@ -74,14 +77,14 @@ class MongoSubscriptionStore:
             doc = await self.coll.find_one({"sub_id": sub_id})
         if doc is None:
             raise SubscriptionNotFound(sub_id)
-        return _decode(doc)
+        return decode_subscription(doc)
 
     @translated
     async def list_for_tenant(self, tenant_id: str) -> list[Subscription]:
         out: list[Subscription] = []
         for doc in await self.coll.find({"tenant_id": tenant_id}).sort("_id", 1).to_list(None):
             try:
-                out.append(_decode(doc))
+                out.append(decode_subscription(doc))
             except MalformedDocument as exc:  # one bad subscription must not stall the tenant
                 # once per distinct problem, not once per batch of every tenant it names (R1)
                 _once(("sub", repr(doc.get("_id")), str(exc)), logging.ERROR,

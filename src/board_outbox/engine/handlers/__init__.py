@@ -1,5 +1,8 @@
 """The effect handlers, one module each: ``launch`` (re-verify, consume one-shot labels, launch)
-and ``projection`` (dispatch to the named read model)."""
+and ``projection`` (dispatch to the named read model); what a handler is (``contract``),
+coalescing per (subscription, card) (``coalesce``) and the registry by row kind (``registry``).
+
+May import ``telemetry`` and ``flow``; never ``tail``, ``work`` or ``upkeep``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Coalescing per (subscription, card) (issue 33, item 2): whether a launch row runs or is
+"""Coalescing per (subscription, card), so a burst of edits launches once: whether a launch row runs or is
 superseded by a newer row of its burst.
 
 A coalescing subscription's rows are born due ``quiet_seconds`` after their materialization,

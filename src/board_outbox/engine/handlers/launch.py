@@ -6,10 +6,10 @@ import logging
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 
+from board_outbox.engine.flow.limits import LaunchGate
+from board_outbox.engine.flow.pause import PauseGate
 from board_outbox.engine.handlers.coalesce import coalesce_check
 from board_outbox.engine.handlers.contract import ExecutionContext
-from board_outbox.engine.limits import LaunchGate
-from board_outbox.engine.pause import PauseGate
 from board_outbox.model.domain import EffectRow, Subscription, matches
 from board_outbox.model.errors import (
     CardNotFound,
@@ -26,7 +26,7 @@ log = logging.getLogger("board_outbox.launch")
 
 class LaunchHandler:
     """``gate`` (F2): the concurrency and rate limits a launch must be within; None: none.
-    ``pause`` (issue 33): the pauses a launch's bot is checked against; None: none."""
+    ``pause`` (F3): the pauses a launch's bot is checked against; None: none."""
 
     def __init__(
         self, subs: SubscriptionStore, cards: CardStore, labels: LabelStore, launcher: Launcher,
@@ -69,10 +69,10 @@ class LaunchHandler:
             # Re-verify against the CURRENT rule (M10b). A consume_marked row already spent its
             # labels for this launch: it launches whatever the rule says now.
             return "dropped: no longer matches"
-        if self.pause is not None:  # issue 33: a paused bot's launch is held (Paused)
+        if self.pause is not None:  # F3: a paused bot's launch is held (Paused)
             self.pause.check_bot(sub.bot)
         if sub.coalesce is not None and row.burst_at is not None and not row.consume_marked:
-            # issue 33, before limits and labels: a row superseded by a newer row of its
+            # coalescing, before limits and labels: a row superseded by a newer row of its
             # (subscription, card) ends coalesced (a consume_marked row spent its labels for
             # this launch: it is never coalesced away)
             await coalesce_check(row, sub.coalesce, ctx.outbox, ctx.clock.now())

@@ -11,6 +11,8 @@
 
 The SDK is set up from the standard OTEL_* variables by ``service/telemetry.py`` (the entry
 points call it; the core never imports it).
+
+A bottom room: it imports no other room of ``engine``.
 """
 
 from __future__ import annotations

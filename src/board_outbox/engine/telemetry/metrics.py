@@ -10,9 +10,9 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.limited`` (counter, scope=bot|tenant, kind=in_flight|per_second): launches
   deferred because they were over a limit (F2);
 - ``board_outbox.paused_rows`` (counter, scope=tenant|subscription|bot): rows held because
-  their tenant, subscription or bot was paused (issue 33);
+  their tenant, subscription or bot was paused (F3);
 - ``board_outbox.rows.coalesced`` (counter): launch rows superseded by a newer row of their
-  (subscription, card) (issue 33; Prometheus ``board_outbox_rows_coalesced_total``), counted
+  (subscription, card) (Prometheus ``board_outbox_rows_coalesced_total``), counted
   where the ``coalesce`` transition is applied;
 - ``board_outbox.stream.events`` (counter): inserts this replica's change stream delivered,
   counted before any filtering in the process (S5: summed over replicas, about one per event);
@@ -23,10 +23,10 @@ Instruments (names are stable; see tracing/README.md):
 - ``board_outbox.projection.rebuild.progress`` (gauge, per tenant and projection, 0..1) and
   ``board_outbox.projection.rebuild.seq`` (gauge): how far a ``rebuild`` has replayed.
 
-Priced per batch (issue 22): the per-kind instruments are bound once (the Prometheus label
-children and the OTel attribute dicts are made on a kind's first row and reused), and
-``rows_done`` takes a whole batch: the projection high-water marks are folded once per batch;
-only the two histograms, whose per-row values are the point, see every row.
+Priced per batch, so that telemetry costs little per row: the per-kind instruments are bound
+once (the Prometheus label children and the OTel attribute dicts are made on a kind's first row
+and reused), and ``rows_done`` takes a whole batch: the projection high-water marks are folded
+once per batch; only the two histograms, whose per-row values are the point, see every row.
 """
 
 from __future__ import annotations
@@ -186,12 +186,12 @@ class Metrics:
         self.prom.limited.labels(scope, kind).inc()
 
     def row_paused(self, scope: str) -> None:
-        """A row was held by a pause of its ``scope`` (issue 33)."""
+        """A row was held by a pause of its ``scope`` (F3)."""
         self.paused_rows.add(1, {"scope": scope})
         self.prom.paused_rows.labels(scope).inc()
 
     def row_coalesced(self) -> None:
-        """A launch row moved to ``coalesced`` (issue 33)."""
+        """A launch row moved to ``coalesced`` (a newer row of its burst runs instead)."""
         self.coalesced.add(1)
         self.prom.coalesced.inc()
 

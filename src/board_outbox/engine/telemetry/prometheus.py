@@ -34,10 +34,10 @@ class PrometheusMirror:
             "limit (F2)", ["scope", "kind"], registry=self.registry)
         self.paused_rows = Counter(
             "board_outbox_paused_rows", "rows this replica held because their tenant, "
-            "subscription or bot was paused (issue 33)", ["scope"], registry=self.registry)
+            "subscription or bot was paused by an operator", ["scope"], registry=self.registry)
         self.coalesced = Counter(
             "board_outbox_rows_coalesced", "launch rows this replica moved to coalesced: "
-            "superseded by a newer row of their (subscription, card) (issue 33)",
+            "superseded by a newer row of their (subscription, card) within its quiet time",
             registry=self.registry)
         self.stream_events = Counter(
             "board_outbox_stream_events", "inserts the change stream delivered, before any "

@@ -19,6 +19,7 @@ from board_outbox.model.errors import (
     UsageError,
 )
 from board_outbox.surface.cli.commands import Command, StoresFactory, default_factory
+from board_outbox.surface.cli.commands.apitokens import cmd_api_tokens
 from board_outbox.surface.cli.commands.audit import cmd_audit
 from board_outbox.surface.cli.commands.completion import cmd_completion
 from board_outbox.surface.cli.commands.console import cmd_console
@@ -30,6 +31,7 @@ from board_outbox.surface.cli.commands.explain import cmd_explain
 from board_outbox.surface.cli.commands.pause import cmd_pause, cmd_paused, cmd_resume
 from board_outbox.surface.cli.commands.rebuild import cmd_rebuild
 from board_outbox.surface.cli.commands.replay import cmd_replay
+from board_outbox.surface.cli.commands.rows import cmd_rows
 from board_outbox.surface.cli.commands.run import cmd_run
 from board_outbox.surface.cli.commands.schema import cmd_ensure_schema
 from board_outbox.surface.cli.commands.status import cmd_status
@@ -75,6 +77,8 @@ COMMANDS["explain"] = cmd_explain
 COMMANDS["subscriptions"] = cmd_subscriptions
 COMMANDS["doctor"] = cmd_doctor
 COMMANDS["completion"] = cmd_completion
+COMMANDS["rows"] = cmd_rows
+COMMANDS["api-tokens"] = cmd_api_tokens
 
 
 def main(argv: Sequence[str] | None = None, factory: StoresFactory | None = None) -> int:

@@ -86,8 +86,14 @@ def confirm_purge(count: int) -> bool:
 
 def confirm_bulk_replay(count: int, rate: float) -> bool:
     """Ask on the terminal before a bulk replay; no terminal: a usage error (as ``purge``)."""
+    return confirm_bulk("dead-letters replay", f"Replay {count} dead-letters", count, rate)
+
+
+def confirm_bulk(command: str, question: str, count: int, rate: float) -> bool:
+    """Ask on the terminal before a bulk action (``question`` at ``rate`` rows/s?); no
+    terminal: a usage error naming ``command``."""
     if not sys.stdin.isatty():
-        raise UsageError(f"dead-letters replay: {count} rows match; apply the plan with --yes "
+        raise UsageError(f"{command}: {count} rows match; apply the plan with --yes "
                          "(standard input is not a terminal to ask on), or --dry-run")
-    answer = input(f"Replay {count} dead-letters at {rate:g} rows/s? [y/N] ").strip().lower()
+    answer = input(f"{question} at {rate:g} rows/s? [y/N] ").strip().lower()
     return answer in ("y", "yes")

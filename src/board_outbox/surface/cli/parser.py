@@ -15,6 +15,8 @@ from board_outbox.surface.cli.argtypes import (
     seq_arg,
     when_arg,
 )
+from board_outbox.surface.cli.commands.apitokens import API_TOKENS_HELP, add_api_tokens
+from board_outbox.surface.cli.rows_args import ROWS_HELP, add_rows
 from board_outbox.surface.cli.subscription_args import add_subscriptions
 
 DESCRIPTION = """\
@@ -57,11 +59,11 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "create the MongoDB indexes (idempotent)",
         "Create trigger_effects' indexes (the unique row key, one partial index per state the\n"
         "worker reads, (tenant_id, seq) for the audit and replays) and the board_events and\n"
-        "read-model indexes, and make the settled rows' TTL indexes follow [retention]: done\n"
-        "and coalesced rows expire after retention.done_seconds / coalesced_seconds (7 days\n"
-        "by default), dead-letters only when retention.failed_seconds is set. A changed\n"
-        "retention is applied in place (collMod). Safe to run repeatedly; `run` does it at\n"
-        "start.",
+        "read-model indexes, and make the settled rows' TTL indexes follow [retention]: done,\n"
+        "coalesced and cancelled rows expire after retention.done_seconds, coalesced_seconds\n"
+        "and cancelled_seconds (7 days by default), dead-letters only when\n"
+        "retention.failed_seconds is set. A changed retention is applied in place (collMod).\n"
+        "Safe to run repeatedly; `run` does it at start.",
     ),
     "dead-letters": (
         "list, show, replay or purge failed rows",
@@ -136,7 +138,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
     ),
     "pause": (
         "hold the effects of a tenant, a subscription or a bot until `resume`",
-        "Pause one tenant, subscription or bot (issue 33): every replica reads the pauses once\n"
+        "Pause one tenant, subscription or bot: every replica reads the pauses once\n"
         "per membership heartbeat (heartbeat_timeout_seconds / 6) and, from then on, holds the\n"
         "rows it pauses instead of running them: each waits (state pending, waiting \"paused:\n"
         "tenant T\") without spending an attempt, and runs in its order after `resume`. The tail\n"
@@ -220,6 +222,10 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` shows the usage)\n")
+
+
+_COMMANDS["rows"] = ROWS_HELP
+_COMMANDS["api-tokens"] = API_TOKENS_HELP
 
 
 def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -411,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     con.add_argument("--port", type=port, default=None,
                      help="listen on this port (default: [ui] port, 9465; 0: any free port)")
     add_subscriptions(_command(sub, "subscriptions", common), common)
+    add_rows(_command(sub, "rows", common), common)
+    add_api_tokens(_command(sub, "api-tokens", common), common)
     dr = _command(sub, "doctor", common)
     _json(dr, "one JSON document: every check with its status, what it found and what to do")
     comp = _command(sub, "completion")

@@ -1,4 +1,4 @@
-"""The operator's web console (issue 25): server-rendered pages over the store, read-only unless
+"""The operator's web console: server-rendered pages over the store, read-only unless
 ``[ui] admin_token`` is set. ``run`` mounts it at ``/ui`` on the operator port when ``[ui]
 enabled``; ``board-outbox console`` serves it alone."""
 

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from board_outbox.model.clock import SystemClock
+from board_outbox.model.dead_letters import CANCEL, RERUN
 from board_outbox.model.domain import FAILED, unreadable
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import RowFilter
@@ -30,10 +31,11 @@ from board_outbox.ports import Stores
 from board_outbox.service.config import Config
 from board_outbox.service.plugins import resolve_handlers
 from board_outbox.surface.admin import parse_when, replay_rows
-from board_outbox.surface.console.bulk import bulk_routes
+from board_outbox.surface.console.bulk import BulkJobs, bulk_routes
 from board_outbox.surface.console.data import ConsoleData, trace_id
 from board_outbox.surface.console.pauses import pause_routes, pause_view
 from board_outbox.surface.console.rows import row_page
+from board_outbox.surface.console.search import search_routes
 from board_outbox.surface.console.security import (
     SESSION_COOKIE,
     SESSION_SECONDS,
@@ -79,7 +81,7 @@ def _templates() -> Jinja2Templates:
 def build_console(stores: Stores, config: Config, service: Service | None = None) -> Starlette:
     """The console app (its routes are relative: mount it at ``/ui``)."""
     data = ConsoleData(stores, config, service)
-    trends = Trends(stores, config)  # the charts (issue 33): /charts and the sparklines
+    trends = Trends(stores, config)  # the charts: /charts and the sparklines
     templates = _templates()
     admin_token, jaeger = config.ui.admin_token, config.ui.jaeger_url.rstrip("/")
     mode = (f"replica {service.ownership.member_id}" if service is not None
@@ -264,6 +266,7 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
         return Response("request body did not arrive\n", status_code=408,
                         media_type="text/plain", headers={"Connection": "close"})
 
+    jobs = BulkJobs()  # one bulk action at a time in this console, whichever
     app = Starlette(
         exception_handlers={BoardOutboxError: store_error, ClientDisconnect: gone},
         routes=[
@@ -271,14 +274,19 @@ def build_console(stores: Stores, config: Config, service: Service | None = None
             Route("/tenants", find_tenant, methods=["GET"]),
             Route("/tenants/{tenant_id}", tenant, methods=["GET"]),
             Route("/dead-letters", dead_letters, methods=["GET"]),
+            # A8: the search box and the bulk cancel and rerun, before the row pages' catch-all
+            *search_routes(stores, page),
+            *[r for action in (CANCEL, RERUN) for r in bulk_routes(
+                stores=data.stores, page=page, refused=refused, sessions=sessions,
+                admin_token=admin_token, jobs=jobs, action=action)],
             Route("/rows/{row_key:path}", row, methods=["GET"]),
             Route("/replay/confirm", confirm, methods=["POST"]),
             Route("/replay", replay, methods=["POST"]),
             *bulk_routes(stores=data.stores, page=page, refused=refused, sessions=sessions,
-                         admin_token=admin_token),
+                         admin_token=admin_token, jobs=jobs),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
-            *pause_routes(stores, sessions, admin_token, page, refused),  # issue 33
+            *pause_routes(stores, sessions, admin_token, page, refused),  # F3
             *chart_routes(trends, page),
             *subscription_routes(stores, sessions, admin_token, page, refused,  # P6
                                  known(resolve_handlers(config.handlers))),

@@ -1,11 +1,16 @@
 """The console's bulk replay: "Replay all matching…" on the dead-letters page opens the plan of
 the current filter (``GET /dead-letters/plan``: counts by tenant, kind and subscription, reads
 only); an admin applies it (``POST /dead-letters/plan/apply``, CSRF-checked like every console
-POST), which runs ``engine.bulk_replay.apply_bulk_replay`` rate-limited in the background of that
+POST), which runs ``engine.upkeep.bulk_replay.apply_bulk_replay`` rate-limited in the background of that
 request and sends the browser to its progress page (``/dead-letters/bulk/ID``: replayed,
 skipped, remaining; it reloads itself while the replay runs), where an admin may abort it
 between two rows. Each row's audit entry says ``console:<name>`` and the bulk replay's id; the
-engine logs one summary line. Progress is kept by the console process that runs the replay."""
+engine logs one summary line. Progress is kept by the console process that runs the replay.
+
+The same routes, under ``/rows/cancel/plan`` and ``/rows/rerun/plan``, plan and apply a bulk
+cancel of pending rows ("Cancel all matching…" on the search page; a reason is required) and a
+rerun of done rows (A8); their progress pages are the replay's, and one bulk action runs at a
+time in a console."""
 
 from __future__ import annotations
 
@@ -16,14 +21,32 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from board_outbox.engine.bulk_replay import DEFAULT_RATE, Stop, apply_bulk_replay, plan_bulk_replay
+from board_outbox.engine.upkeep.bulk_actions import write_of
+from board_outbox.engine.upkeep.bulk_replay import (
+    DEFAULT_RATE,
+    Stop,
+    apply_bulk,
+    plan_bulk_replay,
+)
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.dead_letters import FAILED_RUN, RUNNING, BulkFilter, BulkPlan, BulkProgress
+from board_outbox.model.dead_letters import (
+    ACTION_STATES,
+    CANCEL,
+    DONE_WORDS,
+    FAILED_RUN,
+    NOUNS,
+    REPLAY,
+    RUNNING,
+    BulkFilter,
+    BulkPlan,
+    BulkProgress,
+)
 from board_outbox.model.errors import UsageError
 from board_outbox.ports import Stores
 from board_outbox.surface.bulk_filter import parse_filter
@@ -68,28 +91,52 @@ Page = Callable[..., Awaitable[Response]]
 Refuse = Callable[[Request, str], Awaitable[Response]]
 
 
-def form_filter(values: Mapping[str, str]) -> tuple[dict[str, str], BulkFilter]:
+# where each action's plan lives
+PLAN_PATHS = {REPLAY: "/dead-letters/plan", CANCEL: "/rows/cancel/plan", "rerun": "/rows/rerun/plan"}
+MAX_REASON = 500
+
+
+def form_filter(values: Mapping[str, str], action: str = REPLAY
+                ) -> tuple[dict[str, str], BulkFilter]:
     """The form's fields (stripped, as echoed back) and the filter they make, or a ``UsageError``."""
     form = {name: str(values.get(name, "")).strip() for name in FIELDS}
     flt = parse_filter([(FIELDS[n], v) for n, v in form.items() if v], now=time.time())
-    return form, flt
+    one_shot = action == "rerun" and values.get("include_one_shot", "") == "1"
+    if one_shot:
+        form["include_one_shot"] = "1"
+    return form, msgspec.structs.replace(flt, state=ACTION_STATES[action],
+                                         include_one_shot=one_shot)
+
+
+def _reason(fields: Mapping[str, str]) -> str:
+    reason = str(fields.get("reason", "")).strip()
+    if not reason or len(reason) > MAX_REASON or not reason.isprintable():
+        raise UsageError(f"a cancel needs a reason: 1 to {MAX_REASON} printable characters")
+    return reason
 
 
 def bulk_routes(*, stores: Stores, page: Page, refused: Refuse, sessions: Sessions,
-                admin_token: str, jobs: BulkJobs | None = None) -> list[Route]:
+                admin_token: str, jobs: BulkJobs | None = None,
+                action: str = REPLAY) -> list[Route]:
+    """The plan and apply routes of ``action``; the replay's also serve every action's
+    progress and abort (share ``jobs`` between the actions' routes)."""
     jobs = jobs if jobs is not None else BulkJobs()
+    plan_path = PLAN_PATHS[action]
+    words = {"action": action, "noun": NOUNS[ACTION_STATES[action]],
+             "did": DONE_WORDS[action], "plan_path": plan_path}
 
     async def plan(request: Request) -> Response:
         try:
-            form, flt = form_filter(request.query_params)
+            form, flt = form_filter(request.query_params, action)
         except UsageError as exc:
             return await page(request, "bulk_plan.html", 400, form=dict.fromkeys(FIELDS, ""),
-                              plan=None, error=str(exc), running=jobs.running(), rate=DEFAULT_RATE)
+                              plan=None, error=str(exc), running=jobs.running(), rate=DEFAULT_RATE,
+                              **words)
         got = await plan_bulk_replay(stores.outbox, stores.subs, flt, clock=SystemClock(),
                                      max_read=PLAN_READ_CAP)
         return await page(request, "bulk_plan.html", form=form, plan=got, error=None,
                           running=jobs.running(), rate=DEFAULT_RATE,
-                          newest=repr(got.newest) if got.newest is not None else "")
+                          newest=repr(got.newest) if got.newest is not None else "", **words)
 
     async def admin_form(request: Request) -> tuple[dict[str, str], str] | Response:
         """The posted fields after the safety checks (the replay's own), or the refusal."""
@@ -102,7 +149,7 @@ def bulk_routes(*, stores: Stores, page: Page, refused: Refuse, sessions: Sessio
                                           "session: reload the page and try again.")
         who = await sessions.admin(request)
         if who is None:
-            return await refused(request, "Replaying needs the admin token: log in first.")
+            return await refused(request, "This action needs the admin token: log in first.")
         return fields, who
 
     async def apply(request: Request) -> Response:
@@ -111,31 +158,35 @@ def bulk_routes(*, stores: Stores, page: Page, refused: Refuse, sessions: Sessio
             return got
         fields, who = got
         try:
-            _form, flt = form_filter(fields)
-            the_plan = _posted_plan(flt, fields)
+            _form, flt = form_filter(fields, action)
+            the_plan = _posted_plan(flt, fields, action)
             rate = _rate(fields.get("rate", ""))
+            reason = _reason(fields) if action == CANCEL else ""
         except UsageError as exc:
             return await page(request, "message.html", 400, title="Not applied", message=str(exc))
         if (busy := jobs.running()) is not None:
-            return await page(request, "message.html", 409, title="A bulk replay is running",
-                              message=f"Bulk replay {busy.progress.bulk_id} is still running in "
-                                      "this console: abort it or wait for it to end.")
+            return await page(request, "message.html", 409, title="A bulk action is running",
+                              message=f"Bulk {busy.progress.action} {busy.progress.bulk_id} is "
+                                      "still running in this console: abort it or wait for it "
+                                      "to end.")
         by, bulk_id = f"console:{who}", uuid.uuid4().hex[:12]
         clock = SystemClock()
-        job = Job(BulkProgress(bulk_id=bulk_id, by=by, filter=flt.describe(),
+        job = Job(BulkProgress(bulk_id=bulk_id, action=action, by=by, filter=flt.describe(),
                                planned=the_plan.matched, rate=rate, started_at=clock.now()))
         jobs.add(job)
-        log.info("console: %s starts bulk replay %s of %d rows (%s) at %g rows/s", by, bulk_id,
-                 the_plan.matched, job.progress.filter, rate, extra={"bulk_id": bulk_id})
+        log.info("console: %s starts bulk %s %s of %d rows (%s) at %g rows/s", by, action,
+                 bulk_id, the_plan.matched, job.progress.filter, rate,
+                 extra={"bulk_id": bulk_id})
+        write = write_of(action, stores.outbox, bulk_id=bulk_id, by=by, why=reason, clock=clock)
 
         async def run() -> None:
             try:
-                await apply_bulk_replay(stores.outbox, stores.subs, the_plan, bulk_id=bulk_id,
-                                        by=by, clock=clock, rate=rate, stop=job.stop,
-                                        progress=job.progress)
+                await apply_bulk(stores.outbox, stores.subs, the_plan, write, bulk_id=bulk_id,
+                                 by=by, clock=clock, rate=rate, stop=job.stop,
+                                 progress=job.progress)
             except Exception:  # a bug: the progress page and the log say so; the console lives
                 job.progress.state, job.progress.error = FAILED_RUN, "an unexpected error: see the log"
-                log.exception("console: bulk replay %s", bulk_id)
+                log.exception("console: bulk %s %s", action, bulk_id)
 
         base = request.scope.get("root_path", "")
         return RedirectResponse(f"{base}/dead-letters/bulk/{bulk_id}", status_code=303,
@@ -169,15 +220,15 @@ def bulk_routes(*, stores: Stores, page: Page, refused: Refuse, sessions: Sessio
         base = request.scope.get("root_path", "")
         return RedirectResponse(f"{base}/dead-letters/bulk/{bulk_id}", status_code=303)
 
-    return [
-        Route("/dead-letters/plan", plan, methods=["GET"]),
-        Route("/dead-letters/plan/apply", apply, methods=["POST"]),
-        Route("/dead-letters/bulk/{bulk_id}", progress, methods=["GET"]),
-        Route("/dead-letters/bulk/{bulk_id}/abort", abort, methods=["POST"]),
-    ]
+    routes = [Route(plan_path, plan, methods=["GET"]),
+              Route(plan_path + "/apply", apply, methods=["POST"])]
+    if action == REPLAY:
+        routes += [Route("/dead-letters/bulk/{bulk_id}", progress, methods=["GET"]),
+                   Route("/dead-letters/bulk/{bulk_id}/abort", abort, methods=["POST"])]
+    return routes
 
 
-def _posted_plan(flt: BulkFilter, fields: Mapping[str, str]) -> BulkPlan:
+def _posted_plan(flt: BulkFilter, fields: Mapping[str, str], action: str = REPLAY) -> BulkPlan:
     """The plan the operator saw, as its page posted it: how many rows, and the newest one's
     parked time (the apply's bound: a row parked after the plan was read is not the plan's)."""
     matched, newest = fields.get("matched", ""), fields.get("newest", "")
@@ -187,7 +238,8 @@ def _posted_plan(flt: BulkFilter, fields: Mapping[str, str]) -> BulkPlan:
         raise UsageError("the plan's row count or bound is missing: open the plan again") from None
     if not 0 < count <= flt.limit or not math.isfinite(upto):
         raise UsageError("the plan's row count or bound is out of range: open the plan again")
-    return BulkPlan(filter=flt, planned_at=time.time(), matched=count, newest=upto)
+    return BulkPlan(filter=flt, planned_at=time.time(), action=action, matched=count,
+                    newest=upto)
 
 
 def _rate(text: str) -> float:

@@ -1,4 +1,4 @@
-"""Series as SVG, drawn on the server (issue 33): no script, nothing fetched by the browser.
+"""Series as SVG, drawn on the server: no script, nothing fetched by the browser.
 
 ``layout`` turns a ``Chart`` (one value per minute per line; None: no figure that minute) into
 plain geometry -- the plot box, the y scale (0 to a round maximum), the axis labels and one path

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from board_outbox.engine.membership import owner
+from board_outbox.engine.flow.membership import owner
 from board_outbox.engine.telemetry.spans import trace_id_of
 from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow, unreadable
 from board_outbox.model.errors import MalformedDocument, StoreError

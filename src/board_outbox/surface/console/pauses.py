@@ -1,4 +1,4 @@
-"""The console's pauses (issue 33): the pauses that are on, on the overview, the tenant page and
+"""The console's pauses (F3): the pauses that are on, on the overview, the tenant page and
 their own page (``/pauses``), and, for an admin, the forms that pause and resume -- each POST
 checked as the replay is (an admin session still open in the store, the session's CSRF token,
 the console's own origin) and written by ``surface.pausing`` (the CLI's pause and resume:

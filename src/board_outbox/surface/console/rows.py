@@ -1,5 +1,5 @@
-"""The console's row page (issue 33, item 4): the row as stored, and ``explain``'s answer
-beside it -- the same use case ``board-outbox explain`` prints (``engine/explain.py``)."""
+"""The console's row page: the row as stored, and ``explain``'s answer
+beside it -- the same use case ``board-outbox explain`` prints (``engine/upkeep/explain.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from board_outbox.engine.explain import ExplainSettings, explain, explain_row
+from board_outbox.engine.upkeep.explain import ExplainSettings, explain, explain_row
 from board_outbox.model.domain import EffectRow, parse_row_key
 from board_outbox.model.errors import InvalidRowKey, MalformedDocument
 from board_outbox.model.explanation import Explanation

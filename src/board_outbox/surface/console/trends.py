@@ -1,6 +1,6 @@
-"""The console's charts (issue 33, item 6): the ``/charts`` page and the overview's per-tenant
+"""The console's charts: the ``/charts`` page and the overview's per-tenant
 sparklines, drawn from the rolling series every replica keeps in ``trigger_series``
-(``engine/series.py``) as server-side SVG (``charts.py``).
+(``engine/upkeep/series.py``) as server-side SVG (``charts.py``).
 
 Costs: the charts page reads the window once (every replica's documents, the lag entries of the
 tenants it draws only) plus the last three minutes to find the tenants most behind; the overview
@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from board_outbox.engine.series import SeriesWindow, most_behind, read_window
+from board_outbox.engine.upkeep.series import SeriesWindow, most_behind, read_window
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.ports import Stores
 from board_outbox.service.config import Config

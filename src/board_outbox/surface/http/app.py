@@ -1,6 +1,6 @@
 """The operator port's ASGI app (starlette): ``/healthz``, ``/readyz``, ``/metrics`` and, when
-``[ui] enabled``, the console under ``/ui``. Every request passes an in-flight limit (503 past
-it) and a body limit (413)."""
+``[ui] enabled``, the console under ``/ui`` and the JSON API under ``/api/v1``. Every request
+passes an in-flight limit (503 past it) and a body limit (413)."""
 
 from __future__ import annotations
 
@@ -87,12 +87,15 @@ def ops_routes(service: Service) -> list[BaseRoute]:
 
 
 def build_app(routes: list[BaseRoute], *, ui: ASGIApp | None = None,
-              limit: int = MAX_IN_FLIGHT,
+              api: ASGIApp | None = None, limit: int = MAX_IN_FLIGHT,
               not_found: str = "not found: try /healthz, /readyz or /metrics") -> Starlette:
-    """The operator port's app: ``routes`` (the probes), the console mounted at ``/ui``."""
+    """The operator port's app: ``routes`` (the probes), the console mounted at ``/ui``, the
+    JSON API (A8) at ``/api/v1``, each with its own in-flight budget."""
     routes = list(routes)
     if ui is not None:
         routes.append(Mount("/ui", app=InFlightLimit(ui, limit=UI_IN_FLIGHT), name="ui"))
+    if api is not None:
+        routes.append(Mount("/api/v1", app=InFlightLimit(api, limit=UI_IN_FLIGHT), name="api"))
 
     async def missing(_request: Request, _exc: Exception) -> Response:
         return PlainTextResponse(not_found + "\n", status_code=404)

@@ -206,7 +206,8 @@ def unreachable_probes(host: str, env: Mapping[str, str] | None = None) -> str |
 
 @asynccontextmanager
 async def open_ops_server(service: Service, host: str, port: int,
-                          ui: ASGIApp | None = None) -> AsyncIterator[OpsServer]:
+                          ui: ASGIApp | None = None,
+                          api: ASGIApp | None = None) -> AsyncIterator[OpsServer]:
     """Serve ``/healthz``, ``/readyz``, ``/metrics`` (and the console under ``/ui`` when given)
     for ``service`` on ``host:port`` until the block ends. A port in use is a ``UsageError``
     (one line, exit 2). ``port`` 0 here means any free port (tests); the configuration's 0
@@ -219,7 +220,7 @@ async def open_ops_server(service: Service, host: str, port: int,
     registry.register(collector)
     service.status_enabled = True  # per-tenant status and stall detection, for these endpoints
     try:
-        async with serve_app(build_app(ops_routes(service), ui=ui), host, port,
+        async with serve_app(build_app(ops_routes(service), ui=ui, api=api), host, port,
                              allowed_hosts=service.config.service.allowed_hosts,
                              proxies=proxy_settings(service.config.ui)) as server:
             yield server

@@ -14,7 +14,7 @@ from board_outbox.surface.cli.commands import StoresFactory
 from board_outbox.surface.cli.output import UsageError
 
 if TYPE_CHECKING:
-    from board_outbox.engine.audit import AuditReport
+    from board_outbox.engine.upkeep.audit import AuditReport
 
 
 class Progress:
@@ -35,7 +35,7 @@ class Progress:
 
 
 async def cmd_audit(args: argparse.Namespace, factory: StoresFactory) -> int:
-    from board_outbox.engine.audit import Auditor
+    from board_outbox.engine.upkeep.audit import Auditor
     from board_outbox.model.clock import SystemClock
     from board_outbox.service.config import load_config
     from board_outbox.service.health import all_tenants

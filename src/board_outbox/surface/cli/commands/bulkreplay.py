@@ -1,6 +1,7 @@
 """``board-outbox dead-letters replay --filter KEY=VALUE ...``: bulk replay as a plan. Parses the
-filter, prints the plan (``engine.bulk_replay.plan_bulk_replay``), asks, then applies it
-(``apply_bulk_replay``) with a progress bar, stopping between two rows on SIGINT/SIGTERM."""
+filter, prints the plan (``engine.upkeep.bulk_replay.plan_bulk_replay``), asks, then applies it
+(``apply_bulk_replay``) with a progress bar, stopping between two rows on SIGINT/SIGTERM.
+``rows cancel`` and ``rows rerun`` (A8) take the same steps (``run_bulk``) with their own write."""
 
 from __future__ import annotations
 
@@ -16,11 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from board_outbox.model.dead_letters import ABORTED, DONE, BulkFilter, BulkProgress
-from board_outbox.surface.cli.output import UsageError, confirm_bulk_replay, print_json
+from board_outbox.model.dead_letters import (
+    ABORTED,
+    DONE_WORDS,
+    NOUNS,
+    REPLAY,
+    RUN_DONE,
+    BulkFilter,
+    BulkProgress,
+)
+from board_outbox.surface.cli.output import UsageError, confirm_bulk, print_json
 
 if TYPE_CHECKING:
-    from board_outbox.engine.bulk_replay import Stop
+    from board_outbox.engine.upkeep.bulk_replay import Stop
 
 EXIT_ABORTED = 130
 
@@ -46,7 +55,15 @@ def bulk_filter(args: argparse.Namespace) -> BulkFilter | None:
 
 
 async def bulk_replay(args: argparse.Namespace, stores: Any, flt: BulkFilter) -> int:
-    from board_outbox.engine.bulk_replay import DEFAULT_RATE, Stop, apply_bulk_replay, plan_bulk_replay
+    return await run_bulk(args, stores, flt, REPLAY, "dead-letters replay")
+
+
+async def run_bulk(args: argparse.Namespace, stores: Any, flt: BulkFilter, action: str,
+                   command: str) -> int:
+    """Plan, print, confirm, apply with a progress bar, summarize: the bulk ``action`` on the
+    rows ``flt`` takes (``args``: json, dry_run, yes, rate, by, and a cancel's reason)."""
+    from board_outbox.engine.upkeep.bulk_actions import write_of
+    from board_outbox.engine.upkeep.bulk_replay import DEFAULT_RATE, Stop, apply_bulk, plan_bulk_replay
     from board_outbox.model.clock import SystemClock
     from board_outbox.surface.bulk_filter import plan_lines
 
@@ -59,22 +76,25 @@ async def bulk_replay(args: argparse.Namespace, stores: Any, flt: BulkFilter) ->
             print(line)
     if args.dry_run or not plan.matched:
         if not args.json:
-            print("dry run: nothing changed" if args.dry_run else "nothing to replay")
+            print("dry run: nothing changed" if args.dry_run else f"nothing to {action}")
         return 0
     rate = args.rate if args.rate is not None else DEFAULT_RATE
-    if not args.yes and not confirm_bulk_replay(plan.matched, rate):
-        print("nothing replayed")
+    question = f"{action.capitalize()} {plan.matched} {NOUNS[flt.state]}s"
+    if not args.yes and not confirm_bulk(command, question, plan.matched, rate):
+        print(f"nothing {DONE_WORDS[action]}")
         return 1
     by = args.by or getpass.getuser()
     bulk_id = uuid.uuid4().hex[:12]
+    write = write_of(action, stores.outbox, bulk_id=bulk_id, by=by, clock=clock,
+                     why=getattr(args, "reason", None) or "")
     stop = Stop()
     sys.stdout.flush()
-    with _progress_bar(plan.matched) as progress:
+    with _progress_bar(plan.matched, action) as progress:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_stop_on_signals, stop)
-            prog = await apply_bulk_replay(stores.outbox, stores.subs, plan, bulk_id=bulk_id,
-                                           by=by, clock=clock, rate=rate, stop=stop,
-                                           on_progress=progress)
+            prog = await apply_bulk(stores.outbox, stores.subs, plan, write, bulk_id=bulk_id,
+                                    by=by, clock=clock, rate=rate, stop=stop,
+                                    on_progress=progress)
             tg.cancel_scope.cancel()
     if args.json:
         print_json(prog)
@@ -82,7 +102,7 @@ async def bulk_replay(args: argparse.Namespace, stores: Any, flt: BulkFilter) ->
         print(prog.summary())
     if prog.state == ABORTED:
         return EXIT_ABORTED
-    return 0 if prog.state == DONE and not prog.refused else 1
+    return 0 if prog.state == RUN_DONE and not prog.refused else 1
 
 
 async def _stop_on_signals(stop: Stop) -> None:
@@ -96,17 +116,18 @@ async def _stop_on_signals(stop: Stop) -> None:
 
 
 @contextmanager
-def _progress_bar(planned: int) -> Iterator[Callable[[BulkProgress], None]]:
-    """A rich progress bar on stderr: rows replayed, skipped or refused of those planned."""
+def _progress_bar(planned: int, action: str) -> Iterator[Callable[[BulkProgress], None]]:
+    """A rich progress bar on stderr: rows applied, skipped or refused of those planned."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("replay {task.description}"), BarColumn(), MofNCompleteColumn(),
+    did = DONE_WORDS[action]
+    with Progress(TextColumn(action + " {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), transient=False, console=Console(stderr=True)) as bar:
-        task = bar.add_task("dead-letters", total=planned)
+        task = bar.add_task("rows", total=planned)
 
         def progress(p: BulkProgress) -> None:
             bar.update(task, completed=planned - p.remaining,
-                       description=f"{p.replayed} replayed, {p.skipped} skipped")
+                       description=f"{p.applied} {did}, {p.skipped} skipped")
 
         yield progress

@@ -34,7 +34,10 @@ async def cmd_console(args: argparse.Namespace, factory: StoresFactory) -> int:
         return RedirectResponse("/ui/", status_code=307)
 
     async with factory(cfg) as stores:
+        from board_outbox.surface.api import build_api
+
         app = build_app([Route("/", home, methods=["GET"])], ui=build_console(stores, cfg),
+                        api=build_api(stores, cfg),
                         not_found="not found: the console is under /ui/")
         async with serve_app(app, host, port, setting="ui.port",
                              allowed_hosts=cfg.service.allowed_hosts,

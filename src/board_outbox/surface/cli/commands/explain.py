@@ -1,6 +1,6 @@
-"""``board-outbox explain ROW_KEY [--json]`` (issue 33, item 4): the row's timeline and what holds
-it now, by name (``engine/explain.py``). A text that is not a row key, or a key no row has, is
-one line and exit 2; ``--json`` prints the ``Explanation`` as one stable document (schema 1)."""
+"""``board-outbox explain ROW_KEY [--json]``: the row's timeline and what holds it now, by name
+(``engine/upkeep/explain.py``). A text that is not a row key, or a key no row has, is one line and
+exit 2; ``--json`` prints the ``Explanation`` as one stable document (schema 1)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from board_outbox.surface.cli.commands import StoresFactory
 
 
 async def cmd_explain(args: argparse.Namespace, factory: StoresFactory) -> int:
-    from board_outbox.engine.explain import ExplainSettings, explain
+    from board_outbox.engine.upkeep.explain import ExplainSettings, explain
     from board_outbox.model.domain import parse_row_key
     from board_outbox.service.config import load_config
 

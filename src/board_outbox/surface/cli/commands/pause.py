@@ -1,4 +1,4 @@
-"""``board-outbox pause | resume | paused`` (issue 33): hold the effects of a tenant, a
+"""``board-outbox pause | resume | paused`` (F3): hold the effects of a tenant, a
 subscription or a bot, lift the hold, and list the holds. Every replica honours a pause within
 one heartbeat (``membership.heartbeat_timeout_seconds / 6``); the rows it holds wait without
 spending an attempt and run in their order once it is lifted."""

@@ -12,7 +12,7 @@ from board_outbox.surface.cli.commands import StoresFactory
 from board_outbox.surface.cli.output import UsageError, print_json
 
 if TYPE_CHECKING:
-    from board_outbox.engine.registry import HandlerRegistry
+    from board_outbox.engine.handlers.registry import HandlerRegistry
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.ports import ReadModelStore, Stores
     from board_outbox.service.config import Config
@@ -90,7 +90,7 @@ async def _shadow(args: argparse.Namespace, stores: Stores, cfg: Config, metrics
 
     import anyio
 
-    from board_outbox.engine.generations import VersionedReadModels, versioned
+    from board_outbox.engine.upkeep.generations import VersionedReadModels, versioned
     from board_outbox.model.clock import SystemClock
     from board_outbox.service.runtime import build_registry
     from board_outbox.surface.shadow import drop_shadow, shadow_rebuild

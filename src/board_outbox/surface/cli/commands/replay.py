@@ -13,7 +13,7 @@ from board_outbox.surface.cli.output import UsageError
 
 
 async def cmd_replay(args: argparse.Namespace, factory: StoresFactory) -> int:
-    from board_outbox.engine.replay import replay_range
+    from board_outbox.engine.upkeep.replay import replay_range
     from board_outbox.model.clock import SystemClock
     from board_outbox.service.config import load_config
     from board_outbox.service.health import all_tenants

@@ -33,14 +33,17 @@ async def cmd_run(args: argparse.Namespace, factory: StoresFactory) -> int:
             if port:  # 0: endpoints off (O1)
                 from board_outbox.surface.http import open_ops_server
 
-                ui = None
-                if cfg.ui.enabled:  # the console under /ui on the same port (issue 25)
+                ui = api = None
+                if cfg.ui.enabled:  # the console under /ui on the same port
+                    from board_outbox.surface.api import build_api
                     from board_outbox.surface.console import build_console
 
                     ui = build_console(service.stores, cfg, service)
-                await stack.enter_async_context(open_ops_server(service, host, port, ui=ui))
+                    api = build_api(service.stores, cfg)  # A8: /api/v1, bearer tokens
+                await stack.enter_async_context(open_ops_server(service, host, port, ui=ui,
+                                                                api=api))
                 log.info("operator endpoints on http://%s:%d (/healthz, /readyz, /metrics%s)",
-                         host, port, ", /ui: the console" if ui is not None else "")
+                         host, port, ", /ui: the console, /api/v1: the API" if ui is not None else "")
             elif cfg.ui.enabled:
                 log.warning("[ui] enabled but service.http_port = 0: no console (try "
                             "`board-outbox console`)")

@@ -42,7 +42,7 @@ def _latency(seconds: float | None) -> str:
 
 
 async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
-    from board_outbox.engine.membership import trusted
+    from board_outbox.engine.flow.membership import trusted
     from board_outbox.service.config import load_config
     from board_outbox.service.health import effect_latency, tenant_statuses
 
@@ -92,7 +92,7 @@ async def cmd_status(args: argparse.Namespace, factory: StoresFactory) -> int:
         by_state = ", ".join(f"{k} {v}" for k, v in st.rows.items()) or "-"
         if st.waiting_on_limit:  # F2: pending rows deferred over a limit
             by_state += f" ({st.waiting_on_limit} limited)"
-        if st.held_by_pause:  # issue 33: pending rows held by a pause
+        if st.held_by_pause:  # F3: pending rows held by a pause
             by_state += f" ({st.held_by_pause} paused)"
         table.add_row(st.tenant_id, str(st.cursor), str(st.allocated_seq), str(st.lag_events),
                       age(st.lag_seconds if st.lag_events else None),

@@ -1,0 +1,187 @@
+"""Cancel pending rows and re-run done ones by filter, as a plan (A8), on every backend: the
+cancel's terminal state (who, when, why), a replica's claim racing the cancel (the fence
+decides: a cancelled row is never launched), three applies at once and a crash midway (each row
+cancelled or re-run once), a rerun's new row and key, and the one-shot rows a rerun leaves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from board_outbox.engine.upkeep.bulk_actions import cancel_write, rerun_write
+from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
+from board_outbox.model.dead_letters import BulkFilter, BulkPlan, BulkProgress
+from board_outbox.model.domain import MatchRule, Subscription, parse_row_key
+from board_outbox.model.search import RowQuery
+from tests.support.faults import Crash
+from tests.support.kits import Kit
+
+pytestmark = pytest.mark.anyio
+
+T = "t1"
+SUB = Subscription(sub_id="s", tenant_id=T, bot="bot", rule=MatchRule(event_types=("card.created",)))
+OTHER = Subscription(sub_id="o", tenant_id="t2", bot="bot",
+                     rule=MatchRule(event_types=("card.created",)))
+SHIP = Subscription(sub_id="ship", tenant_id=T, bot="shipper",
+                    rule=MatchRule(event_types=("card.created",)), consume_labels=("ship",))
+
+
+async def _materialize(kit: Kit, n: int = 6, subs: tuple[Subscription, ...] = (SUB, OTHER),
+                       labels: tuple[str, ...] = ()) -> None:
+    for sub in subs:
+        await kit.sub(sub)
+    for tenant in sorted({s.tenant_id for s in subs}):
+        for i in range(1, n + 1):
+            await kit.card(tenant, f"c{i}", labels=labels)
+            await kit.emit(tenant, "card.created", f"c{i}")
+        await kit.tail(seed="earliest").drain_all([tenant])
+
+
+async def _plan(kit: Kit, state: str, **flt: Any) -> BulkPlan:
+    return await plan_bulk_replay(kit.outbox, kit.subs, BulkFilter(state=state, **flt),
+                                  clock=kit.clock, page=4)
+
+
+async def _cancel(kit: Kit, plan: BulkPlan, bulk_id: str = "c1") -> BulkProgress:
+    write = cancel_write(kit.outbox, bulk_id=bulk_id, by="ops", why="bot retired", clock=kit.clock)
+    return await apply_bulk(kit.outbox, kit.subs, plan, write, bulk_id=bulk_id, by="ops",
+                            clock=kit.clock, rate=1000.0, sleep=_no_wait, page=3)
+
+
+async def _rerun(kit: Kit, plan: BulkPlan, bulk_id: str = "r1") -> BulkProgress:
+    write = rerun_write(kit.outbox, bulk_id=bulk_id, by="ops", clock=kit.clock)
+    return await apply_bulk(kit.outbox, kit.subs, plan, write, bulk_id=bulk_id, by="ops",
+                            clock=kit.clock, rate=1000.0, sleep=_no_wait, page=3)
+
+
+async def _no_wait(_seconds: float) -> None:
+    await anyio.lowlevel.checkpoint()
+
+
+async def test_cancel_takes_the_filters_pending_rows_audited_and_none_ever_launches(kit: Kit) -> None:
+    await _materialize(kit)
+    plan = await _plan(kit, "pending", tenant=T)
+    assert (plan.action, plan.matched, plan.by_tenant) == ("cancel", 6, {T: 6})
+    prog = await _cancel(kit, plan)
+    assert (prog.state, prog.applied, prog.skipped, prog.remaining) == ("done", 6, 0, 0)
+    assert "6 of 6 planned rows cancelled" in prog.summary()
+    rows = {r.row_key: r for r in await kit.rows()}
+    mine = [r for r in rows.values() if r.tenant_id == T]
+    assert {r.state for r in mine} == {"cancelled"}
+    for r in mine:
+        (entry,) = r.audit
+        assert (entry.action, entry.by, entry.detail, entry.at) == (
+            "cancel", "ops", "bot retired (bulk cancel c1)", kit.clock.now())
+        assert r.outcome == "cancelled: bot retired (bulk cancel c1)" and r.done_at is not None
+    assert {r.state for r in rows.values() if r.tenant_id == "t2"} == {"pending"}
+    res = await kit.worker().tick_any()
+    assert res.claimed == 6  # t2's only
+    assert {r.tenant_id for r in kit.launcher.launches} == {"t2"}
+    counts = await kit.outbox.count_by_state(T, states=("cancelled", "pending"))
+    assert counts == {"cancelled": 6}
+    found = await kit.outbox.search(RowQuery(form="state", state="cancelled", limit=50))
+    assert len(found) == 6
+
+
+async def test_a_replica_claiming_between_plan_and_apply_wins_and_a_cancelled_row_never_launches(
+        kit: Kit) -> None:
+    """The race: the plan reads six pending rows; a replica claims three of them; the cancel
+    then skips those three (claimed: the fence refuses) and cancels the other three; the replica
+    launches its three, and no worker ever launches a cancelled one."""
+    await _materialize(kit, subs=(SUB,))
+    plan = await _plan(kit, "pending")
+    assert plan.matched == 6
+    replica = kit.worker(batch_size=3)
+    kit.faults.crash_at("launcher.launch")  # claimed, not launched yet: the claim stands
+    with pytest.raises(Crash):
+        await replica.tick_any()
+    kit.faults.clear()
+    prog = await _cancel(kit, plan)
+    assert (prog.applied, prog.skipped) == (3, 3)
+    states = sorted(r.state for r in await kit.rows())
+    assert states == ["cancelled"] * 3 + ["claimed"] * 3
+    kit.clock.advance(600)  # the crashed claims expire: another worker reclaims them
+    for _ in range(3):
+        await kit.worker().tick_any()
+    launched = {r.row_key for r in kit.launcher.launches}
+    cancelled = {r.row_key for r in await kit.rows() if r.state == "cancelled"}
+    assert len(launched) == 3 and not launched & cancelled
+
+
+async def test_three_applies_at_once_and_a_crash_midway_cancel_each_row_once(kit: Kit) -> None:
+    await _materialize(kit, subs=(SUB,))
+    plan = await _plan(kit, "pending")
+    kit.faults.crash_at("outbox.apply_unclaimed[cancel]", nth=3)  # the first apply dies at its 3rd row
+    with pytest.raises(Crash):
+        await _cancel(kit, plan, "a")
+    kit.faults.clear()
+    progs: list[BulkProgress] = []
+
+    async def one(bulk_id: str) -> None:
+        progs.append(await _cancel(kit, plan, bulk_id))
+
+    async with anyio.create_task_group() as tg:
+        for bulk_id in ("b", "c", "d"):
+            tg.start_soon(one, bulk_id)
+    assert sum(p.applied for p in progs) == 4  # the 6 planned, less the 2 the first one did
+    rows = await kit.rows()
+    assert all(r.state == "cancelled" and len(r.audit) == 1 for r in rows)
+    await kit.worker().tick_any()
+    assert kit.launcher.launches == []
+
+
+async def test_rerun_writes_one_new_row_per_done_row_with_a_new_key(kit: Kit) -> None:
+    await _materialize(kit, n=3, subs=(SUB,))
+    await kit.worker().tick_any()
+    assert len(kit.launcher.launches) == 3
+    plan = await _plan(kit, "done")
+    assert (plan.action, plan.matched) == ("rerun", 3)
+    progs: list[BulkProgress] = []
+
+    async def one(bulk_id: str) -> None:
+        progs.append(await _rerun(kit, plan, bulk_id))
+
+    async with anyio.create_task_group() as tg:  # three operators apply the same plan
+        for bulk_id in ("r1", "r2", "r3"):
+            tg.start_soon(one, bulk_id)
+    assert sum(p.applied for p in progs) == 3
+    rows = {r.row_key: r for r in await kit.rows()}
+    reruns = [r for r in rows.values() if r.rerun_of is not None]
+    assert sorted(r.row_key for r in reruns) == [f"{T}/{i}/sub/s/rerun/1" for i in (1, 2, 3)]
+    for r in reruns:
+        assert parse_row_key(r.row_key).rerun == 1 and r.state == "pending"
+        assert rows[r.rerun_of].state == "done"  # type: ignore[index]
+        assert [a.action for a in rows[r.rerun_of].audit] == ["rerun"]  # type: ignore[index]
+    await kit.worker().tick_any()
+    keys = [r.row_key for r in kit.launcher.launches]
+    assert len(keys) == 6 and len(set(keys)) == 6  # the bot sees new Idempotency-Keys
+    again = await _plan(kit, "done", subscription="s")
+    assert again.matched == 6  # a new plan may re-run them again: the originals' 2nd, ...
+    await _rerun(kit, again, "r4")
+    keys = {r.row_key for r in await kit.rows() if r.state == "pending"}
+    assert f"{T}/1/sub/s/rerun/2" in keys and f"{T}/1/sub/s/rerun/1/rerun/1" in keys
+
+
+async def test_a_crash_between_the_new_row_and_the_note_still_reruns_once(kit: Kit) -> None:
+    await _materialize(kit, n=2, subs=(SUB,))
+    await kit.worker().tick_any()
+    plan = await _plan(kit, "done")
+    kit.faults.crash_at("outbox.apply_unclaimed[rerun_noted]")  # the new row is in, the note is not
+    with pytest.raises(Crash):
+        await _rerun(kit, plan)
+    kit.faults.clear()
+    prog = await _rerun(kit, plan, "again")
+    assert prog.applied == 2
+    reruns = [r for r in await kit.rows() if r.rerun_of]
+    assert sorted(r.row_key for r in reruns) == [f"{T}/1/sub/s/rerun/1", f"{T}/2/sub/s/rerun/1"]
+
+
+async def test_rerun_leaves_one_shot_rows_unless_asked(kit: Kit) -> None:
+    await _materialize(kit, n=2, subs=(SUB, SHIP), labels=("ship",))
+    await kit.worker().tick_any()
+    plan = await _plan(kit, "done")
+    assert (plan.matched, plan.one_shot, plan.by_subscription) == (2, 2, {"s": 2})
+    plan = await _plan(kit, "done", include_one_shot=True)
+    assert (plan.matched, plan.one_shot) == (4, 0)
