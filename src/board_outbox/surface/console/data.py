@@ -245,6 +245,13 @@ class ConsoleData:
                 page_of, lambda: self.replicas(now, ids), self.stream_state)
         for st in statuses:
             self._stall(st, now)
+        if replica is not None:
+            # the page's rows carry the replica's status as of now, the view its last cut: the
+            # count takes the page's own rows from the rows themselves, so a tenant shown stalled
+            # is counted (and one no longer stalled is not)
+            shown = {st.tenant_id for st in statuses}
+            stalled = len({s.tenant_id for s in replica[1].stalled or () if s.tenant_id not in shown}
+                          | {st.tenant_id for st in statuses if st.stalled})
         return Overview(generated_at=now, tenants=statuses, page=page,
                         pages=max(1, -(-att.listed // PAGE_SIZE)), listed=att.listed,
                         total=att.total, behind=att.behind, events_behind=att.events_behind,
