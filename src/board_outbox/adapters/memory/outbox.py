@@ -366,22 +366,7 @@ class MemoryEffectOutbox:
         """As the Mongo adapter's walk: failed rows with a numeric ``updated_at`` and a string
         ``row_key``, in ``(updated_at, row_key)`` order, after ``after``."""
         await checkpoint()
-        flt = msgspec.structs.replace(flt, states=(FAILED,))
-        keyed = [((d["updated_at"], d["row_key"]), d) for d in self._docs.values()
-                 if d.get("state") == FAILED and _number(d.get("updated_at"))
-                 and isinstance(d.get("row_key"), str) and _matches(d, flt)]
-        if after is not None:
-            keyed = [(k, d) for k, d in keyed if k > after]
-        page = heapq.nsmallest(flt.limit, keyed, key=lambda kd: kd[0])
-        rows: list[EffectRow] = []
-        unreadable: list[str] = []
-        for _key, d in page:
-            try:
-                rows.append(from_doc(d, EffectRow, MalformedRow))
-            except MalformedDocument:
-                unreadable.append(d["row_key"])
-        return FailedPage(rows=rows, unreadable=unreadable, read=len(page),
-                          after=page[-1][0] if page else after)
+        return self._walk(msgspec.structs.replace(flt, states=(FAILED,)), after, by_time=True)
 
     async def count_by_state(
         self, tenant_id: str | None = None, *, states: Collection[str] | None = None
@@ -522,11 +507,14 @@ class MemoryEffectOutbox:
     async def state_page(self, flt: RowFilter, after: Any = None) -> FailedPage:
         """As the Mongo adapter's walks: pending (and failed) rows in ``(updated_at, row_key)``
         order, any other state in insertion order (the ``_id`` walk), after ``after``."""
-        state = flt.states[0]
-        if state == FAILED:
-            return await self.failed_page(flt, after)
         await checkpoint()
-        by_time = state == PENDING
+        return self._walk(flt, after, by_time=flt.states[0] in (PENDING, FAILED))
+
+    def _walk(self, flt: RowFilter, after: Any, *, by_time: bool) -> FailedPage:
+        """One page of the rows in ``flt.states[0]`` with a numeric ``updated_at`` and a string
+        ``row_key``, keyed by ``(updated_at, row_key)`` (``by_time``) or by insertion, after
+        ``after``; each row decoded on its own (one that does not is named, not returned)."""
+        state = flt.states[0]
         keyed: list[tuple[Any, dict[str, Any]]] = []
         for ref, d in self._docs.items():
             if not (d.get("state") == state and _number(d.get("updated_at"))
