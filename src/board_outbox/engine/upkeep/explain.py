@@ -11,7 +11,8 @@ checks of ``engine/upkeep/holds.py``.
 
 from __future__ import annotations
 
-from board_outbox.engine.upkeep.holds import CHECKS, Case, ExplainSettings
+from board_outbox.engine.upkeep.holds.case import Case, ExplainSettings
+from board_outbox.engine.upkeep.holds.checks import CHECKS
 from board_outbox.model.domain import CLAIMED, FAILED, PENDING, SETTLED_STATES, EffectRow, parse_row_key
 from board_outbox.model.errors import MalformedDocument, RowNotFound
 from board_outbox.model.explanation import (
