@@ -67,7 +67,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "if ticks < self.settings.poison_ticks:", "if ticks < 1:", "tail"),
     Mutant("tail-seed-from-allocator", "tail",
            "seed = await self.events.seq_before(tenant_id, await self.begin())",
-           "seed = await self.events.allocated_seq(tenant_id)", "tail"),
+           "seed = await self.events.allocated_seq(tenant_id)", "tenants"),
     Mutant("tail-young-gap-stepped-at-once", "tail",
            "        if age < self.young_gap_seconds:\n            return False",
            "        if age < 0:\n            return False", "reading"),
@@ -80,7 +80,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        heads = await self.events.heads()\n",
            "        heads = await self.events.heads()\n"
            "        cursors = {t: c for t, c in (await self.cursors.all()).items() if is_seq(c)}\n",
-           "tail"),
+           "tenants"),
     # --- the worker and the outbox's fencing -------------------------------------------------
     Mutant("worker-reclaim-no-attempt-memory", "worker",
            'return Transition(name="reclaim", count_attempt=True,',
@@ -146,7 +146,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "T.retry(now=now, error=err, not_before=now + delay)",
            "T.retry(now=now, error=err, not_before=now)", "completer"),
     Mutant("worker-expired-lease-still-executes", "worker+",
-           "if now >= claim.lease_until:", "if False:", "worker"),
+           "if now >= claim.lease_until:", "if False:", "executing"),
     Mutant("cursor-cas-always-wins-memory", "adapters",
            "        if self._cursors.get(tenant_id) != expected:\n            return False",
            "        if False:\n            return False", "memory"),
@@ -188,7 +188,7 @@ MUTANTS: tuple[Mutant, ...] = (
            '_number(doc.get("not_before")) <= steal_before', "fairness"),
     Mutant("steal-cut-off-from-wrong-setting", "membership",
            "steal_before=None if prefer is None else now - s.steal_after_seconds,",
-           "steal_before=None if prefer is None else now - s.reclaim_every_seconds,", "worker"),
+           "steal_before=None if prefer is None else now - s.reclaim_every_seconds,", "claiming"),
     # the preference (S1) is shared too: model/fairness.pick takes every row oldest due first
     Mutant("prefer-ignored-under-limit", "bounds",
            "    return (round_robin(mine, tenant, rank_of, mine_more)\n"
@@ -226,7 +226,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "                if self.on_done is not None:\n"
            "                    self.on_done(x.row, x.label)\n", "completer"),
     Mutant("hook-prepare-not-called", "bounds",
-           "out[kind] = await prepare.prepare(rows)", "continue", "worker"),
+           "out[kind] = await prepare.prepare(rows)", "continue", "executing"),
     Mutant("budget-check-skipped-in-batched-plan", "bounds",
            "                and row.attempts < max_attempts):",
            "                ):", "batch"),
@@ -250,7 +250,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return True", "fairness"),
     Mutant("steal-cut-off-never-set", "membership",
            "steal_before=None if prefer is None else now - s.steal_after_seconds,",
-           "steal_before=None,", "worker"),
+           "steal_before=None,", "claiming"),
     Mutant("readyz-poll-fresh-exact-instant", "bounds",
            "service.clock.now() - last <= fresh", "service.clock.now() - last < fresh", "checks"),
     Mutant("readyz-wake-check-inverted", "bounds",
@@ -312,7 +312,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return limit", "tail"),
     Mutant("worker-claim-ignores-pressure", "pressure",
            "return limit if self.pressure is None else self.pressure.scale(limit)",
-           "return limit", "worker"),
+           "return limit", "claiming"),
     Mutant("state-filter-leaves-its-index-key-unbounded", "queries",
            'PENDING: {"state": PENDING, "not_before": _ANY_NUMBER},', 'PENDING: {"state": PENDING},',
            "mongo/outbox"),
@@ -377,7 +377,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "if max_ahead is not None and expires_at >= now + max_ahead:", "validation"),
     Mutant("cursor-one-ahead-not-held", "bounds",
            "elif head is not None and cur > head:", "elif head is not None and cur > head + 1:",
-           "tail"),
+           "tenants"),
     # per-document parsing and the bad-document listing
     Mutant("parse-float-seq-accepted", "parse",
            "        if isinstance(t, str) and isinstance(seq, int) and is_seq(seq):",
@@ -499,7 +499,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'urgent = {"state": PENDING, "priority": {"$gt": 0}}', "mongo/outbox"),
     Mutant("priority-tick-not-reordered", "priority",
            "claims = by_priority(claims)  # each tenant's", "claims = claims  # each tenant's",
-           "worker"),
+           "claiming"),
     # explain: a lease is live until its exact end, a row due from its exact not_before (as the
     # reclaim and the claim read them); the turn counts only the tenant's rows, strictly ahead
     Mutant("explain-lease-live-at-its-end", "explain",
@@ -651,7 +651,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "self._pick_full = full", "self._pick_full = self._pick_full or full", "handoff"),
     Mutant("fair-handoff-crowds-out-the-pick", "fair",
            "claims += self._handoff.take(max(1, limit - limit // 2) if pick else limit, tenants,",
-           "claims += self._handoff.take(limit, tenants,", "worker"),
+           "claims += self._handoff.take(limit, tenants,", "claiming"),
     # --- issue 32: the slot lifetime (harness) ---
     Mutant("limits-mongo-renew-unfenced", "limits",
            '            {"key": key, "holder": holder},\n            {"$set": {"until": until',
@@ -684,7 +684,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # a tenant born while the service runs (or while it is down) loses its first events
     Mutant("seed-ignores-the-epoch", "tail+",
            "seed = await self.events.seq_before(tenant_id, await self.begin())",
-           "seed = await self.events.max_inserted_seq(tenant_id)", "tail"),
+           "seed = await self.events.max_inserted_seq(tenant_id)", "tenants"),
     Mutant("subscription-written-unchecked", "adopt",
            "    problem = subscription_problem(sub) or key_problem(\"bot\", sub.bot)",
            "    problem = None", "subscribing"),
@@ -770,10 +770,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "lambda: min(x.claim.lease_until for x in batch),", "completer"),
     Mutant("staged-row-leaves-the-heartbeat", "leases",
            '            if outcome != "staged":  # a staged row stays in flight until its flush',
-           "            if True:  # a staged row stays in flight until its flush", "worker"),
+           "            if True:  # a staged row stays in flight until its flush", "executing"),
     Mutant("staged-unit-leaves-the-heartbeat", "leases",
            "                if not self.completer.staged(c.ref):  # a staged row stays until its flush",
-           "                if True:  # a staged row stays until its flush", "worker"),
+           "                if True:  # a staged row stays until its flush", "executing"),
     Mutant("settled-rows-keep-their-leases", "leases",
            "        for ref in refs:\n            self.inflight.pop(ref, None)",
            "        for ref in refs:\n            pass", "leases"),

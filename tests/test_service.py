@@ -11,7 +11,7 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.handlers.registry import ExecutionContext
-from board_outbox.engine.work.worker import MIN_CLAIM
+from board_outbox.engine.work.claiming import MIN_CLAIM
 from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
