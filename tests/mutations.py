@@ -220,11 +220,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("hook-on-done-not-called-batched", "bounds",
            "                self._count_done(x.row, x.label, x.done_at)\n",
            "                if self.metrics is not None:\n"
-           "                    self.metrics.row_done(x.row, x.done_at)\n", "completer"),
+           "                    self.metrics.row_done(x.row, x.done_at)\n", "done_marks"),
     Mutant("hook-metrics-not-called-batched", "bounds",
            "                self._count_done(x.row, x.label, x.done_at)\n",
            "                if self.on_done is not None:\n"
-           "                    self.on_done(x.row, x.label)\n", "completer"),
+           "                    self.on_done(x.row, x.label)\n", "done_marks"),
     Mutant("hook-prepare-not-called", "bounds",
            "out[kind] = await prepare.prepare(rows)", "continue", "executing"),
     Mutant("budget-check-skipped-in-batched-plan", "bounds",
@@ -276,12 +276,12 @@ MUTANTS: tuple[Mutant, ...] = (
     # --- issue 29 (T1): completion in bulk, the born-claimed hand-off, backpressure, bounded
     # hot queries
     Mutant("completion-cancelled-flush-drops-marks", "completion",
-           "                    self._staged[:0] = batch", "                    pass", "completer"),
+           "                    self._staged[:0] = batch", "                    pass", "done_marks"),
     Mutant("completion-rides-out-to-the-last-lease", "completion",
            "lambda: min(self.lease_until(x.claim) for x in batch),",
-           "lambda: max(self.lease_until(x.claim) for x in batch),", "completer"),
+           "lambda: max(self.lease_until(x.claim) for x in batch),", "done_marks"),
     Mutant("completion-gives-up-at-the-first-outage", "completion",
-           "if self.clock.now() + delay >= lease_until():", "if True:", "completer"),
+           "if self.clock.now() + delay >= lease_until():", "if True:", "done_marks"),
     Mutant("completion-no-flush-timer", "completion",
            "tg.start_soon(self._flush_timer)", "pass", "worker"),
     Mutant("marks-trust-the-modified-count", "completion",
@@ -695,10 +695,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # closing flush is shielded; a cancelled batch gives back only rows whose mark is not staged
     Mutant("flush-cancelled-alone-drops-marks", "marks",
            "                if self._staged is not None:\n                    self._staged[:0] = batch",
-           "                if self._staged:\n                    self._staged[:0] = batch", "completer"),
+           "                if self._staged:\n                    self._staged[:0] = batch", "done_marks"),
     Mutant("closing-flush-unshielded", "marks",
            "            with anyio.CancelScope(shield=True):\n                await self.flush()",
-           "            with anyio.CancelScope():\n                await self.flush()", "completer"),
+           "            with anyio.CancelScope():\n                await self.flush()", "done_marks"),
     Mutant("cancelled-batch-gives-back-staged-rows", "marks",
            "            run.tally.released += await self.completer.release(self._unstaged(back))",
            "            run.tally.released += await self.completer.release(back)", "running"),
@@ -710,15 +710,15 @@ MUTANTS: tuple[Mutant, ...] = (
            "            alone = [(x.claim, await self._mark_alone(x, m))"
            " for x, m in zip(batch, marks, strict=True)]",
            "            alone = [(x.claim, await self.park_broken(x.claim.ref, x.claim.claim_id, 'refused',"
-           " _ctx(x.row))) for x in batch]", "completer"),
+           " _ctx(x.row))) for x in batch]", "done_marks"),
     Mutant("bulk-refusal-records-nothing", "marks",
            "            alone = [(x.claim, await self._mark_alone(x, m))"
            " for x, m in zip(batch, marks, strict=True)]",
-           "            alone = [(x.claim, 'unrecorded') for x in batch]", "completer"),
+           "            alone = [(x.claim, 'unrecorded') for x in batch]", "done_marks"),
     Mutant("broken-mark-never-parked", "marks",
            "        except StoreUnavailable as exc:\n            log.error(\"effect done but not recorded",
            "        except StoreError as exc:\n            log.error(\"effect done but not recorded",
-           "completer"),
+           "done_marks"),
     Mutant("gathered-refusal-fails-every-tenant", "marks",
            "        if len(writes) == 1:\n            writes[0].error = exc\n            return\n",
            "        for w in writes:\n            w.error = exc\n        return\n", "gathered"),
@@ -767,7 +767,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # is two beats; riders stop with their lease; a lost queued lease is never run
     Mutant("flush-gives-up-at-the-original-lease", "leases",
            "lambda: min(self.lease_until(x.claim) for x in batch),",
-           "lambda: min(x.claim.lease_until for x in batch),", "completer"),
+           "lambda: min(x.claim.lease_until for x in batch),", "done_marks"),
     Mutant("staged-row-leaves-the-heartbeat", "leases",
            '            if outcome != "staged":  # a staged row stays in flight until its flush',
            "            if True:  # a staged row stays in flight until its flush", "executing"),
