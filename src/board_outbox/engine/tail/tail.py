@@ -9,6 +9,9 @@ drain_tenant, per batch:
    ``CardNotFound`` skips the event) (M1);
 4. upsert every matched row in one bulk write ($setOnInsert) (M1, M2);
 5. compare-and-set the cursor; losing the CAS means another replica won (M1, C4).
+
+Which tenants are drained, and where a tenant's cursor starts, is the other half of ``Tail``:
+``TailTenants`` (``tenants.py``), its base.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ materialization, each attempt that ended without success (the row's ``errors``: 
 operator actions (``audit``), the deferral it waits out, the claim in progress, the end. The row
 keeps no per-attempt claim or start time, so none is invented: a moment the row does not date
 has ``at`` None, and a note says what is not recorded. Then the holds, by name, from the ordered
-checks of ``engine/upkeep/holds.py``.
+checks of ``engine/upkeep/holds/``.
 """
 
 from __future__ import annotations

@@ -3,15 +3,11 @@
 The worker and the projection batch unit only choose what became of a row; the completer builds
 the transition (``model/transitions.py``: done, retry with backoff, park as the dead-letter, the
 broken park of R1, release) and hands it to the outbox port, which applies it fenced on the claim
-(M8: a stolen lease makes it a no-op). A done mark rides out a store outage while the lease lasts
-(one loop, for a single row and for a group).
+(M8: a stolen lease makes it a no-op).
 
-Done marks in bulk (River's batch completer): while the worker runs a claimed batch
-(``batching``), a done mark is staged, not written; ``flush`` writes every staged mark in one
-fenced bulk write (``EffectOutbox.apply_marks``) -- at the end of the batch, and every
-``flush_seconds`` while it runs, so a launch's done mark waits at most that long (ADR-094's
-launch -> done window: a crash in it doubles the rows staged, never more). The worker counts
-what became of each row once its flush says.
+Its done marks -- written at once, or staged while a batch runs and flushed in bulk -- are the
+``DoneMarks`` half (``done_marks.py``), a base of ``Completer``; here the other transitions, one
+fenced write each: retry, park, the broken park, defer, coalesce, hold, release.
 """
 
 from __future__ import annotations

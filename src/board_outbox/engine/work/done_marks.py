@@ -1,9 +1,14 @@
-"""Done marks (the done half of the completer, ``engine/work/completer.py``): a done mark written
-at once, riding out a store outage while the lease lasts -- or, in bulk (River's batch
-completer), while the worker runs a claimed batch (``batching``): staged, not written, and
-``flush`` writes every staged mark in one fenced bulk write (``EffectOutbox.apply_marks``) at
-the end of the batch and every ``flush_seconds`` while it runs. Apart from the completer's
-other transitions: these are the only marks staged, flushed and ridden out.
+"""Done marks, the done half of the completer (``completer.py``): a done mark rides out a store
+outage while the lease lasts (one loop, ``_ride_out``, for a single row and for a group).
+
+In bulk (River's batch completer): while the worker runs a claimed batch (``batching``), a done
+mark is staged, not written; ``flush`` writes every staged mark in one fenced bulk write
+(``EffectOutbox.apply_marks``) -- at the end of the batch, and every ``flush_seconds`` while it
+runs, so a launch's done mark waits at most that long (ADR-094's launch -> done window: a crash
+in it doubles the rows staged, never more). The worker counts what became of each row once its
+flush says.
+
+Apart from the completer's other transitions: only a done mark is staged, flushed and ridden out.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ handler registry, retry with backoff, park as a dead-letter after the attempt bu
 Every replica runs one. Correctness comes from the store: the atomic claim mints a claim_id and
 every mark is fenced on it (M8), so a worker whose lease was stolen writes nothing. The worker
 claims, runs and chooses each row's outcome; the completer (``completer.py``) writes it.
+
+Its parts are its bases: what a tick claims (``Claiming``, ``claiming.py``), one row through its
+handler (``Executing``, ``executing.py``), the claims in lanes (``BatchRunning``,
+``running.py``); here the worker's wiring and the hand-off from its tail.
 """
 
 from __future__ import annotations
