@@ -63,9 +63,11 @@ class Case:
 HoldCheck = Callable[[Case], Awaitable[list[Hold]]]
 
 
-def _in(seconds: float) -> str:
+def from_now(seconds: float) -> str:
+    """A moment ``seconds`` from now, in words: "in 2.0s" or "2.0s ago"."""
     return f"in {seconds:.1f}s" if seconds >= 0 else f"{-seconds:.1f}s ago"
 
 
-def _last_error(row: EffectRow) -> str | None:
+def last_error(row: EffectRow) -> str | None:
+    """The error of the row's last failed attempt (None: none recorded)."""
     return row.errors[-1].error if row.errors else None

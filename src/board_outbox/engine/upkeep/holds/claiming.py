@@ -4,7 +4,7 @@ due rows ahead of it."""
 from __future__ import annotations
 
 from board_outbox.engine.flow.membership import owner, trusted
-from board_outbox.engine.upkeep.holds.case import Case, _in
+from board_outbox.engine.upkeep.holds.case import Case, from_now
 from board_outbox.model.domain import PENDING
 from board_outbox.model.explanation import Hold, Ownership, Turn
 
@@ -32,7 +32,7 @@ async def ownership(c: Case) -> list[Hold]:
                                   "replica", owner=who, replicas=1)]
     steal_at = r.created_at + c.settings.worker.steal_after_seconds
     if steal_at > c.now:
-        text = (f"only its owner claims it until {_in(steal_at - c.now)}, then any replica")
+        text = (f"only its owner claims it until {from_now(steal_at - c.now)}, then any replica")
     else:
         text = "materialized long enough ago that any replica may take it"
     return [Ownership(summary=f"tenant {r.tenant_id} is owned by {who} (of {len(live)} live "
@@ -49,5 +49,5 @@ async def turn(c: Case) -> list[Hold]:
     capped = ahead >= TURN_LIMIT
     where = ("first in line: the next claim of its tenant takes it" if not ahead else
              f"{'at least ' if capped else ''}{ahead} of its tenant's due rows are ahead of it")
-    return [Turn(summary=f"due {_in(r.not_before - c.now)}; {where}", due_since=r.not_before,
+    return [Turn(summary=f"due {from_now(r.not_before - c.now)}; {where}", due_since=r.not_before,
                  ahead=ahead, ahead_at_least=capped)]

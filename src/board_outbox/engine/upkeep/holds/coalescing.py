@@ -3,7 +3,7 @@ chain to the row that runs for them all; a row in its card's quiet window."""
 
 from __future__ import annotations
 
-from board_outbox.engine.upkeep.holds.case import Case, _in
+from board_outbox.engine.upkeep.holds.case import Case, from_now
 from board_outbox.model.domain import COALESCED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.explanation import Coalesced, Coalescing, Hold
@@ -87,7 +87,7 @@ async def coalescing(c: Case) -> list[Hold]:
     if (r.state != PENDING or r.burst_at is None or r.not_before <= c.now or r.errors
             or r.attempts or r.waiting):
         return []
-    return [Coalescing(summary=(f"coalescing: its card's quiet window ends {_in(r.not_before - c.now)}"
+    return [Coalescing(summary=(f"coalescing: its card's quiet window ends {from_now(r.not_before - c.now)}"
                                 f"; it launches then unless a newer row of its (subscription, card) "
-                                f"supersedes it (its burst began {_in(r.burst_at - c.now)})"),
+                                f"supersedes it (its burst began {from_now(r.burst_at - c.now)})"),
                        until=r.not_before, burst_at=r.burst_at)]

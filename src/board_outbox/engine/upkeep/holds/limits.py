@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from board_outbox.engine.flow.limits import LimitSettings
-from board_outbox.engine.upkeep.holds.case import Case, _in
+from board_outbox.engine.upkeep.holds.case import Case, from_now
 from board_outbox.model.domain import LAUNCH, PENDING, Subscription
 from board_outbox.model.explanation import Hold, Limit
 from board_outbox.model.limits import bot_key, parse_waiting, rate_slot, rate_window, tenant_key
@@ -81,7 +81,7 @@ async def limits(c: Case) -> list[Hold]:
             until = r.not_before
         limit = f"{k.limit:g}" if k.limit else "no longer configured"
         head = (f"{k.scope} {k.kind.replace('_', '-')} limit of {k.key} ({limit}): {use}")
-        tail = (f"; due again {_in(until - c.now)}" if until is not None and until > c.now
+        tail = (f"; due again {from_now(until - c.now)}" if until is not None and until > c.now
                 else "; due now: the next claim tries again")
         if was and not full:
             tail += " (no longer full: it should pass)"

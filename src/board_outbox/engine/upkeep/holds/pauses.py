@@ -4,7 +4,7 @@ its tenant, subscription or bot; a lifted one still holding it until the release
 from __future__ import annotations
 
 from board_outbox.engine.flow.pause import RELEASE_SWEEP_SECONDS
-from board_outbox.engine.upkeep.holds.case import Case, _in
+from board_outbox.engine.upkeep.holds.case import Case, from_now
 from board_outbox.model.domain import LAUNCH, PENDING
 from board_outbox.model.explanation import Hold, Paused
 from board_outbox.model.pause import (
@@ -52,13 +52,13 @@ async def paused(c: Case) -> list[Hold]:
 
 
 def _on(c: Case, p: Pause, holding: bool, due: float | None) -> Paused:
-    who = f"since {when(p.since)} ({_in(p.since - c.now)}) by {p.by or 'someone'}" + (
+    who = f"since {when(p.since)} ({from_now(p.since - c.now)}) by {p.by or 'someone'}" + (
         f": {p.reason}" if p.reason else "")
     resume = f"`board-outbox resume --{p.scope} {p.key}`"
     if holding:
         what = (f"held by the pause of {p.scope} {p.key}, {who}; it waits without spending an "
                 f"attempt and runs in its order once the pause is lifted ({resume})"
-                + (f", due again at its own time ({_in(due - c.now)})" if due is not None else ""))
+                + (f", due again at its own time ({from_now(due - c.now)})" if due is not None else ""))
     else:
         what = (f"{p.scope} {p.key} is paused, {who}: the next claim holds it (no attempt "
                 f"spent) until the pause is lifted ({resume})")
@@ -69,7 +69,7 @@ def _on(c: Case, p: Pause, holding: bool, due: float | None) -> Paused:
 def _lifted(c: Case, scope: str, key: str, p: Pause | None, due: float | None) -> Paused:
     lift = p.lifted if p is not None else None
     if lift is not None:
-        when_lifted = f" (resumed {_in(lift.at - c.now)} by {lift.by or 'someone'})"
+        when_lifted = f" (resumed {from_now(lift.at - c.now)} by {lift.by or 'someone'})"
     elif p is None:
         bad = next((d for d in BAD_DOCUMENTS.current() if d.collection == PAUSES_COLLECTION
                     and d.key == pause_id(scope, key)), None)
@@ -80,6 +80,6 @@ def _lifted(c: Case, scope: str, key: str, p: Pause | None, due: float | None) -
     what = (f"held for the pause of {scope} {key}, which is no longer on{when_lifted}: a "
             f"replica's next pause read releases it (within one heartbeat; every "
             f"{RELEASE_SWEEP_SECONDS:g}s at the latest), due again at its own time"
-            + (f" ({_in(due - c.now)})" if due is not None else ""))
+            + (f" ({from_now(due - c.now)})" if due is not None else ""))
     return Paused(summary=what, scope=scope, key=key, active=False, since=None,
                   by=lift.by if lift is not None else "", held=True, due=due)

@@ -3,7 +3,7 @@ backing off after a failed attempt."""
 
 from __future__ import annotations
 
-from board_outbox.engine.upkeep.holds.case import Case, _in, _last_error
+from board_outbox.engine.upkeep.holds.case import Case, from_now, last_error
 from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING
 from board_outbox.model.explanation import Backoff, DeadLettered, Done, ExpiredLease, Hold, Lease, NotDue
 
@@ -21,7 +21,7 @@ async def dead_lettered(c: Case) -> list[Hold]:
     r = c.row
     if r.state != FAILED:
         return []
-    err = _last_error(r)
+    err = last_error(r)
     return [DeadLettered(
         summary=(f"dead-lettered after {r.attempts} attempt(s): {err or 'no error recorded'}; "
                  "it waits for a replay"),
@@ -38,13 +38,13 @@ async def lease(c: Case) -> list[Hold]:
     if r.lease_until is not None and r.lease_until > c.now:
         return [Lease(summary=(f"claimed: attempt {attempt} of {budget} under claim "
                                f"{r.claim_id}, in a worker's hands (running, or queued in its "
-                               f"batch or hand-off); lease ends {_in(r.lease_until - c.now)}"),
+                               f"batch or hand-off); lease ends {from_now(r.lease_until - c.now)}"),
                       claim_id=r.claim_id, attempt=attempt, until=r.lease_until)]
     every = c.settings.worker.reclaim_every_seconds
     if r.lease_until is None:
         what = "claimed with no lease recorded: the stuck-row sweep parks it"
     else:
-        what = (f"lease of claim {r.claim_id} expired {_in(r.lease_until - c.now)}: stealable; "
+        what = (f"lease of claim {r.claim_id} expired {from_now(r.lease_until - c.now)}: stealable; "
                 f"the next expired-lease sweep (every {every:g}s on each replica) reclaims it "
                 f"and counts the lost attempt")
         if attempt >= budget:
@@ -60,10 +60,10 @@ async def backoff(c: Case) -> list[Hold]:
     if not r.errors and not r.attempts:
         if r.burst_at is not None:
             return []  # its quiet window: ``coalescing`` says so
-        return [NotDue(summary=f"not due until {_in(r.not_before - c.now)} (no error recorded: "
+        return [NotDue(summary=f"not due until {from_now(r.not_before - c.now)} (no error recorded: "
                                "not a retry)", until=r.not_before)]
-    err = _last_error(r)
+    err = last_error(r)
     return [Backoff(summary=(f"backing off after attempt {r.attempts} of "
                              f"{c.settings.worker.max_attempts}: due again "
-                             f"{_in(r.not_before - c.now)}; last error: {err or 'none recorded'}"),
+                             f"{from_now(r.not_before - c.now)}; last error: {err or 'none recorded'}"),
                     until=r.not_before, after_attempt=r.attempts, error=err)]
