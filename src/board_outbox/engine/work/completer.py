@@ -74,6 +74,21 @@ class Completer(DoneMarks):
         # of a coalescing row): the worker's pick runs then
         self.on_pending: Callable[[float], None] = lambda due: None
 
+    async def _apply(self, claim: Claim, transition: T.Transition, ctx: dict[str, object], *,
+                     could_not: str, then: str) -> Outcome | None:
+        """One transition of a claimed row, fenced on its claim; None: written. A store outage
+        writes nothing ("unrecorded", one warning: "could not ..."); a document that refuses the
+        write ($inc, $push on a broken field) parks the row (R1: "... failed: why"); a stolen
+        lease writes nothing ("lease_lost")."""
+        try:
+            marked = await self.outbox.apply_claimed(claim.ref, claim.claim_id, transition)
+        except StoreUnavailable as exc:
+            log.warning("could not %s (%s)", could_not, exc, extra=ctx)
+            return "unrecorded"
+        except StoreError as exc:  # R1
+            return await self.park_broken(claim.ref, claim.claim_id, f"{then} failed: {exc}", ctx)
+        return None if marked else "lease_lost"
+
     # --- retry and park -------------------------------------------------------------------------
 
     async def retry(
@@ -89,18 +104,12 @@ class Completer(DoneMarks):
         delay = self.backoff.delay(attempt, self.rng)
         span.set_attribute(telemetry.ATTR_OUTCOME, "retry")
         err = ErrorEntry(attempt=attempt, at=now, error=msg)
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.retry(now=now, error=err, not_before=now + delay))
-        except StoreUnavailable as store_exc:
-            # The row stays claimed; when its lease expires a reclaim counts the attempt.
-            log.warning("could not record the failed attempt (%s)", store_exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
-            return await self.park_broken(
-                claim.ref, claim.claim_id, f"{msg}; then mark_retry failed: {store_exc}", _ctx(row))
-        if not marked:
-            return "lease_lost"
+        # unrecorded: the row stays claimed; when its lease expires a reclaim counts the attempt
+        unwritten = await self._apply(
+            claim, T.retry(now=now, error=err, not_before=now + delay), _ctx(row),
+            could_not="record the failed attempt", then=f"{msg}; then mark_retry")
+        if unwritten is not None:
+            return unwritten
         self.on_pending(now + delay)
         log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
         return "retried"
@@ -113,18 +122,12 @@ class Completer(DoneMarks):
         now = self.clock.now()
         err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
         ctx: dict[str, object] = _ctx(row) if row else {"row_ref": str(claim.ref)}
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.park(now=now, error=err, count_attempt=count_attempt))
-        except StoreUnavailable as store_exc:
-            # reclaimed after the lease, and parked then
-            log.warning("could not park the row (%s)", store_exc, extra=ctx)
-            return "unrecorded"
-        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
-            return await self.park_broken(
-                claim.ref, claim.claim_id, f"{msg}; then mark_failed failed: {store_exc}", ctx)
-        if not marked:
-            return "lease_lost"
+        # unrecorded: reclaimed after the lease, and parked then
+        unwritten = await self._apply(
+            claim, T.park(now=now, error=err, count_attempt=count_attempt), ctx,
+            could_not="park the row", then=f"{msg}; then mark_failed")
+        if unwritten is not None:
+            return unwritten
         if self.metrics is not None:
             self.metrics.row_failed(row.kind if row else "malformed")
         # Warned once: only the fenced transition to failed logs, and it happens once.
@@ -164,18 +167,12 @@ class Completer(DoneMarks):
         now = self.clock.now()
         paused = isinstance(over, Paused)
         not_before = held_not_before(row.not_before) if paused else now + over.wait_seconds
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id,
-                T.defer(now=now, not_before=not_before, reason=cap(over.reason, 300)))
-        except StoreUnavailable as exc:  # stays claimed; it runs again after its lease
-            log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as exc:  # R1
-            return await self.park_broken(claim.ref, claim.claim_id,
-                                          f"{over.reason}; then defer failed: {exc}", _ctx(row))
-        if not marked:
-            return "lease_lost"
+        # unrecorded: it stays claimed and runs again after its lease
+        unwritten = await self._apply(
+            claim, T.defer(now=now, not_before=not_before, reason=cap(over.reason, 300)), _ctx(row),
+            could_not="defer the row", then=f"{over.reason}; then defer")
+        if unwritten is not None:
+            return unwritten
         if paused:  # released by the pause loop, which wakes the worker
             if self.metrics is not None:
                 self.metrics.row_paused(over.scope)
@@ -190,18 +187,12 @@ class Completer(DoneMarks):
     async def coalesce(self, claim: Claim, row: EffectRow, into: str) -> Outcome:
         """Superseded by the newer row ``into``: terminal ``coalesced``, attempts unchanged,
         fenced on the claim (a stolen lease: nothing written, the new holder decides again)."""
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.coalesce(now=self.clock.now(), into=into))
-        except StoreUnavailable as exc:  # stays claimed; it is decided again after its lease
-            log.warning("could not mark the row coalesced (%s)", exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as exc:  # R1
-            return await self.park_broken(claim.ref, claim.claim_id,
-                                          f"coalesced into {into}; then the mark failed: {exc}",
-                                          _ctx(row))
-        if not marked:
-            return "lease_lost"
+        # unrecorded: it stays claimed and is decided again after its lease
+        unwritten = await self._apply(
+            claim, T.coalesce(now=self.clock.now(), into=into), _ctx(row),
+            could_not="mark the row coalesced", then=f"coalesced into {into}; then the mark")
+        if unwritten is not None:
+            return unwritten
         if self.metrics is not None:
             self.metrics.row_coalesced()
         return "coalesced"
@@ -210,17 +201,11 @@ class Completer(DoneMarks):
         """Not decidable yet (the burst's newest row is running): pending again after ``wait``,
         attempts unchanged, no error (``coalesce_hold``)."""
         now = self.clock.now()
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.coalesce_hold(now=now, not_before=now + wait))
-        except StoreUnavailable as exc:
-            log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as exc:  # R1
-            return await self.park_broken(claim.ref, claim.claim_id,
-                                          f"{reason}; then defer failed: {exc}", _ctx(row))
-        if not marked:
-            return "lease_lost"
+        unwritten = await self._apply(
+            claim, T.coalesce_hold(now=now, not_before=now + wait), _ctx(row),
+            could_not="defer the row", then=f"{reason}; then defer")
+        if unwritten is not None:
+            return unwritten
         self.on_pending(now + wait)
         return "deferred"
 
