@@ -558,7 +558,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # tenant's lane takes a claim's worth of its handed rows, one heartbeat beats the queued rows
     Mutant("lanes-close-with-the-batch", "lanes",
            "async with self.worker.lanes(self.stats.worker.add):",
-           "async with anyio.create_task_group():", "runtime"),
+           "async with anyio.create_task_group():", "hotloops"),
     Mutant("lanes-rows-unbounded", "lanes",
            "return 2 * self.claim_limit()", "return 10**6", "running"),
     Mutant("lanes-tenant-takes-every-handed-row", "lanes",
