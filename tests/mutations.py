@@ -348,7 +348,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if wait > 0:  # refused", "        if False:  # refused", "console/app"),
     Mutant("console-token-whitespace-ok", "console",
            "bad = next((c for c in token if not c.isprintable() or c.isspace()), None)",
-           "bad = next((c for c in token if not c.isprintable()), None)", "config"),
+           "bad = next((c for c in token if not c.isprintable()), None)", "config_rules"),
     Mutant("http-read-timeout-unset", "console",
            "    config.read_timeout = READ_TIMEOUT", "    config.read_timeout = None", "http/server"),
     Mutant("http-head-limit-off", "console",
