@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.engine.work.worker import EffectWorker
     from board_outbox.model.clock import Clock
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
     from board_outbox.service.stats import Stats
 
 log = logging.getLogger("board_outbox.service")

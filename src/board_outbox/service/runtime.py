@@ -34,7 +34,7 @@ from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.health import (
     NextEvents,
     StallDetector,
