@@ -80,3 +80,8 @@ def port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
     return int(port)
+
+
+def _json(parser: argparse.ArgumentParser, help_: str) -> argparse.ArgumentParser:
+    parser.add_argument("--json", action="store_true", help=help_)
+    return parser
