@@ -1,5 +1,6 @@
 """The command line's argument types: each turns a bad value into argparse's one-line error
-(exit 2) before anything is opened."""
+(exit 2) before anything is opened; and ``json_flag``, the ``--json`` flag the reporting
+commands share."""
 
 from __future__ import annotations
 
@@ -82,6 +83,7 @@ def port(text: str) -> int:
     return int(port)
 
 
-def _json(parser: argparse.ArgumentParser, help_: str) -> argparse.ArgumentParser:
+def json_flag(parser: argparse.ArgumentParser, help_: str) -> argparse.ArgumentParser:
+    """``--json``: the command prints what ``help_`` says as JSON instead of text."""
     parser.add_argument("--json", action="store_true", help=help_)
     return parser

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from board_outbox.surface.cli.argtypes import _json, positive_int, rate, when_arg
+from board_outbox.surface.cli.argtypes import json_flag, positive_int, rate, when_arg
 
 __all__ = ["DEAD_LETTERS_HELP", "add_dead_letters"]
 
@@ -32,7 +32,7 @@ def add_dead_letters(dl: argparse.ArgumentParser, common: argparse.ArgumentParse
     show = dls.add_parser("show", parents=[common], help="show one row in full",
                           description="Show one row in full (errors and audit history included).")
     show.add_argument("row_key", metavar="ROW_KEY")
-    _json(show, "the stored row as one JSON document")
+    json_flag(show, "the stored row as one JSON document")
     rp = dls.add_parser("replay", parents=[filt], formatter_class=fmt,
                         help="return rows to pending with attempts reset",
                         description=(
@@ -64,10 +64,10 @@ def add_dead_letters(dl: argparse.ArgumentParser, common: argparse.ArgumentParse
     rp.add_argument("--yes", action="store_true", help="--filter: apply the plan without asking")
     rp.add_argument("--rate", type=rate, default=None, metavar="ROWS",
                     help="--filter: replay at most ROWS rows a second (default 50)")
-    _json(rp, "the rows replayed (with --filter: the plan, then the summary) as JSON; the "
+    json_flag(rp, "the rows replayed (with --filter: the plan, then the summary) as JSON; the "
               "progress bar stays on stderr")
     pg = dls.add_parser("purge", parents=[filt], help="delete dead-letters (asks first)",
                         description="Delete the dead-letters the filters match. Asks for "
                                     "confirmation unless --yes.")
     pg.add_argument("--yes", action="store_true", help="do not ask")
-    _json(pg, "how many were purged, as JSON")
+    json_flag(pg, "how many were purged, as JSON")

@@ -1,4 +1,8 @@
-"""The ``board-outbox`` argument parser: every command, option and help text."""
+"""The ``board-outbox`` argument parser: the top level (``--config`` before or after the
+command, ``--version``), one subparser per command with its help, and the small commands'
+arguments. A command group with many actions or flags keeps its help and arguments in its
+own module (``deadletter_args``, ``repair_args``, ``pause_args``, ``subscription_args``,
+``rows_args``, ``commands/apitokens``)."""
 
 from __future__ import annotations
 
@@ -6,8 +10,8 @@ import argparse
 from typing import Any, NoReturn
 
 from board_outbox.surface.cli.argtypes import (
-    _json,
     fraction,
+    json_flag,
     port,
     positive_float,
     positive_int,
@@ -112,6 +116,13 @@ _COMMANDS: dict[str, tuple[str, str]] = {  # name -> (help, description)
         "completion bash)\"` in ~/.bashrc); zsh: `board-outbox completion zsh >\n"
         "\"${fpath[1]}/_board-outbox\"`.",
     ),
+    # the command groups' own, beside their arguments
+    "dead-letters": DEAD_LETTERS_HELP,
+    **REPAIR_HELP,
+    **PAUSE_HELP,
+    "subscriptions": SUBSCRIPTIONS_HELP,
+    "rows": ROWS_HELP,
+    "api-tokens": API_TOKENS_HELP,
 }
 
 
@@ -121,14 +132,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` shows the usage)\n")
-
-
-_COMMANDS["rows"] = ROWS_HELP
-_COMMANDS["api-tokens"] = API_TOKENS_HELP
-_COMMANDS["dead-letters"] = DEAD_LETTERS_HELP
-_COMMANDS["subscriptions"] = SUBSCRIPTIONS_HELP
-_COMMANDS.update(REPAIR_HELP)
-_COMMANDS.update(PAUSE_HELP)
 
 
 def _command(sub: Any, name: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -176,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _command(sub, "run", common)
 
-    _json(_command(sub, "ensure-schema", common), "the indexes created or changed, as JSON")
+    json_flag(_command(sub, "ensure-schema", common), "the indexes created or changed, as JSON")
 
     add_dead_letters(_command(sub, "dead-letters", common), common)
 
@@ -202,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rows(_command(sub, "rows", common), common)
     add_api_tokens(_command(sub, "api-tokens", common), common)
     dr = _command(sub, "doctor", common)
-    _json(dr, "one JSON document: every check with its status, what it found and what to do")
+    json_flag(dr, "one JSON document: every check with its status, what it found and what to do")
     comp = _command(sub, "completion")
     comp.add_argument("shell", choices=("bash", "zsh", "tcsh"),
                       help="the shell to print the completion script for")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from board_outbox.surface.cli.argtypes import _json
+from board_outbox.surface.cli.argtypes import json_flag
 
 __all__ = ["PAUSE_HELP", "add_pause", "add_paused"]
 
@@ -51,7 +51,7 @@ def add_pause(pz: argparse.ArgumentParser, name: str) -> None:
                         help="why (shown by `paused`, the console and the audit)")
         pz.add_argument("--force", action="store_true",
                         help="pause a tenant or subscription the store does not know (yet)")
-    _json(pz, f"what the {name} did, as one JSON document")
+    json_flag(pz, f"what the {name} did, as one JSON document")
 
 
 def add_paused(pl: argparse.ArgumentParser) -> None:

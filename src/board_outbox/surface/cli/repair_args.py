@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from board_outbox.surface.cli.argtypes import _json, first_seq, positive_float, positive_int, seq_arg
+from board_outbox.surface.cli.argtypes import first_seq, json_flag, positive_float, positive_int, seq_arg
 
 __all__ = ["REPAIR_HELP", "add_audit", "add_cursor", "add_rebuild", "add_replay"]
 
@@ -93,7 +93,7 @@ def add_rebuild(rb: argparse.ArgumentParser) -> None:
     rb.add_argument("--gap-wait", type=positive_float, default=None, metavar="SECONDS",
                     help="--shadow: how long to wait out a young seq gap before leaving the "
                          "shadow to resume later (default: 2 x tail.young_gap_seconds)")
-    _json(rb, "the result as one JSON document (the progress bar stays on stderr)")
+    json_flag(rb, "the result as one JSON document (the progress bar stays on stderr)")
 
 
 def add_cursor(cur: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
@@ -101,13 +101,13 @@ def add_cursor(cur: argparse.ArgumentParser, common: argparse.ArgumentParser) ->
     cshow = curs.add_parser("show", parents=[common], help="the tenant's cursor and counter",
                             description="Show the tenant's cursor and its counter.")
     cshow.add_argument("--tenant", required=True)
-    _json(cshow, "one JSON document: tenant_id, cursor, counter, held, ahead")
+    json_flag(cshow, "one JSON document: tenant_id, cursor, counter, held, ahead")
     creset = curs.add_parser("reset", parents=[common], help="set the tenant's cursor",
                              description="Set the tenant's cursor to N (at most its counter).")
     creset.add_argument("--tenant", required=True)
     creset.add_argument("--to", type=seq_arg, required=True, metavar="N",
                         help="the last seq materialized: the replicas drain from N + 1")
-    _json(creset, "one JSON document: tenant_id, before, after, counter")
+    json_flag(creset, "one JSON document: tenant_id, before, after, counter")
 
 
 def add_audit(au: argparse.ArgumentParser) -> None:
