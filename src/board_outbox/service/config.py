@@ -1,5 +1,9 @@
 """Service configuration: a TOML file and BOARD_OUTBOX_* environment variables, decoded and
-validated with msgspec. Every problem is a ``ConfigError`` whose message names the setting."""
+validated with msgspec. Every problem is a ``ConfigError`` whose message names the setting.
+
+This module loads: the file, the environment values converted by the type of the field they
+set, the renamed settings, the backend the configuration must name (O10). The tables' types
+are in ``service/config_sections.py``, the cross-field rules in ``service/config_rules.py``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,11 @@
 """The service runtime: one process runs the change-stream waker, the drain loop and the effect
 worker under one anyio task group. N processes cooperate with no leader (C4): the cursor CAS and
-the leased claims are the only coordination."""
+the leased claims are the only coordination.
+
+This module wires a ``Service`` (the registry, the tail, the worker and what joins them) and
+starts and stops it; its halves hold the loops: ``HotLoops`` (``service/hotloops.py``: the tail
+and worker loops), ``StreamWaker`` (``service/waker.py``) and ``Upkeep`` (``service/upkeep.py``:
+the background loops)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 from opentelemetry import trace
 
 from board_outbox.engine.flow.limits import LaunchGate, LimitSettings
@@ -48,8 +52,6 @@ from board_outbox.service.upkeep import Upkeep
 from board_outbox.service.waker import StreamWaker
 
 log = logging.getLogger("board_outbox.service")
-
-
 
 # the counters live in service/stats.py (the waker counts too)
 
