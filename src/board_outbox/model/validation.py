@@ -13,9 +13,10 @@ from typing import TypeGuard
 
 from board_outbox.model.bad_documents import cap as cap
 from board_outbox.model.bounds import MAX_PRIORITY, MIN_PRIORITY
-from board_outbox.model.domain import LAUNCH, Subscription, check_id, check_kind
 from board_outbox.model.errors import InvalidId
+from board_outbox.model.ids import LAUNCH, check_id, check_kind
 from board_outbox.model.limits import rate_problem
+from board_outbox.model.subscriptions import Subscription
 
 MAX_SEQ = 2**63 - 1  # the counter is a BSON long
 MAX_LABELS = 100  # consume_labels / labels_all entries a subscription may carry
@@ -99,13 +100,3 @@ def _num(value: object) -> TypeGuard[float]:
 def finite(value: object) -> float | None:
     """``value`` as a float when it is a finite number (int or float, not bool), else None."""
     return float(value) if _num(value) else None
-
-
-# model-split: temporary re-exports (the import sites are rewritten in the next commit)
-from board_outbox.model.bad_documents import BAD_DOCUMENTS as BAD_DOCUMENTS  # noqa: E402
-from board_outbox.model.bad_documents import MAX_ERROR_CHARS as MAX_ERROR_CHARS  # noqa: E402
-from board_outbox.model.bad_documents import BadDocument as BadDocument  # noqa: E402
-from board_outbox.model.bad_documents import BadDocuments as BadDocuments  # noqa: E402
-from board_outbox.model.bad_documents import OnceLog as OnceLog  # noqa: E402
-from board_outbox.model.row_documents import *  # noqa: E402, F403
-from board_outbox.model.service_documents import *  # noqa: E402, F403

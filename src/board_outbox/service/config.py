@@ -24,7 +24,7 @@ from board_outbox.model.bounds import Pos
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.limits import rate_problem
 from board_outbox.model.retention import Retention
-from board_outbox.model.validation import LEASE_HORIZON_SECONDS
+from board_outbox.model.row_documents import LEASE_HORIZON_SECONDS
 
 
 class StoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
