@@ -14,9 +14,8 @@ from board_outbox.model.errors import InvalidId
 
 LAUNCH: Final = "launch"
 PROJECTION: Final = "projection"
-
-
-_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+# what an id may be: safe to embed in a row key, which splits on "/"
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
 
 
 def check_kind(kind: object) -> str:
@@ -33,7 +32,7 @@ def check_kind(kind: object) -> str:
 
 def check_id(what: str, value: str) -> str:
     """Tenant, subscription and projection ids must be safe to embed in a row key."""
-    if not isinstance(value, str) or not _ID.fullmatch(value):
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
         raise InvalidId(
             f"invalid {what} {value!r}: use 1-200 characters from A-Z a-z 0-9 _ . : @ -"
         )

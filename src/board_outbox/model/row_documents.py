@@ -17,6 +17,7 @@ import msgspec
 from board_outbox.model.bad_documents import cap
 from board_outbox.model.ids import LAUNCH
 from board_outbox.model.records import DoneLatency, RowIdentity
+from board_outbox.model.row_keys import MAX_SEQ
 from board_outbox.model.rows import (
     CLAIMED,
     FAILED,
@@ -27,7 +28,7 @@ from board_outbox.model.rows import (
     ErrorEntry,
 )
 from board_outbox.model.times import due_limit, stamp, time_problem
-from board_outbox.model.validation import MAX_SEQ, _num, is_seq
+from board_outbox.model.validation import is_number, is_seq
 
 ROW_STATES = frozenset({PENDING, CLAIMED, *SETTLED_STATES})
 LEASE_HORIZON_SECONDS = 86400.0  # a lease ending later than this from now is not a lease
@@ -45,14 +46,14 @@ def stuck_reason(doc: Mapping[str, Any], now: float,
         return f"tenant_id {cap(repr(doc.get('tenant_id')), 200)} is not a string"
     if state == PENDING:
         due = doc.get("not_before")
-        if not _num(due):
+        if not is_number(due):
             return f"pending with not_before {cap(repr(due), 200)}"
         if due > due_limit(now):  # R7: no writer of ours sets one so far ahead
             return (f"pending with not_before {due!r}, due further ahead than any writer sets "
                     f"one ({time_problem('not_before', due) or 'beyond a pause and two days'})")
     if state == CLAIMED:
         lease = doc.get("lease_until")
-        if not _num(lease):
+        if not is_number(lease):
             return f"claimed with lease_until {cap(repr(lease), 200)}"
         if lease > now + horizon:
             return f"claimed with lease_until {lease!r}, more than {horizon:.0f}s ahead"

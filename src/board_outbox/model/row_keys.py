@@ -11,7 +11,7 @@ from typing import Final, Literal
 import msgspec
 
 from board_outbox.model.errors import InvalidRowKey
-from board_outbox.model.ids import _ID
+from board_outbox.model.ids import ID_PATTERN
 
 
 def launch_row_key(tenant_id: str, seq: int, sub_id: str) -> str:
@@ -35,7 +35,7 @@ class RowKey(msgspec.Struct, frozen=True, kw_only=True):
     rerun: int = 0  # A8: the N of a rerun's ``/rerun/N`` (0: not a rerun)
 
 
-MAX_SEQ: Final = 2**63 - 1
+MAX_SEQ: Final = 2**63 - 1  # the seq counter is a BSON long
 MAX_RERUN_DEPTH: Final = 8  # reruns of reruns a key may carry
 
 
@@ -62,7 +62,7 @@ def parse_row_key(text: str) -> RowKey:
                             "number from 1 to 2^63-1")
     for what, value in (("tenant", tenant), ("subscription" if part == "sub" else "projection",
                                              name)):
-        if not _ID.fullmatch(value):  # fullmatch: "$" alone lets a trailing newline by
+        if not ID_PATTERN.fullmatch(value):  # fullmatch: "$" alone lets a trailing newline by
             raise InvalidRowKey(f"{shown} is not a row key: the {what} part {value[:30]!r} is "
                                 "not 1-200 characters from A-Z a-z 0-9 _ . : @ -")
     return RowKey(tenant_id=tenant, seq=int(seq), part="sub" if part == "sub" else "proj",

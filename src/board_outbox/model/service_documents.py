@@ -16,7 +16,7 @@ from board_outbox.model.bad_documents import BAD_DOCUMENTS, cap
 from board_outbox.model.records import ConsoleSession, ReadModelVersions
 from board_outbox.model.row_documents import LEASE_HORIZON_SECONDS
 from board_outbox.model.times import stamp, time_problem
-from board_outbox.model.validation import _num, finite, is_seq
+from board_outbox.model.validation import finite, is_number, is_seq
 
 
 def seqs_by_tenant(collection: str, pairs: Iterable[tuple[object, object]]) -> dict[str, int]:
@@ -92,7 +92,7 @@ def member_problem(member_id: object, expires_at: object, now: float,
     problem = time_problem("expires_at", expires_at)
     if problem is not None:
         return problem
-    assert _num(expires_at)
+    assert is_number(expires_at)
     if max_ahead is not None and expires_at > now + max_ahead:
         return (f"lease ends at {expires_at!r}, further ahead than the heartbeat timeout "
                 f"({max_ahead:g}s) allows")

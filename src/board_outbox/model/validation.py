@@ -1,8 +1,10 @@
-"""Validation at the boundary (SPEC R1, R2): what a stored document may look like before the core
-acts on it, and how the core reports one that does not -- once per distinct problem, with an
-error text of bounded size.
+"""Validation at the boundary (SPEC R1, R2): the checks of single values a stored or typed
+document carries before the core acts on it -- seqs, finite numbers, tenant ids, bots,
+priorities, a subscription as a whole, and the bounds of a card.
 
-Pure: no store access, nothing but the domain types.
+Pure: no store access. A stored row read raw is checked in ``row_documents``, the service's own
+collections' documents in ``service_documents``; a bad document is reported through
+``bad_documents``.
 """
 
 from __future__ import annotations
@@ -11,14 +13,14 @@ import math
 import re
 from typing import TypeGuard
 
-from board_outbox.model.bad_documents import cap as cap
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.bounds import MAX_PRIORITY, MIN_PRIORITY
 from board_outbox.model.errors import InvalidId
 from board_outbox.model.ids import LAUNCH, check_id, check_kind
 from board_outbox.model.limits import rate_problem
+from board_outbox.model.row_keys import MAX_SEQ
 from board_outbox.model.subscriptions import Subscription
 
-MAX_SEQ = 2**63 - 1  # the counter is a BSON long
 MAX_LABELS = 100  # consume_labels / labels_all entries a subscription may carry
 MAX_BOT_CHARS = 200  # a subscription's bot: what a launch names, and what limits and pauses key on
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -93,10 +95,11 @@ def priority_problem(value: object) -> str | None:
     return None
 
 
-def _num(value: object) -> TypeGuard[float]:
+def is_number(value: object) -> TypeGuard[float]:
+    """A finite int or float, not a bool (a stored time or count the core can compute with)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def finite(value: object) -> float | None:
     """``value`` as a float when it is a finite number (int or float, not bool), else None."""
-    return float(value) if _num(value) else None
+    return float(value) if is_number(value) else None
