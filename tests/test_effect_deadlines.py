@@ -18,7 +18,8 @@ import pytest
 
 from board_outbox.engine.work.watchdog import LoopWatch, Progress
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import MatchRule, Subscription, launch_row_key
+from board_outbox.model.row_keys import launch_row_key
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.runtime import build_registry
 from tests.support.hung_plugins import BLOCK, HANG, HANGING_PROJECTION
 from tests.support.kits import Kit

@@ -11,7 +11,7 @@ import re
 
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.limits import rate_problem
-from board_outbox.model.validation import LEASE_HORIZON_SECONDS
+from board_outbox.model.row_documents import LEASE_HORIZON_SECONDS
 from board_outbox.service.config_sections import Config, UiConfig
 
 # a [handlers] effect kind: stored in every row it names, shown by dead-letters and metrics

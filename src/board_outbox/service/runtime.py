@@ -33,10 +33,10 @@ from board_outbox.engine.upkeep.audit import Auditor, BackgroundAudit
 from board_outbox.engine.upkeep.generations import versioned
 from board_outbox.engine.upkeep.series import SeriesRecorder
 from board_outbox.engine.work.worker import EffectWorker
+from board_outbox.model.bad_documents import OnceLog
 from board_outbox.model.clock import Clock, RandomSource, SystemClock, seeded_random
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import ConfigError
-from board_outbox.model.validation import OnceLog
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import Stores
 from board_outbox.service.config_sections import Config
 from board_outbox.service.health import (

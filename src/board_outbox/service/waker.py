@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.lowlevel
 
+from board_outbox.model.bad_documents import OnceLog, cap
 from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
 from board_outbox.model.records import Change
-from board_outbox.model.validation import OnceLog, cap
 
 if TYPE_CHECKING:
     from board_outbox.engine.flow.membership import Ownership

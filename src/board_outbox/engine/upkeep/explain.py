@@ -12,7 +12,7 @@ checks of ``engine/upkeep/holds.py``.
 from __future__ import annotations
 
 from board_outbox.engine.upkeep.holds import CHECKS, Case, ExplainSettings
-from board_outbox.model.domain import CLAIMED, FAILED, PENDING, SETTLED_STATES, EffectRow, parse_row_key
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.errors import MalformedDocument, RowNotFound
 from board_outbox.model.explanation import (
     EXPLAIN_SCHEMA,
@@ -22,8 +22,9 @@ from board_outbox.model.explanation import (
     Moment,
     RowFacts,
 )
+from board_outbox.model.row_keys import parse_row_key
+from board_outbox.model.rows import CLAIMED, FAILED, PENDING, SETTLED_STATES, EffectRow
 from board_outbox.model.times import stamp, time_problem
-from board_outbox.model.validation import cap
 from board_outbox.ports import EventLog, Stores
 
 __all__ = ["ExplainSettings", "explain", "explain_row"]

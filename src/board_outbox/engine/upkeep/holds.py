@@ -22,17 +22,7 @@ from board_outbox.engine.flow.limits import LimitSettings
 from board_outbox.engine.flow.membership import MembershipSettings, owner, trusted
 from board_outbox.engine.flow.pause import RELEASE_SWEEP_SECONDS
 from board_outbox.engine.work.worksettings import WorkerSettings
-from board_outbox.model.domain import (
-    CLAIMED,
-    COALESCED,
-    DONE,
-    FAILED,
-    LAUNCH,
-    LIVE_STATES,
-    PENDING,
-    EffectRow,
-    Subscription,
-)
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
 from board_outbox.model.explanation import (
     Backoff,
@@ -49,6 +39,7 @@ from board_outbox.model.explanation import (
     Paused,
     Turn,
 )
+from board_outbox.model.ids import LAUNCH
 from board_outbox.model.limits import bot_key, parse_waiting, rate_slot, rate_window, tenant_key
 from board_outbox.model.pause import (
     HELD_OFFSET,
@@ -59,8 +50,9 @@ from board_outbox.model.pause import (
     paused_by,
 )
 from board_outbox.model.retention import Retention, days
+from board_outbox.model.rows import CLAIMED, COALESCED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.model.times import when
-from board_outbox.model.validation import BAD_DOCUMENTS
 from board_outbox.ports import Stores
 
 # the tenant's due rows counted ahead of a row, at most (one count stopped there)

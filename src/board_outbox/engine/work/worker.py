@@ -30,8 +30,8 @@ from board_outbox.engine.work.outcomes import Outcome, TickResult
 from board_outbox.engine.work.running import Batch, BatchRunning, Open
 from board_outbox.engine.work.watchdog import LoopWatch, Progress, deadline
 from board_outbox.engine.work.worksettings import WorkerSettings
+from board_outbox.model.bad_documents import OnceLog, cap
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import (
     BrokenRow,
     CoalesceHold,
@@ -43,7 +43,8 @@ from board_outbox.model.errors import (
     StoreUnavailable,
     Superseded,
 )
-from board_outbox.model.validation import OnceLog, cap, stuck_reason
+from board_outbox.model.row_documents import stuck_reason
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import Claim, ClaimTerms, EffectOutbox
 
 # Lease, HANDOFF_BATCHES and PICK_IDLES are re-exported: they lived here before leases.py and
