@@ -24,9 +24,11 @@ import anyio
 from pymongo import monitoring
 
 from board_outbox.engine.upkeep.bulk_replay import apply_bulk_replay, plan_bulk_replay
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.dead_letters import BulkFilter
-from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row, new_row_doc
+from board_outbox.model.rows import ErrorEntry, new_launch_row, new_row_doc
+from board_outbox.model.subscriptions import Subscription
 
 from .common import mongo_uri, open_backend, write_result
 

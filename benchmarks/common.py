@@ -27,7 +27,8 @@ import anyio
 from pymongo import monitoring
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import LaunchRequest, Stores
 
 RESULTS = Path(__file__).parent / "results"

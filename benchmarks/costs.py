@@ -70,8 +70,9 @@ from board_outbox.adapters.mongo import ensure_schema, mongo_stores
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
+from board_outbox.model.board import Card
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import LaunchRequest, Stores
 from board_outbox.service.runtime import build_registry
 
@@ -363,8 +364,9 @@ class Run:
         return cpu * 1e6 / n
 
     def metrics_alone(self, rows: list[dict[str, Any]]) -> float:
-        from board_outbox.model.domain import EffectRow, from_doc
+        from board_outbox.model.codec import from_doc
         from board_outbox.model.errors import MalformedRow
+        from board_outbox.model.rows import EffectRow
 
         decoded = [from_doc(r, EffectRow, MalformedRow) for r in rows]
         metrics = Metrics(self.mp.get_meter("board_outbox_alone"))
@@ -383,8 +385,10 @@ class Run:
 
     def build_rows_alone(self, rows: list[dict[str, Any]]) -> float:
         """The tail's row building (match, rows, span event) for the same snapshots."""
-        from board_outbox.model.domain import EffectRow, SubscriptionIndex, from_doc
+        from board_outbox.model.codec import from_doc
         from board_outbox.model.errors import MalformedRow
+        from board_outbox.model.rows import EffectRow
+        from board_outbox.model.subscriptions import SubscriptionIndex
 
         snaps = [r.event for r in (from_doc(d, EffectRow, MalformedRow) for d in rows)
                  if r.kind == "launch" and r.event is not None]

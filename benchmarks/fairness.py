@@ -38,7 +38,8 @@ from typing import Any
 import anyio
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 

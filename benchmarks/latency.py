@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.rows import EffectRow
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 

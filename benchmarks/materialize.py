@@ -13,8 +13,10 @@ import anyio
 from board_outbox.engine.tail.reading import card_ids, decode_event, snapshot
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import EffectRow, SubscriptionIndex, from_doc
+from board_outbox.model.codec import from_doc
 from board_outbox.model.errors import CardNotFound, MalformedRow
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import SubscriptionIndex
 from board_outbox.ports import RowFilter
 
 from .common import Backend, open_backend, settle_heap, synthetic_board

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
+from board_outbox.model.board import Card
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import Card
 from board_outbox.ports import Stores
 from board_outbox.service.runtime import build_registry
 
@@ -113,7 +113,7 @@ async def _board(stores: Stores, db: Any, rows: int, tenants: int, cards: int = 
     rng = random.Random(1)
     names = [f"t{i:03d}" for i in range(tenants)]
     from board_outbox.adapters.mongo.cards import CARDS, _card_id
-    from board_outbox.model.domain import to_doc
+    from board_outbox.model.codec import to_doc
 
     await db[CARDS].insert_many([  # the same documents MongoBoard.put writes, in one round trip
         {"_id": _card_id(t, f"c{c}"),

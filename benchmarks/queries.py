@@ -30,7 +30,7 @@ from pymongo import AsyncMongoClient, MongoClient, monitoring
 from board_outbox.adapters.mongo import ensure_schema
 from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import ClaimTerms
 from board_outbox.service.wireserver import WireServer
 

@@ -21,14 +21,10 @@ from typing import Any
 
 import anyio
 
-from board_outbox.model.domain import (
-    EventSnapshot,
-    Subscription,
-    new_projection_row,
-    new_row_doc,
-    new_subscription_row,
-)
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import new_projection_row, new_row_doc, new_subscription_row
 from board_outbox.model.search import RowQuery
+from board_outbox.model.subscriptions import Subscription
 
 from .common import mongo_uri, open_backend, percentiles, pyplot, write_result
 

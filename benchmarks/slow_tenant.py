@@ -41,8 +41,9 @@ async def case(backend: str, timeout: float, loaded: bool, slow_seconds: float,
                slow_events: int, window: float) -> dict[str, Any]:
     """One case in this process: what the fast tenants' launches waited."""
     from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher
-    from board_outbox.model.domain import Card, Subscription
+    from board_outbox.model.board import Card
     from board_outbox.model.errors import LaunchFailed
+    from board_outbox.model.subscriptions import Subscription
     from board_outbox.service.config import load_config
     from board_outbox.service.runtime import Service
 

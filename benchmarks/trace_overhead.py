@@ -305,7 +305,8 @@ async def in_process_once(name: str, events: int, runner: str, endpoint: str) ->
 
     from board_outbox.adapters.launchers import HttpLauncher
     from board_outbox.adapters.memory import open_stores
-    from board_outbox.model.domain import Card, MatchRule, Subscription
+    from board_outbox.model.board import Card
+    from board_outbox.model.subscriptions import MatchRule, Subscription
     from board_outbox.service.config import load_config
     from board_outbox.service.runtime import Service
     from board_outbox.service.telemetry import sampler

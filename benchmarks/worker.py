@@ -12,7 +12,7 @@ from board_outbox.engine.handlers.registry import ExecutionContext, HandlerRegis
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.rows import EffectRow
 
 from .common import open_backend, settle_heap, synthetic_board
 

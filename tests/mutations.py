@@ -115,18 +115,18 @@ MUTANTS: tuple[Mutant, ...] = (
            '                return "dropped: subscription deleted"', "launch"),
     # --- others: domain, error classification, runtime, adapters ---------------------------
     Mutant("domain-matches-ignores-column", "domain",
-           "if rule.column is not None and ev.column != rule.column:", "if False:", "domain"),
+           "if rule.column is not None and ev.column != rule.column:", "if False:", "subscriptions"),
     Mutant("domain-disabled-subscription-matches", "domain",
-           "if not sub.enabled or ev.deleted:", "if ev.deleted:", "domain"),
+           "if not sub.enabled or ev.deleted:", "if ev.deleted:", "subscriptions"),
     Mutant("domain-index-misses-column-only-rules", "domain",
            "for key in ((ev.type, ev.column), (ev.type, None), (None, ev.column), (None, None)):",
-           "for key in ((ev.type, ev.column), (ev.type, None), (None, None)):", "domain"),
+           "for key in ((ev.type, ev.column), (ev.type, None), (None, None)):", "subscriptions"),
     Mutant("domain-one-shot-labels-not-required", "domain",
            "return not (sub.consume_labels and not set(sub.consume_labels).issubset(ev.labels))",
-           "return True", "domain"),
+           "return True", "subscriptions"),
     Mutant("domain-labels-all-ignored", "domain",
            "if rule.labels_all and not set(rule.labels_all).issubset(ev.labels):", "if False:",
-           "domain"),
+           "subscriptions"),
     Mutant("errors-launch-failed-is-permanent", "errors",
            "class LaunchFailed(EffectError):", "class LaunchFailed(PermanentEffectError):",
            "errors"),
@@ -207,7 +207,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("batch-expired-lease-exact-instant", "bounds",
            "        if now >= c.lease_until:\n", "        if now > c.lease_until:\n", "batch"),
     Mutant("sweep-horizon-exact-instant", "bounds",
-           "if lease > now + horizon:", "if lease >= now + horizon:", "validation"),
+           "if lease > now + horizon:", "if lease >= now + horizon:", "row_documents"),
     Mutant("sweep-horizon-exact-instant-mongo", "bounds",
            '{"state": CLAIMED, "lease_until": {"$gt": now + horizon}}',
            '{"state": CLAIMED, "lease_until": {"$gte": now + horizon}}', "mongo/outbox"),
@@ -260,7 +260,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # F2: concurrency and rate limits
     Mutant("limits-slot-expiry-exact-instant", "limits",
            "return until is None or until <= now", "return until is None or until < now",
-           "validation"),
+           "service_documents"),
     Mutant("limits-defer-counts-attempt", "limits",
            'return Transition(name="defer", set=',
            'return Transition(name="defer", count_attempt=True, set=', "transitions"),
@@ -325,7 +325,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return res.full and res.read >= limit", "tail"),
     Mutant("limits-ghost-slot-held", "limits",
            "return until is None or until <= now or slot_problem(doc, now) is not None",
-           "return until is None or until <= now", "validation"),
+           "return until is None or until <= now", "service_documents"),
     Mutant("limits-negative-counter-counts", "limits",
            '{"_id": cid, "n": {"$gte": 0, "$lt": allowed}}', '{"_id": cid, "n": {"$lt": allowed}}',
            "mongo/limits"),
@@ -348,7 +348,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if wait > 0:  # refused", "        if False:  # refused", "console/app"),
     Mutant("console-token-whitespace-ok", "console",
            "bad = next((c for c in token if not c.isprintable() or c.isspace()), None)",
-           "bad = next((c for c in token if not c.isprintable()), None)", "config"),
+           "bad = next((c for c in token if not c.isprintable()), None)", "config_rules"),
     Mutant("http-read-timeout-unset", "console",
            "    config.read_timeout = READ_TIMEOUT", "    config.read_timeout = None", "http/server"),
     Mutant("http-head-limit-off", "console",
@@ -374,22 +374,22 @@ MUTANTS: tuple[Mutant, ...] = (
            "return float(value) if isinstance(value, float) else 0.0", "fairness"),
     Mutant("membership-trust-exact-timeout", "bounds",
            "if max_ahead is not None and expires_at > now + max_ahead:",
-           "if max_ahead is not None and expires_at >= now + max_ahead:", "validation"),
+           "if max_ahead is not None and expires_at >= now + max_ahead:", "service_documents"),
     Mutant("cursor-one-ahead-not-held", "bounds",
            "elif head is not None and cur > head:", "elif head is not None and cur > head + 1:",
            "tenants"),
     # per-document parsing and the bad-document listing
     Mutant("parse-float-seq-accepted", "parse",
            "        if isinstance(t, str) and isinstance(seq, int) and is_seq(seq):",
-           "        if isinstance(t, str) and isinstance(seq, (int, float)):", "validation"),
+           "        if isinstance(t, str) and isinstance(seq, (int, float)):", "service_documents"),
     Mutant("parse-fixed-seq-still-listed", "parse",
-           "            BAD_DOCUMENTS.resolved(collection, t)", "            pass", "validation"),
+           "            BAD_DOCUMENTS.resolved(collection, t)", "            pass", "service_documents"),
     Mutant("parse-fixed-lease-still-listed", "parse",
            "            BAD_DOCUMENTS.resolved(MEMBERS, m.member_id)", "            pass",
            "membership"),
     Mutant("parse-binary-token-refused", "parse",
            "if not isinstance(data, (str, bytes)) or not data:",
-           "if not isinstance(data, str) or not data:", "validation"),
+           "if not isinstance(data, str) or not data:", "service_documents"),
     Mutant("parse-trace-id-lax", "parse",
            "return _keep(traceparent, ctx if ctx.is_valid else None)",
            "return _keep(traceparent, ctx)", "propagation"),
@@ -526,10 +526,10 @@ MUTANTS: tuple[Mutant, ...] = (
            '    if s is None:\n        s = float(t)  # type: ignore[arg-type]', "times"),
     Mutant("r7-event-time-kept", "r7",
            "        if not TIME_MIN <= self.at <= TIME_MAX:  # NaN too",
-           "        if False:  # NaN too", "domain"),
+           "        if False:  # NaN too", "board"),
     Mutant("r7-far-due-not-swept-memory", "r7",
            "        if due > due_limit(now):  # R7: no writer of ours sets one so far ahead",
-           "        if False:  # R7: no writer of ours sets one so far ahead", "validation"),
+           "        if False:  # R7: no writer of ours sets one so far ahead", "row_documents"),
     Mutant("r7-far-due-not-swept-mongo", "r7",
            '            ({"state": PENDING, "not_before": {"$gt": due_limit(now)}}, "pending_not_before"),\n',
            "", "mongo/outbox"),
@@ -558,7 +558,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # tenant's lane takes a claim's worth of its handed rows, one heartbeat beats the queued rows
     Mutant("lanes-close-with-the-batch", "lanes",
            "async with self.worker.lanes(self.stats.worker.add):",
-           "async with anyio.create_task_group():", "runtime"),
+           "async with anyio.create_task_group():", "hotloops"),
     Mutant("lanes-rows-unbounded", "lanes",
            "return 2 * self.claim_limit()", "return 10**6", "running"),
     Mutant("lanes-tenant-takes-every-handed-row", "lanes",
@@ -1290,7 +1290,7 @@ def run_together(chosen: list[Mutant], timeout: float) -> int:
 
 def preflight(baseline: bool) -> None:
     """The copy, not the editable install, must be what the subprocesses import: a copy whose
-    domain module raises at import must fail, and ``board_outbox`` must resolve inside it. With
+    subscriptions module raises at import must fail, and ``board_outbox`` must resolve inside it. With
     ``baseline``, the unmutated copy must also pass the unit suite."""
     for m in MUTANTS:
         locate(m)  # every snippet found exactly once, before spending minutes
@@ -1311,9 +1311,9 @@ def preflight(baseline: bool) -> None:
                 raise SystemExit(f"preflight: the unmutated copy fails: {base.unit_by}")
             print(f"preflight: the unmutated copy passes the unit suite {base.unit_by}",
                   file=sys.stderr, flush=True)
-        domain = locate(Mutant("preflight-probe", "", "class Subscription(msgspec.Struct", "",
-                               "domain"))
-        probe = copy / domain.relative_to(ROOT)
+        target = locate(Mutant("preflight-probe", "", "class Subscription(msgspec.Struct", "",
+                               "subscriptions"))
+        probe = copy / target.relative_to(ROOT)
         probe.write_text(probe.read_text() + '\nraise RuntimeError("mutation preflight")\n')
         rc, out = run([*UNIT, "tests/test_matching.py"], copy, 120)
         if rc == 0 or "mutation preflight" not in out:

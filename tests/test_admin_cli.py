@@ -18,7 +18,8 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service, build_registry
 from board_outbox.surface.admin import parse_when, rebuild_projection

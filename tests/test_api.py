@@ -17,8 +17,10 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.upkeep.api_tokens import create_token
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.rows import ErrorEntry, new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.surface.api import ENDPOINTS, build_api
 

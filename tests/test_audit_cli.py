@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.cli import main

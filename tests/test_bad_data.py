@@ -37,17 +37,12 @@ from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.flow.pause import PauseGate
 from board_outbox.engine.tail.tail import Tail
 from board_outbox.engine.work.worker import EffectWorker
-from board_outbox.model.domain import (
-    Card,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    TraceContext,
-    new_launch_row,
-)
+from board_outbox.model.board import Card, EventSnapshot
 from board_outbox.model.errors import UsageError
 from board_outbox.model.limits import bot_key, rate_slot, slot_id
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.rows import TraceContext, new_launch_row
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import RowFilter
 from board_outbox.service.runtime import build_registry
 from board_outbox.surface.admin import dead_letter_filter
@@ -1085,8 +1080,8 @@ async def test_a_bad_membership_lease_is_not_a_member(
     replica; a lease far ahead, or a non-string member id, was a live member forever (its
     rendezvous share of the tenants never drained). Now each is left out, with one line."""
     from board_outbox.engine.flow.membership import MembershipSettings, Ownership
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.clock import ManualClock
-    from board_outbox.model.validation import BAD_DOCUMENTS
 
     clock = ManualClock()
     async with open_side(side, request) as s:
@@ -1113,7 +1108,7 @@ async def test_the_heartbeats_one_read_parses_each_member_and_pause_alone(
     """S6: the heartbeat reads the members and the pauses in one read. A bad lease and a bad
     pause document each cost only themselves there too: the good member and the good pause are
     read, the bad ones left out and listed."""
-    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
 
     async with open_side(side, request) as s:
         bad_member, bad_pause = _uniq("bad-member"), _uniq("acme")
@@ -1246,9 +1241,9 @@ async def test_a_bad_series_document_costs_only_itself_on_the_charts(
     sparklines, one line, listed by ``status --json``; the good documents of the same minutes
     still draw (and a page loaded twice logs nothing more)."""
     from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
-    from board_outbox.model.validation import BAD_DOCUMENTS
     from board_outbox.service.config import load_config
     from board_outbox.surface.console.trends import Trends
 
@@ -1327,7 +1322,7 @@ async def test_a_bad_document_under_the_replicas_own_key_costs_one_minutes_point
 async def test_a_stored_token_that_cannot_be_one_loads_as_none(
         side: str, kind: str, caplog: pytest.LogCaptureFixture,
         request: pytest.FixtureRequest) -> None:
-    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
 
     u = _uniq("garbage")  # a distinct problem: the once-per-problem lines are per process
     token = {"string": u, "list": ["x", u], "no-data": {"no_data": u}}[kind]
@@ -1351,7 +1346,7 @@ async def test_a_stored_token_with_string_or_binary_data_loads_as_it_is(
         side: str, data: object, request: pytest.FixtureRequest) -> None:
     """A resume token's ``_data`` is a string on today's servers and binary on older ones (and
     on some wire servers): both are tokens, loaded unchanged, never listed as bad."""
-    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
 
     async with open_side(side, request) as s:
         await s.token({"_data": data, "_typeBits": Binary(b"\x01", 0)})
@@ -1525,9 +1520,9 @@ async def test_a_malformed_epoch_costs_one_line_and_this_replicas_start_stands_i
     tool: read per document, one warning, and the replica's own start stands in (history before
     it stays unlaunched, a tenant born after it is read in full); the document is left alone, no
     reader of cursors takes it for a tenant's, and ``status`` lists it as a bad document."""
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.clock import ManualClock
     from board_outbox.model.epoch import EPOCH_KEY
-    from board_outbox.model.validation import BAD_DOCUMENTS
     from board_outbox.service.health import tenant_statuses
 
     BAD_DOCUMENTS.resolved("trigger_cursors", EPOCH_KEY)  # another case's: logged once per process
@@ -1964,7 +1959,7 @@ async def test_times_out_of_range_cost_only_their_documents_on_every_page_and_co
 
     import httpx
 
-    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.service.config import load_config
     from board_outbox.service.health import tenant_status
     from board_outbox.surface.console import build_console
@@ -2289,8 +2284,10 @@ async def test_bulk_replay_takes_the_good_dead_letters_past_bad_ones(kit: Kit) -
     one whose stored parked time is out of the time range (R7) does not decode either -- while
     every good row beside them is planned and replayed, on every backend."""
     from board_outbox.engine.upkeep.bulk_replay import apply_bulk_replay, plan_bulk_replay
+    from board_outbox.model.board import EventSnapshot
+    from board_outbox.model.codec import to_doc
     from board_outbox.model.dead_letters import BulkFilter
-    from board_outbox.model.domain import ErrorEntry, EventSnapshot, new_launch_row, to_doc
+    from board_outbox.model.rows import ErrorEntry, new_launch_row
 
     sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
     await kit.subs.put(sub)
@@ -2333,8 +2330,10 @@ async def test_listing_failed_rows_by_time_reads_past_bad_times(kit: Kit) -> Non
     failed rows whose ``updated_at`` is a string, null or missing: as on the server, a time
     bound matches numbers only, the rest of the listing stands, and the order is newest first
     over whatever is stored (the memory twin once compared a string with a float: TypeError)."""
-    from board_outbox.model.domain import EventSnapshot, new_launch_row, to_doc
+    from board_outbox.model.board import EventSnapshot
+    from board_outbox.model.codec import to_doc
     from board_outbox.model.records import RowFilter
+    from board_outbox.model.rows import new_launch_row
 
     sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
     at = kit.clock.now() - 600
@@ -2373,8 +2372,9 @@ async def test_a_bulk_cancel_walks_past_pending_rows_that_do_not_decode(kit: Kit
     another type is not walked; every good row beside them is cancelled, on every backend."""
     from board_outbox.engine.upkeep.bulk_actions import cancel_write
     from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
+    from board_outbox.model.board import EventSnapshot
     from board_outbox.model.dead_letters import BulkFilter
-    from board_outbox.model.domain import EventSnapshot, new_launch_row
+    from board_outbox.model.rows import new_launch_row
 
     sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
     now = kit.clock.now()
@@ -2406,8 +2406,8 @@ async def test_an_api_token_document_that_does_not_decode_authorizes_nothing() -
     authorizes nothing (reported once as a bad document); a good token beside it works."""
     from board_outbox.engine.upkeep.api_tokens import authenticate, create_token
     from board_outbox.model.api_tokens import API_TOKENS_COLLECTION, digest, token_text
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.clock import SystemClock
-    from board_outbox.model.validation import BAD_DOCUMENTS
 
     b = MemoryBackend()
     secret = "s" * 43
@@ -2711,8 +2711,8 @@ async def test_hostile_forwarded_headers_cost_only_their_request(
 def test_an_id_with_a_newline_or_a_separator_is_refused(value: str) -> None:
     """``^...$`` with ``match`` let ``"abc\\n"`` through (``$`` matches before a final newline):
     an id is the whole text or nothing, wherever it is checked (row keys, tenants, kinds)."""
-    from board_outbox.model.domain import check_id
     from board_outbox.model.errors import InvalidId
+    from board_outbox.model.ids import check_id
     from board_outbox.model.validation import tenant_problem
 
     with pytest.raises(InvalidId):

@@ -21,7 +21,9 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import ErrorEntry, new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import Stores
 from board_outbox.surface.cli import main
 from tests.support.faults import FaultInjector, FaultProxy
@@ -224,7 +226,7 @@ def test_sigterm_on_the_wire_leaves_every_row_replayed_or_untouched(
 
     from board_outbox.adapters.mongo.schema import INDEXES
     from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
-    from board_outbox.model.domain import new_row_doc
+    from board_outbox.model.rows import new_row_doc
 
     db_name = f"bulk_{uuid.uuid4().hex[:8]}"
     client: MongoClient[dict[str, Any]] = MongoClient(live_uri)

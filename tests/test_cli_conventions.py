@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card
+from board_outbox.model.board import Card
 from board_outbox.service.wireserver import free_port
 from board_outbox.surface.cli import main
 from board_outbox.surface.cli.parser import build_parser

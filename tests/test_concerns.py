@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, monitoring
 
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import ConfigError
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.backends import open_backend
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

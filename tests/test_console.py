@@ -17,15 +17,10 @@ import httpx
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import (
-    Card,
-    ErrorEntry,
-    EventSnapshot,
-    Subscription,
-    TraceContext,
-    new_launch_row,
-)
+from board_outbox.model.board import Card, EventSnapshot
 from board_outbox.model.errors import ConfigError
+from board_outbox.model.rows import ErrorEntry, TraceContext, new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.console import build_console

@@ -6,6 +6,14 @@ launch) is opened, replayed with the admin token after the confirmation, and see
 read-only session has no replay button and its forged POST is refused. The row page explains
 the dead-letter's wait, and once replayed, that it is done (issue 33).
 
+While a tenant is paused, its held launches are found from the Find rows form by card, by event
+TENANT:SEQ and by state (a hostile query -- an operator object, a backward seq range -- is a
+one-line message); "Cancel all matching…" opens the plan of the tenant's pending rows, the
+operator narrows it to a retiring bot and applies it with a reason, the progress page reloads
+itself until done, and the rows are ``cancelled`` on their pages and in the store, audited by
+name and reason. On resume the tenant's other held launches run; the cancelled ones never
+reach the bot runner.
+
 The admin part goes through a TLS-terminating proxy started in the test (U3,
 ``tests/support/tls_proxy.py``: https on a self-signed certificate, ``X-Forwarded-*`` and the
 operator's name in ``X-Forwarded-User``): the login over https, its cookie ``Secure``, and the
@@ -48,6 +56,7 @@ JAEGER = "http://jaeger.example:16686"
 TENANTS = ("acme", "globex", "initech")
 OPERATOR = "ana@example.com"  # who the auth proxy says is signed in
 BY = f"console:{OPERATOR}"
+RETIRED = "globex.retired"  # a subscription whose held launches the operator cancels
 
 
 def _chromium() -> tuple[str, str] | None:
@@ -58,15 +67,18 @@ def _chromium() -> tuple[str, str] | None:
 
 class BotRunner:
     """The bot runner the ``http`` launcher posts to: refuses (400: permanent, the row parks at
-    once) until told to accept."""
+    once) until told to accept. ``received`` holds the row key of every launch posted to it
+    (the ``Idempotency-Key``), accepted or not."""
 
     def __init__(self) -> None:
         self.accept = False
+        self.received: list[str] = []
         runner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                runner.received.append(str(self.headers.get("Idempotency-Key", "")))
                 status = 200 if runner.accept else 400
                 body = b'{"launch_id": "L1"}' if runner.accept else b"no such bot"
                 self.send_response(status)
@@ -108,11 +120,11 @@ def _plant_series(db: Any, minutes: int = 30, ahead: int = 3) -> None:
             "listed": 2, "lag": lag, "expire_at": datetime.fromtimestamp(minute + 3600, UTC)})
 
 
-def _emit(db: Any, tenant: str) -> int:
+def _emit(db: Any, tenant: str, card: str = "c") -> int:
     seq = int(db["board_event_counters"].find_one_and_update(
         {"_id": tenant}, {"$inc": {"seq": 1}}, upsert=True, return_document=True)["seq"])
     db["board_events"].insert_one({"tenant_id": tenant, "seq": seq, "type": "card.created",
-                                   "card_id": "c", "at": time.time()})
+                                   "card_id": card, "at": time.time()})
     return seq
 
 
@@ -192,6 +204,13 @@ def test_the_console_in_a_browser_over_a_running_service(
                                                 "rule": {"event_types": ["card.created"]}})
         db["board_cards"].insert_one({"_id": f"{t}/c", "tenant_id": t, "card_id": "c",
                                       "title": "Fix login", "column": "inbox"})
+    for card in ("c-1", "c-2"):  # the cards of the events the search finds
+        db["board_cards"].insert_one({"_id": f"globex/{card}", "tenant_id": "globex",
+                                      "card_id": card, "title": "Fix login", "column": "inbox"})
+    # globex also launches a bot it is retiring: its held launches are the ones cancelled
+    db["trigger_subscriptions"].insert_one({"_id": RETIRED, "sub_id": RETIRED, "tenant_id": "globex",
+                                            "bot": "retired-bot",
+                                            "rule": {"event_types": ["card.created"]}})
     _plant_series(db)
     runner = BotRunner()
     runner.accept = True
@@ -222,8 +241,9 @@ def test_the_console_in_a_browser_over_a_running_service(
         for t in TENANTS:
             for _ in range(2):
                 _emit(db, t)
-        wait_until(lambda: db["trigger_effects"].count_documents({"state": "done"}) == 12, 30,
-              "every first row done")
+        # each event: a launch per subscription and the board's projection row
+        wait_until(lambda: db["trigger_effects"].count_documents({"state": "done"}) == 14, 30,
+                   "every first row done")
 
         # -- a stalled tenant appears: every row insert refused, acme's new events wait ------
         # (inserts only: the replica's membership heartbeat, an update, goes on, so a slow run
@@ -339,7 +359,7 @@ def test_the_console_in_a_browser_over_a_running_service(
         doc = db["trigger_effects"].find_one({"row_key": key})
         assert [(a["action"], a["by"]) for a in doc["audit"]] == [("replay", BY)]
 
-        # -- pause a tenant from its page (issue 33): its next launch is held, then runs ------
+        # -- pause a tenant from its page (issue 33): its next launches are held -------------
         browser.get(base + "/tenants/globex")
         browser.find_element(By.ID, "pause-reason").send_keys("customer asked")
         browser.find_element(By.ID, "pause-tenant").click()
@@ -348,24 +368,107 @@ def test_the_console_in_a_browser_over_a_running_service(
         # the replica reads the pauses with its membership heartbeat: emit once it has
         wait_until(lambda: 'board_outbox_pauses{scope="tenant"} 1.0' in _metrics(port), 30,
                    "the replica has read the pause")
-        held_key = f"globex/{_emit(db, 'globex')}/sub/globex.s"
+        # two events on two cards: each a launch per subscription, all four held
+        seqs = [_emit(db, "globex", card) for card in ("c-1", "c-2")]
+        kept = [f"globex/{n}/sub/globex.s" for n in seqs]  # run on resume
+        doomed = [f"globex/{n}/sub/{RETIRED}" for n in seqs]  # cancelled while held
 
         def held() -> bool:
-            doc = db["trigger_effects"].find_one({"row_key": held_key}) or {}
-            return doc.get("waiting") == "paused: tenant globex"
+            docs = db["trigger_effects"].find({"row_key": {"$in": kept + doomed}})
+            return sum(d.get("waiting") == "paused: tenant globex" for d in docs) == 4
 
-        wait_until(held, 30, "globex's new launch held by the pause")
+        wait_until(held, 30, lambda: "globex's new launches held by the pause: " + repr(
+            [(d["row_key"], d["state"], d.get("waiting")) for d in db["trigger_effects"].find(
+                {"tenant_id": "globex", "seq": {"$in": seqs}})]))
         browser.get(base + "/pauses")
         assert "customer asked" in browser.find_element(By.ID, "pauses").text
         shot("pauses")
         browser.get(base + "/tenants/globex")
-        text_of(By.ID, "tenant-pause", "1 row held")
+        text_of(By.ID, "tenant-pause", "4 rows held")
+
+        # -- find rows from the search box: by card, by event, by state ------------------------
+        def find(**fields: str) -> tuple[str, list[str]]:
+            """Fill the Find rows form from the nav bar's link and submit it: the result line
+            (or the one-line error) and the row keys listed."""
+            was = browser.find_element(By.TAG_NAME, "html")  # may be a Find rows page too
+            browser.find_element(By.ID, "nav-find").click()
+            wait_until(lambda: _stale(was), 15, "the Find rows page opened")
+            form = wait_until(lambda: browser.find_elements(By.ID, "search"), 15,
+                              "the search form")[0]
+            for field, value in fields.items():
+                form.find_element(By.NAME, field).send_keys(value)
+            form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+            wait_until(lambda: _stale(form), 15, f"the search {fields} submitted")
+            said = str(wait_until(lambda: (browser.find_elements(By.ID, "found")
+                                           or browser.find_elements(By.ID, "message")), 15,
+                                  f"the search {fields} answered")[0].text)
+            return said, [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#rows a.mono")]
+
+        said, keys = find(card="c-2", tenant="globex")
+        assert kept[1] in keys and doomed[1] in keys and not {kept[0], doomed[0]} & set(keys), keys
+        assert said == f"{len(keys)} rows: card c-2 of tenant globex", said
+        said, keys = find(event=f"globex:{seqs[0]}")
+        assert {kept[0], doomed[0]} <= set(keys) and not {kept[1], doomed[1]} & set(keys), keys
+        assert said.endswith(f"event globex:{seqs[0]}"), said
+        for hostile, why in (({"state": '{"$ne": null}'}, "one of"),
+                             ({"seq_range": "9..1", "tenant": "globex"}, "must not be above")):
+            said, keys = find(**hostile)
+            assert why in said and "\n" not in said and not keys, (hostile, said)
+            assert "Traceback" not in browser.page_source
+        said, keys = find(state="pending", tenant="globex")
+        assert sorted(keys) == sorted(kept + doomed), keys
+        shot("find")
+
+        # -- cancel all matching: the plan, narrowed to the retired bot, then applied -----------
+        browser.find_element(By.ID, "cancel-matching").click()
+        assert text_of(By.ID, "matched", "4") == "4"  # every pending globex row
+        plan = browser.find_element(By.ID, "plan")  # the old page's: stale once re-planned
+        browser.find_element(By.NAME, "bot").send_keys("retired-bot")
+        browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+        wait_until(lambda: _stale(plan), 15, "the plan read again")
+        assert text_of(By.ID, "matched", "2") == "2"
+        assert "tenant=globex" in browser.current_url and "bot=retired-bot" in browser.current_url
+        assert RETIRED in browser.find_element(By.ID, "by-subscription").text
+        shot("cancel-plan")
+        assert {d["state"] for d in db["trigger_effects"].find(
+            {"row_key": {"$in": doomed}})} == {"pending"}  # the plan changed nothing
+        browser.find_element(By.NAME, "reason").send_keys("bot retired")
+        rate = browser.find_element(By.NAME, "rate")
+        rate.clear()
+        rate.send_keys("50")
+        browser.find_element(By.ID, "apply-plan").click()
+        text_of(By.TAG_NAME, "h1", "Bulk cancel")
+        text_of(By.ID, "state", "done", timeout=20)  # the page reloads itself while it runs
+        assert browser.find_element(By.ID, "replayed").text == "2"
+        assert browser.find_element(By.ID, "remaining").text == "0"
+        assert browser.find_element(By.ID, "back").text == "Back to Find rows"
+        for k in doomed:
+            doc = db["trigger_effects"].find_one({"row_key": k})
+            assert doc["state"] == "cancelled", doc
+            assert [(a["action"], a["by"]) for a in doc["audit"]] == [("cancel", BY)]
+            assert doc["audit"][0]["detail"].startswith("bot retired (bulk cancel ")
+        _said, keys = find(state="cancelled", tenant="globex")
+        assert sorted(keys) == sorted(doomed), keys
+        browser.find_element(By.LINK_TEXT, doomed[0]).click()
+        assert text_of(By.ID, "row-state", "cancelled") == "cancelled"
+        audit = browser.find_element(By.ID, "audit").text
+        assert "cancel" in audit and BY in audit and "bot retired" in audit
+
+        # -- resume: the kept launches run, the cancelled ones never reach the bot ---------------
+        browser.get(base + "/tenants/globex")
+        text_of(By.ID, "tenant-pause", "2 rows held")
         browser.find_element(By.ID, "resume-tenant").click()
         text_of(By.ID, "tenant-pause", "Not paused")
-        wait_until(lambda: (db["trigger_effects"].find_one({"row_key": held_key}) or {}).get(
-            "state") == "done", 30, "the held launch done after resume")
-        doc = db["trigger_effects"].find_one({"row_key": held_key})
-        assert doc.get("attempts", 0) == 0 and not doc.get("errors")
+        wait_until(lambda: db["trigger_effects"].count_documents(
+            {"row_key": {"$in": kept}, "state": "done"}) == 2, 30,
+            "the held launches done after resume")
+        for k in kept:
+            doc = db["trigger_effects"].find_one({"row_key": k})
+            assert doc.get("attempts", 0) == 0 and not doc.get("errors")
+        assert set(kept) <= set(runner.received)
+        assert not set(doomed) & set(runner.received), runner.received
+        assert {d["state"] for d in db["trigger_effects"].find(
+            {"row_key": {"$in": doomed}})} == {"cancelled"}
         pause_doc = db["board_outbox_pauses"].find_one({"_id": "tenant:globex"})
         assert [(a["action"], a["by"]) for a in pause_doc["audit"]] == [
             ("pause", BY), ("resume", BY)]
@@ -401,6 +504,19 @@ def test_the_console_in_a_browser_over_a_running_service(
     assert f"{OPERATOR} logged in from 127.0.0.1 (through the proxy at 127.0.0.2)" in (
         log_path.read_text())
     assert own and max(d["counts"]["done"] for d in own) >= 14, own
+
+
+def _stale(element: Any) -> bool:
+    """The element's page has gone (a form's submit navigated away)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException:  # chromedriver's "does not belong to the document": gone too
+        return True
+    return False
 
 
 def _metrics(port: int) -> str:

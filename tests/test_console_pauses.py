@@ -10,9 +10,9 @@ import html
 import anyio
 import pytest
 
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.model.pause import HELD_OFFSET
-from board_outbox.model.validation import BAD_DOCUMENTS
 from tests.test_console import TOKEN, T, console, csrf_of, login, origin
 
 pytestmark = pytest.mark.anyio

@@ -18,8 +18,9 @@ import httpx
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import ConfigError
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.surface.console import build_console
 from board_outbox.surface.console.security import LOGIN_FAILURES, SESSION_COOKIE, client_key

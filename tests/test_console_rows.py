@@ -13,8 +13,10 @@ import httpx
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.limits import bot_key
+from board_outbox.model.rows import ErrorEntry, new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.surface.console import build_console
 

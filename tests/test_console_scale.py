@@ -16,7 +16,9 @@ import httpx
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import Stores
 from board_outbox.service.config import load_config
 from board_outbox.surface.console import build_console

@@ -10,7 +10,9 @@ import time
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from tests.test_console import TOKEN, console, login, origin
 from tests.test_console_bulk import _count, _until
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from board_outbox.model.domain import Subscription
+from board_outbox.model.subscriptions import Subscription
 from tests.test_console import TOKEN, T, console, csrf_of, login, origin
 
 pytestmark = pytest.mark.anyio

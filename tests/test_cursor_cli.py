@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import EffectRow, Subscription
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.surface.cli import main
 
 

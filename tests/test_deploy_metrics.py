@@ -25,7 +25,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.http import open_ops_server

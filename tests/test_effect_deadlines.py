@@ -18,7 +18,8 @@ import pytest
 
 from board_outbox.engine.work.watchdog import LoopWatch, Progress
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import MatchRule, Subscription, launch_row_key
+from board_outbox.model.row_keys import launch_row_key
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.runtime import build_registry
 from tests.support.hung_plugins import BLOCK, HANG, HANGING_PROJECTION
 from tests.support.kits import Kit
@@ -155,7 +156,7 @@ def test_progress_is_stuck_only_while_rows_are_claimed() -> None:
 @pytest.mark.anyio
 async def test_healthz_fails_when_the_worker_is_stuck_with_rows_claimed() -> None:
     from board_outbox.adapters.memory import MemoryBackend
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
     from board_outbox.service.runtime import Service
     from board_outbox.surface.http.checks import liveness
 

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from board_outbox.model.domain import MatchRule, Subscription, launch_row_key
 from board_outbox.model.errors import InvalidId
+from board_outbox.model.row_keys import launch_row_key
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.runtime import build_registry
 from board_outbox.surface.demo.notify import TOPIC, notifications
 from tests.conftest import BACKENDS

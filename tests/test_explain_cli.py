@@ -20,9 +20,10 @@ import msgspec
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.explanation import Explanation, Limit
 from board_outbox.model.limits import bot_key
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.cli import main

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import board_outbox.engine.handlers.launch
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
-from board_outbox.model.domain import DONE
+from board_outbox.model.rows import DONE
 from tests.harness.broken import AllocatorSeedTail, CursorFirstTail, EagerPoisonTail
 from tests.harness.sim import (
     VIOLATION_KINDS,

@@ -20,7 +20,7 @@ from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
 from board_outbox.engine.flow.leases import Leases
 from board_outbox.engine.work.completer import Completer
 from board_outbox.engine.work.handoff import HandoffQueue
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import ClaimTerms, UpsertResult
 from tests.harness.sim import VIOLATION_KINDS, run_many, violation_kinds
 

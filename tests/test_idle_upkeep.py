@@ -14,9 +14,10 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.flow.membership import owner
+from board_outbox.model.board import Card
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import Card, Subscription
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.resume import QUIET_SAVE_SECONDS, ResumePoint
 from board_outbox.service.runtime import Service

@@ -13,7 +13,8 @@ import pytest
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.engine.work.lanes import Lanes, run_lanes
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import LaunchRequest
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from board_outbox.model.domain import EventSnapshot, MatchRule, Subscription, SubscriptionIndex, matches
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.subscriptions import MatchRule, Subscription, SubscriptionIndex, matches
 
 TYPES = ["card.created", "card.moved", "card.labeled"]
 COLUMNS = ["", "inbox", "review"]

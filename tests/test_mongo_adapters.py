@@ -22,7 +22,7 @@ from board_outbox.model import transitions as tr
 from board_outbox.model.errors import ConfigError, StoreError, StoreUnavailable
 from board_outbox.ports import RowFilter
 from board_outbox.service.backends import mongo_client
-from board_outbox.service.config import StoreConfig
+from board_outbox.service.config_sections import StoreConfig
 from tests.support.mongomock_async import mock_database
 
 pytestmark = pytest.mark.anyio
@@ -117,7 +117,9 @@ async def test_done_rows_expire_and_dead_letters_never_do() -> None:
     7 days disappears; a failed row of the same age stays (it never carries done_at, and the
     TTL index is partial on state=done besides)."""
     from board_outbox.adapters.mongo import MongoEffectOutbox
-    from board_outbox.model.domain import ErrorEntry, EventSnapshot, Subscription, new_launch_row
+    from board_outbox.model.board import EventSnapshot
+    from board_outbox.model.rows import ErrorEntry, new_launch_row
+    from board_outbox.model.subscriptions import Subscription
 
     db = mock_database()
     await ensure_schema(db)
@@ -145,7 +147,9 @@ async def test_coalesced_rows_expire_like_done_rows() -> None:
     import time
 
     from board_outbox.adapters.mongo import MongoEffectOutbox
-    from board_outbox.model.domain import Coalesce, EventSnapshot, Subscription, new_launch_row
+    from board_outbox.model.board import EventSnapshot
+    from board_outbox.model.rows import new_launch_row
+    from board_outbox.model.subscriptions import Coalesce, Subscription
 
     db = mock_database()
     await ensure_schema(db)
@@ -173,13 +177,9 @@ async def test_new_rows_are_stored_slim_and_read_back_whole() -> None:
     encode and store); every reader gets the same row back, and the first write of a row key
     still wins ($setOnInsert: a second materialization changes nothing)."""
     from board_outbox.adapters.mongo import MongoEffectOutbox
-    from board_outbox.model.domain import (
-        EventSnapshot,
-        Subscription,
-        TraceContext,
-        new_launch_row,
-        new_projection_row,
-    )
+    from board_outbox.model.board import EventSnapshot
+    from board_outbox.model.rows import TraceContext, new_launch_row, new_projection_row
+    from board_outbox.model.subscriptions import Subscription
 
     db = mock_database()
     await ensure_schema(db)
@@ -258,7 +258,7 @@ async def test_every_hot_statement_naming_a_state_constrains_that_states_index_k
     from board_outbox.adapters.mongo import MongoEffectOutbox
     from board_outbox.adapters.mongo.schema import INDEXES
     from board_outbox.adapters.mongo.status import MongoStatusStore
-    from board_outbox.model.domain import EffectRow
+    from board_outbox.model.rows import EffectRow
 
     class Sent(monitoring.CommandListener):
         def __init__(self) -> None:
@@ -347,7 +347,7 @@ async def test_the_priority_query_runs_only_under_a_backlog_on_the_wire(live_uri
     from pymongo import AsyncMongoClient, monitoring
 
     from board_outbox.adapters.mongo import MongoEffectOutbox
-    from board_outbox.model.domain import EffectRow
+    from board_outbox.model.rows import EffectRow
 
     class Finds(monitoring.CommandListener):
         def __init__(self) -> None:

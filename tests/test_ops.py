@@ -20,9 +20,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from board_outbox.adapters.memory import MemoryBackend
+from board_outbox.model.board import Card
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import Card, EffectRow, Subscription
 from board_outbox.model.errors import ConfigError, StoreUnavailable
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.health import StallDetector, tenant_status
 from board_outbox.service.runtime import Service

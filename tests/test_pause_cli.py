@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Subscription
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.surface.cli import main
 
 
@@ -181,6 +181,6 @@ def test_a_pause_dated_in_milliseconds_is_listed_not_a_traceback(
     assert "bot" in out and "deploy" in out and "1 pause on" in out and "acme" not in out
     assert "malformed pause document tenant:acme: at 1000000000000.0 is out of range" in err
     assert "a millisecond timestamp?" in err and "Traceback" not in err
-    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
 
     BAD_DOCUMENTS.resolved("board_outbox_pauses", "tenant:acme")  # the next test's list as ever

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card
+from board_outbox.model.board import Card
 from board_outbox.service.runtime import build_registry
 from board_outbox.surface.cli import main
 from board_outbox.testing import ProjectionContract, check_projection

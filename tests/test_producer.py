@@ -99,7 +99,8 @@ async def test_emit_allocates_the_seq_inserts_the_event_and_the_tail_reads_it(ad
                        "diff": {"column": ["todo", "doing"]}}
     assert "actor" not in docs[1] and "trace" not in docs[1]  # no context current: none stored
     # the service reads them as it reads any event: the tail materializes both
-    from board_outbox.model.domain import Card, MatchRule, Subscription
+    from board_outbox.model.board import Card
+    from board_outbox.model.subscriptions import MatchRule, Subscription
 
     kit = mongo_kit(adb, "producer")
     await kit.cards.put(Card(tenant_id="acme", card_id="c1", title="c1", column="todo"))
@@ -213,7 +214,8 @@ async def test_a_failed_insert_is_a_hole_the_tail_steps_over(live: Any, live_db:
     the tail materializes the next event once the hole is older than ``young_gap_seconds``."""
     if not live.failpoints():
         pytest.skip("the wire server has no failpoints (test commands disabled)")
-    from board_outbox.model.domain import Card, MatchRule, Subscription
+    from board_outbox.model.board import Card
+    from board_outbox.model.subscriptions import MatchRule, Subscription
 
     admin: MongoClient[dict[str, Any]] = MongoClient(live.uri)
     admin.admin.command("configureFailPoint", "failCommand", mode={"times": 1}, data={

@@ -11,7 +11,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.model.domain import Card
+from board_outbox.model.board import Card
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.admin import rebuild_projection

@@ -18,10 +18,12 @@ import pytest
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.adapters.mongo import ensure_schema
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import Card, ErrorEntry, EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import Card, EventSnapshot
 from board_outbox.model.errors import ConfigError
 from board_outbox.model.retention import Retention, days
-from board_outbox.model.validation import park_fields
+from board_outbox.model.row_documents import park_fields
+from board_outbox.model.rows import ErrorEntry, new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import RowFilter
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

@@ -10,7 +10,9 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.surface.cli import main
 from tests.test_admin_cli import factory_for
 

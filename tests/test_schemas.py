@@ -46,9 +46,11 @@ from hypothesis import strategies as st
 from board_outbox.adapters.mongo.subscriptions import decode_subscription
 from board_outbox.engine.tail.reading import decode_event, snapshot
 from board_outbox.engine.telemetry.propagation import stored_context
-from board_outbox.model.domain import BoardEvent, Card, from_doc
+from board_outbox.model.board import BoardEvent, Card
+from board_outbox.model.codec import from_doc
 from board_outbox.model.errors import MalformedCard, MalformedDocument
-from board_outbox.model.validation import is_seq, seqs_by_tenant, tenant_problem
+from board_outbox.model.service_documents import seqs_by_tenant
+from board_outbox.model.validation import is_seq, tenant_problem
 from board_outbox.ports import EventRecord
 from tests import test_bad_data as corpus
 from tests.support.schema_strategies import from_schema

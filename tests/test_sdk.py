@@ -52,11 +52,11 @@ def test_every_public_name_resolves_to_a_public_object(module: types.ModuleType,
 
 def test_the_sdk_names_are_the_objects_the_service_uses() -> None:
     from board_outbox.engine.handlers import contract
-    from board_outbox.model import domain
+    from board_outbox.model import rows
 
     assert sdk.HandlerContext is contract.HandlerContext
     assert sdk.ExecutionContext is contract.ExecutionContext
-    assert sdk.EffectRow is domain.EffectRow and sdk.LAUNCH == "launch"
+    assert sdk.EffectRow is rows.EffectRow and sdk.LAUNCH == "launch"
 
 
 # --- every example imports board-outbox only through the public face ---------------------------------

@@ -14,9 +14,10 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.upkeep.series import read_window
+from board_outbox.model.board import Card
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import Card, Subscription
 from board_outbox.model.series import MINUTE, SeriesCounts, minute_of
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service import upkeep
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

@@ -12,7 +12,9 @@ import pytest
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.handlers.registry import ExecutionContext
 from board_outbox.engine.work.claiming import MIN_CLAIM
-from board_outbox.model.domain import Card, EffectRow, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from tests.support.faults import FaultInjector

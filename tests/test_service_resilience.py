@@ -17,8 +17,9 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card
+from board_outbox.model.board import Card
 from board_outbox.ports import ReadModelStore, ReadModelVersions, ReadModelVersionStore
 from board_outbox.surface.cli import main
 

@@ -21,7 +21,8 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import ReadModelVersions
 from board_outbox.surface.cli import main
 from tests.support.live_mongo import LiveServer

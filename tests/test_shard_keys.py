@@ -25,7 +25,8 @@ import anyio
 import pytest
 
 from benchmarks.statement_log import shape
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 

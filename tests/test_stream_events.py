@@ -17,9 +17,10 @@ import pytest
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.flow.membership import owner
 from board_outbox.engine.tail.prefetch import StreamEvents
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.model.records import Change
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import Stores
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

@@ -18,8 +18,8 @@ import pytest
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.adapters.memory.subscriptions import MemorySubscriptionStore
 from board_outbox.engine.tail.subcache import SubscriptionCache
-from board_outbox.model.domain import Subscription
 from board_outbox.model.errors import StoreUnavailable, SubscriptionNotFound
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import Change, Stores, SubscriptionStore
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

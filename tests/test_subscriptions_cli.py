@@ -16,8 +16,10 @@ import anyio
 import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import AuditEntry, Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import UsageError
+from board_outbox.model.rows import AuditEntry
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.surface import subscribing

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from board_outbox.model.domain import Subscription
+from board_outbox.model.subscriptions import Subscription
 from tests.support.kits import memory_kit
 
 pytestmark = pytest.mark.anyio

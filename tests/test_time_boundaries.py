@@ -24,7 +24,7 @@ import pytest
 from bson import Decimal128
 from bson.int64 import Int64
 
-from board_outbox.model.domain import Subscription
+from board_outbox.model.subscriptions import Subscription
 from tests.test_bad_data import SIDES, _uniq, open_side
 
 pytestmark = pytest.mark.anyio
@@ -39,8 +39,8 @@ INT_TYPES = {k: v for k, v in TYPES.items() if k != "float"}
 async def test_a_membership_lease_is_trusted_up_to_exactly_the_heartbeat_timeout(
         side: str, conv: Callable[[float], Any], request: pytest.FixtureRequest) -> None:
     from board_outbox.engine.flow.membership import MembershipSettings, Ownership
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.clock import ManualClock
-    from board_outbox.model.validation import BAD_DOCUMENTS
 
     timeout = 10.0
     clock = ManualClock(float(math.floor(ManualClock().now())))
@@ -87,8 +87,8 @@ async def test_a_float_or_negative_cursor_holds_nothing_and_is_listed_as_bad(
         side: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture) -> None:
     """6.0 is not an integer seq (the counter is a BSON long): neither a hold nor a drain may
     read it as 6; -1 is no seq either. Each is one listed bad document."""
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.clock import ManualClock
-    from board_outbox.model.validation import BAD_DOCUMENTS
 
     async with open_side(side, request) as s:
         bad = {"float": (_uniq("f"), 6.0), "negative": (_uniq("n"), -1)}
@@ -110,8 +110,8 @@ async def test_a_fixed_document_is_no_longer_listed_as_bad(
     """The bad-document listing is what is bad now: a cursor, a counter or a membership lease
     fixed by hand leaves it at the next read (and a relapse is listed again)."""
     from board_outbox.engine.flow.membership import MembershipSettings, Ownership
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.clock import ManualClock
-    from board_outbox.model.validation import BAD_DOCUMENTS
 
     def listed(collection: str) -> set[str]:
         return {d.key for d in BAD_DOCUMENTS.current() if d.collection == collection}
@@ -201,9 +201,11 @@ async def test_the_board_time_out_of_range_reads_as_none_and_the_event_is_report
     """An event's ``at`` is only read: out of the range it is no time (0, as a board that gives
     none), and the event is listed once as a bad ``board_events`` document -- it still decodes,
     so it runs. A row's copy of it reads the same."""
-    from board_outbox.model.domain import BoardEvent, EffectRow, from_doc
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
+    from board_outbox.model.board import BoardEvent
+    from board_outbox.model.codec import from_doc
     from board_outbox.model.errors import MalformedEvent, MalformedRow
-    from board_outbox.model.validation import BAD_DOCUMENTS
+    from board_outbox.model.rows import EffectRow
 
     t = _uniq("ev")
     caplog.set_level(logging.WARNING, logger="board_outbox")
@@ -224,9 +226,10 @@ async def test_the_board_time_out_of_range_reads_as_none_and_the_event_is_report
 async def test_a_parked_row_keeps_the_error_entries_that_decode() -> None:
     """A row parked for one error entry dated in milliseconds keeps its other entries (the
     history once went whole), then the park's own entry; the parked document decodes."""
-    from board_outbox.model.domain import EffectRow, from_doc
+    from board_outbox.model.codec import from_doc
     from board_outbox.model.errors import MalformedRow
-    from board_outbox.model.validation import park_fields
+    from board_outbox.model.row_documents import park_fields
+    from board_outbox.model.rows import EffectRow
 
     doc = {"tenant_id": "t", "row_key": "t/1/sub/s", "seq": 1, "state": "pending",
            "errors": [{"attempt": 1, "at": 5.0, "error": "first"},
@@ -267,8 +270,9 @@ async def test_the_production_client_decodes_a_date_past_9999_per_document() -> 
     from bson.datetime_ms import DatetimeMS
 
     from board_outbox.adapters.mongo.client import make_client
-    from board_outbox.model.domain import EffectRow, from_doc
+    from board_outbox.model.codec import from_doc
     from board_outbox.model.errors import MalformedRow
+    from board_outbox.model.rows import EffectRow
 
     client = make_client("mongodb://127.0.0.1:1/?directConnection=true")
     try:

@@ -21,7 +21,8 @@ from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
 from board_outbox.engine import telemetry
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
-from board_outbox.model.domain import EffectRow, MatchRule, Subscription
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.runtime import build_registry
 from tests.support.kits import Kit, memory_kit, mongo_kit
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.telemetry.spans import trace_id_of
-from board_outbox.model.domain import EffectRow, EventSnapshot, TraceContext
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import EffectRow, TraceContext
 from board_outbox.surface.http.metrics import exposition
 
 W3C = re.compile(r"[0-9a-f]{32}")

@@ -23,7 +23,7 @@ from opentelemetry.trace import format_span_id, format_trace_id
 from board_outbox.adapters.launchers import LogLauncher
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
-from board_outbox.model.domain import MatchRule, Subscription
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.logs import JsonFormatter, TraceIds, setup_logging
 from board_outbox.service.runtime import build_registry
 from board_outbox.service.telemetry import OtlpLogHandler, log_exporter

@@ -21,8 +21,9 @@ from board_outbox.adapters.launchers import HttpLauncher
 from board_outbox.engine import telemetry
 from board_outbox.engine.handlers.registry import HandlerRegistry
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
-from board_outbox.model.domain import EffectRow, Subscription
 from board_outbox.model.errors import LaunchFailed
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import LaunchRequest
 from board_outbox.sdk import ExecutionContext
 from tests.support.kits import memory_kit

@@ -43,7 +43,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from board_outbox.adapters.launchers import HttpLauncher
 from board_outbox.adapters.mongo import open_stores
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.producer import emit
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

@@ -19,8 +19,8 @@ from board_outbox.engine.handlers.registry import HandlerRegistry
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
-from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.model.errors import ConfigError
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.service.runtime import build_registry
 from board_outbox.service.telemetry import setup_telemetry, span_exporter
 from tests.support.kits import Kit, memory_kit

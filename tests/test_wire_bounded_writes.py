@@ -26,8 +26,8 @@ from board_outbox.adapters.mongo.outbox import EFFECTS, ROW_CHUNK, MongoEffectOu
 from board_outbox.engine.flow.leases import BEAT_CHUNK, Lease, Leases
 from board_outbox.model import transitions as tr
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.pause import held_not_before
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import ClaimTerms
 
 pytestmark = [pytest.mark.anyio, pytest.mark.live_mongo]

@@ -26,8 +26,10 @@ from pymongo import AsyncMongoClient, MongoClient, monitoring
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import ensure_schema, mongo_stores
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import Card, EffectRow, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from tests.support.kits import Kit, claim, mongo_kit

@@ -29,7 +29,7 @@ from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.work.outcomes import TickResult
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import DONE
+from board_outbox.model.rows import DONE
 from board_outbox.ports import RowFilter
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service, build_registry

@@ -17,10 +17,13 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.engine.flow.membership import owner
-from board_outbox.model.domain import DONE, PENDING, Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.rows import DONE, PENDING
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import RowFilter, Stores
-from board_outbox.service.config import Config, load_config
+from board_outbox.service.config import load_config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.pausing import pause, resume
 

@@ -23,7 +23,8 @@ import pytest
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import mongo_stores
 from board_outbox.engine.flow.pressure import COOLDOWN_SECONDS, GROW, MAX_STRETCHED_SECONDS
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from tests.test_wire_faults import TRANSIENT, FailPoints, Wire, failpoints, wire

@@ -17,8 +17,10 @@ from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import mongo_stores
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
+from board_outbox.model.board import Card
 from board_outbox.model.clock import SystemClock
-from board_outbox.model.domain import DONE, Card, MatchRule, Subscription
+from board_outbox.model.rows import DONE
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import RowFilter, Stores
 from board_outbox.service.runtime import build_registry
 

@@ -29,8 +29,9 @@ from pymongo import AsyncMongoClient, MongoClient
 
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import MongoChangeFeed, ensure_schema, mongo_stores
-from board_outbox.model.domain import Card, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import ChangeStreamLost
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service
 from board_outbox.service.wireserver import WireServer, find_executable

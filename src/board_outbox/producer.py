@@ -46,8 +46,9 @@ from board_outbox.adapters.mongo.producing import (
     check_document,
 )
 from board_outbox.engine import telemetry
-from board_outbox.model.domain import TraceContext, check_id
 from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.model.ids import check_id
+from board_outbox.model.rows import TraceContext
 
 __all__ = ["RESERVED_FIELDS", "EmittedEvent", "StoreError", "StoreUnavailable", "TraceContext",
            "emit", "emit_sync"]

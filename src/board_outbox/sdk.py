@@ -29,15 +29,7 @@ from board_outbox.engine.handlers.contract import (
     PreparingHandler,
     Projection,
 )
-from board_outbox.model.domain import (
-    LAUNCH,
-    PROJECTION,
-    EffectRow,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    matches,
-)
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.errors import (
     BoardOutboxError,
     EffectError,
@@ -46,7 +38,10 @@ from board_outbox.model.errors import (
     StoreUnavailable,
     SubscriptionNotFound,
 )
+from board_outbox.model.ids import LAUNCH, PROJECTION
 from board_outbox.model.records import PushRecent, UpsertIfNewer
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import MatchRule, Subscription, matches
 from board_outbox.ports import ReadModelStore
 
 __all__ = [

@@ -44,7 +44,7 @@ import anyio
 
 from board_outbox.adapters.memory import MemoryReadModelStore
 from board_outbox.engine.handlers.contract import BatchProjection, Projection
-from board_outbox.model.domain import EventSnapshot
+from board_outbox.model.board import EventSnapshot
 from board_outbox.ports import ReadModelStore
 
 __all__ = [

@@ -11,7 +11,8 @@ import pytest
 from board_outbox.engine.tail.tail import Tail
 from board_outbox.engine.upkeep.audit import Auditor, AuditSettings, BackgroundAudit
 from board_outbox.engine.upkeep.replay import replay_range
-from board_outbox.model.domain import DONE_TTL_SECONDS, MatchRule, Subscription
+from board_outbox.model.rows import DONE_TTL_SECONDS
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

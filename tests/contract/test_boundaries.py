@@ -31,7 +31,9 @@ from board_outbox.engine.handlers import LaunchHandler
 from board_outbox.engine.handlers.registry import ExecutionContext, HandlerRegistry
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.work.worker import Lease
-from board_outbox.model.domain import EffectRow, MatchRule, Subscription, to_doc
+from board_outbox.model.codec import to_doc
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import MembershipStore
 from tests.support.kits import Kit
 
@@ -143,7 +145,7 @@ async def test_a_batched_unit_is_not_started_at_exactly_its_lease_until(kit: Kit
 async def test_a_lease_is_a_lease_up_to_exactly_the_sweep_horizon(kit: Kit) -> None:
     """The sweep parks a claimed row whose lease ends more than ``LEASE_HORIZON_SECONDS`` ahead
     (no worker would hold it that long); at exactly the horizon it is still a lease."""
-    from board_outbox.model.validation import LEASE_HORIZON_SECONDS
+    from board_outbox.model.row_documents import LEASE_HORIZON_SECONDS
 
     t0 = kit.clock.now()
     await kit.insert_raw_row(raw_row("a", "a/1", 1, not_before=t0, state="claimed",

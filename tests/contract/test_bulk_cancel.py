@@ -13,8 +13,9 @@ import pytest
 from board_outbox.engine.upkeep.bulk_actions import cancel_write, rerun_write
 from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
 from board_outbox.model.dead_letters import BulkFilter, BulkPlan, BulkProgress
-from board_outbox.model.domain import MatchRule, Subscription, parse_row_key
+from board_outbox.model.row_keys import parse_row_key
 from board_outbox.model.search import RowQuery
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from tests.support.faults import Crash
 from tests.support.kits import Kit
 

@@ -16,8 +16,9 @@ import pytest
 from board_outbox_projections import BoardReflect
 
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import ErrorEntry, EventSnapshot
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.errors import StoreError
+from board_outbox.model.rows import ErrorEntry
 from board_outbox.ports import LaunchRequest
 from tests.contract.test_completion import materialize, spy_marks
 from tests.contract.test_projections import InOrder

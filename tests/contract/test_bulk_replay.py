@@ -17,15 +17,10 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.engine.upkeep.bulk_replay import Stop, apply_bulk_replay, plan_bulk_replay
 from board_outbox.model import transitions as tr
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.dead_letters import BulkFilter, BulkPlan, BulkProgress, last_error_class
-from board_outbox.model.domain import (
-    EffectRow,
-    ErrorEntry,
-    EventSnapshot,
-    Subscription,
-    new_launch_row,
-    new_projection_row,
-)
+from board_outbox.model.rows import EffectRow, ErrorEntry, new_launch_row, new_projection_row
+from board_outbox.model.subscriptions import Subscription
 from tests.support.faults import Crash
 from tests.support.kits import Kit
 

@@ -15,22 +15,12 @@ from board_outbox.engine.upkeep.explain import explain
 from board_outbox.engine.upkeep.holds.case import ExplainSettings
 from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model import transitions as T_
-from board_outbox.model.domain import (
-    CLAIMED,
-    COALESCED,
-    DONE,
-    PENDING,
-    Card,
-    Coalesce,
-    EffectRow,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    new_subscription_row,
-)
+from board_outbox.model.board import Card, EventSnapshot
 from board_outbox.model.errors import Superseded
 from board_outbox.model.explanation import Coalesced, Coalescing
 from board_outbox.model.records import ClaimTerms
+from board_outbox.model.rows import CLAIMED, COALESCED, DONE, PENDING, EffectRow, new_subscription_row
+from board_outbox.model.subscriptions import Coalesce, MatchRule, Subscription
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

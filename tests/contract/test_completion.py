@@ -14,8 +14,8 @@ import pytest
 
 from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import EffectOutbox, LaunchRequest
 from tests.support.kits import Kit
 

@@ -8,8 +8,9 @@ import zlib
 
 import pytest
 
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.records import ConsoleSession
-from board_outbox.model.validation import BAD_DOCUMENTS, SESSION_SECONDS, SESSIONS_COLLECTION
+from board_outbox.model.service_documents import SESSION_SECONDS, SESSIONS_COLLECTION
 from board_outbox.ports import SessionStore
 from tests.support.kits import Kit
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from board_outbox.model.domain import CONSUMED_CAP, MatchRule, Subscription
+from board_outbox.model.board import CONSUMED_CAP
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from tests.support.faults import Crash
 from tests.support.kits import Kit
 

@@ -19,9 +19,11 @@ from board_outbox.engine.handlers.coalesce import coalesce_check
 from board_outbox.engine.tail.prefetch import StreamEvents
 from board_outbox.engine.work.lanes import run_lanes
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import EffectRow, EventSnapshot, Subscription, new_subscription_row
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.errors import CoalesceHold, Superseded
 from board_outbox.model.fairness import prioritized
+from board_outbox.model.rows import EffectRow, new_subscription_row
+from board_outbox.model.subscriptions import Subscription
 from tests.contract.test_coalesce import _sub
 from tests.contract.test_handoff import materialize as handed_rows
 from tests.contract.test_pauses import EVERY as PAUSE_EVERY

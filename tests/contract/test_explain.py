@@ -14,7 +14,6 @@ from board_outbox.engine.flow.limits import LimitSettings
 from board_outbox.engine.flow.membership import owner
 from board_outbox.engine.upkeep.explain import ExplainSettings, explain
 from board_outbox.engine.work.worker import WorkerSettings
-from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING, Subscription
 from board_outbox.model.errors import InvalidRowKey, RowNotFound
 from board_outbox.model.explanation import (
     Backoff,
@@ -32,6 +31,8 @@ from board_outbox.model.explanation import (
     Turn,
 )
 from board_outbox.model.limits import bot_key, rate_slot, tenant_key
+from board_outbox.model.rows import CLAIMED, DONE, FAILED, PENDING
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import Stores
 from board_outbox.service.runtime import build_registry
 from board_outbox.surface.admin import replay_rows

@@ -10,14 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from board_outbox.model.domain import (
-    EffectRow,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    new_launch_row,
-)
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.fairness import pick, round_robin
+from board_outbox.model.rows import EffectRow, new_launch_row
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

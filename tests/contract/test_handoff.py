@@ -15,14 +15,10 @@ import pytest
 
 from board_outbox.engine.work.worker import HANDOFF_BATCHES, PICK_IDLES, EffectWorker
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import (
-    EffectRow,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    new_launch_row,
-)
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.rows import EffectRow, new_launch_row
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import Claim, ClaimTerms, EffectOutbox
 from tests.support.faults import Crash
 from tests.support.kits import Kit, claim

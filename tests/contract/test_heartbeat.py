@@ -13,7 +13,8 @@ from board_outbox_projections import BoardReflect
 from board_outbox.engine.handlers.registry import ExecutionContext
 from board_outbox.engine.work.worker import Lease
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import EffectRow, MatchRule, Subscription
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import Claim
 from tests.support.kits import Kit, claim
 

@@ -10,8 +10,9 @@ import pytest
 
 from board_outbox.engine.flow.limits import LimitSettings
 from board_outbox.engine.telemetry.metrics import Metrics
-from board_outbox.model.domain import DONE, PENDING, Subscription
 from board_outbox.model.limits import bot_key, rate_slot, rate_window, tenant_key
+from board_outbox.model.rows import DONE, PENDING
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import LimitStore
 from board_outbox.service.health import tenant_statuses
 from board_outbox.service.runtime import build_registry
@@ -270,7 +271,7 @@ async def test_a_hard_stop_inside_a_launch_still_gives_its_slots_back(kit: Kit) 
     slots: the release runs to the end anyway, so the next launch does not wait out
     ``slot_seconds``."""
     from board_outbox.engine.flow.limits import LaunchGate
-    from board_outbox.model.domain import EffectRow
+    from board_outbox.model.rows import EffectRow
 
     gate = LaunchGate(_limits(kit), LimitSettings(bot_in_flight=1, tenant_in_flight=1))
     sub = Subscription(sub_id="s1", tenant_id=T, bot="b")

@@ -22,8 +22,8 @@ import pytest
 
 from board_outbox.engine.handlers.registry import ExecutionContext
 from board_outbox.engine.work.worker import EffectWorker
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.rows import EffectRow
 from tests.contract.test_completion import materialize, paced, spy_marks
 from tests.contract.test_handoff import materialize as handed_rows
 from tests.support.kits import Kit

@@ -15,10 +15,11 @@ from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.work.outcomes import TickResult
 from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import DONE, PENDING, EffectRow, Subscription
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.limits import bot_key
 from board_outbox.model.pause import AUDIT_KEEP, HELD_OFFSET, PAUSES_COLLECTION, reason_of
-from board_outbox.model.validation import BAD_DOCUMENTS
+from board_outbox.model.rows import DONE, PENDING, EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import PauseStore
 from board_outbox.service.health import tenant_statuses
 from board_outbox.service.runtime import build_registry

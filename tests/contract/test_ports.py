@@ -6,17 +6,10 @@ import anyio
 import pytest
 
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import (
-    Card,
-    EffectRow,
-    ErrorEntry,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    new_launch_row,
-    new_projection_row,
-)
+from board_outbox.model.board import Card, EventSnapshot
 from board_outbox.model.errors import CardNotFound, MalformedCard, SubscriptionNotFound
+from board_outbox.model.rows import EffectRow, ErrorEntry, new_launch_row, new_projection_row
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import RowFilter
 from tests.support.kits import Kit, claim
 

@@ -20,8 +20,8 @@ from board_outbox.engine.flow.pressure import (
     Pressure,
 )
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import MatchRule, Subscription
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from tests.support.kits import Kit
 
 T = "t1"

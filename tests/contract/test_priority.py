@@ -14,14 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from board_outbox.model.domain import (
-    EffectRow,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    new_launch_row,
-    new_projection_row,
-)
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import EffectRow, new_launch_row, new_projection_row
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import Claim
 from tests.support.kits import Kit, memory_kit
 

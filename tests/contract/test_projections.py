@@ -12,7 +12,7 @@ from board_outbox_projections import BoardReflect, CardActivity
 
 from board_outbox.engine.work.batch import plan
 from board_outbox.model import transitions as tr
-from board_outbox.model.domain import EventSnapshot
+from board_outbox.model.board import EventSnapshot
 from board_outbox.ports import PushRecent, ReadModelWrites, UpsertIfNewer
 from board_outbox.testing import ProjectionContract, check_projection
 from tests.support.kits import Kit, claim

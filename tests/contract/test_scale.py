@@ -12,8 +12,10 @@ from board_outbox.adapters.memory import MemoryMembershipStore
 from board_outbox.engine.flow.membership import Ownership, owner
 from board_outbox.engine.work.claiming import MIN_CLAIM
 from board_outbox.model import transitions as tr
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import EventSnapshot, MatchRule, Subscription, new_projection_row
+from board_outbox.model.rows import new_projection_row
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import MembershipStore
 from tests.support.kits import Kit
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from board_outbox.model.domain import MatchRule, Subscription, unreadable
+from board_outbox.model.codec import unreadable
 from board_outbox.model.search import RowQuery
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from tests.support.kits import Kit
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from board_outbox.model.domain import Subscription
+from board_outbox.model.subscriptions import Subscription
 from tests.support.kits import Kit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

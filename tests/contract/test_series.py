@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from board_outbox.engine.upkeep.series import SeriesRecorder, SeriesSettings, read_window
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.series import (
     MINUTE,
     SERIES_COLLECTION,
@@ -20,7 +21,6 @@ from board_outbox.model.series import (
     minute_of,
     series_id,
 )
-from board_outbox.model.validation import BAD_DOCUMENTS
 from board_outbox.ports import SeriesStore
 from tests.support.kits import Kit
 

@@ -14,8 +14,8 @@ import pytest
 
 from board_outbox.engine.handlers.registry import HandlerRegistry
 from board_outbox.engine.upkeep.generations import VersionedReadModels, physical
-from board_outbox.model.domain import Subscription
 from board_outbox.model.errors import RebuildConflict
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import ReadModelStore, ReadModelVersions, UpsertIfNewer
 from board_outbox.service.runtime import build_registry
 from board_outbox.surface.shadow import drop_shadow, shadow_rebuild

@@ -13,8 +13,9 @@ import pytest
 
 from board_outbox.engine.flow.limits import LimitSettings
 from board_outbox.engine.work.worker import EffectWorker
-from board_outbox.model.domain import PENDING, Subscription
 from board_outbox.model.limits import bot_key, tenant_key
+from board_outbox.model.rows import PENDING
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import LaunchRequest, LimitStore
 from board_outbox.service.runtime import build_registry
 from tests.support.kits import Kit

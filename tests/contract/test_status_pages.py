@@ -9,7 +9,9 @@ import random
 
 import pytest
 
-from board_outbox.model.domain import EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import StatusStore
 from board_outbox.service.health import NextEvents
 from tests.support.kits import Kit

@@ -7,8 +7,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from board_outbox.model.domain import AuditEntry, MatchRule, Subscription
+from board_outbox.model.rows import AuditEntry
 from board_outbox.model.subscription_records import AUDIT_KEEP
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import SubscriptionAdmin
 from tests.support.kits import Kit
 

@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from board_outbox.model.domain import MatchRule, Subscription, launch_row_key, projection_row_key
+from board_outbox.model.row_keys import launch_row_key, projection_row_key
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from tests.support.faults import Crash
 from tests.support.kits import Kit
 

@@ -26,7 +26,7 @@ import pytest
 from bson.int64 import Int64
 
 from board_outbox.engine.upkeep.explain import explain
-from board_outbox.model.validation import LEASE_HORIZON_SECONDS
+from board_outbox.model.row_documents import LEASE_HORIZON_SECONDS
 from tests.contract.test_boundaries import LEASE, raw_row
 from tests.support.kits import Kit
 
@@ -140,7 +140,7 @@ async def test_a_stored_time_decodes_exactly_inside_the_range(
     """Each time field of a row, at each end of the range and one second past it, with every
     number type: inside, the row decodes; past either end, it is malformed -- that row alone
     (a listing beside it reads the others), with the field and the range named."""
-    from board_outbox.model.domain import unreadable
+    from board_outbox.model.codec import unreadable
     from board_outbox.model.errors import MalformedDocument
     from board_outbox.model.records import RowFilter
 

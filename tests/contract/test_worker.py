@@ -8,8 +8,9 @@ import anyio
 import pytest
 
 from board_outbox.engine.handlers.registry import ExecutionContext
-from board_outbox.model.domain import EffectRow, MatchRule, Subscription
 from board_outbox.model.errors import LaunchFailed
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import LaunchRequest
 from tests.support.faults import Crash
 from tests.support.kits import Kit, claim

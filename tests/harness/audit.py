@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from board_outbox.engine.tail.reading import card_ids, decode_event, snapshot
-from board_outbox.model.domain import matches
+from board_outbox.model.subscriptions import matches
 from board_outbox.ports import Stores
 
 

@@ -8,7 +8,7 @@ import msgspec
 from opentelemetry import trace
 
 from board_outbox.engine.tail.tail import DrainResult, Tail
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import ClaimTerms, UpsertResult
 
 

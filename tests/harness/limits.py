@@ -48,7 +48,7 @@ from typing import Any
 import anyio
 
 from board_outbox.model.limits import bot_key, slot_id
-from board_outbox.model.validation import LIMITS_COLLECTION
+from board_outbox.model.service_documents import LIMITS_COLLECTION
 
 BOT_IN_FLIGHT = 1  # one launch in flight per bot of a tenant: replicas launching at once defer
 TENANT_IN_FLIGHT = 2  # and two per tenant: a tenant's slots come two to a key

@@ -32,21 +32,14 @@ from board_outbox.engine.flow.leases import Leases
 from board_outbox.engine.flow.membership import owner
 from board_outbox.engine.handlers.registry import ExecutionContext
 from board_outbox.engine.tail.tail import Tail
+from board_outbox.model.board import Card, EventSnapshot
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import (
-    Card,
-    EffectRow,
-    EventSnapshot,
-    MatchRule,
-    Subscription,
-    launch_row_key,
-    matches,
-    new_launch_row,
-    projection_row_key,
-)
 from board_outbox.model.epoch import EPOCH_KEY
 from board_outbox.model.errors import StoreUnavailable
 from board_outbox.model.records import Change
+from board_outbox.model.row_keys import launch_row_key, projection_row_key
+from board_outbox.model.rows import EffectRow, new_launch_row
+from board_outbox.model.subscriptions import MatchRule, Subscription, matches
 from board_outbox.ports import Stores
 from board_outbox.service.config import load_config
 from board_outbox.service.runtime import Service

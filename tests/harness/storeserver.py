@@ -18,8 +18,9 @@ import anyio
 from anyio.abc import SocketStream
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import StoreUnavailable
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import Stores
 
 PORTS = ("events", "cursors", "outbox", "subs", "cards", "labels", "launcher", "readmodels", "admin")

@@ -14,8 +14,10 @@ from board_outbox.adapters.memory.status import MemoryStatusStore
 from board_outbox.engine.handlers.registry import HandlerRegistry
 from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.work.worker import EffectWorker, WorkerSettings
+from board_outbox.model.board import Card
 from board_outbox.model.clock import ManualClock
-from board_outbox.model.domain import Card, EffectRow, Subscription
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import (
     CardStore,
     Claim,

@@ -1,7 +1,8 @@
 """Reporting a stored document the service cannot use (SPEC R1, R2, R7): capped error texts, the
 once-per-problem log, and ``BAD_DOCUMENTS``, the process's list and count of the bad documents
-its reads met. A leaf: the domain types report through it as they decode (``model/domain``),
-and ``model/validation`` re-exports it."""
+its reads met. A leaf: the board's documents report through it as they decode
+(``model/board``), and so do the checks at the boundary (``model/validation``,
+``row_documents``, ``service_documents``)."""
 
 from __future__ import annotations
 

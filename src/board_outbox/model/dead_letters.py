@@ -17,8 +17,9 @@ from collections.abc import Collection, Mapping
 import msgspec
 
 from board_outbox.model import times
-from board_outbox.model.domain import DONE, FAILED, PENDING, PROJECTION, EffectRow
+from board_outbox.model.ids import PROJECTION
 from board_outbox.model.records import RowFilter
+from board_outbox.model.rows import DONE, FAILED, PENDING, EffectRow
 
 # rows one bulk replay takes unless its filter says otherwise (``limit=``)
 DEFAULT_BULK_LIMIT = 10_000

@@ -4,7 +4,7 @@ while the service runs, or while every replica is down -- is read from its first
 
 It is one document of ``trigger_cursors`` under ``EPOCH_KEY``, written once ($setOnInsert) by
 the first ``ensure-schema`` or replica start and never changed; every replica reads the same
-one. The key holds a "~", which no tenant id can (``domain.check_id``), and the document has no
+one. The key holds a "~", which no tenant id can (``ids.check_id``), and the document has no
 ``seq``: no reader of cursors takes it for a tenant's."""
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ class InvalidId(BoardOutboxError, ValueError):
 
 
 class InvalidRowKey(BoardOutboxError, ValueError):
-    """A text that cannot be a row key (``model.domain.parse_row_key``): say so, look nothing up."""
+    """A text that cannot be a row key (``model.row_keys.parse_row_key``): say so, look nothing up."""
 
 
 class RowNotFound(BoardOutboxError):

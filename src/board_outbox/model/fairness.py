@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from board_outbox.model.bounds import MAX_PRIORITY, MIN_PRIORITY
-from board_outbox.model.domain import PROJECTION
+from board_outbox.model.ids import PROJECTION
 
 T = TypeVar("T")
 

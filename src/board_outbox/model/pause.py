@@ -21,10 +21,13 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from board_outbox.model.domain import AuditEntry, check_id, decode_problem
+from board_outbox.model.bad_documents import BAD_DOCUMENTS, cap
+from board_outbox.model.codec import decode_problem
 from board_outbox.model.errors import InvalidId
+from board_outbox.model.ids import check_id
+from board_outbox.model.rows import AuditEntry
 from board_outbox.model.times import HELD_OFFSET, Stamp, time_problem
-from board_outbox.model.validation import BAD_DOCUMENTS, cap, finite, tenant_problem
+from board_outbox.model.validation import finite, tenant_problem
 
 __all__ = ["AUDIT_KEEP", "HELD_OFFSET", "MAX_REASON", "PAUSES_COLLECTION", "SCOPES", "Pause",
            "PauseScope", "append_audit", "decode_pause", "good_audit", "held_not_before", "is_held",

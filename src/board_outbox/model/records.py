@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from board_outbox.model.domain import EffectRow
+from board_outbox.model.rows import EffectRow
 
 
 class EventRecord(msgspec.Struct, frozen=True):

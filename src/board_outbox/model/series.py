@@ -19,8 +19,9 @@ from typing import Any
 
 import msgspec
 
+from board_outbox.model.bad_documents import BAD_DOCUMENTS, cap
 from board_outbox.model.times import time_problem
-from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq
+from board_outbox.model.validation import is_seq
 
 SERIES_COLLECTION = "trigger_series"
 MINUTE = 60  # seconds: the series' resolution

@@ -12,7 +12,8 @@ from typing import Any, Final
 
 import msgspec
 
-from board_outbox.model.domain import AuditEntry, Subscription
+from board_outbox.model.rows import AuditEntry
+from board_outbox.model.subscriptions import Subscription
 
 __all__ = ["AUDIT_KEEP", "SUBSCRIPTIONS_COLLECTION", "SubscriptionRecord", "parse_audit",
            "parse_rev"]

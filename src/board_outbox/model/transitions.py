@@ -42,7 +42,10 @@ from typing import Any
 
 import msgspec
 
-from board_outbox.model.domain import (
+from board_outbox.model.codec import from_doc
+from board_outbox.model.errors import MalformedDocument, MalformedRow
+from board_outbox.model.records import Claim
+from board_outbox.model.rows import (
     CANCELLED,
     CLAIMED,
     COALESCED,
@@ -52,10 +55,7 @@ from board_outbox.model.domain import (
     AuditEntry,
     EffectRow,
     ErrorEntry,
-    from_doc,
 )
-from board_outbox.model.errors import MalformedDocument, MalformedRow
-from board_outbox.model.records import Claim
 
 LEASE_EXPIRED = "lease expired before the attempt finished"
 

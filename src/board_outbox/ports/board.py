@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
-from board_outbox.model.domain import Card
+from board_outbox.model.board import Card
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.ports.values import ConsumeOutcome
 

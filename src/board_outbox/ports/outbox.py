@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.records import Claim, ClaimTerms, UpsertResult
+from board_outbox.model.rows import EffectRow
 from board_outbox.model.search import RowQuery
 from board_outbox.model.transitions import Mark, Transition
 
@@ -27,7 +27,7 @@ class EffectOutbox(Protocol):
         is left as it is). With ``claim`` the rows it inserts are born claimed under it (the
         ``claim`` transition applied before the write: the tail's hand-off to its own worker)
         and come back as ``UpsertResult.claims``; without, they are born pending. A row not due
-        yet (``domain.born_due``: a coalescing row in its quiet time) is always born pending."""
+        yet (``rows.born_due``: a coalescing row in its quiet time) is always born pending."""
         ...
 
     async def claim_any(
@@ -218,5 +218,5 @@ class EffectOutbox(Protocol):
         """The rows ``q`` asks for, newest first, at most ``q.limit``: one query over an index
         per form (Mongo: ``tenant_card_seq``, ``tenant_seq``, ``row_key_unique``, a state's
         partial index). A document that does not decode is left out and reported through
-        ``domain.unreadable``."""
+        ``codec.unreadable``."""
         ...

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Protocol
 
-from board_outbox.model.domain import AuditEntry, Subscription
+from board_outbox.model.rows import AuditEntry
 from board_outbox.model.subscription_records import SubscriptionRecord
+from board_outbox.model.subscriptions import Subscription
 
 __all__ = ["SubscriptionAdmin", "SubscriptionStore"]
 

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
-from board_outbox.model.domain import FAILED, LIVE_STATES
+from board_outbox.model.bad_documents import BAD_DOCUMENTS, cap
 from board_outbox.model.errors import StoreError
 from board_outbox.model.records import RowSummary, TenantLag
-from board_outbox.model.validation import BAD_DOCUMENTS, cap
+from board_outbox.model.rows import FAILED, LIVE_STATES
 from board_outbox.ports import StatusStore, Stores
 
 COUNTERS, CURSORS = "board_event_counters", "trigger_cursors"

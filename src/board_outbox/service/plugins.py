@@ -27,8 +27,8 @@ from typing import Any
 from board_outbox.engine.handlers.contract import HandlerContext
 from board_outbox.engine.handlers.registry import EffectHandler, HandlerRegistry, Projection
 from board_outbox.engine.work.gathered import GatheredReadModels
-from board_outbox.model.domain import LAUNCH, PROJECTION, check_id, check_kind
 from board_outbox.model.errors import ConfigError, InvalidId
+from board_outbox.model.ids import LAUNCH, PROJECTION, check_id, check_kind
 from board_outbox.ports import ReadModelStore, Stores
 
 PROJECTION_GROUP = "board_outbox.projections"

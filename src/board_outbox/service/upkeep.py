@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from board_outbox.engine.tail.drain import Figures
-from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING
+from board_outbox.model.rows import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING
 from board_outbox.model.series import SeriesCounts
 from board_outbox.model.validation import is_seq
 from board_outbox.service.health import TenantStatus, history_headroom, tenant_statuses
@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.engine.upkeep.audit import BackgroundAudit
     from board_outbox.engine.upkeep.series import SeriesRecorder
+    from board_outbox.model.bad_documents import OnceLog
     from board_outbox.model.clock import Clock
     from board_outbox.model.pause import Pause
-    from board_outbox.model.validation import OnceLog
     from board_outbox.ports import Stores
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
     from board_outbox.service.health import NextEvents, StallDetector
     from board_outbox.service.stats import Stats
 

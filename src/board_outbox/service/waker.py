@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.lowlevel
 
+from board_outbox.model.bad_documents import OnceLog, cap
 from board_outbox.model.errors import ChangeStreamLost, StoreUnavailable
 from board_outbox.model.records import Change
-from board_outbox.model.validation import OnceLog, cap
 
 if TYPE_CHECKING:
     from board_outbox.engine.flow.membership import Ownership
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.model.clock import Clock
     from board_outbox.ports import Stores
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
     from board_outbox.service.resume import ResumePoint
     from board_outbox.service.stats import Stats
 

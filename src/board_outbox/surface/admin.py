@@ -18,8 +18,8 @@ from board_outbox.engine.tail.tail import Tail, TailSettings
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.work.batch import apply_batch
 from board_outbox.model import transitions as T
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import FAILED, LAUNCH, PROJECTION, EffectRow, matches
 from board_outbox.model.errors import (
     MalformedDocument,
     ProjectionFailed,
@@ -27,8 +27,10 @@ from board_outbox.model.errors import (
     StoreUnavailable,
     SubscriptionNotFound,
 )
+from board_outbox.model.ids import LAUNCH, PROJECTION
+from board_outbox.model.rows import FAILED, EffectRow
+from board_outbox.model.subscriptions import matches
 from board_outbox.model.times import stamp
-from board_outbox.model.validation import cap
 from board_outbox.ports import (
     CardStore,
     EffectOutbox,

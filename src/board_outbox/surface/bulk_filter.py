@@ -8,8 +8,9 @@ from collections.abc import Iterable
 
 from board_outbox.model import times
 from board_outbox.model.dead_letters import DEFAULT_BULK_LIMIT, NOUNS, BulkFilter, BulkPlan
-from board_outbox.model.domain import FAILED, check_id
 from board_outbox.model.errors import InvalidId, UsageError
+from board_outbox.model.ids import check_id
+from board_outbox.model.rows import FAILED
 from board_outbox.surface.admin import parse_when
 
 MAX_LIMIT = 2**31 - 1

@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.diagnosis import (
     Check,
     IndexFacts,
@@ -22,8 +23,7 @@ from board_outbox.model.diagnosis import (
 )
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.retention import days
-from board_outbox.model.validation import cap
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 
 __all__ = ["Probe", "diagnose", "required_privileges"]
 

@@ -4,10 +4,11 @@ naming it (the CLI: one line, exit 2; the console and the API: a 400)."""
 
 from __future__ import annotations
 
-from board_outbox.model.domain import MAX_SEQ, check_id, parse_row_key
 from board_outbox.model.errors import InvalidId, InvalidRowKey, UsageError
+from board_outbox.model.ids import check_id
+from board_outbox.model.row_documents import ROW_STATES
+from board_outbox.model.row_keys import MAX_SEQ, parse_row_key
 from board_outbox.model.search import MAX_FIND, RowQuery
-from board_outbox.model.validation import ROW_STATES
 
 __all__ = ["parse_query"]
 

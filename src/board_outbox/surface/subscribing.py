@@ -16,11 +16,15 @@ from typing import Any, Final
 
 import msgspec
 
-from board_outbox.model.domain import LAUNCH, AuditEntry, Subscription, check_id, to_doc
+from board_outbox.model.bad_documents import cap
+from board_outbox.model.codec import to_doc
 from board_outbox.model.errors import BoardOutboxError, InvalidId, UsageError
+from board_outbox.model.ids import LAUNCH, check_id
 from board_outbox.model.pause import MAX_BY, key_problem, text_problem
+from board_outbox.model.rows import AuditEntry
 from board_outbox.model.subscription_records import SubscriptionRecord
-from board_outbox.model.validation import cap, subscription_problem
+from board_outbox.model.subscriptions import Subscription
+from board_outbox.model.validation import subscription_problem
 from board_outbox.ports import Stores, SubscriptionAdmin
 
 __all__ = ["FIELDS", "Changed", "add", "build", "changes_between", "decoded", "known", "listing",

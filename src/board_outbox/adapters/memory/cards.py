@@ -7,7 +7,8 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from board_outbox.model.domain import CONSUMED_CAP, Card, from_doc, to_doc
+from board_outbox.model.board import CONSUMED_CAP, Card
+from board_outbox.model.codec import from_doc, to_doc
 from board_outbox.model.errors import CardNotFound, MalformedCard, MalformedDocument
 from board_outbox.ports import ConsumeOutcome
 

@@ -8,7 +8,8 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.model.epoch import epoch_at
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import is_seq, seqs_by_tenant
+from board_outbox.model.service_documents import seqs_by_tenant
+from board_outbox.model.validation import is_seq
 
 CURSORS = "trigger_cursors"
 

@@ -13,7 +13,8 @@ from anyio.lowlevel import checkpoint
 from board_outbox.adapters.memory.probes import FaultPoints, NoFaults
 from board_outbox.model.epoch import written_before
 from board_outbox.model.errors import ChangeStreamLost
-from board_outbox.model.validation import is_seq, seqs_by_tenant
+from board_outbox.model.service_documents import seqs_by_tenant
+from board_outbox.model.validation import is_seq
 from board_outbox.ports import Change, EventRecord
 
 COUNTERS = "board_event_counters"

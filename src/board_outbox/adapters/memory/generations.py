@@ -7,7 +7,8 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from board_outbox.model.validation import BAD_DOCUMENTS, parse_generation
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
+from board_outbox.model.service_documents import parse_generation
 from board_outbox.ports import ReadModelVersions
 
 READ_MODEL_VERSIONS = "read_model_versions"

@@ -8,7 +8,8 @@ from anyio.lowlevel import checkpoint
 from board_outbox.adapters.memory.documents import RawDocuments
 from board_outbox.model.limits import rate_slot, slot_id
 from board_outbox.model.records import LimitHolder
-from board_outbox.model.validation import counter_problem, finite, report_slot, slot_is_free
+from board_outbox.model.service_documents import counter_problem, report_slot, slot_is_free
+from board_outbox.model.validation import finite
 
 
 class MemoryLimitStore(RawDocuments):

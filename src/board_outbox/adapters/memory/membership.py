@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from anyio.lowlevel import checkpoint
 
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.pause import Pause
-from board_outbox.model.validation import BAD_DOCUMENTS, member_problem
+from board_outbox.model.service_documents import member_problem
 from board_outbox.ports import Member, PauseStore
 
 MEMBERS = "board_outbox_members"

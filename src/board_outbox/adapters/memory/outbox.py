@@ -16,7 +16,18 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import (
+from board_outbox.model.bad_documents import OnceLog
+from board_outbox.model.codec import from_doc, to_doc
+from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
+from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.row_documents import (
+    LEASE_HORIZON_SECONDS,
+    done_latency,
+    park_fields,
+    row_summary,
+    stuck_reason,
+)
+from board_outbox.model.rows import (
     CANCELLED,
     CLAIMED,
     COALESCED,
@@ -26,22 +37,10 @@ from board_outbox.model.domain import (
     PENDING,
     EffectRow,
     born_due,
-    from_doc,
-    to_doc,
 )
-from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
-from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.search import RowQuery
 from board_outbox.model.times import stamp
-from board_outbox.model.validation import (
-    LEASE_HORIZON_SECONDS,
-    OnceLog,
-    done_latency,
-    finite,
-    park_fields,
-    row_summary,
-    stuck_reason,
-)
+from board_outbox.model.validation import finite
 from board_outbox.ports import (
     Claim,
     ClaimTerms,
@@ -563,7 +562,7 @@ class MemoryEffectOutbox:
         for d in docs[:q.limit]:
             try:
                 out.append(from_doc(d, EffectRow, MalformedRow))
-            except MalformedDocument:  # named through ``domain.unreadable``
+            except MalformedDocument:  # named through ``codec.unreadable``
                 continue
         return out
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from anyio.lowlevel import checkpoint
 
 from board_outbox.adapters.memory.documents import RawDocuments
-from board_outbox.model.domain import AuditEntry, to_doc
+from board_outbox.model.codec import to_doc
 from board_outbox.model.pause import (
     Pause,
     append_audit,
@@ -16,6 +16,7 @@ from board_outbox.model.pause import (
     pause_id,
     was_on,
 )
+from board_outbox.model.rows import AuditEntry
 
 
 class MemoryPauseStore(RawDocuments):

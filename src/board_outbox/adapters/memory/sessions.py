@@ -7,7 +7,7 @@ from anyio.lowlevel import checkpoint
 
 from board_outbox.adapters.memory.documents import RawDocuments
 from board_outbox.model.records import ConsoleSession
-from board_outbox.model.validation import console_session
+from board_outbox.model.service_documents import console_session
 
 
 class MemorySessionStore(RawDocuments):

@@ -10,9 +10,9 @@ from anyio.lowlevel import checkpoint
 from board_outbox.adapters.memory.cursors import MemoryCursorStore
 from board_outbox.adapters.memory.events import MemoryEventLog
 from board_outbox.adapters.memory.outbox import MemoryEffectOutbox
-from board_outbox.model.domain import FAILED, LIVE_STATES, PENDING
 from board_outbox.model.pause import is_held
 from board_outbox.model.records import AttentionPage, TenantLag
+from board_outbox.model.rows import FAILED, LIVE_STATES, PENDING
 from board_outbox.model.times import stamp
 from board_outbox.model.validation import finite
 from board_outbox.ports import RowSummary

@@ -7,10 +7,13 @@ from collections.abc import Callable, Collection
 
 from anyio.lowlevel import checkpoint
 
-from board_outbox.model.domain import AuditEntry, Subscription, check_id, check_kind
+from board_outbox.model.bad_documents import OnceLog
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
+from board_outbox.model.ids import check_id, check_kind
+from board_outbox.model.rows import AuditEntry
 from board_outbox.model.subscription_records import AUDIT_KEEP, SubscriptionRecord
-from board_outbox.model.validation import OnceLog, subscription_problem
+from board_outbox.model.subscriptions import Subscription
+from board_outbox.model.validation import subscription_problem
 
 log = logging.getLogger("board_outbox.memory")
 _once = OnceLog(log)

@@ -7,7 +7,8 @@ from typing import Any
 
 from anyio.lowlevel import checkpoint
 
-from board_outbox.model.validation import BAD_DOCUMENTS, is_seq
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
+from board_outbox.model.validation import is_seq
 
 STATE = "board_outbox_state"
 

@@ -6,7 +6,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
-from board_outbox.model.domain import CONSUMED_CAP, Card, from_doc, to_doc
+from board_outbox.model.board import CONSUMED_CAP, Card
+from board_outbox.model.codec import from_doc, to_doc
 from board_outbox.model.errors import CardNotFound, MalformedCard, MalformedDocument
 from board_outbox.ports import ConsumeOutcome
 

@@ -32,8 +32,8 @@ from pymongo.read_concern import ReadConcern
 from board_outbox.adapters.mongo.errors import HISTORY_LOST_CODES, classify, is_transient
 from board_outbox.adapters.mongo.events import EVENT_FIELDS, EVENTS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
+from board_outbox.model.bad_documents import OnceLog
 from board_outbox.model.errors import ChangeStreamLost
-from board_outbox.model.validation import OnceLog
 from board_outbox.ports import Change
 
 _once = OnceLog(logging.getLogger("board_outbox.changefeed"))

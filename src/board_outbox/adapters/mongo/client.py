@@ -35,9 +35,9 @@ from board_outbox.adapters.mongo.sessions import MongoSessionStore
 from board_outbox.adapters.mongo.status import MongoStatusStore
 from board_outbox.adapters.mongo.subscriptions import MongoSubscriptionStore
 from board_outbox.adapters.mongo.tokens import MongoResumeTokenStore
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.errors import ConfigError, StoreError, StoreUnavailable
 from board_outbox.model.retention import Retention
-from board_outbox.model.validation import cap
 from board_outbox.ports import Launcher, Stores
 
 SERVER_SELECTION_TIMEOUT_SECONDS = 10.0  # the default: how long opening waits for a primary

@@ -10,9 +10,11 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.bad_documents import BAD_DOCUMENTS, cap
 from board_outbox.model.epoch import EPOCH_KEY, epoch_at
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import BAD_DOCUMENTS, cap, is_seq, seqs_by_tenant
+from board_outbox.model.service_documents import seqs_by_tenant
+from board_outbox.model.validation import is_seq
 
 CURSORS = "trigger_cursors"
 

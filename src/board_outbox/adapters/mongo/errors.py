@@ -24,8 +24,8 @@ from pymongo.errors import (
     WTimeoutError,
 )
 
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.errors import BoardOutboxError, StoreError, StoreUnavailable
-from board_outbox.model.validation import cap
 
 # Server error codes that mean "try again": network, step-down, shutdown, time limits, and a
 # cursor the server lost under us (a restart or a killOp between a find and its getMore: 43,

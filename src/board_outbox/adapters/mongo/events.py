@@ -8,9 +8,11 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.epoch import written_before
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import cap, is_seq, seqs_by_tenant
+from board_outbox.model.service_documents import seqs_by_tenant
+from board_outbox.model.validation import is_seq
 from board_outbox.ports import EventRecord
 
 EVENTS = "board_events"

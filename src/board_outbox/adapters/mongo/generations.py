@@ -9,7 +9,8 @@ from typing import Any
 from pymongo.errors import DuplicateKeyError
 
 from board_outbox.adapters.mongo.errors import translated
-from board_outbox.model.validation import BAD_DOCUMENTS, parse_generation
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
+from board_outbox.model.service_documents import parse_generation
 from board_outbox.ports import ReadModelVersions
 
 READ_MODEL_VERSIONS = "read_model_versions"

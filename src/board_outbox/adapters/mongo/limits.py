@@ -30,14 +30,9 @@ from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model.bounds import MAX_SLOTS
 from board_outbox.model.limits import EXPIRY_MARGIN_SECONDS, rate_slot, slot_id
 from board_outbox.model.records import LimitHolder
-from board_outbox.model.validation import (
-    LEASE_HORIZON_SECONDS,
-    LIMITS_COLLECTION,
-    counter_problem,
-    finite,
-    report_slot,
-    slot_is_free,
-)
+from board_outbox.model.row_documents import LEASE_HORIZON_SECONDS
+from board_outbox.model.service_documents import LIMITS_COLLECTION, counter_problem, report_slot, slot_is_free
+from board_outbox.model.validation import finite
 
 LIMITS = LIMITS_COLLECTION
 # a key's slots are renewed and released by key and holder; slots and counters expire (TTL)

@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.pause import PAUSES_COLLECTION, Pause, parse_pauses
-from board_outbox.model.validation import BAD_DOCUMENTS, finite, member_problem
+from board_outbox.model.service_documents import member_problem
+from board_outbox.model.validation import finite
 from board_outbox.ports import Member
 
 MEMBERS = "board_outbox_members"

@@ -40,7 +40,18 @@ from board_outbox.adapters.mongo import search, walks
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model import fairness
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import (
+from board_outbox.model.bad_documents import OnceLog, cap
+from board_outbox.model.codec import from_doc, to_doc
+from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
+from board_outbox.model.pause import HELD_OFFSET
+from board_outbox.model.row_documents import (
+    LEASE_HORIZON_SECONDS,
+    ROW_STATES,
+    done_latency,
+    park_fields,
+    row_summary,
+)
+from board_outbox.model.rows import (
     CANCELLED,
     CLAIMED,
     COALESCED,
@@ -50,24 +61,11 @@ from board_outbox.model.domain import (
     PENDING,
     EffectRow,
     born_due,
-    from_doc,
     new_row_doc,
-    to_doc,
 )
-from board_outbox.model.errors import BrokenRow, MalformedDocument, MalformedRow, StoreError
-from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.search import RowQuery
 from board_outbox.model.times import TIME_MAX, TIME_MIN, due_limit
-from board_outbox.model.validation import (
-    LEASE_HORIZON_SECONDS,
-    ROW_STATES,
-    OnceLog,
-    cap,
-    done_latency,
-    finite,
-    park_fields,
-    row_summary,
-)
+from board_outbox.model.validation import finite
 from board_outbox.ports import (
     Claim,
     ClaimTerms,
@@ -812,6 +810,6 @@ class MongoEffectOutbox:
         for doc in await cursor.limit(q.limit).batch_size(q.limit).to_list(None):
             try:
                 out.append(_decode(doc))
-            except MalformedDocument:  # named through ``domain.unreadable``
+            except MalformedDocument:  # named through ``codec.unreadable``
                 continue
         return out

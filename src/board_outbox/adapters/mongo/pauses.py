@@ -14,7 +14,7 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from board_outbox.adapters.mongo.errors import is_transient, translated
-from board_outbox.model.domain import AuditEntry, to_doc
+from board_outbox.model.codec import to_doc
 from board_outbox.model.pause import (
     AUDIT_KEEP,
     PAUSES_COLLECTION,
@@ -25,6 +25,7 @@ from board_outbox.model.pause import (
     pause_id,
     was_on,
 )
+from board_outbox.model.rows import AuditEntry
 
 PAUSES = PAUSES_COLLECTION
 

@@ -16,17 +16,9 @@ from board_outbox.adapters.mongo.readmodels import READ_MODELS
 from board_outbox.adapters.mongo.series import SERIES
 from board_outbox.adapters.mongo.sessions import SESSIONS
 from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
-from board_outbox.model.domain import (
-    CANCELLED,
-    CLAIMED,
-    COALESCED,
-    DONE,
-    DONE_TTL_SECONDS,
-    FAILED,
-    PENDING,
-)
 from board_outbox.model.errors import StoreError
 from board_outbox.model.retention import Retention
+from board_outbox.model.rows import CANCELLED, CLAIMED, COALESCED, DONE, DONE_TTL_SECONDS, FAILED, PENDING
 
 __all__ = ["DONE_TTL_SECONDS", "FAILED_AT", "INDEXES", "OBSOLETE", "TTL_NAMES", "TTL_STATES",
            "ensure_schema", "expected_indexes", "ttl_indexes"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from pymongo import DESCENDING
 
-from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING
+from board_outbox.model.rows import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING
 from board_outbox.model.search import RowQuery
 
 __all__ = ["CARD_INDEX", "STATE_ORDER", "search_of"]

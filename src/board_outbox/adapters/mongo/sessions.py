@@ -12,7 +12,7 @@ from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.model.records import ConsoleSession
-from board_outbox.model.validation import SESSIONS_COLLECTION, console_session
+from board_outbox.model.service_documents import SESSIONS_COLLECTION, console_session
 
 SESSIONS = SESSIONS_COLLECTION
 

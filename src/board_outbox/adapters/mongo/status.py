@@ -15,9 +15,9 @@ from board_outbox.adapters.mongo.cursors import CURSORS
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import COUNTERS, EVENTS
 from board_outbox.adapters.mongo.outbox import EFFECTS, IN_STATE
-from board_outbox.model.domain import FAILED, LIVE_STATES, PENDING
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.records import AttentionPage, TenantLag
+from board_outbox.model.rows import FAILED, LIVE_STATES, PENDING
 from board_outbox.model.times import TIME_MAX, TIME_MIN
 from board_outbox.model.validation import finite, is_seq
 from board_outbox.ports import RowSummary

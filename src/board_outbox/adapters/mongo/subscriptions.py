@@ -9,8 +9,11 @@ from typing import Any
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from board_outbox.adapters.mongo.errors import is_transient, translated
-from board_outbox.model.domain import AuditEntry, Subscription, check_id, check_kind, from_doc, to_doc
+from board_outbox.model.bad_documents import OnceLog, cap
+from board_outbox.model.codec import from_doc, to_doc
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
+from board_outbox.model.ids import check_id, check_kind
+from board_outbox.model.rows import AuditEntry
 from board_outbox.model.subscription_records import (
     AUDIT_KEEP,
     SUBSCRIPTIONS_COLLECTION,
@@ -18,7 +21,8 @@ from board_outbox.model.subscription_records import (
     parse_audit,
     parse_rev,
 )
-from board_outbox.model.validation import OnceLog, cap, subscription_problem
+from board_outbox.model.subscriptions import Subscription
+from board_outbox.model.validation import subscription_problem
 
 SUBSCRIPTIONS = SUBSCRIPTIONS_COLLECTION
 

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from board_outbox.adapters.mongo.errors import translated
-from board_outbox.model.validation import BAD_DOCUMENTS, resume_token_problem
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
+from board_outbox.model.service_documents import resume_token_problem
 
 STATE = "board_outbox_state"
 

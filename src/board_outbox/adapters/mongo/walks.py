@@ -15,9 +15,10 @@ from typing import Any
 
 from pymongo import ASCENDING
 
-from board_outbox.model.domain import FAILED, PENDING, EffectRow, from_doc
+from board_outbox.model.codec import from_doc
 from board_outbox.model.errors import MalformedDocument, MalformedRow
 from board_outbox.model.records import FailedPage, RowFilter
+from board_outbox.model.rows import FAILED, PENDING, EffectRow
 
 __all__ = ["KEYED_INDEXES", "WALK_ORDER", "state_page"]
 

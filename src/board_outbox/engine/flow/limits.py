@@ -32,9 +32,10 @@ import msgspec
 from board_outbox.engine.flow.leases import Rider
 from board_outbox.model.bounds import InFlight, PerSecond, Pos
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import EffectRow, Subscription
 from board_outbox.model.errors import OverLimit, SlotLost, StoreError, StoreUnavailable
 from board_outbox.model.limits import bot_key, rate_slot, tenant_key
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import LimitStore
 
 __all__ = ["LaunchGate", "LimitSettings"]

@@ -20,11 +20,12 @@ from collections.abc import Collection, Iterable
 
 import msgspec
 
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.bounds import Pos
 from board_outbox.model.clock import Clock
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.model.pause import Pause
-from board_outbox.model.validation import BAD_DOCUMENTS, member_problem
+from board_outbox.model.service_documents import member_problem
 from board_outbox.ports import Member, MembershipStore
 
 log = logging.getLogger("board_outbox.membership")

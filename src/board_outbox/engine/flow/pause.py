@@ -24,11 +24,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 
+from board_outbox.model.bad_documents import OnceLog
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import Paused, StoreError, StoreUnavailable
 from board_outbox.model.pause import SCOPES, Pause
-from board_outbox.model.validation import OnceLog
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import EffectOutbox, PauseStore
 
 __all__ = ["RELEASE_SWEEP_SECONDS", "PauseGate"]

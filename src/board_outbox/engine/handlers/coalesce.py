@@ -26,8 +26,9 @@ one card at the same instant can both launch (docs/design.md, "Coalescing per ca
 
 from __future__ import annotations
 
-from board_outbox.model.domain import CLAIMED, PENDING, Coalesce, EffectRow
 from board_outbox.model.errors import CoalesceHold, Superseded
+from board_outbox.model.rows import CLAIMED, PENDING, EffectRow
+from board_outbox.model.subscriptions import Coalesce
 from board_outbox.ports import EffectOutbox
 
 # how long a row waits for a running newer row of its burst before it asks again (seconds; the

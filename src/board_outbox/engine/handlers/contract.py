@@ -14,10 +14,11 @@ from opentelemetry.context import Context
 
 from board_outbox.engine import telemetry
 from board_outbox.model import transitions as T
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import EffectRow, EventSnapshot
 from board_outbox.model.errors import LeaseLost
 from board_outbox.model.records import Claim
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import CardStore, EffectOutbox, Launcher, ReadModelStore, Stores, SubscriptionStore
 
 P = TypeVar("P")

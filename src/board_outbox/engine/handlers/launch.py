@@ -10,7 +10,6 @@ from board_outbox.engine.flow.limits import LaunchGate
 from board_outbox.engine.flow.pause import PauseGate
 from board_outbox.engine.handlers.coalesce import coalesce_check
 from board_outbox.engine.handlers.contract import ExecutionContext
-from board_outbox.model.domain import EffectRow, Subscription, matches
 from board_outbox.model.errors import (
     CardNotFound,
     CrossTenantRow,
@@ -19,6 +18,8 @@ from board_outbox.model.errors import (
     StoreUnavailable,
     SubscriptionNotFound,
 )
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription, matches
 from board_outbox.ports import CardStore, LabelStore, Launcher, LaunchRequest, SubscriptionStore
 
 log = logging.getLogger("board_outbox.launch")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from board_outbox.engine.handlers.contract import ExecutionContext, Projection
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import PermanentEffectError, UnknownEffectKind
+from board_outbox.model.rows import EffectRow
 
 
 class ProjectionDispatcher:

@@ -16,8 +16,8 @@ from board_outbox.engine.handlers.contract import (
     Projection,
 )
 from board_outbox.engine.handlers.projection import ProjectionDispatcher
-from board_outbox.model.domain import PROJECTION
 from board_outbox.model.errors import UnknownEffectKind
+from board_outbox.model.ids import PROJECTION
 
 __all__ = ["EffectHandler", "ExecutionContext", "HandlerRegistry", "Projection"]
 

@@ -14,9 +14,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from board_outbox.model.domain import BoardEvent, Card, EventSnapshot, from_doc
+from board_outbox.model.bad_documents import OnceLog, cap
+from board_outbox.model.board import BoardEvent, Card, EventSnapshot
+from board_outbox.model.codec import from_doc
 from board_outbox.model.errors import CardNotFound, MalformedCard, MalformedDocument, MalformedEvent
-from board_outbox.model.validation import MAX_CARD_LABELS, MAX_CARD_TITLE, OnceLog, cap, is_seq
+from board_outbox.model.validation import MAX_CARD_LABELS, MAX_CARD_TITLE, is_seq
 from board_outbox.ports import CardStore, EventLog, EventRecord
 
 log = logging.getLogger("board_outbox.tail")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from board_outbox.model.domain import Subscription
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import SubscriptionStore
 
 log = logging.getLogger("board_outbox.subscriptions")

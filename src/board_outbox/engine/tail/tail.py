@@ -35,16 +35,12 @@ from board_outbox.engine.tail.drain import (
 from board_outbox.engine.tail.prefetch import StreamEvents
 from board_outbox.engine.tail.reading import GapTracker, read_batch
 from board_outbox.engine.tail.tenants import TailTenants
+from board_outbox.model.bad_documents import OnceLog, cap
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import (
-    EffectRow,
-    EventSnapshot,
-    SubscriptionIndex,
-    new_projection_row,
-    new_subscription_row,
-)
 from board_outbox.model.errors import MalformedDocument, StoreError, StoreUnavailable
-from board_outbox.model.validation import OnceLog, cap
+from board_outbox.model.rows import EffectRow, new_projection_row, new_subscription_row
+from board_outbox.model.subscriptions import SubscriptionIndex
 from board_outbox.ports import CardStore, CursorStore, EffectOutbox, EventLog, SubscriptionStore
 
 # the leaf types stay importable from here

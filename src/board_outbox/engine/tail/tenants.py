@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 
 from board_outbox.engine.tail.drain import Figures, TailSettings
+from board_outbox.model.bad_documents import OnceLog, cap
 from board_outbox.model.clock import Clock
 from board_outbox.model.errors import StoreError
-from board_outbox.model.validation import OnceLog, cap, is_seq, tenant_problem
+from board_outbox.model.validation import is_seq, tenant_problem
 from board_outbox.ports import CursorStore, EffectOutbox, EventLog, SubscriptionStore
 
 log = logging.getLogger("board_outbox.tail")

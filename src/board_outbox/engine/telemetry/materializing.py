@@ -39,8 +39,8 @@ from board_outbox.engine.telemetry.spans import (
     event_id,
     messaging,
 )
-from board_outbox.model.domain import EffectRow, TraceContext
-from board_outbox.model.validation import OnceLog
+from board_outbox.model.bad_documents import OnceLog
+from board_outbox.model.rows import EffectRow, TraceContext
 
 log = logging.getLogger("board_outbox.tail")
 _once = OnceLog(log)

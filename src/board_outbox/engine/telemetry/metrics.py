@@ -38,7 +38,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from board_outbox.engine.telemetry.prometheus import PrometheusMirror
 from board_outbox.engine.telemetry.propagation import trace_id_of
-from board_outbox.model.domain import PROJECTION, EffectRow
+from board_outbox.model.ids import PROJECTION
+from board_outbox.model.rows import EffectRow
 
 
 class _Bound:

@@ -20,7 +20,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanContext, format_trace_id
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from board_outbox.model.domain import TraceContext
+from board_outbox.model.rows import TraceContext
 
 W3C = TraceContextTextMapPropagator()
 # W3C Trace Context level 1: a traceparent is 55 characters (a later version may append fields);

@@ -21,7 +21,7 @@ from opentelemetry.util.types import AttributeValue
 # where the console and older callers found them
 from board_outbox.engine.telemetry.propagation import parse_traceparent as parse_traceparent
 from board_outbox.engine.telemetry.propagation import trace_id_of as trace_id_of
-from board_outbox.model.domain import EffectRow, TraceContext
+from board_outbox.model.rows import EffectRow, TraceContext
 
 # messaging.system: no well-known value fits an outbox on MongoDB collections; a custom one
 SYSTEM = "board_outbox"

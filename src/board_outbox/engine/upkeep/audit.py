@@ -38,15 +38,12 @@ from opentelemetry import trace
 
 from board_outbox.engine.tail.reading import GapTracker, read_batch
 from board_outbox.engine.tail.tail import Tail
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.bounds import Pos, PosInt
-from board_outbox.model.domain import (
-    DONE_TTL_SECONDS,
-    PROJECTION,
-    EffectRow,
-    EventSnapshot,
-    SubscriptionIndex,
-)
 from board_outbox.model.errors import MalformedDocument, StoreUnavailable
+from board_outbox.model.ids import PROJECTION
+from board_outbox.model.rows import DONE_TTL_SECONDS, EffectRow
+from board_outbox.model.subscriptions import SubscriptionIndex
 from board_outbox.model.validation import is_seq
 
 log = logging.getLogger("board_outbox.audit")

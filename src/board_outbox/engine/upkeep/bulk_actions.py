@@ -8,7 +8,7 @@ own one-row write here.
   not pending: the cancel skips it and the replica runs it. A row cancelled first is no longer
   pending: no claim takes it, so it is never launched. The fence decides, whatever the timing.
 - **rerun**: a new pending row that copies the done row's event and target, keyed
-  ``ROW_KEY/rerun/N`` (``domain.rerun_row_key``: the bot sees a new Idempotency-Key) and
+  ``ROW_KEY/rerun/N`` (``row_keys.rerun_row_key``: the bot sees a new Idempotency-Key) and
   carrying ``rerun_of``; then the done row's ``rerun_noted`` (its history says so), fenced on
   its ``updated_at`` as read. N is one more than the reruns the row's history names, so every
   apply of one plan -- concurrent, or after a crash between the two writes -- writes the same key,
@@ -22,7 +22,8 @@ from board_outbox.engine.upkeep.bulk_replay import RowWrite, replay_write
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
 from board_outbox.model.dead_letters import CANCEL, REPLAY
-from board_outbox.model.domain import DONE, PENDING, AuditEntry, EffectRow, rerun_row_key
+from board_outbox.model.row_keys import rerun_row_key
+from board_outbox.model.rows import DONE, PENDING, AuditEntry, EffectRow
 from board_outbox.ports import EffectOutbox
 
 __all__ = ["cancel_write", "rerun_row", "rerun_write", "write_of"]

@@ -26,6 +26,7 @@ import anyio
 import msgspec
 
 from board_outbox.model import transitions as T
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.clock import Clock
 from board_outbox.model.dead_letters import (
     ABORTED,
@@ -39,10 +40,9 @@ from board_outbox.model.dead_letters import (
     BulkProgress,
     wants,
 )
-from board_outbox.model.domain import DONE, FAILED, EffectRow
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.model.records import FailedPage
-from board_outbox.model.validation import cap
+from board_outbox.model.rows import DONE, FAILED, EffectRow
 from board_outbox.ports import EffectOutbox, SubscriptionStore
 
 log = logging.getLogger("board_outbox.bulk_replay")

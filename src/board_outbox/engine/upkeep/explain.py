@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from board_outbox.engine.upkeep.holds.case import Case, ExplainSettings
 from board_outbox.engine.upkeep.holds.checks import CHECKS
-from board_outbox.model.domain import CLAIMED, FAILED, PENDING, SETTLED_STATES, EffectRow, parse_row_key
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.errors import MalformedDocument, RowNotFound
 from board_outbox.model.explanation import (
     EXPLAIN_SCHEMA,
@@ -23,8 +23,9 @@ from board_outbox.model.explanation import (
     Moment,
     RowFacts,
 )
+from board_outbox.model.row_keys import parse_row_key
+from board_outbox.model.rows import CLAIMED, FAILED, PENDING, SETTLED_STATES, EffectRow
 from board_outbox.model.times import stamp, time_problem
-from board_outbox.model.validation import cap
 from board_outbox.ports import EventLog, Stores
 
 __all__ = ["ExplainSettings", "explain", "explain_row"]

@@ -26,7 +26,9 @@ from opentelemetry import trace
 
 from board_outbox.engine.tail.tail import Tail
 from board_outbox.engine.upkeep.audit import passed_chunks
-from board_outbox.model.domain import DONE_TTL_SECONDS, FAILED, LIVE_STATES, PROJECTION, SubscriptionIndex
+from board_outbox.model.ids import PROJECTION
+from board_outbox.model.rows import DONE_TTL_SECONDS, FAILED, LIVE_STATES
+from board_outbox.model.subscriptions import SubscriptionIndex
 from board_outbox.model.validation import is_seq
 
 log = logging.getLogger("board_outbox.replay")

@@ -27,6 +27,7 @@ from typing import Annotated
 
 import msgspec
 
+from board_outbox.model.bad_documents import cap
 from board_outbox.model.clock import Clock
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.model.series import (
@@ -38,7 +39,6 @@ from board_outbox.model.series import (
     minute_of,
     top_lag,
 )
-from board_outbox.model.validation import cap
 from board_outbox.ports import SeriesStore
 
 log = logging.getLogger("board_outbox.series")

@@ -30,8 +30,9 @@ from board_outbox.engine.work.completer import Completer
 from board_outbox.engine.work.gathered import gathered
 from board_outbox.engine.work.outcomes import Outcome
 from board_outbox.engine.work.watchdog import LoopWatch, deadline
+from board_outbox.model.board import EventSnapshot
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import PROJECTION, EventSnapshot
+from board_outbox.model.ids import PROJECTION
 from board_outbox.ports import Claim
 
 log = logging.getLogger("board_outbox.worker")

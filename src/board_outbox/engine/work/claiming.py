@@ -15,8 +15,9 @@ from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.engine.work.handoff import by_priority
 from board_outbox.engine.work.outcomes import TickResult
 from board_outbox.engine.work.running import Batch, BatchRunning
+from board_outbox.model.bad_documents import OnceLog, cap
 from board_outbox.model.errors import BrokenRow, StoreError, StoreUnavailable
-from board_outbox.model.validation import OnceLog, cap, stuck_reason
+from board_outbox.model.row_documents import stuck_reason
 from board_outbox.ports import Claim, EffectOutbox
 
 log = logging.getLogger("board_outbox.worker")

@@ -25,11 +25,11 @@ from board_outbox.engine.work.done_marks import DoneMarks, Staged
 from board_outbox.engine.work.outcomes import Outcome
 from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
+from board_outbox.model.bad_documents import OnceLog, cap
 from board_outbox.model.clock import Clock, RandomSource
-from board_outbox.model.domain import EffectRow, ErrorEntry
 from board_outbox.model.errors import OverLimit, Paused, StoreError, StoreUnavailable
 from board_outbox.model.pause import held_not_before
-from board_outbox.model.validation import OnceLog, cap
+from board_outbox.model.rows import EffectRow, ErrorEntry
 from board_outbox.ports import Claim, EffectOutbox
 
 log = logging.getLogger("board_outbox.worker")

@@ -25,8 +25,8 @@ from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.work.outcomes import Outcome
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import StoreError, StoreUnavailable
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import Claim, EffectOutbox
 
 log = logging.getLogger("board_outbox.worker")

@@ -22,7 +22,6 @@ from board_outbox.engine.handlers.registry import ExecutionContext
 from board_outbox.engine.work.outcomes import Outcome
 from board_outbox.engine.work.running import BatchRunning
 from board_outbox.engine.work.watchdog import LoopWatch, deadline
-from board_outbox.model.domain import EffectRow
 from board_outbox.model.errors import (
     CoalesceHold,
     EffectTimeout,
@@ -32,6 +31,7 @@ from board_outbox.model.errors import (
     StoreUnavailable,
     Superseded,
 )
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import Claim, EffectOutbox
 
 log = logging.getLogger("board_outbox.worker")

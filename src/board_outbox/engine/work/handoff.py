@@ -20,8 +20,8 @@ from typing import Any
 from board_outbox.engine.flow.leases import Lease, current
 from board_outbox.engine.flow.pressure import Pressure
 from board_outbox.model.clock import Clock
-from board_outbox.model.domain import PROJECTION
 from board_outbox.model.fairness import prioritized, ranked, round_robin
+from board_outbox.model.ids import PROJECTION
 from board_outbox.ports import Claim, ClaimTerms
 
 __all__ = ["EXPECTED_MAX", "HANDOFF_BATCHES", "HANDOFF_LEASE_SHARE", "HANDOFF_MAX_BATCHES",

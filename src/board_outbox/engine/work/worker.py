@@ -31,9 +31,9 @@ from board_outbox.engine.work.handoff import HANDOFF_BATCHES, PICK_IDLES, Handof
 from board_outbox.engine.work.running import Open
 from board_outbox.engine.work.watchdog import LoopWatch, Progress
 from board_outbox.engine.work.worksettings import WorkerSettings
+from board_outbox.model.bad_documents import OnceLog
 from board_outbox.model.clock import Clock, RandomSource, seeded_random
-from board_outbox.model.domain import EffectRow
-from board_outbox.model.validation import OnceLog
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import Claim, ClaimTerms, EffectOutbox
 
 # Lease, HANDOFF_BATCHES and PICK_IDLES are re-exported: they lived here before leases.py and

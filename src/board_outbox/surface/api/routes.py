@@ -32,6 +32,7 @@ from board_outbox.engine.upkeep.explain import explain
 from board_outbox.engine.upkeep.series import read_window
 from board_outbox.model.api_tokens import ADMIN, READ, ApiToken
 from board_outbox.model.clock import SystemClock
+from board_outbox.model.codec import unreadable
 from board_outbox.model.dead_letters import (
     ACTION_STATES,
     CANCEL,
@@ -39,7 +40,6 @@ from board_outbox.model.dead_letters import (
     BulkPlan,
     BulkProgress,
 )
-from board_outbox.model.domain import parse_row_key, unreadable
 from board_outbox.model.errors import (
     BoardOutboxError,
     InvalidRowKey,
@@ -47,8 +47,9 @@ from board_outbox.model.errors import (
     StoreUnavailable,
     UsageError,
 )
+from board_outbox.model.row_keys import parse_row_key
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.health import tenant_statuses
 from board_outbox.surface.bulk_filter import parse_filter
 from board_outbox.surface.console.bulk import MAX_RATE, BulkJobs, Job

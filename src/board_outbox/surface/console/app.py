@@ -23,12 +23,13 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from board_outbox.model.clock import SystemClock
+from board_outbox.model.codec import unreadable
 from board_outbox.model.dead_letters import CANCEL, RERUN
-from board_outbox.model.domain import FAILED, unreadable
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import RowFilter
+from board_outbox.model.rows import FAILED
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.plugins import resolve_handlers
 from board_outbox.surface.admin import parse_when, replay_rows
 from board_outbox.surface.console.bulk import BulkJobs, bulk_routes

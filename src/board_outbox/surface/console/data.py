@@ -14,12 +14,13 @@ import msgspec
 
 from board_outbox.engine.flow.membership import owner
 from board_outbox.engine.telemetry.spans import trace_id_of
-from board_outbox.model.domain import CLAIMED, FAILED, PENDING, EffectRow, unreadable
+from board_outbox.model.bad_documents import cap
+from board_outbox.model.codec import unreadable
 from board_outbox.model.errors import MalformedDocument, StoreError
 from board_outbox.model.records import AttentionPage, ReadModelVersions, RowFilter
-from board_outbox.model.validation import cap
+from board_outbox.model.rows import CLAIMED, FAILED, PENDING, EffectRow
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.health import (
     NextEvents,
     StallDetector,

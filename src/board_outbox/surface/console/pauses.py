@@ -16,10 +16,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from board_outbox.model.domain import PENDING
+from board_outbox.model.bad_documents import BAD_DOCUMENTS, BadDocument, cap
 from board_outbox.model.errors import BoardOutboxError, UsageError
 from board_outbox.model.pause import PAUSES_COLLECTION, SCOPES, Pause
-from board_outbox.model.validation import BAD_DOCUMENTS, BadDocument, cap
+from board_outbox.model.rows import PENDING
 from board_outbox.ports import Stores
 from board_outbox.surface.console.security import Sessions, csrf_ok
 from board_outbox.surface.pausing import check_pause, pause, pauses_on, resume, unknown

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 import msgspec
 
 from board_outbox.engine.upkeep.explain import ExplainSettings, explain, explain_row
-from board_outbox.model.domain import EffectRow, parse_row_key
 from board_outbox.model.errors import InvalidRowKey, MalformedDocument
 from board_outbox.model.explanation import Explanation
+from board_outbox.model.row_keys import parse_row_key
+from board_outbox.model.rows import EffectRow
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 
 
 @dataclass

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from board_outbox.model.domain import unreadable
+from board_outbox.model.codec import unreadable
 from board_outbox.model.errors import UsageError
 from board_outbox.ports import Stores
 from board_outbox.surface.row_search import parse_query

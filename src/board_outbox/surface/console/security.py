@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import ConsoleSession
-from board_outbox.model.validation import SESSION_SECONDS
+from board_outbox.model.service_documents import SESSION_SECONDS
 from board_outbox.ports import SessionStore
 from board_outbox.surface.http.proxies import via
 

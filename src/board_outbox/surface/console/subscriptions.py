@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from board_outbox.model.domain import Subscription
 from board_outbox.model.errors import UsageError
 from board_outbox.model.subscription_records import SubscriptionRecord
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import Stores
 from board_outbox.surface import subscribing as s
 from board_outbox.surface.console.security import Sessions, csrf_ok

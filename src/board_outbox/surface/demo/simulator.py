@@ -7,8 +7,9 @@ import time
 
 import msgspec
 
-from board_outbox.model.domain import Card, MatchRule, Subscription
+from board_outbox.model.board import Card
 from board_outbox.model.errors import CardNotFound
+from board_outbox.model.subscriptions import MatchRule, Subscription
 from board_outbox.ports import Stores
 from board_outbox.surface.demo.notify import KIND as NOTIFY
 

@@ -11,7 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from board_outbox.model.validation import BAD_DOCUMENTS
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 
 if TYPE_CHECKING:
     from board_outbox.service.runtime import Service

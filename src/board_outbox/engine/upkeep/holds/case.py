@@ -12,10 +12,11 @@ import msgspec
 from board_outbox.engine.flow.limits import LimitSettings
 from board_outbox.engine.flow.membership import MembershipSettings
 from board_outbox.engine.work.worksettings import WorkerSettings
-from board_outbox.model.domain import EffectRow, Subscription
 from board_outbox.model.errors import MalformedDocument, SubscriptionNotFound
 from board_outbox.model.explanation import Hold
 from board_outbox.model.retention import Retention
+from board_outbox.model.rows import EffectRow
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.ports import Stores
 
 

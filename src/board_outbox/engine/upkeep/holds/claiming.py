@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from board_outbox.engine.flow.membership import owner, trusted
 from board_outbox.engine.upkeep.holds.case import Case, from_now
-from board_outbox.model.domain import PENDING
 from board_outbox.model.explanation import Hold, Ownership, Turn
+from board_outbox.model.rows import PENDING
 
 # the tenant's due rows counted ahead of a row, at most (one count stopped there)
 TURN_LIMIT = 1000

@@ -4,10 +4,10 @@ chain to the row that runs for them all; a row in its card's quiet window."""
 from __future__ import annotations
 
 from board_outbox.engine.upkeep.holds.case import Case, from_now
-from board_outbox.model.domain import COALESCED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow
 from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.explanation import Coalesced, Coalescing, Hold
 from board_outbox.model.retention import days
+from board_outbox.model.rows import COALESCED, DONE, FAILED, LIVE_STATES, PENDING, EffectRow
 
 
 async def coalesced(c: Case) -> list[Hold]:

@@ -7,10 +7,12 @@ import msgspec
 
 from board_outbox.engine.flow.limits import LimitSettings
 from board_outbox.engine.upkeep.holds.case import Case, from_now
-from board_outbox.model.domain import LAUNCH, PENDING, Subscription
 from board_outbox.model.explanation import Hold, Limit
+from board_outbox.model.ids import LAUNCH
 from board_outbox.model.limits import bot_key, parse_waiting, rate_slot, rate_window, tenant_key
 from board_outbox.model.pause import paused_by
+from board_outbox.model.rows import PENDING
+from board_outbox.model.subscriptions import Subscription
 
 
 class LimitKey(msgspec.Struct, frozen=True):

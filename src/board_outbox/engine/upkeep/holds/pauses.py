@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from board_outbox.engine.flow.pause import RELEASE_SWEEP_SECONDS
 from board_outbox.engine.upkeep.holds.case import Case, from_now
-from board_outbox.model.domain import LAUNCH, PENDING
+from board_outbox.model.bad_documents import BAD_DOCUMENTS
 from board_outbox.model.explanation import Hold, Paused
+from board_outbox.model.ids import LAUNCH
 from board_outbox.model.pause import (
     HELD_OFFSET,
     PAUSES_COLLECTION,
@@ -15,8 +16,8 @@ from board_outbox.model.pause import (
     pause_id,
     paused_by,
 )
+from board_outbox.model.rows import PENDING
 from board_outbox.model.times import when
-from board_outbox.model.validation import BAD_DOCUMENTS
 
 
 async def paused(c: Case) -> list[Hold]:

@@ -4,8 +4,8 @@ backing off after a failed attempt."""
 from __future__ import annotations
 
 from board_outbox.engine.upkeep.holds.case import Case, from_now, last_error
-from board_outbox.model.domain import CLAIMED, DONE, FAILED, PENDING
 from board_outbox.model.explanation import Backoff, DeadLettered, Done, ExpiredLease, Hold, Lease, NotDue
+from board_outbox.model.rows import CLAIMED, DONE, FAILED, PENDING
 
 
 async def done(c: Case) -> list[Hold]:

@@ -23,7 +23,7 @@ async def cmd_dead_letters(args: argparse.Namespace, factory: StoresFactory) -> 
     import getpass
 
     from board_outbox.model.clock import SystemClock
-    from board_outbox.model.domain import unreadable
+    from board_outbox.model.codec import unreadable
     from board_outbox.service.config import load_config
     from board_outbox.surface.admin import dead_letter_filter, replay_rows, row_json
 

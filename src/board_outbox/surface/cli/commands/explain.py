@@ -18,7 +18,7 @@ from board_outbox.surface.cli.commands import StoresFactory
 
 async def cmd_explain(args: argparse.Namespace, factory: StoresFactory) -> int:
     from board_outbox.engine.upkeep.explain import ExplainSettings, explain
-    from board_outbox.model.domain import parse_row_key
+    from board_outbox.model.row_keys import parse_row_key
     from board_outbox.service.config import load_config
 
     try:

@@ -96,8 +96,8 @@ async def cmd_resume(args: argparse.Namespace, factory: StoresFactory) -> int:
 
 
 async def cmd_paused(args: argparse.Namespace, factory: StoresFactory) -> int:
+    from board_outbox.model.bad_documents import BAD_DOCUMENTS
     from board_outbox.model.pause import PAUSES_COLLECTION
-    from board_outbox.model.validation import BAD_DOCUMENTS
     from board_outbox.service.config import load_config
     from board_outbox.surface.pausing import pauses_on
 

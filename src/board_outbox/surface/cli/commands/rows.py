@@ -58,7 +58,7 @@ def find_query(args: argparse.Namespace) -> RowQuery:
 
 
 async def _find(stores: Any, query: RowQuery, *, as_json: bool) -> int:
-    from board_outbox.model.domain import unreadable
+    from board_outbox.model.codec import unreadable
 
     with unreadable() as bad:
         rows = await stores.outbox.search(query)

@@ -9,9 +9,9 @@ import time
 
 import msgspec
 
+from board_outbox.model.bad_documents import BAD_DOCUMENTS, BadDocument
 from board_outbox.model.errors import UsageError
 from board_outbox.model.times import ago
-from board_outbox.model.validation import BAD_DOCUMENTS, BadDocument
 from board_outbox.surface.cli.commands import StoresFactory
 from board_outbox.surface.format import age
 

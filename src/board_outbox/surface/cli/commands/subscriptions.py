@@ -13,8 +13,10 @@ from typing import Any
 
 import msgspec
 
-from board_outbox.model.domain import AuditEntry, Subscription, to_doc
+from board_outbox.model.codec import to_doc
+from board_outbox.model.rows import AuditEntry
 from board_outbox.model.subscription_records import SubscriptionRecord
+from board_outbox.model.subscriptions import Subscription
 from board_outbox.model.times import when
 from board_outbox.surface.cli.commands import StoresFactory
 from board_outbox.surface.cli.output import UsageError, print_json
