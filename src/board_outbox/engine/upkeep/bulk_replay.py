@@ -17,12 +17,13 @@ here against the whole filter; the plan counts them apart (``BulkPlan.expired``)
 
 The apply takes the rows the plan counted: the same filter, bounded by the newest row the plan
 took, at most as many rows (of a cancel's claimed rows, those whose lease had ended at the
-plan's time, at most as many as it counted). Each replay is one fenced write (``EffectOutbox.apply_failed`` on
-``{row_key, state: failed, updated_at as read}``, the ``replay`` transition: pending, attempts 0,
-an audit entry naming the bulk replay), so a row replayed by another operator, or changed in any
-way since it was read, is skipped, never replayed twice. One write is atomic and runs shielded
-from cancellation: an abort (``Stop``, or the caller's cancellation) lands between two rows, and
-every planned row is then replayed or untouched, as the progress counts say."""
+plan's time, at most as many as it counted). Each replay is one fenced write
+(``EffectOutbox.apply_failed`` on ``{row_key, state: failed, updated_at as read}``, the
+``replay`` transition: pending, attempts 0, an audit entry naming the bulk replay), so a row
+replayed by another operator, or changed in any way since it was read, is skipped, never
+replayed twice. One write is atomic and runs shielded from cancellation: an abort (``Stop``, or
+the caller's cancellation) lands between two rows, and every planned row is then replayed or
+untouched, as the progress counts say."""
 
 from __future__ import annotations
 
