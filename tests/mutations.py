@@ -348,7 +348,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if wait > 0:  # refused", "        if False:  # refused", "console/app"),
     Mutant("console-token-whitespace-ok", "console",
            "bad = next((c for c in token if not c.isprintable() or c.isspace()), None)",
-           "bad = next((c for c in token if not c.isprintable()), None)", "config"),
+           "bad = next((c for c in token if not c.isprintable()), None)", "config_rules"),
     Mutant("http-read-timeout-unset", "console",
            "    config.read_timeout = READ_TIMEOUT", "    config.read_timeout = None", "http/server"),
     Mutant("http-head-limit-off", "console",
@@ -558,7 +558,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # tenant's lane takes a claim's worth of its handed rows, one heartbeat beats the queued rows
     Mutant("lanes-close-with-the-batch", "lanes",
            "async with self.worker.lanes(self.stats.worker.add):",
-           "async with anyio.create_task_group():", "runtime"),
+           "async with anyio.create_task_group():", "hotloops"),
     Mutant("lanes-rows-unbounded", "lanes",
            "return 2 * self.claim_limit()", "return 10**6", "running"),
     Mutant("lanes-tenant-takes-every-handed-row", "lanes",

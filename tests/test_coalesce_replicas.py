@@ -16,7 +16,8 @@ import pytest
 from board_outbox.adapters.memory import MemoryBackend, MemoryLauncher
 from board_outbox.model.domain import COALESCED, DONE, Card, Coalesce, MatchRule, Subscription
 from board_outbox.ports import RowFilter, Stores
-from board_outbox.service.config import Config, load_config
+from board_outbox.service.config import load_config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.runtime import Service
 
 pytestmark = pytest.mark.anyio

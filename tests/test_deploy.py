@@ -35,7 +35,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from board_outbox.adapters.memory import MemoryBackend
-from board_outbox.service.config import Config, load_config
+from board_outbox.service.config import load_config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.http import open_ops_server
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from board_outbox.service.config import UiConfig, load_config
+from board_outbox.service.config import load_config
+from board_outbox.service.config_sections import UiConfig
 from board_outbox.surface.http.proxies import parse_address, proxy_settings, resolve
 
 ROOT = Path(__file__).resolve().parent.parent

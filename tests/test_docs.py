@@ -23,7 +23,7 @@ from typing import get_origin
 import msgspec
 import pytest
 
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 DESIGN = ROOT / "docs" / "design.md"

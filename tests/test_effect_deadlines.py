@@ -155,7 +155,7 @@ def test_progress_is_stuck_only_while_rows_are_claimed() -> None:
 @pytest.mark.anyio
 async def test_healthz_fails_when_the_worker_is_stuck_with_rows_claimed() -> None:
     from board_outbox.adapters.memory import MemoryBackend
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
     from board_outbox.service.runtime import Service
     from board_outbox.surface.http.checks import liveness
 

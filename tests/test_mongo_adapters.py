@@ -22,7 +22,7 @@ from board_outbox.model import transitions as tr
 from board_outbox.model.errors import ConfigError, StoreError, StoreUnavailable
 from board_outbox.ports import RowFilter
 from board_outbox.service.backends import mongo_client
-from board_outbox.service.config import StoreConfig
+from board_outbox.service.config_sections import StoreConfig
 from tests.support.mongomock_async import mock_database
 
 pytestmark = pytest.mark.anyio

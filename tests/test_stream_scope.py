@@ -17,7 +17,8 @@ from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.flow.membership import owner
 from board_outbox.model.domain import Card, Subscription
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config, load_config
+from board_outbox.service.config import load_config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.runtime import Service
 
 pytestmark = pytest.mark.anyio

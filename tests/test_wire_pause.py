@@ -20,7 +20,8 @@ from board_outbox.engine.flow.membership import owner
 from board_outbox.model.domain import DONE, PENDING, Card, Subscription
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.ports import RowFilter, Stores
-from board_outbox.service.config import Config, load_config
+from board_outbox.service.config import load_config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.runtime import Service
 from board_outbox.surface.pausing import pause, resume
 

@@ -3,7 +3,7 @@
 Every interval, timeout and lease is bounded on both sides: below a millisecond a
 loop spins, beyond a day a setting is a typo (and a lease beyond the stuck-row sweep's horizon
 gets parked by another replica). Cross-field rules (lease vs horizon, heartbeat vs lease,
-stall vs young gap...) are in ``service/config.validate``."""
+stall vs young gap...) are in ``service/config_rules.validate``."""
 
 from __future__ import annotations
 

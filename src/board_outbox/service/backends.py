@@ -15,7 +15,8 @@ from board_outbox.engine.upkeep.generations import versioned
 from board_outbox.model.clock import SystemClock
 from board_outbox.model.errors import ConfigError
 from board_outbox.ports import Launcher, Stores
-from board_outbox.service.config import Config, LauncherConfig, StoreConfig, require_backend
+from board_outbox.service.config import require_backend
+from board_outbox.service.config_sections import Config, LauncherConfig, StoreConfig
 
 Opener = Callable[[Config, Launcher, bool], AbstractAsyncContextManager[Stores]]
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from board_outbox.model.pause import Pause
     from board_outbox.model.validation import OnceLog
     from board_outbox.ports import Stores
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
     from board_outbox.service.health import NextEvents, StallDetector
     from board_outbox.service.stats import Stats
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.model.clock import Clock
     from board_outbox.ports import Stores
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
     from board_outbox.service.resume import ResumePoint
     from board_outbox.service.stats import Stats
 

@@ -23,7 +23,7 @@ from board_outbox.model.diagnosis import (
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.retention import days
 from board_outbox.model.validation import cap
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 
 __all__ = ["Probe", "diagnose", "required_privileges"]
 

@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.surface.api.openapi import openapi
 from board_outbox.surface.api.routes import ENDPOINTS, api_routes
 

@@ -48,7 +48,7 @@ from board_outbox.model.errors import (
     UsageError,
 )
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.health import tenant_statuses
 from board_outbox.surface.bulk_filter import parse_filter
 from board_outbox.surface.console.bulk import MAX_RATE, BulkJobs, Job

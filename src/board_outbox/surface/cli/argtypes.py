@@ -1,5 +1,6 @@
 """The command line's argument types: each turns a bad value into argparse's one-line error
-(exit 2) before anything is opened."""
+(exit 2) before anything is opened; and ``json_flag``, the ``--json`` flag the reporting
+commands share."""
 
 from __future__ import annotations
 
@@ -80,3 +81,9 @@ def port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
     return int(port)
+
+
+def json_flag(parser: argparse.ArgumentParser, help_: str) -> argparse.ArgumentParser:
+    """``--json``: the command prints what ``help_`` says as JSON instead of text."""
+    parser.add_argument("--json", action="store_true", help=help_)
+    return parser

@@ -8,7 +8,22 @@ from typing import Any
 
 from board_outbox.surface.cli.argtypes import number
 
-__all__ = ["add_subscriptions", "coalesce_arg", "limit_arg", "priority_arg", "rate_arg"]
+__all__ = ["SUBSCRIPTIONS_HELP", "add_subscriptions", "coalesce_arg", "limit_arg", "priority_arg",
+           "rate_arg"]
+
+SUBSCRIPTIONS_HELP = (
+    "add, list, show, edit, disable, enable or remove subscriptions",
+    "A subscription is what a tenant wants done when an event matches its rule: one row\n"
+    "of its effect kind (launch, by default: a launch of its bot) per matching event.\n"
+    "Every write is checked the way the service reads a stored subscription (a rule,\n"
+    "bot, kind, coalesce window or priority it would refuse is one line, exit 2, and\n"
+    "nothing is written), is conditional on the revision read (two operators at once:\n"
+    "the second is told, exit 1) and is audited in the subscription's document (action,\n"
+    "who, when, what changed; `show` lists it). The running replicas see a change at\n"
+    "their next batch: events materialized from then on follow it. Disabling stops new\n"
+    "rows and drops the subscription's pending launches when they come up (they are\n"
+    "checked against it again, M10b); `pause --subscription` holds them instead.",
+)
 
 
 def priority_arg(text: str) -> int:

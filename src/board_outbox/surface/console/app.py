@@ -28,7 +28,7 @@ from board_outbox.model.domain import FAILED, unreadable
 from board_outbox.model.errors import BoardOutboxError
 from board_outbox.model.records import RowFilter
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.plugins import resolve_handlers
 from board_outbox.surface.admin import parse_when, replay_rows
 from board_outbox.surface.console.bulk import BulkJobs, bulk_routes

@@ -19,7 +19,7 @@ from board_outbox.model.errors import MalformedDocument, StoreError
 from board_outbox.model.records import AttentionPage, ReadModelVersions, RowFilter
 from board_outbox.model.validation import cap
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.health import (
     NextEvents,
     StallDetector,

@@ -12,7 +12,7 @@ from board_outbox.model.domain import EffectRow, parse_row_key
 from board_outbox.model.errors import InvalidRowKey, MalformedDocument
 from board_outbox.model.explanation import Explanation
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 
 
 @dataclass

@@ -23,7 +23,7 @@ from starlette.routing import Route
 from board_outbox.engine.upkeep.series import SeriesWindow, most_behind, read_window
 from board_outbox.model.errors import StoreError, StoreUnavailable
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config
+from board_outbox.service.config_sections import Config
 from board_outbox.surface.console.charts import Chart, Line, render, render_spark, sparkline
 
 log = logging.getLogger("board_outbox.console")

@@ -26,7 +26,8 @@ import anyio
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.model.domain import EffectRow
 from board_outbox.ports import Stores
-from board_outbox.service.config import Config, load_config
+from board_outbox.service.config import load_config
+from board_outbox.service.config_sections import Config
 from board_outbox.service.runtime import Service
 from board_outbox.service.wireserver import WireServer, WireServerUnavailable
 from board_outbox.surface.demo.check import verify

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Literal
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 if TYPE_CHECKING:
-    from board_outbox.service.config import UiConfig
+    from board_outbox.service.config_sections import UiConfig
 
 __all__ = ["VIA", "Forwarding", "ProxyHeaders", "ProxySettings", "TrustedProxies", "Via",
            "parse_address", "parse_forwarded", "proxy_settings", "resolve", "via"]

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from board_outbox.engine.handlers.registry import HandlerRegistry
     from board_outbox.engine.telemetry.metrics import Metrics
     from board_outbox.ports import ReadModelStore, Stores
-    from board_outbox.service.config import Config
+    from board_outbox.service.config_sections import Config
 
 
 async def cmd_rebuild(args: argparse.Namespace, factory: StoresFactory) -> int:
