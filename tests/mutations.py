@@ -821,7 +821,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "self.next_at = max(now, self.next_at or now) + self.gap",
            "self.next_at = (self.next_at or now) + self.gap", "bulk_replay"),
     Mutant("bulk-replay-past-the-plan", "edges",
-           "if taken >= plan.matched or stop.requested:", "if stop.requested:", "bulk_replay"),
+           "if taken >= quota or stop.requested:", "if stop.requested:", "bulk_replay"),
+    # a cancel with include_expired takes a claimed row whatever its lease: a live holder's row
+    # is cancelled under it
+    Mutant("cancel-expired-ignores-the-lease", "edges",
+           "return row.state == CLAIMED and row.lease_until is not None and row.lease_until <= at",
+           "return row.state == CLAIMED", "dead_letters"),
     # the audit's repair writes only the rows found missing (an expired row stays expired)
     Mutant("audit-repair-rewrites-every-owed-row", "audit",
            "            rep.repaired += await self._repair(tenant_id, [s for s in snaps\n"
@@ -1026,6 +1031,8 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_edges.py::test_a_bulk_replay_does_not_catch_up_after_a_slow_page[memory]",
     "bulk-replay-past-the-plan":
         "tests/contract/test_edges.py::test_a_bulk_replay_applies_no_more_rows_than_its_plan_counted[memory]",
+    "cancel-expired-ignores-the-lease":
+        "tests/contract/test_bulk_cancel.py::test_include_expired_cancels_claimed_rows_whose_lease_ended_and_no_live_one[memory]",
     "audit-repair-rewrites-every-owed-row":
         "tests/contract/test_audit.py::test_repair_rewrites_only_the_missing_rows_of_a_mixed_range[memory]",
     "adopt-takes-another-claims-rows-mongo":
