@@ -1,0 +1,21 @@
+"""The stuck-row sweep."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyio.lowlevel import checkpoint
+
+from board_outbox.adapters.memory.outbox.rows import OutboxDocs
+from board_outbox.model.validation import LEASE_HORIZON_SECONDS, stuck_reason
+
+
+class OutboxSweep(OutboxDocs):
+    """The stuck-row sweep."""
+
+    async def stuck_rows(
+        self, now: float, limit: int, horizon: float = LEASE_HORIZON_SECONDS
+    ) -> list[tuple[Any, dict[str, Any]]]:
+        await checkpoint()
+        return [(ref, dict(d)) for ref, d in self._docs.items()
+                if stuck_reason(d, now, horizon) is not None][:limit]
