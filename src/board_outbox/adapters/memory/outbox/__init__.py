@@ -1,7 +1,10 @@
+"""In-memory ``trigger_effects`` (``MemoryEffectOutbox``, the ``EffectOutbox`` port):
+documents stored as plain dicts and decoded on read, exactly like the Mongo adapter, so
+malformed rows can be planted and are handled the same way.
 
-
-"""In-memory ``trigger_effects``: documents stored as plain dicts and decoded on read, exactly
-like the Mongo adapter, so malformed rows can be planted and are handled the same way."""
+One module per concern, each a mixin over the documents (``rows``), named as the Mongo
+adapter's modules: the twin of each of its methods is found in the module of the same name
+(``claim``, ``marks``, ``reads``, ``gauges``, ``sweep``, ``bursts``)."""
 
 from __future__ import annotations
 
@@ -17,4 +20,4 @@ __all__ = ["MemoryEffectOutbox"]
 
 class MemoryEffectOutbox(OutboxClaims, OutboxMarks, OutboxReads, OutboxGauges,
                          OutboxSweep, OutboxBursts):
-    """The outbox in memory: each concern in its own module."""
+    """The outbox in memory: the concerns' mixins over one store of documents."""

@@ -1,4 +1,6 @@
-"""Bursts."""
+"""A card's burst of coalescing rows (``burst_at`` set): the newest row of the burst, the
+first that covers it (done, or closed), a new event's deadline carried onto the pending row,
+and a restart of the burst's clock."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from board_outbox.ports import RowIdentity
 
 
 class OutboxBursts(OutboxDocs):
-    """Bursts."""
+    """``newest_in_burst``, ``covered_in_burst``, ``carry_burst``, ``restart_burst``."""
 
     def _burst_rows(self, tenant_id: str, sub_id: str, card_id: str,
                     after_seq: int) -> list[tuple[RowIdentity, dict[str, Any]]]:

@@ -1,4 +1,6 @@
-"""Rows born and claimed."""
+"""Rows in and claimed: the insert (born pending, or born claimed, adopting what an earlier
+insert of ours left claimed), the claim of due rows across tenants (F1's pick, exact here: the
+twin sees every due row) and the reclaim of expired leases."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from board_outbox.ports import Claim, ClaimTerms, UpsertResult
 
 
 class OutboxClaims(OutboxDocs):
-    """Rows born and claimed."""
+    """``upsert_rows``, ``claim_any``, ``reclaim_expired``."""
 
     async def upsert_rows(
         self, rows: Sequence[EffectRow], *, claim: ClaimTerms | None = None

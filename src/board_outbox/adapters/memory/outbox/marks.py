@@ -1,4 +1,6 @@
-"""Marks."""
+"""The writes that move a row on: the marks fenced on the claim that holds the row, parking a
+broken row, and the writes outside a claim, each fenced on what its caller read (a dead letter
+retried, the operators' bulk actions, held rows released, dead letters purged)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from board_outbox.ports import RowFilter
 
 
 class OutboxMarks(OutboxDocs):
-    """Marks."""
+    """``apply_claimed``, ``apply_claimed_many``, ``apply_marks``, ``park_broken``,
+    ``apply_failed``, ``apply_unclaimed``, ``purge``, ``release_held``."""
 
     def _fenced(self, ref: Any, claim_id: str) -> dict[str, Any] | None:
         doc = self._docs.get(ref)

@@ -1,4 +1,6 @@
-"""Reads."""
+"""The reads that list rows: one by key, a filter's page (newest first, in the server's order
+over any stored values), the console's search, the state walks of the dead letters and the
+bulk actions, and the identities the audit and the replays compare with the events."""
 
 from __future__ import annotations
 
@@ -11,18 +13,9 @@ from typing import Any
 import msgspec
 from anyio.lowlevel import checkpoint
 
-from board_outbox.adapters.memory.outbox.rows import OutboxDocs, _matches, _number, _once
-from board_outbox.model.domain import (
-    CANCELLED,
-    CLAIMED,
-    COALESCED,
-    DONE,
-    FAILED,
-    PENDING,
-    EffectRow,
-    from_doc,
-)
-from board_outbox.model.errors import MalformedDocument, MalformedRow
+from board_outbox.adapters.memory.outbox.rows import OutboxDocs, _decode, _matches, _number, _once
+from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING, EffectRow
+from board_outbox.model.errors import MalformedDocument
 from board_outbox.model.search import RowQuery
 from board_outbox.model.validation import row_summary
 from board_outbox.ports import FailedPage, RowFilter, RowIdentity
@@ -40,12 +33,13 @@ def _newest_first(doc: dict[str, Any]) -> tuple[int, float, str, str]:
 
 
 class OutboxReads(OutboxDocs):
-    """Reads."""
+    """``get``, ``find``, ``search``, ``failed_page``, ``state_page``, ``rows_between``,
+    ``existing_keys`` (``raw`` is the store's)."""
 
     async def get(self, row_key: str) -> EffectRow | None:
         await checkpoint()
         ref = self._by_key.get(row_key)
-        return None if ref is None else from_doc(self._docs[ref], EffectRow, MalformedRow)
+        return None if ref is None else _decode(self._docs[ref])
 
     async def find(self, flt: RowFilter) -> list[EffectRow]:
         await checkpoint()
@@ -54,7 +48,7 @@ class OutboxReads(OutboxDocs):
         out: list[EffectRow] = []
         for d in docs[: flt.limit]:
             try:
-                out.append(from_doc(d, EffectRow, MalformedRow))
+                out.append(_decode(d))
             except MalformedDocument as exc:  # R2: left out of the listing, but said so once
                 _once(("find", id(d)), logging.WARNING,
                       "a row that does not decode is left out: %s", exc)
@@ -105,7 +99,7 @@ class OutboxReads(OutboxDocs):
         unreadable: list[str] = []
         for _key, d in page:
             try:
-                rows.append(from_doc(d, EffectRow, MalformedRow))
+                rows.append(_decode(d))
             except MalformedDocument:
                 unreadable.append(d["row_key"])
         return FailedPage(rows=rows, unreadable=unreadable, read=len(page),
@@ -125,7 +119,7 @@ class OutboxReads(OutboxDocs):
         out: list[EffectRow] = []
         for d in docs[:q.limit]:
             try:
-                out.append(from_doc(d, EffectRow, MalformedRow))
+                out.append(_decode(d))
             except MalformedDocument:  # named through ``domain.unreadable``
                 continue
         return out

@@ -1,4 +1,7 @@
-"""The documents."""
+"""The documents and their indexes (by row key; each tenant's live rows, in insertion order),
+the test helpers that plant and remove documents behind the service's back, and what every
+concern does to one document as the server would: match a row filter, check and apply a
+transition, decode."""
 
 from __future__ import annotations
 
@@ -7,12 +10,13 @@ import logging
 from typing import Any, TypeGuard
 
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import LIVE_STATES, PENDING, to_doc
-from board_outbox.model.errors import StoreError
+from board_outbox.model.domain import LIVE_STATES, PENDING, EffectRow, from_doc, to_doc
+from board_outbox.model.errors import MalformedRow, StoreError
 from board_outbox.model.validation import OnceLog
 from board_outbox.ports import RowFilter
 
 _once = OnceLog(logging.getLogger("board_outbox.outbox"))
+
 
 def _number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -55,7 +59,13 @@ def _apply(doc: dict[str, Any], t: T.Transition) -> None:
         doc.setdefault("audit", []).append(to_doc(t.audit))
 
 
+def _decode(doc: dict[str, Any]) -> EffectRow:
+    return from_doc(doc, EffectRow, MalformedRow)
+
+
 class OutboxDocs:
+    """The documents every concern's mixin reads and writes."""
+
     def __init__(self) -> None:
         self._docs: dict[int, dict[str, Any]] = {}
         self._by_key: dict[str, int] = {}

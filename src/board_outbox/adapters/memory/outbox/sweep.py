@@ -1,4 +1,5 @@
-"""The stuck-row sweep."""
+"""The stuck-row sweep's query: the rows no claim or mark will ever move
+(``validation.stuck_reason``), read whole to be parked."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from board_outbox.model.validation import LEASE_HORIZON_SECONDS, stuck_reason
 
 
 class OutboxSweep(OutboxDocs):
-    """The stuck-row sweep."""
+    """``stuck_rows``."""
 
     async def stuck_rows(
         self, now: float, limit: int, horizon: float = LEASE_HORIZON_SECONDS

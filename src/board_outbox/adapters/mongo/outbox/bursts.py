@@ -1,4 +1,6 @@
-"""Bursts."""
+"""A card's burst of coalescing rows (``burst_at`` set): the newest row of the burst, the
+first that covers it (done, or closed), a new event's deadline carried onto the pending row,
+and a restart of the burst's clock. Each over the partial ``burst_sub_card_seq`` index."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from board_outbox.ports import RowIdentity
 
 
 class OutboxBursts(OutboxCollection):
-    """Bursts."""
+    """``newest_in_burst``, ``covered_in_burst``, ``carry_burst``, ``restart_burst``."""
 
     def _burst_query(self, tenant_id: str, sub_id: str, card_id: str,
                      after_seq: int) -> dict[str, Any]:

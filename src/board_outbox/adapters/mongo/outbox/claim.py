@@ -1,4 +1,7 @@
-"""Rows born and claimed."""
+"""Rows in and claimed: the insert (rows born pending, or born claimed for the tail's own
+worker, adopting what an earlier insert of ours left claimed), the claim of due rows across
+tenants (F1's pick) and the reclaim of expired leases. Apart from the marks: these statements
+choose rows and mint claims; the marks only move rows a claim already holds."""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def _due(doc: dict[str, Any]) -> float:
 
 
 class OutboxClaims(OutboxCollection):
-    """Rows born and claimed."""
+    """``upsert_rows``, ``claim_any``, ``reclaim_expired``."""
 
     @translated
     async def upsert_rows(

@@ -1,4 +1,6 @@
-"""Gauges."""
+"""Counts and ages read for the metrics, the health checks and explain: rows by state, the
+tenants with live rows, a tenant's oldest live row, the latency of rows done lately, and the
+rows due ahead of one. Read-only, each over the partial index of the state it counts."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from board_outbox.ports import DoneLatency
 
 
 class OutboxGauges(OutboxCollection):
-    """Gauges."""
+    """``count_by_state``, ``live_tenants``, ``oldest_live_created_at``, ``done_latencies``,
+    ``due_ahead``."""
 
     @translated
     async def count_by_state(

@@ -1,4 +1,8 @@
-"""Marks."""
+"""The writes that move a row on: the marks fenced on the claim that holds the row (one, a
+claim's worth, a batch in ``bulk_write``s), parking a broken row, and the writes outside a
+claim, each fenced on what its caller read (a dead letter retried, the operators' bulk actions
+on a row's state and time, held rows released while their pause still holds them, dead letters
+purged)."""
 
 from __future__ import annotations
 
@@ -41,7 +45,8 @@ def _packed(ops: Sequence[tuple[int, Any]]) -> list[list[Any]]:
 
 
 class OutboxMarks(OutboxCollection):
-    """Marks."""
+    """``apply_claimed``, ``apply_claimed_many``, ``apply_marks``, ``park_broken``,
+    ``apply_failed``, ``apply_unclaimed``, ``purge``, ``release_held``."""
 
     @translated
     async def apply_claimed(self, ref: Any, claim_id: str, t: T.Transition) -> bool:

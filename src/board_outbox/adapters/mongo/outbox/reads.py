@@ -1,4 +1,7 @@
-"""Reads."""
+"""The reads that list rows: one by key, a filter's page (newest first), the console's search,
+the state walks of the dead letters and the bulk actions, and the identities the audit and the
+replays compare with the events. Each document is decoded on its own: one that does not decode
+costs only itself."""
 
 from __future__ import annotations
 
@@ -11,22 +14,21 @@ from pymongo import DESCENDING
 
 from board_outbox.adapters.mongo import search, walks
 from board_outbox.adapters.mongo.errors import translated
-from board_outbox.adapters.mongo.outbox.statements import (
-    IN_STATE,
-    OutboxCollection,
-    _decode,
-    _once,
-    row_query,
-)
-from board_outbox.model.domain import FAILED, EffectRow
-from board_outbox.model.errors import MalformedDocument
+from board_outbox.adapters.mongo.outbox.statements import IN_STATE, OutboxCollection, _once, row_query
+from board_outbox.model.domain import FAILED, EffectRow, from_doc
+from board_outbox.model.errors import MalformedDocument, MalformedRow
 from board_outbox.model.search import RowQuery
 from board_outbox.model.validation import row_summary
 from board_outbox.ports import FailedPage, RowFilter, RowIdentity
 
 
+def _decode(doc: dict[str, Any]) -> EffectRow:
+    return from_doc(doc, EffectRow, MalformedRow)
+
+
 class OutboxReads(OutboxCollection):
-    """Reads."""
+    """``get``, ``raw``, ``find``, ``search``, ``failed_page``, ``state_page``,
+    ``rows_between``, ``existing_keys``."""
 
     @translated
     async def failed_page(self, flt: RowFilter, after: Any = None) -> FailedPage:

@@ -1,4 +1,15 @@
-"""What every statement over ``trigger_effects`` shares."""
+"""What every statement over ``trigger_effects`` shares, whichever concern issues it: the
+collection, the filter of each state (``IN_STATE``), the row filter (``row_query``), a transition
+as an update document (``update_of``) and rows named by ``_id``.
+
+Every statement that names rows (a claim, a reclaim, a lease beat, a batch of marks, the read
+back after any of them, the release of held rows) names them by ``_id`` (``by_ids``), at most
+``ROW_CHUNK`` a statement, one round trip each: it is served by the ``_id`` index on every planner
+(hinted to it where the server takes hints on writes; the ``_id`` clause first for a planner that
+serves the first clause it can; a read by ``_id`` alone, the rest checked here, since a planner
+may walk a hinted index whole), and its server time stays well inside the op timeout however
+many rows a replica holds.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +21,7 @@ from typing import Any
 from pymongo import ASCENDING
 
 from board_outbox.model import transitions as T
-from board_outbox.model.domain import (
-    CANCELLED,
-    CLAIMED,
-    COALESCED,
-    DONE,
-    FAILED,
-    PENDING,
-    EffectRow,
-    from_doc,
-    to_doc,
-)
-from board_outbox.model.errors import MalformedRow
+from board_outbox.model.domain import CANCELLED, CLAIMED, COALESCED, DONE, FAILED, PENDING, to_doc
 from board_outbox.model.validation import OnceLog
 from board_outbox.ports import RowFilter
 
@@ -94,10 +94,6 @@ def by_ids(ids: Sequence[Any], **fence: Any) -> dict[str, Any]:
     return {"_id": ids[0] if len(ids) == 1 else {"$in": list(ids)}, **fence}
 
 
-def _decode(doc: dict[str, Any]) -> EffectRow:
-    return from_doc(doc, EffectRow, MalformedRow)
-
-
 def update_of(t: T.Transition) -> dict[str, Any]:
     """A transition as a MongoDB update document."""
     update: dict[str, Any] = {}
@@ -116,9 +112,10 @@ def update_of(t: T.Transition) -> dict[str, Any]:
 
 
 class OutboxCollection:
+    """The collection every concern's mixin issues its statements to."""
+
     def __init__(self, db: Any) -> None:
         self.coll = db[EFFECTS]
-        self._scan_after: Any = None  # where the rolling unknown-state scan goes on
 
     async def read_ids(self, ids: Sequence[Any],
                        projection: dict[str, Any] | None = None) -> list[dict[str, Any]]:

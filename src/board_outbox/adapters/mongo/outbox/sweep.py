@@ -1,4 +1,7 @@
-"""The stuck-row sweep."""
+"""The stuck-row sweep's queries: the live rows no claim or mark will ever move (a due time or
+lease that is no number or lies past any a writer writes, no tenant, a state outside the
+enum), found under one time budget so the sweep never holds the worker. Apart from the gauges:
+it returns whole documents to park, and keeps a cursor across sweeps."""
 
 from __future__ import annotations
 
@@ -47,7 +50,9 @@ class _Budget:
 
 
 class OutboxSweep(OutboxCollection):
-    """The stuck-row sweep."""
+    """``stuck_rows``."""
+
+    _scan_after: Any = None  # where the rolling unknown-state scan goes on
 
     @translated
     async def stuck_rows(
