@@ -40,7 +40,9 @@ from pymongo import AsyncMongoClient, MongoClient
 
 from board_outbox.adapters.memory import MemoryLauncher
 from board_outbox.adapters.mongo import ensure_schema, mongo_stores
-from board_outbox.model.domain import EventSnapshot, Subscription, new_launch_row
+from board_outbox.model.board import EventSnapshot
+from board_outbox.model.rows import new_launch_row
+from board_outbox.model.subscriptions import Subscription
 from tests.support.bot_runner import CountingBots
 from tests.support.live_mongo import LiveServer
 from tests.support.process import running
