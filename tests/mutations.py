@@ -19,7 +19,9 @@ checked before the campaign):
     test id is what caught the mutant. When the mutant's catcher is known (the test the last
     results table names, ``--catchers``, or ``CATCHERS``), that test runs alone first and a
     failure there is the kill (seconds instead of the suite up to it); only when it passes
-    does the whole suite run (``--suite-only``: always the whole suite);
+    does the whole suite run (``--suite-only``: always the whole suite). A catcher in
+    ``LIVE_CATCHERS`` is a live test (a real process killed on the wire server) and runs with
+    the live tests selected;
 
 
 """
@@ -446,6 +448,28 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("bulk-replay-page-skips-ties-mongo", "ops",
            '{"updated_at": at, "row_key": {"$gt": key}}', '{"updated_at": {"$gt": at}}',
            "mongo/outbox"),
+    # A8: the cancel's and the rerun's fenced write on the row as read, and the rerun's two
+    # writes in their order (the new row first: a kill between them leaves a row whose retry
+    # writes the same key, never a note naming a rerun that was never written)
+    Mutant("unclaimed-write-ignores-updated-at-mongo", "ops",
+           '        res = await self.coll.update_one({"row_key": row_key, "state": state,\n'
+           '                                          "updated_at": updated_at}, update_of(t))',
+           '        res = await self.coll.update_one({"row_key": row_key, "state": state},\n'
+           '                                         update_of(t))', "mongo/outbox"),
+    Mutant("rerun-notes-before-its-new-row", "ops",
+           "        await outbox.upsert_rows([new])\n"
+           "        # the note must move ``updated_at`` (the fence of every other apply), even on a clock\n"
+           "        # that has not moved since the row was done\n"
+           "        noted = max(now, math.nextafter(row.updated_at, math.inf))\n"
+           "        t = T.rerun_noted(now=noted, by=by, rerun_key=new.row_key, detail=detail)\n"
+           "        return await outbox.apply_unclaimed(row.row_key, t, state=DONE,\n"
+           "                                            updated_at=row.updated_at)",
+           "        noted = max(now, math.nextafter(row.updated_at, math.inf))\n"
+           "        t = T.rerun_noted(now=noted, by=by, rerun_key=new.row_key, detail=detail)\n"
+           "        moved = await outbox.apply_unclaimed(row.row_key, t, state=DONE,\n"
+           "                                             updated_at=row.updated_at)\n"
+           "        await outbox.upsert_rows([new])\n"
+           "        return moved", "bulk_actions"),
     Mutant("bulk-replay-unpaced", "ops",
            "return 0.0 if self.next_at is None else", "return 0.0 if True else", "bulk_replay"),
     # --- issue 32: this round's code -- pause, coalescing, priority, explain, lanes, the stream
@@ -840,6 +864,8 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "unclaimed-write-ignores-updated-at-mongo":
+        "tests/contract/test_bulk_cancel.py::test_rerun_writes_one_new_row_per_done_row_with_a_new_key[mongomock]",
     "lanes-close-with-the-batch":
         "tests/test_lanes.py::test_a_slow_tenant_holds_only_its_own_lane_while_new_rows_of_others_arrive",
     "lanes-rows-unbounded":
@@ -1045,6 +1071,15 @@ CATCHERS: dict[str, str] = {
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
 
+# Mutants only a live test catches (a real process killed on the wire server): their catcher
+# runs alone first with the live tests selected -- it starts its own SecantusDB, as in the
+# suite -- and the unit suite (no live tests) decides only if it passes.
+LIVE_CATCHERS: dict[str, str] = {
+    "rerun-notes-before-its-new-row":
+        "tests/test_bulk_kill.py::"
+        "test_rerun_killed_between_a_new_row_and_its_note_then_three_applies_rerun_each_row_once",
+}
+
 # The Mongo mark_done mutant calls this helper, added next to ``_fenced``: an update by _id only.
 MONGO_UNFENCED_HELPER = '''
     async def _unfenced(self, ref: Any, claim_id: str, update: dict[str, Any]) -> bool:
@@ -1178,8 +1213,9 @@ def first_run(res: Result, copy: Path, test: str) -> bool:
     """Run the mutant's expected catcher alone; True (killed, by it) when it fails. A test
     that fails alone fails the suite: the same standard as a kill's confirmation below. A test
     id that no longer exists is not a kill (pytest's exit status 4/5): the suite decides."""
-    rc, out = run([sys.executable, "-m", "pytest", "-m", "not live_mongo", "-q", "-p",
-                   "no:cacheprovider", test], copy, 300)
+    live = test in LIVE_CATCHERS.values()  # else a live catcher would be deselected
+    rc, out = run([sys.executable, "-m", "pytest", *([] if live else ["-m", "not live_mongo"]),
+                   "-q", "-p", "no:cacheprovider", test], copy, 300)
     if rc is None:
         return False  # a hang alone is not trusted as the catch: the suite decides
     if rc == 1 and first_failure(out) != "exit status":
@@ -1403,7 +1439,8 @@ def main(argv: list[str] | None = None) -> int:
     done: list[Result] = []
 
     def one(m: Mutant) -> Result:
-        first = "" if args.suite_only else (known.get(m.name) or CATCHERS.get(m.name, ""))
+        first = "" if args.suite_only else (known.get(m.name) or CATCHERS.get(m.name)
+                                            or LIVE_CATCHERS.get(m.name, ""))
         r = run_mutant(m, unit=not args.no_unit, harness=not args.no_harness, first=first)
         print(f"  {m.name:44} unit {r.unit:9} {r.unit_by[:50]:50} harness {r.harness:9} "
               f"{r.harness_by[:60]}  ({r.seconds:.0f}s)", file=sys.stderr, flush=True)
