@@ -42,7 +42,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from board_outbox.adapters.mongo.outbox import IN_STATE
+from board_outbox.adapters.mongo.outbox.statements import IN_STATE
 from board_outbox.service.wireserver import WireServer
 
 from .common import bot_runner, stop, write_result

@@ -61,7 +61,7 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from board_outbox.adapters.mongo.outbox import IN_STATE
+from board_outbox.adapters.mongo.outbox.statements import IN_STATE
 from board_outbox.service.wireserver import WireServer, free_port
 
 from . import pyspy, shortpath_report

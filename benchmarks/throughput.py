@@ -48,7 +48,7 @@ from typing import Any
 
 from pymongo import MongoClient
 
-from board_outbox.adapters.mongo.outbox import IN_STATE
+from board_outbox.adapters.mongo.outbox.statements import IN_STATE
 from board_outbox.service.wireserver import WireServer
 
 from .common import (

@@ -59,7 +59,7 @@ from typing import Any
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 from pymongo import MongoClient
 
-from board_outbox.adapters.mongo.outbox import IN_STATE
+from board_outbox.adapters.mongo.outbox.statements import IN_STATE
 from board_outbox.service.wireserver import WireServer, free_port
 
 from .common import RESULTS, bot_runner, pyplot, stop, write_result

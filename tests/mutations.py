@@ -19,7 +19,9 @@ checked before the campaign):
     test id is what caught the mutant. When the mutant's catcher is known (the test the last
     results table names, ``--catchers``, or ``CATCHERS``), that test runs alone first and a
     failure there is the kill (seconds instead of the suite up to it); only when it passes
-    does the whole suite run (``--suite-only``: always the whole suite);
+    does the whole suite run (``--suite-only``: always the whole suite). A catcher in
+    ``LIVE_CATCHERS`` is a live test (a real process killed on the wire server) and runs with
+    the live tests selected;
 
 
 """
@@ -96,10 +98,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("worker-mark-done-unfenced-memory", "worker",
            '        if doc is None or doc.get("state") != CLAIMED or doc.get("claim_id") != claim_id:\n'
            '            return None',
-           '        if doc is None:\n            return None', "memory/outbox"),
+           '        if doc is None:\n            return None', "memory/outbox/marks"),
     Mutant("worker-mark-done-unfenced-mongo", "worker",
            "res = await self.coll.update_one(by_ids([ref], state=CLAIMED, claim_id=claim_id),",
-           "res = await self.coll.update_one(by_ids([ref]),", "mongo/outbox"),
+           "res = await self.coll.update_one(by_ids([ref]),", "mongo/outbox/marks"),
     # --- the launch handler ----------------------------------------------------------------
     Mutant("launch-no-reverify", "launch",
            "if not row.consume_marked and not matches(sub, row.event):", "if False:", "launch"),
@@ -153,7 +155,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("worker-reclaim-no-attempt-mongo", "adapters",
            '    if t.count_attempt:\n        update["$inc"] = {"attempts": 1}',
            '    if t.count_attempt and t.name != "reclaim":\n        update["$inc"] = {"attempts": 1}',
-           "mongo/outbox"),
+           "mongo/outbox/statements"),
     Mutant("launch-consume-mark-not-persisted", "launch+",
            "            await self._persist_consumed(row, ctx)", "            pass", "launch"),
     Mutant("backoff-no-growth", "worker+",
@@ -161,16 +163,16 @@ MUTANTS: tuple[Mutant, ...] = (
            "backoff"),
     # --- issue 21: exact instants, counted throttles, caps, limits, types, hooks, budgets -----
     Mutant("claim-due-exact-instant-memory", "bounds",
-           "_number(nb) and nb <= now", "_number(nb) and nb < now", "memory/outbox"),
+           "_number(nb) and nb <= now", "_number(nb) and nb < now", "memory/outbox/claim"),
     Mutant("claim-due-exact-instant-mongo", "bounds",
            '{"state": PENDING, "not_before": {"$lte": now}}',
-           '{"state": PENDING, "not_before": {"$lt": now}}', "mongo/outbox"),
+           '{"state": PENDING, "not_before": {"$lt": now}}', "mongo/outbox/claim"),
     Mutant("reclaim-exact-instant-memory", "bounds",
            "_number(lease) and lease <= now:", "_number(lease) and lease < now:",
-           "memory/outbox"),
+           "memory/outbox/claim"),
     Mutant("reclaim-exact-instant-mongo", "bounds",
            '{"state": CLAIMED, "lease_until": {"$lte": now}}',
-           '{"state": CLAIMED, "lease_until": {"$lt": now}}', "mongo/outbox"),
+           '{"state": CLAIMED, "lease_until": {"$lt": now}}', "mongo/outbox/claim"),
     Mutant("membership-exact-instant-memory", "bounds",
            "            elif exp > now:\n",
            "            elif exp >= now:\n", "memory/membership"),
@@ -197,20 +199,20 @@ MUTANTS: tuple[Mutant, ...] = (
            "                       tenant, rank_of, more)[:limit]", "fairness"),
     Mutant("int-times-not-claimable-memory", "bounds",
            "return isinstance(value, (int, float)) and not isinstance(value, bool)\n",
-           "return isinstance(value, float)\n", "memory/outbox"),
+           "return isinstance(value, float)\n", "memory/outbox/rows"),
     Mutant("int-times-swept-as-broken", "bounds",
            "return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)",
            "return isinstance(value, float) and math.isfinite(value)", "validation"),
     Mutant("int-times-swept-as-broken-mongo", "bounds",
            'not_number = {"$not": {"$type": "number"}}', 'not_number = {"$not": {"$type": "double"}}',
-           "mongo/outbox"),
+           "mongo/outbox/sweep"),
     Mutant("batch-expired-lease-exact-instant", "bounds",
            "        if now >= c.lease_until:\n", "        if now > c.lease_until:\n", "batch"),
     Mutant("sweep-horizon-exact-instant", "bounds",
            "if lease > now + horizon:", "if lease >= now + horizon:", "row_documents"),
     Mutant("sweep-horizon-exact-instant-mongo", "bounds",
            '{"state": CLAIMED, "lease_until": {"$gt": now + horizon}}',
-           '{"state": CLAIMED, "lease_until": {"$gte": now + horizon}}', "mongo/outbox"),
+           '{"state": CLAIMED, "lease_until": {"$gte": now + horizon}}', "mongo/outbox/sweep"),
     Mutant("heartbeat-cap-off-by-a-window", "bounds",
            "cap = lease.started + self.max_execution_seconds",
            "cap = lease.started + self.max_execution_seconds + self.lease_seconds", "leases"),
@@ -285,11 +287,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("completion-no-flush-timer", "completion",
            "tg.start_soon(self._flush_timer)", "pass", "worker"),
     Mutant("marks-trust-the-modified-count", "completion",
-           "if modified == len(marks):", "if True:", "mongo/outbox"),
+           "if modified == len(marks):", "if True:", "mongo/outbox/marks"),
     Mutant("handoff-claims-rows-it-did-not-insert", "completion",
            "for i, r in enumerate(rows) if i not in refused and claimed[i])",
            "for i, r in enumerate(rows) if claimed[i])",
-           "mongo/outbox"),
+           "mongo/outbox/claim"),
     Mutant("pressure-never-backs-off", "pressure",
            "self.factor = max(MIN_FACTOR, self.factor / 2)", "self.factor = self.factor",
            "pressure"),
@@ -315,7 +317,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return limit", "claiming"),
     Mutant("state-filter-leaves-its-index-key-unbounded", "queries",
            'PENDING: {"state": PENDING, "not_before": _ANY_NUMBER},', 'PENDING: {"state": PENDING},',
-           "mongo/outbox"),
+           "mongo/outbox/statements"),
     Mutant("audit-short-read-is-the-end", "queries",
            "exhausted = not passed or len(passed) < len(reading.passed)",
            "exhausted = not passed or reading.read < budget or len(passed) < len(reading.passed)",
@@ -442,10 +444,32 @@ MUTANTS: tuple[Mutant, ...] = (
     # page over rows parked at one instant skips the rest of them; the rate is not honoured
     Mutant("bulk-replay-unfenced-memory", "ops",
            "        if updated_at is not None and not (_number(was := self._docs[ref].get(",
-           "        if False and not (_number(was := self._docs[ref].get(", "memory/outbox"),
+           "        if False and not (_number(was := self._docs[ref].get(", "memory/outbox/marks"),
     Mutant("bulk-replay-page-skips-ties-mongo", "ops",
            '{"updated_at": at, "row_key": {"$gt": key}}', '{"updated_at": {"$gt": at}}',
            "mongo/outbox"),
+    # A8: the cancel's and the rerun's fenced write on the row as read, and the rerun's two
+    # writes in their order (the new row first: a kill between them leaves a row whose retry
+    # writes the same key, never a note naming a rerun that was never written)
+    Mutant("unclaimed-write-ignores-updated-at-mongo", "ops",
+           '        res = await self.coll.update_one({"row_key": row_key, "state": state,\n'
+           '                                          "updated_at": updated_at}, update_of(t))',
+           '        res = await self.coll.update_one({"row_key": row_key, "state": state},\n'
+           '                                         update_of(t))', "mongo/outbox"),
+    Mutant("rerun-notes-before-its-new-row", "ops",
+           "        await outbox.upsert_rows([new])\n"
+           "        # the note must move ``updated_at`` (the fence of every other apply), even on a clock\n"
+           "        # that has not moved since the row was done\n"
+           "        noted = max(now, math.nextafter(row.updated_at, math.inf))\n"
+           "        t = T.rerun_noted(now=noted, by=by, rerun_key=new.row_key, detail=detail)\n"
+           "        return await outbox.apply_unclaimed(row.row_key, t, state=DONE,\n"
+           "                                            updated_at=row.updated_at)",
+           "        noted = max(now, math.nextafter(row.updated_at, math.inf))\n"
+           "        t = T.rerun_noted(now=noted, by=by, rerun_key=new.row_key, detail=detail)\n"
+           "        moved = await outbox.apply_unclaimed(row.row_key, t, state=DONE,\n"
+           "                                             updated_at=row.updated_at)\n"
+           "        await outbox.upsert_rows([new])\n"
+           "        return moved", "bulk_actions"),
     Mutant("bulk-replay-unpaced", "ops",
            "return 0.0 if self.next_at is None else", "return 0.0 if True else", "bulk_replay"),
     # --- issue 32: this round's code -- pause, coalescing, priority, explain, lanes, the stream
@@ -455,7 +479,7 @@ MUTANTS: tuple[Mutant, ...] = (
     # only; a held row keeps its own due time
     Mutant("pause-release-ignores-pauses-still-on", "pause",
            "if isinstance(why, str) and why not in keep:",
-           "if isinstance(why, str):", "mongo/outbox"),
+           "if isinstance(why, str):", "mongo/outbox/marks"),
     Mutant("pause-lift-released-on-one-read-only", "pause",
            "RELEASE_PASSES = 2", "RELEASE_PASSES = 1", "engine/flow/pause"),
     Mutant("pause-read-late-at-the-heartbeat-instant", "pause",
@@ -475,13 +499,13 @@ MUTANTS: tuple[Mutant, ...] = (
            '        if doc is None or doc.get("state") != PENDING:\n            return False\n'
            '        doc["burst_at"]',
            '        if doc is None:\n            return False\n        doc["burst_at"]',
-           "memory/outbox"),
+           "memory/outbox/bursts"),
     Mutant("coalesce-carry-onto-a-claimed-row-mongo", "coalesce",
            'await self.coll.update_one({"row_key": row_key, "state": PENDING}, update)',
-           'await self.coll.update_one({"row_key": row_key}, update)', "mongo/outbox"),
+           'await self.coll.update_one({"row_key": row_key}, update)', "mongo/outbox/bursts"),
     Mutant("coalesce-burst-spans-subscriptions-mongo", "coalesce",
            '        return {"tenant_id": tenant_id, "sub_id": sub_id, "event.card_id": card_id,',
-           '        return {"tenant_id": tenant_id, "event.card_id": card_id,', "mongo/outbox"),
+           '        return {"tenant_id": tenant_id, "event.card_id": card_id,', "mongo/outbox/bursts"),
     Mutant("coalesced-rows-never-expire", "coalesce",
            "        if seconds:\n            out[name] = IndexModel(",
            "        if seconds and state != COALESCED:\n            out[name] = IndexModel(",
@@ -496,7 +520,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "fairness"),
     Mutant("priority-pick-takes-rows-not-due", "priority",
            'urgent = {**due, "priority": {"$gt": 0}}',
-           'urgent = {"state": PENDING, "priority": {"$gt": 0}}', "mongo/outbox"),
+           'urgent = {"state": PENDING, "priority": {"$gt": 0}}', "mongo/outbox/claim"),
     Mutant("priority-tick-not-reordered", "priority",
            "claims = by_priority(claims)  # each tenant's", "claims = claims  # each tenant's",
            "claiming"),
@@ -510,10 +534,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "if r.state != PENDING or r.not_before < c.now or r.waiting:", "holds"),
     Mutant("explain-turn-counts-other-tenants-memory", "explain",
            'if (d.get("state") == PENDING and d.get("tenant_id") == tenant_id and nb is not None',
-           'if (d.get("state") == PENDING and nb is not None', "memory/outbox"),
+           'if (d.get("state") == PENDING and nb is not None', "memory/outbox/gauges"),
     Mutant("explain-turn-counts-itself-mongo", "explain",
            '{"not_before": not_before, "seq": {"$lt": seq}}]},',
-           '{"not_before": not_before, "seq": {"$lte": seq}}]},', "mongo/outbox"),
+           '{"not_before": not_before, "seq": {"$lte": seq}}]},', "mongo/outbox/gauges"),
     # R7: every stored time in one checked range, one guarded formatter, a due time beyond any
     # writer's swept; explain names a pause and follows a coalescing chain to the row that ran
     Mutant("r7-stamp-unbounded-above", "r7",
@@ -532,7 +556,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "        if False:  # R7: no writer of ours sets one so far ahead", "row_documents"),
     Mutant("r7-far-due-not-swept-mongo", "r7",
            '            ({"state": PENDING, "not_before": {"$gt": due_limit(now)}}, "pending_not_before"),\n',
-           "", "mongo/outbox"),
+           "", "mongo/outbox/sweep"),
     Mutant("explain-pause-not-named", "explain",
            "    paused,  # before the limits: a paused row tries none\n", "", "holds"),
     Mutant("explain-chain-not-followed", "explain",
@@ -603,10 +627,10 @@ MUTANTS: tuple[Mutant, ...] = (
     # rows behind others' fresh rows unseen), the twin's tenants in first-insertion order, the
     # hand-off's backlog pick dropped (a full pick no longer brings the next one forward)
     Mutant("fair-mongo-pick-window-not-widened", "fair",
-           "window = limit if prefer is None else limit * 2", "window = limit", "mongo/outbox"),
+           "window = limit if prefer is None else limit * 2", "window = limit", "mongo/outbox/claim"),
     Mutant("fair-memory-tenants-by-first-insertion", "fair",
            "        candidates.sort(key=lambda c: c[0])  # tenants by their oldest claimable row\n",
-           "", "memory/outbox"),
+           "", "memory/outbox/claim"),
     Mutant("fair-handoff-drops-the-backlog-pick", "fair",
            "if self._pick_full or (not self._handing and not stream_open):",
            "if not self._handing and not stream_open:", "handoff"),
@@ -631,7 +655,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "            + _turns(left.values()))", "fairness"),
     Mutant("fair-memory-tenants-by-oldest-candidate", "fair",
            "candidates.append(((places[0][0], places[0][1]),",
-           "candidates.append((min((d[0], d[1]) for d in top or places),", "memory/outbox"),
+           "candidates.append((min((d[0], d[1]) for d in top or places),", "memory/outbox/claim"),
     # priority never crosses tenants: a projection row keeps its place; the Mongo pick's third
     # query only competes for the places its tenant's rows hold; the hand-off keeps the places
     # a take ranked (so the kinds of the places left are as at priority 0)
@@ -642,11 +666,11 @@ MUTANTS: tuple[Mutant, ...] = (
            "picked = fairness.pick(picked, limit, prefer=prefer, steal_before=steal_before,\n"
            "                               extra=extra)",
            "picked = fairness.pick(sorted(picked + extra, key=_due), limit, prefer=prefer,\n"
-           "                               steal_before=steal_before)", "mongo/outbox"),
+           "                               steal_before=steal_before)", "mongo/outbox/claim"),
     Mutant("priority-handoff-places-not-kept", "priority",
            "        self._queued = {x.claim.ref: x for x in order}\n", "", "handoff"),
     Mutant("fair-mongo-pick-in-server-order", "fair",
-           "        picked.sort(key=_due)\n", "", "mongo/outbox"),
+           "        picked.sort(key=_due)\n", "", "mongo/outbox/claim"),
     Mutant("fair-handoff-backlog-pick-never-stops", "fair",
            "self._pick_full = full", "self._pick_full = self._pick_full or full", "handoff"),
     Mutant("fair-handoff-crowds-out-the-pick", "fair",
@@ -724,42 +748,42 @@ MUTANTS: tuple[Mutant, ...] = (
            "        for w in writes:\n            w.error = exc\n        return\n", "gathered"),
     Mutant("reclaim-broken-row-blames-the-first-mongo", "marks",
            'raise BrokenRow(d["_id"], f"reclaim: {cap(problem, 500)}")',
-           'raise BrokenRow(found[0]["_id"], f"reclaim: {cap(problem, 500)}")', "mongo/outbox"),
+           'raise BrokenRow(found[0]["_id"], f"reclaim: {cap(problem, 500)}")', "mongo/outbox/claim"),
     Mutant("reclaim-writes-before-checking-memory", "marks",
            "        for ref in expired:\n            problem = (T.refusal(self._docs[ref], probe)\n"
            "                       or T.refusal(self._docs[ref], T.lease_expired(attempt=0, now=now)))\n"
            "            if problem is not None:\n"
            '                raise BrokenRow(ref, f"reclaim: {problem}")\n',
-           "", "memory/outbox"),
+           "", "memory/outbox/claim"),
     # the read back after a short bulk write: a row counts as ours only in the state we wrote,
     # under our claim
     Mutant("marks-read-back-ignores-state-mongo", "marks",
            'moved = {d["_id"] for d in docs if want.get(d["_id"]) == (d.get("claim_id"), d.get("state"))}',
            'moved = {d["_id"] for d in docs if want.get(d["_id"], ("",))[0] == d.get("claim_id")}',
-           "mongo/outbox"),
+           "mongo/outbox/marks"),
     Mutant("marks-read-back-ignores-state-memory", "marks",
            'if was is not None and was.get("claim_id") == m.claim_id and \\\n'
            '                        was.get("state") == m.t.set.get("state", CLAIMED):',
-           'if was is not None and was.get("claim_id") == m.claim_id:', "memory/outbox"),
+           'if was is not None and was.get("claim_id") == m.claim_id:', "memory/outbox/marks"),
     Mutant("claim-trusts-the-modified-count-mongo", "marks",
            "            if modified == len(ids):\n                # no race lost",
-           "            if True:\n                # no race lost", "mongo/outbox"),
+           "            if True:\n                # no race lost", "mongo/outbox/claim"),
     Mutant("claim-read-back-takes-others-rows-mongo", "marks",
            "            else:\n"
            '                docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]',
-           "            else:\n                docs = await self.read_ids(ids)", "mongo/outbox"),
+           "            else:\n                docs = await self.read_ids(ids)", "mongo/outbox/claim"),
     Mutant("reclaim-read-back-takes-others-rows-mongo", "marks",
            '        docs = [d for d in await self.read_ids(ids) if d.get("claim_id") == claim_id]\n'
            "        if not docs:\n            return []\n        whys",
            "        docs = await self.read_ids(ids)\n"
            "        if not docs:\n            return []\n        whys",
-           "mongo/outbox"),
+           "mongo/outbox/claim"),
     Mutant("adopt-takes-another-claims-rows-mongo", "marks",
            'if d.get("state") == CLAIMED and d.get("claim_id") in ours and until is not None:',
-           'if d.get("state") == CLAIMED and until is not None:', "mongo/outbox"),
+           'if d.get("state") == CLAIMED and until is not None:', "mongo/outbox/claim"),
     Mutant("adopt-takes-another-claims-rows-memory", "marks",
            'if (held.get("state") == CLAIMED and held.get("claim_id") in ours',
-           'if (held.get("state") == CLAIMED and claim is not None', "memory/outbox"),
+           'if (held.get("state") == CLAIMED and claim is not None', "memory/outbox/claim"),
     Mutant("adopt-forgets-earlier-terms", "marks",
            "adopt=tuple(cid for cid, _ in self._minted))", "adopt=())", "handoff"),
     # outages longer than the original lease: the flush rides out to the lease as the heartbeat
@@ -801,7 +825,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "return max(self.batch_size, capacity - running)", "handoff"),
     Mutant("insert-error-taken-for-a-duplicate-mongo", "edges",
            'if any(e.get("code") != DUPLICATE_KEY for e in errors) or details.get("writeConcernErrors"):',
-           'if details.get("writeConcernErrors"):', "mongo/outbox"),
+           'if details.get("writeConcernErrors"):', "mongo/outbox/claim"),
     Mutant("stream-trust-from-a-full-read", "edges",
            "if gen is not None and buffer is not None and not res.stopped and not self.more_behind(res):",
            "if gen is not None and buffer is not None and not res.stopped:", "tail"),
@@ -821,7 +845,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "self.next_at = max(now, self.next_at or now) + self.gap",
            "self.next_at = (self.next_at or now) + self.gap", "bulk_replay"),
     Mutant("bulk-replay-past-the-plan", "edges",
-           "if taken >= plan.matched or stop.requested:", "if stop.requested:", "bulk_replay"),
+           "if taken >= quota or stop.requested:", "if stop.requested:", "bulk_replay"),
+    # a cancel with include_expired takes a claimed row whatever its lease: a live holder's row
+    # is cancelled under it
+    Mutant("cancel-expired-ignores-the-lease", "edges",
+           "return row.state == CLAIMED and row.lease_until is not None and row.lease_until <= at",
+           "return row.state == CLAIMED", "dead_letters"),
     # the audit's repair writes only the rows found missing (an expired row stays expired)
     Mutant("audit-repair-rewrites-every-owed-row", "audit",
            "            rep.repaired += await self._repair(tenant_id, [s for s in snaps\n"
@@ -835,6 +864,8 @@ MUTANTS: tuple[Mutant, ...] = (
 # The test expected to catch a mutant, for those the committed results table does not name yet
 # (added since its run): run alone first, as ``--catchers`` does with the table's.
 CATCHERS: dict[str, str] = {
+    "unclaimed-write-ignores-updated-at-mongo":
+        "tests/contract/test_bulk_cancel.py::test_rerun_writes_one_new_row_per_done_row_with_a_new_key[mongomock]",
     "lanes-close-with-the-batch":
         "tests/test_lanes.py::test_a_slow_tenant_holds_only_its_own_lane_while_new_rows_of_others_arrive",
     "lanes-rows-unbounded":
@@ -1026,6 +1057,8 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_edges.py::test_a_bulk_replay_does_not_catch_up_after_a_slow_page[memory]",
     "bulk-replay-past-the-plan":
         "tests/contract/test_edges.py::test_a_bulk_replay_applies_no_more_rows_than_its_plan_counted[memory]",
+    "cancel-expired-ignores-the-lease":
+        "tests/contract/test_bulk_cancel.py::test_include_expired_cancels_claimed_rows_whose_lease_ended_and_no_live_one[memory]",
     "audit-repair-rewrites-every-owed-row":
         "tests/contract/test_audit.py::test_repair_rewrites_only_the_missing_rows_of_a_mixed_range[memory]",
     "adopt-takes-another-claims-rows-mongo":
@@ -1037,6 +1070,15 @@ CATCHERS: dict[str, str] = {
 }
 
 HARNESS_GROUPS = ("tail", "worker", "membership", "launch")
+
+# Mutants only a live test catches (a real process killed on the wire server): their catcher
+# runs alone first with the live tests selected -- it starts its own SecantusDB, as in the
+# suite -- and the unit suite (no live tests) decides only if it passes.
+LIVE_CATCHERS: dict[str, str] = {
+    "rerun-notes-before-its-new-row":
+        "tests/test_bulk_kill.py::"
+        "test_rerun_killed_between_a_new_row_and_its_note_then_three_applies_rerun_each_row_once",
+}
 
 # The Mongo mark_done mutant calls this helper, added next to ``_fenced``: an update by _id only.
 MONGO_UNFENCED_HELPER = '''
@@ -1171,8 +1213,9 @@ def first_run(res: Result, copy: Path, test: str) -> bool:
     """Run the mutant's expected catcher alone; True (killed, by it) when it fails. A test
     that fails alone fails the suite: the same standard as a kill's confirmation below. A test
     id that no longer exists is not a kill (pytest's exit status 4/5): the suite decides."""
-    rc, out = run([sys.executable, "-m", "pytest", "-m", "not live_mongo", "-q", "-p",
-                   "no:cacheprovider", test], copy, 300)
+    live = test in LIVE_CATCHERS.values()  # else a live catcher would be deselected
+    rc, out = run([sys.executable, "-m", "pytest", *([] if live else ["-m", "not live_mongo"]),
+                   "-q", "-p", "no:cacheprovider", test], copy, 300)
     if rc is None:
         return False  # a hang alone is not trusted as the catch: the suite decides
     if rc == 1 and first_failure(out) != "exit status":
@@ -1396,7 +1439,8 @@ def main(argv: list[str] | None = None) -> int:
     done: list[Result] = []
 
     def one(m: Mutant) -> Result:
-        first = "" if args.suite_only else (known.get(m.name) or CATCHERS.get(m.name, ""))
+        first = "" if args.suite_only else (known.get(m.name) or CATCHERS.get(m.name)
+                                            or LIVE_CATCHERS.get(m.name, ""))
         r = run_mutant(m, unit=not args.no_unit, harness=not args.no_harness, first=first)
         print(f"  {m.name:44} unit {r.unit:9} {r.unit_by[:50]:50} harness {r.harness:9} "
               f"{r.harness_by[:60]}  ({r.seconds:.0f}s)", file=sys.stderr, flush=True)

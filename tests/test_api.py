@@ -200,3 +200,70 @@ def test_tokens_are_stored_hashed_and_the_cli_creates_lists_and_revokes(
         main(["api-tokens", "create", "--name", "x", "--scope", "root"], factory)
     assert bad.value.code == 2
     assert main(["api-tokens", "create", "--name", " ", "--scope", "read"], factory) == 2
+
+
+async def _claimed_rows(backend: MemoryBackend, leases: tuple[float, ...]) -> list[str]:
+    """Claimed rows of tenant T (seqs from 101) under leases ending at ``leases``."""
+    now = time.time()
+    rows = []
+    for seq, lease in enumerate(leases, start=101):
+        ev = EventSnapshot(seq=seq, type="card.created", card_id=f"c{seq}", at=now)
+        row = new_launch_row(T, ev, Subscription(sub_id="s", tenant_id=T, bot="b"), now)
+        row.state, row.claim_id, row.lease_until = "claimed", f"h{seq}", lease  # type: ignore[assignment]
+        rows.append(row)
+    await backend.outbox.upsert_rows(rows)
+    return [r.row_key for r in rows]
+
+
+@pytest.mark.anyio
+async def test_a_cancel_with_include_expired_takes_the_claimed_rows_whose_lease_ended() -> None:
+    async with api() as (backend, client, tok):
+        pending = await _rows(backend, n=2)
+        now = time.time()
+        live, *dead = await _claimed_rows(backend, (now + 3600, now - 60, now - 1))
+        plan = (await client.post("/bulk/cancel/plan", headers=_auth(tok["reader"]), json={
+            "filter": {"tenant": T}, "include_expired": True})).json()
+        assert (plan["matched"], plan["expired"], plan["live"]) == (4, 2, 1)
+        body = {"filter": {"tenant": T}, "matched": 4, "newest": plan["newest"],
+                "reason": "retired", "rate": 1000, "include_expired": True,
+                "expired": plan["expired"], "planned_at": plan["planned_at"]}
+        r = await client.post("/bulk/cancel/apply", json=body, headers=_auth(tok["ops"]))
+        assert r.status_code == 202, r.text
+        progress = await client.get(r.headers["location"].removeprefix("/api/v1"),
+                                    headers=_auth(tok["reader"]))
+        assert progress.json()["applied"] == 4
+        assert {backend.outbox.raw(k)["state"] for k in pending + dead} == {"cancelled"}  # type: ignore[index]
+        assert backend.outbox.raw(live)["state"] == "claimed"  # type: ignore[index]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("path", "body", "says"), [
+    ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_expired": True}, "only a cancel"),
+    ("/bulk/replay/plan", {"filter": {"tenant": T}, "include_expired": True}, "only a cancel"),
+    ("/bulk/cancel/plan", {"filter": {"tenant": T}, "include_expired": "yes"}, "true or false"),
+    ("/bulk/cancel/plan", {"filter": {"tenant": T}, "include_expired": 1}, "true or false"),
+    ("/bulk/cancel/plan", {"filter": {"tenant": T}, "include_expired": None}, "true or false"),
+    ("/bulk/cancel/plan", {"filter": {"tenant": T}, "include_expired": {"$ne": False}},
+     "true or false"),
+    ("/bulk/rerun/apply", {"filter": {"tenant": T}, "matched": 1, "newest": 1.0,
+                           "include_expired": True, "expired": 1, "planned_at": 1.0},
+     "only a cancel"),
+    ("/bulk/cancel/apply", {"filter": {"tenant": T}, "matched": 2, "newest": 1.0, "reason": "r",
+                            "expired": 1}, "only with include_expired"),
+    ("/bulk/cancel/apply", {"filter": {"tenant": T}, "matched": 2, "newest": 1.0, "reason": "r",
+                            "include_expired": True, "expired": 1}, "planned_at"),
+    ("/bulk/cancel/apply", {"filter": {"tenant": T}, "matched": 2, "newest": 1.0, "reason": "r",
+                            "include_expired": True, "expired": 3, "planned_at": 1.0}, "expired"),
+    ("/bulk/cancel/apply", {"filter": {"tenant": T}, "matched": 2, "newest": 1.0, "reason": "r",
+                            "include_expired": True, "expired": 1, "planned_at": "now"},
+     "planned_at"),
+])
+async def test_include_expired_off_a_cancel_or_not_a_boolean_is_a_400_and_writes_nothing(
+        path: str, body: dict[str, Any], says: str) -> None:
+    async with api() as (backend, client, tok):
+        now = time.time()
+        claimed = await _claimed_rows(backend, (now - 60,))
+        r = await client.post(path, json=body, headers=_auth(tok["ops"]))
+        assert r.status_code == 400, r.text
+        assert says in r.json()["error"] and "\n" not in r.json()["error"]
+        assert backend.outbox.raw(claimed[0])["state"] == "claimed"  # type: ignore[index]

@@ -2401,6 +2401,41 @@ async def test_a_bulk_cancel_walks_past_pending_rows_that_do_not_decode(kit: Kit
 
 
 @pytest.mark.anyio
+async def test_a_cancel_of_expired_leases_reads_past_claimed_rows_that_do_not_decode(kit: Kit) -> None:
+    """A8: with include_expired, claimed rows with wrong-typed fields cost only themselves: the
+    plan counts and names the one that does not decode and never writes it; one whose lease end
+    is not a number is never taken as expired; the good expired row beside them is cancelled,
+    on every backend."""
+    from board_outbox.engine.upkeep.bulk_actions import cancel_write
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
+    from board_outbox.model.board import EventSnapshot
+    from board_outbox.model.dead_letters import BulkFilter
+    from board_outbox.model.rows import new_launch_row
+
+    sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
+    now = kit.clock.now()
+    good = new_launch_row("t1", EventSnapshot(seq=1, type="card.created", card_id="c"), sub, now)
+    good.state, good.claim_id, good.lease_until = "claimed", "gone", now - 60  # type: ignore[assignment]
+    await kit.outbox.upsert_rows([good])
+    base = {"tenant_id": "t1", "state": "claimed", "not_before": now, "sub_id": "s1",
+            "kind": "launch", "claim_id": "gone", "updated_at": now - 90}
+    await kit.insert_raw_row({**base, "row_key": "t1/2/sub/s1", "seq": 2, "lease_until": now - 60,
+                              "attempts": "three"})  # does not decode
+    await kit.insert_raw_row({**base, "row_key": "t1/3/sub/s1", "seq": 3, "lease_until": "soon"})
+    flt = BulkFilter(state="pending", tenant="t1", include_expired=True)
+    plan = await plan_bulk_replay(kit.outbox, kit.subs, flt, clock=kit.clock)
+    assert (plan.matched, plan.expired) == (1, 1)
+    assert "t1/2/sub/s1" in plan.unreadable_keys
+    write = cancel_write(kit.outbox, bulk_id="x", by="ops", why="w", clock=kit.clock)
+    prog = await apply_bulk(kit.outbox, kit.subs, plan, write, bulk_id="x", by="ops",
+                            clock=kit.clock, rate=1000.0)
+    assert (prog.state, prog.applied) == ("done", 1)
+    assert (await kit.raw_row(good.row_key) or {})["state"] == "cancelled"
+    for key in ("t1/2/sub/s1", "t1/3/sub/s1"):
+        assert (await kit.raw_row(key) or {})["state"] == "claimed"
+
+
+@pytest.mark.anyio
 async def test_an_api_token_document_that_does_not_decode_authorizes_nothing() -> None:
     """A8: a stored token with a scope outside the enum, or a digest that is not a string,
     authorizes nothing (reported once as a bad document); a good token beside it works."""

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.model.board import EventSnapshot
 from board_outbox.model.rows import new_launch_row
 from board_outbox.model.subscriptions import Subscription
-from tests.test_console import TOKEN, console, login, origin
+from board_outbox.service.config import load_config
+from board_outbox.surface.console import build_console
+from tests.test_console import TOKEN, console, csrf_of, login, origin
 from tests.test_console_bulk import _count, _until
 
 pytestmark = pytest.mark.anyio
@@ -102,3 +109,72 @@ async def test_a_search_that_reads_an_unreadable_row_names_it() -> None:
                                    "state": "done", "attempts": "many", "updated_at": 1.0})
         page = await client.get("/ui/rows/find", params={"event": f"{T}:9"})
         assert page.status_code == 200 and 'id="unreadable"' in page.text
+
+
+@asynccontextmanager
+async def _idle_console() -> AsyncIterator[tuple[MemoryBackend, httpx.AsyncClient]]:
+    """The console alone (no service: no worker reclaims the expired leases under the test)."""
+    backend = MemoryBackend()
+    await backend.subs.put(Subscription(sub_id="s", tenant_id=T, bot="b"))
+    cfg = load_config(env={}, ui={"enabled": True, "admin_token": TOKEN})
+    app = Starlette(routes=[Mount("/ui", app=build_console(backend.stores(), cfg))])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://console") as client:
+        yield backend, client
+
+
+async def _held(backend: MemoryBackend, leases: tuple[float, ...]) -> list[str]:
+    now = time.time()
+    rows = []
+    for seq, lease in enumerate(leases, start=50):
+        ev = EventSnapshot(seq=seq, type="card.created", card_id="card", at=now)
+        row = new_launch_row(T, ev, Subscription(sub_id="s", tenant_id=T, bot="b"), now)
+        row.state, row.claim_id, row.lease_until = "claimed", f"h{seq}", lease  # type: ignore[assignment]
+        rows.append(row)
+    await backend.outbox.upsert_rows(rows)
+    return [r.row_key for r in rows]
+
+
+async def test_cancel_with_expired_leases_plans_them_apart_and_cancels_no_live_one() -> None:
+    async with _idle_console() as (backend, client):
+        (pending,) = await _waiting(backend, range(1, 2))
+        now = time.time()
+        live, dead = await _held(backend, (now + 3600, now - 60))
+        await login(client)
+        plain = await client.get("/ui/rows/cancel/plan", params={"tenant": T})
+        assert _count(plain.text, "matched") == 1 and 'name="expired"' not in plain.text
+        plan = await client.get("/ui/rows/cancel/plan", params={"tenant": T, "include_expired": "1"})
+        assert plan.status_code == 200, plan.text
+        assert [_count(plan.text, n) for n in ("matched", "pending", "expired", "live")] == [2, 1, 1, 1]
+        form = _apply_form(plan.text)
+        assert form["include_expired"] == "1" and form["expired"] == "1"
+        no_time = {k: v for k, v in form.items() if k != "planned_at"}
+        bad = await client.post("/ui/rows/cancel/plan/apply", headers=origin(client),
+                                data={**no_time, "reason": "bot retired"})
+        assert bad.status_code == 400 and backend.outbox.raw(dead)["state"] == "claimed"  # type: ignore[index]
+        r = await client.post("/ui/rows/cancel/plan/apply", headers=origin(client),
+                              data={**form, "reason": "bot retired", "rate": "500"})
+        assert r.status_code == 303
+        done = await _until(client, r.headers["location"], "done")
+        assert _count(done, "replayed") == 2
+        assert [backend.outbox.raw(k)["state"] for k in (pending, dead, live)] == [  # type: ignore[index]
+            "cancelled", "cancelled", "claimed"]
+
+
+async def test_include_expired_off_a_cancel_or_not_the_checkbox_is_a_400() -> None:
+    async with _idle_console() as (backend, client):
+        (dead,) = await _held(backend, (time.time() - 60,))
+        await login(client)
+        for path, params in (("/ui/rows/rerun/plan", {"include_expired": "1"}),
+                             ("/ui/dead-letters/plan", {"include_expired": "1"}),
+                             ("/ui/rows/cancel/plan", {"include_expired": "yes"}),
+                             ("/ui/rows/cancel/plan", {"include_expired": '{"$ne": 0}'}),
+                             ("/ui/rows/rerun/plan", {"tenant": "a/b"})):  # its 400 page renders
+            page = await client.get(path, params=params)
+            assert page.status_code == 400 and 'id="message"' in page.text, (path, params)
+        page = await client.get("/ui/rows/cancel/plan")
+        r = await client.post("/ui/rows/rerun/plan/apply", headers=origin(client), data={
+            "csrf": csrf_of(page.text), "include_expired": "1", "matched": "1",
+            "newest": repr(time.time()), "expired": "1", "planned_at": repr(time.time())})
+        assert r.status_code == 400 and "include_expired" in r.text
+        assert backend.outbox.raw(dead)["state"] == "claimed"  # type: ignore[index]

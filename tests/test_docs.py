@@ -270,7 +270,7 @@ PENDING_PATHS: frozenset[str] = frozenset()
 
 
 def doc_paths(markdown: str) -> set[str]:
-    """Paths in backticks: ``engine/tail/tail.py``, ``adapters/*/outbox.py``, ``tests/harness/``."""
+    """Paths in backticks: ``engine/tail/tail.py``, ``adapters/*/outbox/claim.py``, ``tests/harness/``."""
     return {span for span in re.findall(r"`([^`\s]+)`", markdown)
             if "/" in span and re.fullmatch(r"[\w.*/-]+", span) and not span.startswith("/")
             and (span.endswith("/") or re.search(r"\.(py|md|toml|json|txt|png|yaml|yml)$", span))}
@@ -283,7 +283,7 @@ def path_exists(span: str, page: Path = ARCHITECTURE) -> bool:
 
 
 def test_every_path_the_docs_give_exists() -> None:
-    assert {"engine/tail/tail.py", "adapters/*/outbox.py", "tests/harness/"} <= doc_paths(
+    assert {"engine/tail/tail.py", "adapters/*/outbox/claim.py", "tests/harness/"} <= doc_paths(
         ARCHITECTURE.read_text())
     assert not path_exists("engine/run_batch.py")
     missing: list[str] = []

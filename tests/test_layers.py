@@ -245,7 +245,7 @@ def test_the_checker_sees_relative_and_upward_imports(
 ) -> None:
     """The scan must resolve relative imports and flag an upward one, or the tests above could
     pass by seeing nothing."""
-    found = {t for t, _ in imports(PKG / "adapters" / "mongo" / "outbox.py")}
+    found = {t for t, _ in imports(PKG / "adapters" / "mongo" / "outbox" / "claim.py")}
     assert "pymongo" in {t.split(".")[0] for t in found}
     fake = tmp_path / "board_outbox"
     (fake / "model").mkdir(parents=True)

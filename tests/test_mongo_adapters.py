@@ -225,7 +225,7 @@ def test_each_states_filter_implies_its_partial_index_and_bounds_its_key() -> No
     range every well-formed value falls in (any number; any date)."""
     from datetime import UTC, datetime
 
-    from board_outbox.adapters.mongo.outbox import IN_STATE
+    from board_outbox.adapters.mongo.outbox.statements import IN_STATE
     from board_outbox.adapters.mongo.schema import INDEXES
 
     partial: dict[str, set[str]] = {}  # state -> the leading keys of its partial indexes
@@ -401,7 +401,7 @@ async def test_the_sweep_finds_an_unknown_state_anywhere_in_a_rolling_scan(
     from pymongo import AsyncMongoClient
 
     from board_outbox.adapters.mongo import MongoEffectOutbox
-    from board_outbox.adapters.mongo import outbox as mongo_outbox
+    from board_outbox.adapters.mongo.outbox import sweep as mongo_outbox
 
     monkeypatch.setattr(mongo_outbox, "SCAN_CHUNK", 3)
     client: AsyncMongoClient[dict[str, object]] = AsyncMongoClient(live_uri, tz_aware=True)

@@ -73,3 +73,51 @@ def test_bad_input_is_one_line_exit_2(argv: list[str], says: str,
     assert main(argv, no_store) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cancel_include_expired_takes_claimed_rows_whose_lease_ended(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan counts the pending and the expired claimed rows apart and names the live ones it
+    leaves; without the flag no claimed row is planned."""
+    monkeypatch.setenv("BOARD_OUTBOX_STORE__BACKEND", "memory")
+    backend = MemoryBackend()
+    now = time.time()
+    rows = []
+    for seq, (state, lease) in enumerate(
+            (("pending", None), ("claimed", now - 60), ("claimed", now + 3600)), start=1):
+        ev = EventSnapshot(seq=seq, type="card.created", card_id=f"c{seq}", at=now)
+        row = new_launch_row("t1", ev, Subscription(sub_id="s", tenant_id="t1", bot="b"), now)
+        row.not_before = now + 3600
+        if state == "claimed":
+            row.state, row.claim_id, row.lease_until = "claimed", f"holder{seq}", lease
+        rows.append(row)
+    anyio.run(backend.outbox.upsert_rows, rows)
+    factory = factory_for(backend)
+    argv = ["rows", "cancel", "--filter", "tenant=t1", "--reason", "bot retired"]
+    assert main([*argv, "--dry-run"], factory) == 0
+    assert "plan: 1 pending row match" in capsys.readouterr().out
+    assert main([*argv, "--include-expired", "--dry-run"], factory) == 0
+    out = capsys.readouterr().out
+    assert "plan: 2 rows match tenant=t1 include-expired" in out
+    assert ("1 pending, 1 claimed with an expired lease (holder presumed dead); 1 claimed with "
+            "a live lease left alone") in out
+    assert main([*argv, "--include-expired", "--yes"], factory) == 0
+    assert "2 of 2 planned rows cancelled" in capsys.readouterr().out
+    assert [backend.outbox.raw(r.row_key)["state"] for r in rows] == [  # type: ignore[index]
+        "cancelled", "cancelled", "claimed"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["rows", "rerun", "--filter", "tenant=t1", "--include-expired"],
+    ["dead-letters", "replay", "--filter", "tenant=t1", "--include-expired"],
+])
+def test_include_expired_is_a_cancels_alone(argv: list[str],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    def no_store(*_a: object, **_k: object) -> object:
+        raise AssertionError("the store was opened for bad input")
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv, no_store)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--include-expired" in err and len(err.strip().splitlines()) == 1

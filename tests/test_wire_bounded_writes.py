@@ -22,7 +22,8 @@ import pytest
 from pymongo import AsyncMongoClient, monitoring
 
 from board_outbox.adapters.mongo import ensure_schema
-from board_outbox.adapters.mongo.outbox import EFFECTS, ROW_CHUNK, MongoEffectOutbox
+from board_outbox.adapters.mongo.outbox import MongoEffectOutbox
+from board_outbox.adapters.mongo.outbox.statements import EFFECTS, ROW_CHUNK
 from board_outbox.engine.flow.leases import BEAT_CHUNK, Lease, Leases
 from board_outbox.model import transitions as tr
 from board_outbox.model.clock import ManualClock

@@ -12,7 +12,9 @@ import pytest
 
 from board_outbox.engine.upkeep.bulk_actions import cancel_write, rerun_write
 from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
+from board_outbox.model import transitions as tr
 from board_outbox.model.dead_letters import BulkFilter, BulkPlan, BulkProgress
+from board_outbox.model.records import Claim
 from board_outbox.model.row_keys import parse_row_key
 from board_outbox.model.search import RowQuery
 from board_outbox.model.subscriptions import MatchRule, Subscription
@@ -186,3 +188,132 @@ async def test_rerun_leaves_one_shot_rows_unless_asked(kit: Kit) -> None:
     assert (plan.matched, plan.one_shot, plan.by_subscription) == (2, 2, {"s": 2})
     plan = await _plan(kit, "done", include_one_shot=True)
     assert (plan.matched, plan.one_shot) == (4, 0)
+
+
+# --- a cancel with include_expired: claimed rows whose lease ended ---------------------------
+
+LEASE = 30.0
+
+
+async def _claimed(kit: Kit, n: int) -> list[Claim]:
+    """``n`` of the tenant's due pending rows claimed now under a LEASE-second lease (no
+    expired lease reclaimed)."""
+    claims = await kit.outbox.claim_any(kit.clock.now(), LEASE, n, tenants=[T])
+    assert len(claims) == n
+    return claims
+
+
+def _key(c: Claim) -> str:
+    assert c.row is not None
+    return c.row.row_key
+
+
+async def test_include_expired_cancels_claimed_rows_whose_lease_ended_and_no_live_one(
+        kit: Kit) -> None:
+    """Two rows claimed, their holder gone past its lease; one claimed under a live lease; one
+    pending. Without the opt-in the cancel takes the pending row only; with it, the two expired
+    rows too, counted apart, never the live one. The dead holder's marks are refused and the
+    rows stay cancelled; the live row runs, no cancelled row ever launches."""
+    await _materialize(kit, n=4, subs=(SUB,))
+    dead = await _claimed(kit, 2)
+    kit.clock.advance(LEASE + 1)
+    (live,) = await _claimed(kit, 1)
+    plain = await _plan(kit, "pending")
+    assert (plain.matched, plain.expired) == (1, 0)
+    plan = await _plan(kit, "pending", include_expired=True)
+    assert (plan.matched, plan.pending, plan.expired, plan.live) == (3, 1, 2, 1)
+    assert "include-expired" in plan.filter.describe()
+    prog = await _cancel(kit, plan)
+    assert (prog.state, prog.applied, prog.skipped, prog.remaining) == ("done", 3, 0, 0)
+    rows = {r.row_key: r for r in await kit.rows()}
+    assert {_key(c) for c in dead} < {k for k, r in rows.items() if r.state == "cancelled"}
+    assert rows[_key(live)].state == "claimed"
+    assert sorted(r.state for r in rows.values()) == ["cancelled"] * 3 + ["claimed"]
+    for c in dead:
+        r = rows[_key(c)]
+        assert (r.claim_id, r.lease_until) == (None, None)
+        assert r.audit[-1].action == "cancel"
+        # the presumed-dead holder wakes: its beat and its mark are refused
+        now = kit.clock.now()
+        assert not await kit.outbox.apply_claimed(
+            c.ref, c.claim_id, tr.extend_lease(now=now, lease_until=now + LEASE))
+        assert not await kit.outbox.apply_claimed(c.ref, c.claim_id,
+                                                  tr.done(now=now, outcome="launched"))
+        assert (await kit.raw_row(_key(c)) or {})["state"] == "cancelled"
+    kit.clock.advance(LEASE + 1)  # the live row's holder dies too: a replica reclaims it
+    await kit.worker().tick_any()
+    assert [r.row_key for r in kit.launcher.launches] == [_key(live)]
+
+
+async def test_without_the_opt_in_a_cancel_never_touches_a_claimed_row(kit: Kit) -> None:
+    """Every row claimed and expired: the plan without include_expired counts none, and an
+    apply handed a larger plan still writes no claimed row."""
+    await _materialize(kit, n=3, subs=(SUB,))
+    await _claimed(kit, 3)
+    kit.clock.advance(LEASE * 10)
+    plan = await _plan(kit, "pending")
+    assert (plan.matched, plan.expired, plan.live) == (0, 0, 0)
+    forged = BulkPlan(filter=plan.filter, planned_at=kit.clock.now(), action="cancel",
+                      matched=3, newest=kit.clock.now())
+    prog = await _cancel(kit, forged)
+    assert (prog.applied, prog.skipped) == (0, 3)
+    assert {r.state for r in await kit.rows()} == {"claimed"}
+
+
+async def test_a_holder_that_beats_or_a_replica_that_reclaims_after_the_read_wins(kit: Kit) -> None:
+    """The race, exactly: the apply reads three expired rows; before each write, the first
+    row's holder beats and a replica reclaims the second; the fence skips both and cancels the
+    third. A lease beaten after the plan is past the plan's time: not taken at all."""
+    await _materialize(kit, n=4, subs=(SUB,))
+    held = await _claimed(kit, 4)
+    kit.clock.advance(LEASE + 1)
+    plan = await _plan(kit, "pending", include_expired=True)
+    assert (plan.matched, plan.expired) == (4, 4)
+    by_key = {_key(c): c for c in held}
+    first, second, third, fourth = sorted(by_key)
+    kit.clock.advance(1)
+    now = kit.clock.now()
+    assert await kit.outbox.apply_claimed(  # beaten after the plan, before the apply's read
+        by_key[fourth].ref, by_key[fourth].claim_id, tr.extend_lease(now=now, lease_until=now + LEASE))
+    cancel = cancel_write(kit.outbox, bulk_id="race", by="ops", why="w", clock=kit.clock)
+    met: list[str] = []
+
+    async def raced(row: Any) -> bool:
+        met.append(row.row_key)
+        kit.clock.advance(0.5)
+        now = kit.clock.now()
+        c = by_key[row.row_key]
+        if row.row_key == first:  # the holder was alive: it beats between read and write
+            assert await kit.outbox.apply_claimed(
+                c.ref, c.claim_id, tr.extend_lease(now=now, lease_until=now + LEASE))
+        elif row.row_key == second:  # a replica reclaims it between read and write (the
+            # transition ``reclaim_expired`` applies, on this row alone)
+            assert await kit.outbox.apply_claimed(
+                c.ref, c.claim_id, tr.reclaim(claim_id="rival", now=now, lease_until=now + LEASE))
+        return await cancel(row)
+
+    prog = await apply_bulk(kit.outbox, kit.subs, plan, raced, bulk_id="race", by="ops",
+                            clock=kit.clock, rate=1000.0, sleep=_no_wait, page=3)
+    assert met == [first, second, third]  # the one beaten after the plan is not the plan's
+    rows = {r.row_key: r for r in await kit.rows()}
+    assert [rows[k].state for k in (first, second, third, fourth)] == [
+        "claimed", "claimed", "cancelled", "claimed"]
+    assert rows[first].claim_id == by_key[first].claim_id and rows[second].claim_id == "rival"
+    assert (prog.state, prog.applied, prog.skipped) == ("done", 1, 3)
+
+
+async def test_the_apply_takes_only_leases_ended_when_the_plan_was_read(kit: Kit) -> None:
+    """A lease that ends between the plan and the apply is not the plan's, even when it sorts
+    ahead of the one the plan counted: the operator confirmed what the plan showed."""
+    await _materialize(kit, n=2, subs=(SUB,))
+    (longer,) = await kit.outbox.claim_any(kit.clock.now(), 3 * LEASE, 1, tenants=[T])
+    kit.clock.advance(1)
+    (shorter,) = await _claimed(kit, 1)
+    kit.clock.advance(LEASE + 1)
+    plan = await _plan(kit, "pending", include_expired=True)
+    assert (plan.matched, plan.expired, plan.live) == (1, 1, 1)
+    kit.clock.advance(2 * LEASE)  # the longer lease has ended too, after the plan
+    prog = await _cancel(kit, plan)
+    assert (prog.applied, prog.skipped) == (1, 0)
+    states = {r.row_key: r.state for r in await kit.rows()}
+    assert (states[_key(shorter)], states[_key(longer)]) == ("cancelled", "claimed")

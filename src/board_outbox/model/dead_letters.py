@@ -19,7 +19,7 @@ import msgspec
 from board_outbox.model import times
 from board_outbox.model.ids import PROJECTION
 from board_outbox.model.records import RowFilter
-from board_outbox.model.rows import DONE, FAILED, PENDING, EffectRow
+from board_outbox.model.rows import CLAIMED, DONE, FAILED, PENDING, EffectRow
 
 # rows one bulk replay takes unless its filter says otherwise (``limit=``)
 DEFAULT_BULK_LIMIT = 10_000
@@ -54,6 +54,9 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
     # a rerun: take the rows of one-shot (consume_labels) subscriptions too (their labels were
     # spent by the first run: a rerun would launch without them)
     include_one_shot: bool = False
+    # a cancel: take the claimed rows whose lease had expired when read too (their holder is
+    # presumed dead, as when a replica reclaims an expired lease); never a claimed row otherwise
+    include_expired: bool = False
 
     def store_filter(self, page: int, *, upto: float | None = None) -> RowFilter:
         """What the store answers over the failed rows' index, ``page`` rows a query; ``upto``:
@@ -78,6 +81,8 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
             ("before", None if self.before is None else when(self.before))) if v is not None]
         if self.include_one_shot:
             terms.append("include-one-shot")
+        if self.include_expired:
+            terms.append("include-expired")
         return " ".join([*terms, f"limit={self.limit}"])
 
 
@@ -89,6 +94,12 @@ def last_error_class(row: EffectRow) -> str | None:
     last = row.errors[-1]
     m = _CLASS.match(last.error)
     return m.group(1) if m else last.kind
+
+
+def lease_expired(row: EffectRow, at: float) -> bool:
+    """Is ``row`` claimed under a lease that ended at or before ``at``? (What a cancel with
+    ``include_expired`` takes beside the pending rows: the same test as the reclaim's.)"""
+    return row.state == CLAIMED and row.lease_until is not None and row.lease_until <= at
 
 
 def wants(flt: BulkFilter, row: EffectRow, bots: Mapping[str, str],
@@ -119,7 +130,10 @@ def target_of(row: EffectRow) -> str:
 class BulkPlan(msgspec.Struct, kw_only=True):
     """What a bulk action would take (the dry run): counts by tenant, kind and subscription of
     the matching rows, in the walk's order, up to the filter's limit. ``newest`` bounds the
-    apply: a row changed (parked again, deferred...) after the plan was read is not the plan's."""
+    apply: a row changed (parked again, deferred...) after the plan was read is not the plan's.
+    A cancel with ``include_expired``: ``expired`` of the ``matched`` rows are claimed rows whose
+    lease had ended at ``planned_at`` (the rest pending); ``live`` claimed rows matched the
+    filter under a lease still running, and are left alone."""
 
     filter: BulkFilter
     planned_at: float
@@ -136,9 +150,19 @@ class BulkPlan(msgspec.Struct, kw_only=True):
     read: int = 0  # documents the walk read
     unreadable: int = 0  # documents matching the stored fields that do not decode: left alone
     unreadable_keys: list[str] = msgspec.field(default_factory=list)  # the first few
+    expired: int = 0  # of ``matched``: claimed rows whose lease had expired (include_expired)
+    live: int = 0  # claimed rows the filter matched under a live lease: left alone
+    claimed_capped: bool = False  # more claimed rows than one read holds: the rest not read
+
+    @property
+    def pending(self) -> int:
+        """A cancel's pending rows (``matched`` less the claimed ones)."""
+        return self.matched - self.expired
 
     def count(self, row: EffectRow) -> None:
         self.matched += 1
+        if row.state == CLAIMED:
+            self.expired += 1
         for counts, key in ((self.by_tenant, row.tenant_id), (self.by_kind, row.kind),
                             (self.by_subscription, target_of(row))):
             counts[key] = counts.get(key, 0) + 1

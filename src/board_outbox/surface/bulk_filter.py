@@ -96,8 +96,17 @@ def plan_lines(plan: BulkPlan, *, top: int = 10) -> list[str]:
 
     flt = plan.filter
     noun = NOUNS.get(flt.state, "row")
+    if flt.include_expired:
+        noun = "row"
     out = [f"plan: {plan.matched} {noun}{'s' if plan.matched != 1 else ''} match "
            f"{flt.describe()}" + (" (the limit: more may match)" if plan.truncated else "")]
+    if flt.include_expired:
+        out.append(f"  {plan.pending} pending, {plan.expired} claimed with an expired lease "
+                   "(holder presumed dead)" + (f"; {plan.live} claimed with a live lease left "
+                                               "alone" if plan.live else ""))
+        if plan.claimed_capped:
+            out.append("  more claimed rows than one read holds: those with the oldest leases "
+                       "were not read (run it again once the fleet's in-flight rows drop)")
     if plan.matched:
         verb = "parked" if flt.state == FAILED else "last changed"
         out.append(f"  {verb} {when(plan.oldest)} .. {when(plan.newest)} UTC, oldest first")

@@ -146,7 +146,7 @@ def required_privileges(database: str) -> dict[str, list[str]]:
     from board_outbox.adapters.mongo.cards import CARDS
     from board_outbox.adapters.mongo.cursors import CURSORS
     from board_outbox.adapters.mongo.events import COUNTERS, EVENTS
-    from board_outbox.adapters.mongo.outbox import EFFECTS
+    from board_outbox.adapters.mongo.outbox.statements import EFFECTS
     from board_outbox.adapters.mongo.schema import INDEXES
     from board_outbox.adapters.mongo.subscriptions import SUBSCRIPTIONS
 
@@ -205,7 +205,7 @@ def _facts_doc(f: IndexFacts) -> dict[str, Any]:
 
 
 def _index_checks(cfg: Config, found: dict[str, list[IndexFacts]]) -> list[Check]:
-    from board_outbox.adapters.mongo.outbox import EFFECTS
+    from board_outbox.adapters.mongo.outbox.statements import EFFECTS
     from board_outbox.adapters.mongo.schema import OBSOLETE, TTL_NAMES, TTL_STATES, expected_indexes
 
     missing, differ, obsolete = [], [], []

@@ -11,7 +11,7 @@ from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import EVENTS
 from board_outbox.adapters.mongo.limits import LIMIT_INDEXES, LIMITS
 from board_outbox.adapters.mongo.membership import MEMBERS
-from board_outbox.adapters.mongo.outbox import EFFECTS
+from board_outbox.adapters.mongo.outbox.statements import EFFECTS
 from board_outbox.adapters.mongo.readmodels import READ_MODELS
 from board_outbox.adapters.mongo.series import SERIES
 from board_outbox.adapters.mongo.sessions import SESSIONS

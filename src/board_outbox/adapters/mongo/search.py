@@ -39,7 +39,7 @@ STATE_ORDER: dict[str, tuple[str, list[tuple[str, int]]]] = {
 def search_of(q: RowQuery, in_state: dict[str, dict[str, Any]]) -> tuple[
         dict[str, Any], list[tuple[str, int]] | None, str | None]:
     """(filter, sort, hint) of the search ``q``; ``in_state``: a state's filter its partial
-    index serves (``outbox.IN_STATE``)."""
+    index serves (``outbox.statements.IN_STATE``)."""
     if q.form == "row_key":
         return {"row_key": q.row_key}, None, None
     if q.form == "card":

@@ -14,7 +14,7 @@ from pymongo import ASCENDING
 from board_outbox.adapters.mongo.cursors import CURSORS
 from board_outbox.adapters.mongo.errors import translated
 from board_outbox.adapters.mongo.events import COUNTERS, EVENTS
-from board_outbox.adapters.mongo.outbox import EFFECTS, IN_STATE
+from board_outbox.adapters.mongo.outbox.statements import EFFECTS, IN_STATE
 from board_outbox.model.pause import HELD_OFFSET
 from board_outbox.model.records import AttentionPage, TenantLag
 from board_outbox.model.rows import FAILED, LIVE_STATES, PENDING

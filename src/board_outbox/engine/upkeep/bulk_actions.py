@@ -1,12 +1,21 @@
-"""The operators' bulk actions beside the dead-letters' replay (A8): cancel pending rows, rerun
-done ones. Each is a plan (``engine.upkeep.bulk_replay.plan_bulk_replay`` over the filter's state) and
-an apply (``apply_bulk``: rate-limited, abortable between two rows, one summary line), with its
-own one-row write here.
+"""The operators' bulk actions beside the dead-letters' replay (A8): cancel pending rows (and,
+asked to, claimed rows whose lease expired), rerun done ones. Each is a plan
+(``engine.upkeep.bulk_replay.plan_bulk_replay`` over the filter's state) and an apply
+(``apply_bulk``: rate-limited, abortable between two rows, one summary line), with its own
+one-row write here.
 
 - **cancel**: the ``cancel`` transition, fenced on ``{row_key, state: pending, updated_at as
   read}`` (``EffectOutbox.apply_unclaimed``). A row a replica claimed a moment before is claimed,
   not pending: the cancel skips it and the replica runs it. A row cancelled first is no longer
   pending: no claim takes it, so it is never launched. The fence decides, whatever the timing.
+  With ``include_expired``, a claimed row whose lease had ended when read is cancelled the same
+  way, fenced on ``{row_key, state: claimed, updated_at as read}``: every heartbeat
+  (``extend_lease``) and every reclaim moves ``updated_at``, so a holder that beat since the
+  read, or a replica that reclaimed the row, wins and the cancel skips it; and since
+  ``lease_until`` never moves without ``updated_at``, the lease the walk saw ended is still
+  ended. The cancel clears ``claim_id``: the old holder's mark (fenced on its claim and the
+  claimed state) is refused. Its holder is presumed dead, as by a reclaim; a launch already
+  under way in a holder alive but stalled cannot be recalled (only its mark is refused).
 - **rerun**: a new pending row that copies the done row's event and target, keyed
   ``ROW_KEY/rerun/N`` (``row_keys.rerun_row_key``: the bot sees a new Idempotency-Key) and
   carrying ``rerun_of``; then the done row's ``rerun_noted`` (its history says so), fenced on
@@ -21,9 +30,9 @@ import math
 from board_outbox.engine.upkeep.bulk_replay import RowWrite, replay_write
 from board_outbox.model import transitions as T
 from board_outbox.model.clock import Clock
-from board_outbox.model.dead_letters import CANCEL, REPLAY
+from board_outbox.model.dead_letters import CANCEL, REPLAY, lease_expired
 from board_outbox.model.row_keys import rerun_row_key
-from board_outbox.model.rows import DONE, PENDING, AuditEntry, EffectRow
+from board_outbox.model.rows import CLAIMED, DONE, PENDING, AuditEntry, EffectRow
 from board_outbox.ports import EffectOutbox
 
 __all__ = ["cancel_write", "rerun_row", "rerun_write", "write_of"]
@@ -31,12 +40,17 @@ __all__ = ["cancel_write", "rerun_row", "rerun_write", "write_of"]
 
 def cancel_write(outbox: EffectOutbox, *, bulk_id: str, by: str, why: str,
                  clock: Clock) -> RowWrite:
-    """One fenced cancel of a pending row, audited as this bulk cancel's."""
+    """One fenced cancel of a pending row, or of a claimed row whose lease has ended, as read;
+    audited as this bulk cancel's. A claimed row under a live lease is never written."""
     detail = f"{why} (bulk cancel {bulk_id})"
 
     async def cancel(row: EffectRow) -> bool:
-        t = T.cancel(now=clock.now(), by=by, why=detail)
-        return await outbox.apply_unclaimed(row.row_key, t, state=PENDING,
+        now = clock.now()
+        if row.state == CLAIMED and not lease_expired(row, now):
+            return False
+        t = T.cancel(now=now, by=by, why=detail)
+        return await outbox.apply_unclaimed(row.row_key, t,
+                                            state=CLAIMED if row.state == CLAIMED else PENDING,
                                             updated_at=row.updated_at)
 
     return cancel

@@ -9,13 +9,21 @@ against what the store cannot answer (``model.dead_letters.wants``: the bot, the
 rerun's one-shot rows). A document that does not decode costs only itself: counted, named,
 never touched.
 
+A cancel with ``include_expired`` also takes the claimed rows whose lease had ended when the
+plan was read (``dead_letters.lease_expired``: the reclaim's test). Claimed rows are few -- at
+most what the replicas have in flight -- so they are one read (``EffectOutbox.search`` of the
+claimed state: Mongo, the ``claimed_lease_until`` partial index, never the history), checked
+here against the whole filter; the plan counts them apart (``BulkPlan.expired``).
+
 The apply takes the rows the plan counted: the same filter, bounded by the newest row the plan
-took, at most as many rows. Each replay is one fenced write (``EffectOutbox.apply_failed`` on
-``{row_key, state: failed, updated_at as read}``, the ``replay`` transition: pending, attempts 0,
-an audit entry naming the bulk replay), so a row replayed by another operator, or changed in any
-way since it was read, is skipped, never replayed twice. One write is atomic and runs shielded
-from cancellation: an abort (``Stop``, or the caller's cancellation) lands between two rows, and
-every planned row is then replayed or untouched, as the progress counts say."""
+took, at most as many rows (of a cancel's claimed rows, those whose lease had ended at the
+plan's time, at most as many as it counted). Each replay is one fenced write
+(``EffectOutbox.apply_failed`` on ``{row_key, state: failed, updated_at as read}``, the
+``replay`` transition: pending, attempts 0, an audit entry naming the bulk replay), so a row
+replayed by another operator, or changed in any way since it was read, is skipped, never
+replayed twice. One write is atomic and runs shielded from cancellation: an abort (``Stop``, or
+the caller's cancellation) lands between two rows, and every planned row is then replayed or
+untouched, as the progress counts say."""
 
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import msgspec
 from board_outbox.model import transitions as T
 from board_outbox.model.bad_documents import cap
 from board_outbox.model.clock import Clock
+from board_outbox.model.codec import unreadable
 from board_outbox.model.dead_letters import (
     ABORTED,
     ACTION_STATES,
@@ -38,11 +47,13 @@ from board_outbox.model.dead_letters import (
     BulkFilter,
     BulkPlan,
     BulkProgress,
+    lease_expired,
     wants,
 )
 from board_outbox.model.errors import StoreError, StoreUnavailable
-from board_outbox.model.records import FailedPage
-from board_outbox.model.rows import DONE, FAILED, EffectRow
+from board_outbox.model.records import FailedPage, RowFilter
+from board_outbox.model.rows import CLAIMED, DONE, FAILED, EffectRow
+from board_outbox.model.search import MAX_FIND, RowQuery
 from board_outbox.ports import EffectOutbox, SubscriptionStore
 
 log = logging.getLogger("board_outbox.bulk_replay")
@@ -50,6 +61,7 @@ log = logging.getLogger("board_outbox.bulk_replay")
 PLAN_PAGE = 500  # documents a plan's query reads
 APPLY_PAGE = 100  # ... and an apply's (a page lasts APPLY_PAGE / rate seconds)
 DEFAULT_RATE = 50.0  # rows replayed a second unless told otherwise
+CLAIMED_READ = MAX_FIND  # claimed rows a cancel with include_expired reads (in-flight rows)
 
 Sleep = Callable[[float], Awaitable[None]]
 # one row's write of a bulk action: True, moved; False, changed since it was read (skipped);
@@ -157,7 +169,60 @@ async def plan_bulk_replay(outbox: EffectOutbox, subs: SubscriptionStore, flt: B
                 plan.truncated = True
                 return plan
             plan.count(row)
+    if flt.include_expired:
+        claimed = await _claimed(outbox, subs, flt, at=plan.planned_at)
+        plan.read += claimed.read
+        plan.unreadable += len(claimed.unreadable)
+        room = NAMED_UNREADABLE - len(plan.unreadable_keys)
+        plan.unreadable_keys += claimed.unreadable[:max(0, room)]
+        plan.live, plan.claimed_capped = claimed.live, claimed.capped
+        for row in claimed.expired:
+            if plan.matched >= flt.limit:
+                plan.truncated = True
+                return plan
+            plan.count(row)
     return plan
+
+
+class Claimed(msgspec.Struct):
+    """The claimed rows a cancel with ``include_expired`` read: those matching the filter whose
+    lease had ended (oldest changed first), how many matched under a live lease, the documents
+    that did not decode, and whether the read was full (more claimed rows than it holds)."""
+
+    expired: list[EffectRow]
+    live: int
+    read: int
+    unreadable: list[str]
+    capped: bool
+
+
+async def _claimed(outbox: EffectOutbox, subs: SubscriptionStore, flt: BulkFilter, *,
+                   at: float, upto: float | None = None) -> Claimed:
+    """The claimed rows ``flt`` takes whose lease ended at or before ``at``: one read of the
+    claimed state (of the filter's tenant), the rest of the filter checked on each row;
+    ``upto``: last changed at or before it as well (the apply's bound)."""
+    with unreadable() as bad:
+        got = await outbox.search(RowQuery(form="state", state=CLAIMED, tenant=flt.tenant,
+                                           limit=CLAIMED_READ))
+    store = flt.store_filter(CLAIMED_READ, upto=upto)
+    rows = [r for r in got if _stored_match(store, r)]
+    as_claimed = msgspec.structs.replace(flt, state=CLAIMED)
+    looked = await _looked(subs, as_claimed, rows)
+    matching = [r for r in rows if wants(as_claimed, r, looked.bots, looked.one_shot)]
+    expired = sorted((r for r in matching if lease_expired(r, at)),
+                     key=lambda r: (r.updated_at, r.row_key))
+    return Claimed(expired=expired, live=len(matching) - len(expired),
+                   read=len(got) + len(bad), unreadable=[str(e.ref) for e in bad],
+                   capped=len(got) + len(bad) >= CLAIMED_READ)
+
+
+def _stored_match(store: RowFilter, row: EffectRow) -> bool:
+    """The part of a filter the walks leave to the store (kind, subscription, last changed),
+    checked on a row read otherwise."""
+    return ((store.kind is None or row.kind == store.kind)
+            and (not store.sub_ids or row.sub_id in store.sub_ids)
+            and (store.updated_after is None or row.updated_at >= store.updated_after)
+            and (store.updated_before is None or row.updated_at < store.updated_before))
 
 
 def replay_write(outbox: EffectOutbox, *, bulk_id: str, by: str, clock: Clock) -> RowWrite:
@@ -238,29 +303,51 @@ async def _apply(outbox: EffectOutbox, subs: SubscriptionStore, plan: BulkPlan,
                  on_progress: Callable[[BulkProgress], None] | None) -> int:
     flt = plan.filter
     taken = 0
+    quota = plan.matched - plan.expired  # the rows of the filter's own state
     try:
-        async for got in _pages(outbox, flt, page, upto=plan.newest):
-            looked = await _looked(subs, flt, got.rows)
-            for row in got.rows:
-                if taken >= plan.matched or stop.requested:
-                    return taken
-                if not wants(flt, row, looked.bots, looked.one_shot):
-                    continue
-                wait = pacer.delay()
-                if wait > 0:
-                    await sleep(wait)
-                    if stop.requested:
+        if quota > 0:
+            async for got in _pages(outbox, flt, page, upto=plan.newest):
+                looked = await _looked(subs, flt, got.rows)
+                for row in got.rows:
+                    if taken >= quota or stop.requested:
                         return taken
+                    if not wants(flt, row, looked.bots, looked.one_shot):
+                        continue
+                    if not await _take(write, row, prog, pacer, stop, sleep, on_progress):
+                        return taken + (prog.state == FAILED_RUN)
+                    taken += 1
+        if plan.expired and flt.include_expired and not stop.requested:
+            # the claimed rows whose lease had ended when the plan was read (a row claimed or
+            # beaten since holds a lease past that): at most as many as the plan counted
+            at = min(plan.planned_at, pacer.clock.now())
+            claimed = await _claimed(outbox, subs, flt, at=at, upto=plan.newest)
+            for row in claimed.expired[:plan.expired]:
+                if stop.requested:
+                    break
+                if not await _take(write, row, prog, pacer, stop, sleep, on_progress):
+                    return taken + (prog.state == FAILED_RUN)
                 taken += 1
-                await _write_one(write, row, prog, pacer)
-                if prog.state == FAILED_RUN:
-                    return taken
-                if on_progress is not None:
-                    on_progress(prog)
-    except (StoreUnavailable, StoreError) as exc:  # a page read: nothing was being written
+    except (StoreUnavailable, StoreError) as exc:  # a read: nothing was being written
         prog.state = FAILED_RUN
         prog.error = cap(f"{type(exc).__name__}: {exc}", 300)
     return taken
+
+
+async def _take(write: RowWrite, row: EffectRow, prog: BulkProgress, pacer: Pacer, stop: Stop,
+                sleep: Sleep, on_progress: Callable[[BulkProgress], None] | None) -> bool:
+    """Pace, then write one row. False: stop (asked to while pacing, or the store went away:
+    ``prog`` says which)."""
+    wait = pacer.delay()
+    if wait > 0:
+        await sleep(wait)
+        if stop.requested:
+            return False
+    await _write_one(write, row, prog, pacer)
+    if prog.state == FAILED_RUN:
+        return False
+    if on_progress is not None:
+        on_progress(prog)
+    return True
 
 
 async def _write_one(write: RowWrite, row: EffectRow, prog: BulkProgress, pacer: Pacer) -> None:

@@ -90,10 +90,13 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/series", READ, "the charts' per-minute figures", name="series",
              query=("minutes",)),
     Endpoint("POST", "/bulk/{action}/plan", READ, "plan a bulk replay, cancel or rerun "
-             "(reads only)", name="plan", body=("filter",)),
+             "(reads only); a cancel's include_expired (true: claimed rows whose lease expired "
+             "too, counted as expired)", name="plan", body=("filter", "include_expired")),
     Endpoint("POST", "/bulk/{action}/apply", ADMIN, "apply a plan: the filter, the plan's "
-             "matched and newest; a cancel's reason", name="apply",
-             body=("filter", "matched", "newest", "rate", "reason")),
+             "matched and newest; a cancel's reason; with include_expired, the plan's expired "
+             "and planned_at", name="apply",
+             body=("filter", "matched", "newest", "rate", "reason", "include_expired",
+                   "expired", "planned_at")),
     Endpoint("GET", "/bulk/{bulk_id}", READ, "where a bulk action stands", name="progress"),
     Endpoint("POST", "/pauses", ADMIN, "pause a tenant, subscription or bot", name="pause",
              body=("scope", "key", "reason")),
@@ -149,6 +152,23 @@ def _filter_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
             raise UsageError(f"filter: {k}: expected a string or a whole number")
         pairs.append((str(k).strip().lower(), str(v).strip()))
     return pairs
+
+
+def _expired_part(doc: dict[str, Any], include_expired: bool, matched: int) -> tuple[int, float]:
+    """A cancel's claimed rows with an expired lease, and when its plan was read (the apply
+    takes only leases ended by then, never past now), as the plan said; without
+    include_expired, none."""
+    expired, planned_at = doc.get("expired", 0), doc.get("planned_at")
+    if not include_expired:
+        if expired != 0 or planned_at is not None:
+            raise UsageError("expired, planned_at: only with include_expired")
+        return 0, time.time()
+    if not isinstance(expired, int) or isinstance(expired, bool) or not 0 <= expired <= matched:
+        raise UsageError("expired: the plan's claimed rows with an expired lease, 0 to matched")
+    if not isinstance(planned_at, (int, float)) or isinstance(planned_at, bool) or \
+            not math.isfinite(planned_at):
+        raise UsageError("planned_at: the plan's time, as the plan said")
+    return expired, float(planned_at)
 
 
 @dataclass
@@ -207,9 +227,15 @@ class Api:
     def _bulk_filter(self, action: str, doc: dict[str, Any]) -> Any:
         pairs = _filter_pairs(doc)
         one_shot = any(k == "include-one-shot" for k, _v in pairs)
+        expired = doc.get("include_expired", False)
+        if not isinstance(expired, bool):
+            raise UsageError("include_expired: expected true or false")
+        if expired and action != CANCEL:
+            raise UsageError(f"include_expired: only a cancel takes claimed rows, not a {action}")
         flt = parse_filter([kv for kv in pairs if kv[0] != "include-one-shot"], now=time.time())
         return msgspec.structs.replace(flt, state=ACTION_STATES[action],
-                                       include_one_shot=one_shot and action == "rerun")
+                                       include_one_shot=one_shot and action == "rerun",
+                                       include_expired=expired)
 
     async def plan(self, r: Request, _t: ApiToken) -> Response:
         action = self._action(r)
@@ -236,8 +262,9 @@ class Api:
             raise UsageError("reason: a cancel needs one, 1 to 500 printable characters")
         if (busy := self.jobs.running()) is not None:
             return _error(409, f"bulk {busy.progress.action} {busy.progress.bulk_id} is running")
-        plan = BulkPlan(filter=flt, planned_at=time.time(), action=action, matched=matched,
-                        newest=float(newest))
+        expired, planned_at = _expired_part(doc, flt.include_expired, matched)
+        plan = BulkPlan(filter=flt, planned_at=planned_at, action=action, matched=matched,
+                        newest=float(newest), expired=expired)
         by, bulk_id, clock = f"api:{t.name}", uuid.uuid4().hex[:12], SystemClock()
         job = Job(BulkProgress(bulk_id=bulk_id, action=action, by=by, filter=flt.describe(),
                                planned=matched, rate=float(rate), started_at=clock.now()))

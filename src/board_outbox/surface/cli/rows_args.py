@@ -14,15 +14,20 @@ ROWS_HELP = (
     "Operators' tools over the effect rows.\n\n"
     "rows cancel --filter KEY=VALUE ... --reason TEXT: cancel pending rows (terminal state\n"
     "`cancelled`: never launched; who, when and why in each row's audit entry; expires after\n"
-    "[retention] cancelled_seconds). rows rerun --filter ...: re-run done rows as new rows\n"
-    "(key ROW_KEY/rerun/N, `rerun_of` naming the done row: the bot sees a new Idempotency-Key,\n"
-    "the history keeps both); rows of one-shot (consume_labels) subscriptions are left out\n"
-    "unless --include-one-shot. Both take dead-letters replay's steps: the plan first (the\n"
-    "matching rows counted by tenant, kind and subscription), nothing written until --yes or a\n"
-    "y on the terminal, then one fenced write a row at most --rate rows a second with a\n"
-    "progress bar; a row changed since the plan (claimed by a replica, retried, cancelled by\n"
-    "another operator) is skipped, so a replica's claim and a cancel never both win, and\n"
-    "applies running at once cancel or re-run each row once. SIGINT/SIGTERM stop between two\n"
+    "[retention] cancelled_seconds). A claimed row is never touched, unless --include-expired:\n"
+    "then claimed rows whose lease had ended when the plan was read are cancelled too (counted\n"
+    "apart), their holder presumed dead as when a replica reclaims an expired lease; a holder\n"
+    "that beats or a replica that reclaims first wins. A launch already under way in a holder\n"
+    "alive but stalled cannot be recalled: only its mark is refused.\n\n"
+    "rows rerun --filter ...: re-run done rows as new rows (key ROW_KEY/rerun/N, `rerun_of`\n"
+    "naming the done row: the bot sees a new Idempotency-Key, the history keeps both); rows of\n"
+    "one-shot (consume_labels) subscriptions are left out unless --include-one-shot.\n\n"
+    "Both take dead-letters replay's steps: the plan first (the matching rows counted by\n"
+    "tenant, kind and subscription), nothing written until --yes or a y on the terminal, then\n"
+    "one fenced write a row at most --rate rows a second with a progress bar; a row changed\n"
+    "since the plan (claimed by a replica, retried, cancelled by another operator) is skipped,\n"
+    "so a replica's claim and a cancel never both win, and applies running at once cancel or\n"
+    "re-run each row once. SIGINT/SIGTERM stop between two\n"
     "rows (exit 130). Filter keys: tenant, kind, subscription, bot, error, error-class, since,\n"
     "before (last changed), limit.\n\n"
     "rows find: the rows of a card (--card ID, with --tenant), of an event (--event\n"
@@ -50,6 +55,10 @@ def add_rows(rows: argparse.ArgumentParser, common: argparse.ArgumentParser) -> 
         if name == "cancel":
             p.add_argument("--reason", required=True, metavar="TEXT",
                            help="why (kept in each row's audit entry and outcome)")
+            p.add_argument("--include-expired", action="store_true",
+                           help="also cancel claimed rows whose lease had expired when the plan "
+                                "read them (holder presumed dead; one still running cannot be "
+                                "recalled, its mark is refused)")
         else:
             p.add_argument("--include-one-shot", action="store_true",
                            help="re-run rows of consume_labels subscriptions too (their "

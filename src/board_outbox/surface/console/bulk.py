@@ -8,7 +8,8 @@ between two rows. Each row's audit entry says ``console:<name>`` and the bulk re
 engine logs one summary line. Progress is kept by the console process that runs the replay.
 
 The same routes, under ``/rows/cancel/plan`` and ``/rows/rerun/plan``, plan and apply a bulk
-cancel of pending rows ("Cancel all matching…" on the search page; a reason is required) and a
+cancel of pending rows ("Cancel all matching…" on the search page; a reason is required; a
+checkbox adds the claimed rows whose lease had expired, counted apart) and a
 rerun of done rows (A8); their progress pages are the replay's, and one bulk action runs at a
 time in a console."""
 
@@ -104,8 +105,16 @@ def form_filter(values: Mapping[str, str], action: str = REPLAY
     one_shot = action == "rerun" and values.get("include_one_shot", "") == "1"
     if one_shot:
         form["include_one_shot"] = "1"
+    expired = str(values.get("include_expired", "")).strip()
+    if expired not in ("", "1"):
+        raise UsageError("include_expired: a checkbox, 1 or absent")
+    if expired and action != CANCEL:
+        raise UsageError(f"include_expired: only a cancel takes claimed rows, not a {action}")
+    if expired:
+        form["include_expired"] = "1"
     return form, msgspec.structs.replace(flt, state=ACTION_STATES[action],
-                                         include_one_shot=one_shot)
+                                         include_one_shot=one_shot,
+                                         include_expired=bool(expired))
 
 
 def _reason(fields: Mapping[str, str]) -> str:
@@ -136,7 +145,8 @@ def bulk_routes(*, stores: Stores, page: Page, refused: Refuse, sessions: Sessio
                                      max_read=PLAN_READ_CAP)
         return await page(request, "bulk_plan.html", form=form, plan=got, error=None,
                           running=jobs.running(), rate=DEFAULT_RATE,
-                          newest=repr(got.newest) if got.newest is not None else "", **words)
+                          newest=repr(got.newest) if got.newest is not None else "",
+                          planned_at=repr(got.planned_at), **words)
 
     async def admin_form(request: Request) -> tuple[dict[str, str], str] | Response:
         """The posted fields after the safety checks (the replay's own), or the refusal."""
@@ -230,7 +240,9 @@ def bulk_routes(*, stores: Stores, page: Page, refused: Refuse, sessions: Sessio
 
 def _posted_plan(flt: BulkFilter, fields: Mapping[str, str], action: str = REPLAY) -> BulkPlan:
     """The plan the operator saw, as its page posted it: how many rows, and the newest one's
-    parked time (the apply's bound: a row parked after the plan was read is not the plan's)."""
+    parked time (the apply's bound: a row parked after the plan was read is not the plan's);
+    with include_expired, how many of them were claimed with an expired lease and when the plan
+    was read (the apply takes only leases ended by then)."""
     matched, newest = fields.get("matched", ""), fields.get("newest", "")
     try:
         count, upto = int(matched), float(newest)
@@ -238,8 +250,16 @@ def _posted_plan(flt: BulkFilter, fields: Mapping[str, str], action: str = REPLA
         raise UsageError("the plan's row count or bound is missing: open the plan again") from None
     if not 0 < count <= flt.limit or not math.isfinite(upto):
         raise UsageError("the plan's row count or bound is out of range: open the plan again")
-    return BulkPlan(filter=flt, planned_at=time.time(), action=action, matched=count,
-                    newest=upto)
+    expired, planned_at = 0, time.time()
+    if flt.include_expired:
+        try:
+            expired, planned_at = int(fields.get("expired", "")), float(fields.get("planned_at", ""))
+        except ValueError:
+            raise UsageError("the plan's claimed rows or time is missing: open the plan again") from None
+        if not 0 <= expired <= count or not math.isfinite(planned_at):
+            raise UsageError("the plan's claimed rows or time is out of range: open the plan again")
+    return BulkPlan(filter=flt, planned_at=planned_at, action=action, matched=count,
+                    newest=upto, expired=expired)
 
 
 def _rate(text: str) -> float:

@@ -80,6 +80,9 @@ async def run_bulk(args: argparse.Namespace, stores: Any, flt: BulkFilter, actio
         return 0
     rate = args.rate if args.rate is not None else DEFAULT_RATE
     question = f"{action.capitalize()} {plan.matched} {NOUNS[flt.state]}s"
+    if plan.expired:
+        question = (f"{action.capitalize()} {plan.matched} rows ({plan.pending} pending, "
+                    f"{plan.expired} claimed with an expired lease)")
     if not args.yes and not confirm_bulk(command, question, plan.matched, rate):
         print(f"nothing {DONE_WORDS[action]}")
         return 1

@@ -46,7 +46,8 @@ def action_filter(args: argparse.Namespace) -> BulkFilter:
     flt = parse_filter([split_term(t) for t in args.terms], now=time.time())
     return msgspec.structs.replace(
         flt, state=ACTION_STATES[args.rows_command],
-        include_one_shot=bool(getattr(args, "include_one_shot", False)))
+        include_one_shot=bool(getattr(args, "include_one_shot", False)),
+        include_expired=bool(getattr(args, "include_expired", False)))
 
 
 def find_query(args: argparse.Namespace) -> RowQuery:
