@@ -11,7 +11,7 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryBackend
 from board_outbox.engine.handlers.registry import ExecutionContext
-from board_outbox.engine.work.worker import MIN_CLAIM
+from board_outbox.engine.work.claiming import MIN_CLAIM
 from board_outbox.model.board import Card
 from board_outbox.model.rows import EffectRow
 from board_outbox.model.subscriptions import Subscription

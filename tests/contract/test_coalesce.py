@@ -12,7 +12,7 @@ import pytest
 from board_outbox.engine.handlers.coalesce import coalesce_check
 from board_outbox.engine.telemetry.metrics import Metrics
 from board_outbox.engine.upkeep.explain import explain
-from board_outbox.engine.upkeep.holds import ExplainSettings
+from board_outbox.engine.upkeep.holds.case import ExplainSettings
 from board_outbox.engine.work.worker import EffectWorker
 from board_outbox.model import transitions as T_
 from board_outbox.model.board import Card, EventSnapshot

@@ -400,7 +400,7 @@ async def test_a_chain_that_loops_dangles_or_does_not_decode_is_said_not_followe
     """Planted chains: a loop (a -> b -> a), a row pointing at one that is gone, one pointing at
     a row that does not decode, one longer than the bound: each is explained in bounded reads
     with the reason, never followed forever, and names no row as the one that ran."""
-    from board_outbox.engine.upkeep.holds import CHAIN_LIMIT
+    from board_outbox.engine.upkeep.holds.coalescing import CHAIN_LIMIT
 
     now = kit.clock.now()
     await kit.insert_raw_row(_coalesced(1, f"{T}/2/sub/s1", now))

@@ -10,7 +10,7 @@ import pytest
 
 from board_outbox.adapters.memory import MemoryMembershipStore
 from board_outbox.engine.flow.membership import Ownership, owner
-from board_outbox.engine.work.worker import MIN_CLAIM
+from board_outbox.engine.work.claiming import MIN_CLAIM
 from board_outbox.model import transitions as tr
 from board_outbox.model.board import EventSnapshot
 from board_outbox.model.clock import ManualClock

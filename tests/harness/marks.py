@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from board_outbox.engine.work.completer import MARK_DONE_BACKOFF
+from board_outbox.engine.work.done_marks import MARK_DONE_BACKOFF
 
 # a flush that gives up does so within one pause of its lease's end
 GIVE_UP_SLACK = max(MARK_DONE_BACKOFF)

@@ -4,7 +4,7 @@ timeline as the row and the event store record it, and what holds it now, each h
 Plain values, encoded as they are by ``explain --json`` (``msgspec``): a field keeps its name and
 meaning while ``EXPLAIN_SCHEMA`` stays 1 (new fields and new holds may be added). A hold is a
 tagged struct: its ``hold`` field names it (``limit``, ``backoff``, ``ownership``...), the other
-fields say what, who and until when. The engine decides them (``engine/upkeep/holds.py``).
+fields say what, who and until when. The engine decides them (``engine/upkeep/holds/``).
 """
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ class RowFacts(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):
-    """``explain ROW_KEY``: ``holds`` in the order they were checked (``engine/upkeep/holds.CHECKS``);
+    """``explain ROW_KEY``: ``holds`` in the order they were checked (``engine/upkeep/holds/checks.CHECKS``);
     ``row`` None when the stored document does not decode (``holds`` says why)."""
 
     schema: int

@@ -6,12 +6,13 @@ materialization, each attempt that ended without success (the row's ``errors``: 
 operator actions (``audit``), the deferral it waits out, the claim in progress, the end. The row
 keeps no per-attempt claim or start time, so none is invented: a moment the row does not date
 has ``at`` None, and a note says what is not recorded. Then the holds, by name, from the ordered
-checks of ``engine/upkeep/holds.py``.
+checks of ``engine/upkeep/holds/``.
 """
 
 from __future__ import annotations
 
-from board_outbox.engine.upkeep.holds import CHECKS, Case, ExplainSettings
+from board_outbox.engine.upkeep.holds.case import Case, ExplainSettings
+from board_outbox.engine.upkeep.holds.checks import CHECKS
 from board_outbox.model.bad_documents import cap
 from board_outbox.model.errors import MalformedDocument, RowNotFound
 from board_outbox.model.explanation import (

@@ -3,30 +3,25 @@
 The worker and the projection batch unit only choose what became of a row; the completer builds
 the transition (``model/transitions.py``: done, retry with backoff, park as the dead-letter, the
 broken park of R1, release) and hands it to the outbox port, which applies it fenced on the claim
-(M8: a stolen lease makes it a no-op). A done mark rides out a store outage while the lease lasts
-(one loop, for a single row and for a group).
+(M8: a stolen lease makes it a no-op).
 
-Done marks in bulk (River's batch completer): while the worker runs a claimed batch
-(``batching``), a done mark is staged, not written; ``flush`` writes every staged mark in one
-fenced bulk write (``EffectOutbox.apply_marks``) -- at the end of the batch, and every
-``flush_seconds`` while it runs, so a launch's done mark waits at most that long (ADR-094's
-launch -> done window: a crash in it doubles the rows staged, never more). The worker counts
-what became of each row once its flush says.
+Its done marks -- written at once, or staged while a batch runs and flushed in bulk -- are the
+``DoneMarks`` half (``done_marks.py``), a base of ``Completer``; here the other transitions, one
+fenced write each: retry, park, the broken park, defer, coalesce, hold, release.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import anyio
 from opentelemetry import trace
 
 from board_outbox.engine import telemetry
 from board_outbox.engine.telemetry.metrics import Metrics
+from board_outbox.engine.work.done_marks import DoneMarks, Staged
 from board_outbox.engine.work.outcomes import Outcome
 from board_outbox.model import transitions as T
 from board_outbox.model.backoff import BackoffPolicy
@@ -38,25 +33,9 @@ from board_outbox.model.rows import EffectRow, ErrorEntry
 from board_outbox.ports import Claim, EffectOutbox
 
 log = logging.getLogger("board_outbox.worker")
-R = TypeVar("R")
-
-# Pauses between done-mark attempts after a store blip, the last repeated until the lease ends
-# (a done mark that gives up early makes the row run again: ADR-094's second window). Each
-# attempt is itself bounded by the store op timeout.
-MARK_DONE_BACKOFF = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
-@dataclass
-class Staged:
-    """A done mark waiting for the flush: the effect of ``claim`` happened with ``label``."""
-
-    claim: Claim
-    row: EffectRow
-    label: str
-    done_at: float
-
-
-class Completer:
+class Completer(DoneMarks):
     """Applies rows' final states. ``lease_until(claim)``: the claim's lease as the heartbeat has
     extended it (how long a done mark may keep retrying)."""
 
@@ -95,188 +74,20 @@ class Completer:
         # of a coalescing row): the worker's pick runs then
         self.on_pending: Callable[[float], None] = lambda due: None
 
-    # --- done -----------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def batching(self) -> AsyncIterator[None]:
-        """Inside, done marks are staged and written by ``flush`` (called by the worker's timer
-        and here, at the end, shielded: the effects happened, their marks must go out)."""
-        if self._staged is not None:  # already batching (a nested batch): one flush, the outer
-            yield
-            return
-        self._staged = []
+    async def _apply(self, claim: Claim, transition: T.Transition, ctx: dict[str, object], *,
+                     could_not: str, then: str) -> Outcome | None:
+        """One transition of a claimed row, fenced on its claim; None: written. A store outage
+        writes nothing ("unrecorded", one warning: "could not ..."); a document that refuses the
+        write ($inc, $push on a broken field) parks the row (R1: "... failed: why"); a stolen
+        lease writes nothing ("lease_lost")."""
         try:
-            yield
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self.flush()
-            self._staged = None
-
-    def staged(self, ref: Any) -> bool:
-        """Is this row's done mark waiting for a flush?"""
-        return ref in self._staged_refs
-
-    @property
-    def pending_marks(self) -> int:
-        return 0 if self._staged is None else len(self._staged)
-
-    async def flush(self) -> None:
-        """Write every staged done mark in one fenced bulk write, riding out a store outage
-        until the first of their leases ends; what became of each row goes to ``recorded``.
-        A flush cancelled midway (the batch's timer, stopped when the batch ends) puts its marks
-        back for the batch's closing flush: a mark taken off the stage is never dropped (a
-        write that had landed is found by the retry's read back)."""
-        async with self._flushing:
-            if not self._staged:
-                return
-            batch = list(self._staged)
-            self._staged.clear()
-            refs = [x.claim.ref for x in batch]
-            try:
-                await self._flush(batch)
-            except anyio.get_cancelled_exc_class():
-                if self._staged is not None:
-                    self._staged[:0] = batch
-                    raise
-                self._settle(refs)
-                raise
-            except BaseException:
-                self._settle(refs)
-                raise
-            self._settle(refs)
-
-    def _settle(self, refs: list[Any]) -> None:
-        self._staged_refs.difference_update(refs)
-        self.on_settled(refs)
-
-    async def _flush(self, batch: list[Staged]) -> None:
-        # one transition object per (claim, label), stamped with the flush's time (when the rows'
-        # documents are written; each row's own finish time feeds the metrics): the adapter
-        # writes each group as one fenced update of many rows
-        now = self.clock.now()
-        by_label: dict[tuple[str, str], T.Transition] = {}
-        marks = []
-        for x in batch:
-            key = (x.claim.claim_id, x.label)
-            t = by_label.get(key)
-            if t is None:
-                t = by_label[key] = T.done(now=now, outcome=x.label)
-            marks.append(T.Mark(x.claim.ref, x.claim.claim_id, t))
-        try:
-            moved = await self._ride_out(
-                lambda: self.outbox.apply_marks(marks),
-                lambda: min(self.lease_until(x.claim) for x in batch),
-                f"{len(batch)} effects done but not recorded (%s): they run again after their "
-                "lease", {"tenant_id": batch[0].claim.tenant_id})
-        except StoreError:  # R1: a row refuses its mark: each on its own, the broken one parked
-            alone = [(x.claim, await self._mark_alone(x, m)) for x, m in zip(batch, marks, strict=True)]
-            self.recorded.extend(alone)  # after every await: a cancelled flush records nothing
-            return
-        if moved is None:
-            self.recorded.extend((x.claim, "unrecorded") for x in batch)
-            return
-        went = set(moved)
-        for x in batch:
-            if x.claim.ref in went:
-                self._count_done(x.row, x.label, x.done_at)
-                self.recorded.append((x.claim, "done"))
-            else:
-                log.warning("lease lost before mark_done (late write was a no-op)",
-                            extra=_ctx(x.row))
-                self.recorded.append((x.claim, "lease_lost"))
-
-    async def _mark_alone(self, x: Staged, m: T.Mark) -> Outcome:
-        """One staged mark on its own, after its bulk write was refused (some of its marks may
-        have landed: a mark that finds its row done under its claim was one of those)."""
-        try:
-            moved = await self.outbox.apply_marks([m])
+            marked = await self.outbox.apply_claimed(claim.ref, claim.claim_id, transition)
         except StoreUnavailable as exc:
-            log.error("effect done but not recorded (%s): the row runs again after its lease", exc,
-                      extra=_ctx(x.row))
+            log.warning("could not %s (%s)", could_not, exc, extra=ctx)
             return "unrecorded"
-        except StoreError as exc:
-            return await self.park_broken(x.claim.ref, x.claim.claim_id,
-                                          f"effect done ({x.label}) but mark_done failed: {exc}",
-                                          _ctx(x.row))
-        if not moved:
-            log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(x.row))
-            return "lease_lost"
-        self._count_done(x.row, x.label, x.done_at)
-        return "done"
-
-    async def done(self, claim: Claim, row: EffectRow, outcome: str) -> Outcome:
-        """The effect happened with this outcome label: record it (riding out a store outage
-        while the lease lasts) -- or, while batching, stage it for the next flush."""
-        done_at = self.clock.now()
-        if self._staged is not None:
-            self._staged.append(Staged(claim, row, outcome, done_at))
-            self._staged_refs.add(claim.ref)
-            return "staged"
-        return await self._done_now(claim, row, outcome, done_at)
-
-    async def _done_now(self, claim: Claim, row: EffectRow, outcome: str, done_at: float) -> Outcome:
-        try:
-            marked = await self._ride_out(
-                lambda: self.outbox.apply_claimed(claim.ref, claim.claim_id,
-                                                  T.done(now=done_at, outcome=outcome)),
-                lambda: self.lease_until(claim), "effect done but not recorded (%s): the row runs again "
-                "after its lease", _ctx(row))
-        except StoreError as exc:  # R1: the row's document refuses the write
-            return await self.park_broken(
-                claim.ref, claim.claim_id,
-                f"effect done ({outcome}) but mark_done failed: {exc}", _ctx(row))
-        if marked is None:
-            return "unrecorded"
-        if not marked:
-            log.warning("lease lost before mark_done (late write was a no-op)", extra=_ctx(row))
-            return "lease_lost"
-        self._count_done(row, outcome, done_at)
-        return "done"
-
-    def done_many(
-        self, claims: Sequence[Claim], labels: Sequence[str], result: list[Outcome] | None = None,
-    ) -> list[Outcome]:
-        """The effects of several claimed rows happened (``labels[i]`` for ``claims[i]``): each
-        mark is staged for the batch's next flush, which writes them in one fenced bulk write
-        ("staged", written into ``result`` too). Only inside ``batching()``, where the worker
-        runs every batch: a batch unit's marks have no other way to the store."""
-        if self._staged is None:
-            raise RuntimeError("done_many stages marks for a flush: call it inside batching()")
-        done_at = self.clock.now()
-        for c, label in zip(claims, labels, strict=True):
-            assert c.row is not None  # the batch unit only holds decoded rows
-            self._staged.append(Staged(c, c.row, label, done_at))
-            self._staged_refs.add(c.ref)
-        out: list[Outcome] = ["staged"] * len(claims)
-        if result is not None:
-            result[:] = out
-        return out
-
-    async def _ride_out(
-        self, write: Callable[[], Awaitable[R]], lease_until: Callable[[], float], lost: str,
-        ctx: dict[str, object],
-    ) -> R | None:
-        """Run a done write, riding out a store outage for as long as the lease lasts (a lost
-        done mark means the row runs again after its lease -- ADR-094's second residual window --
-        so giving up early only makes that double certain; a mark written after the lease ended
-        could land on a row another replica runs now, so it stops there). None: not recorded."""
-        attempt = 0
-        while True:
-            try:
-                return await write()
-            except StoreUnavailable as exc:
-                delay = MARK_DONE_BACKOFF[min(attempt, len(MARK_DONE_BACKOFF) - 1)]
-                attempt += 1
-                if self.clock.now() + delay >= lease_until():
-                    log.error(lost, exc, extra=ctx)
-                    return None
-                await self.pause(delay)
-
-    def _count_done(self, row: EffectRow, outcome: str, done_at: float) -> None:
-        if self.metrics is not None:
-            self.metrics.row_done(row, done_at)
-        if self.on_done is not None:
-            self.on_done(row, outcome)
+        except StoreError as exc:  # R1
+            return await self.park_broken(claim.ref, claim.claim_id, f"{then} failed: {exc}", ctx)
+        return None if marked else "lease_lost"
 
     # --- retry and park -------------------------------------------------------------------------
 
@@ -293,18 +104,12 @@ class Completer:
         delay = self.backoff.delay(attempt, self.rng)
         span.set_attribute(telemetry.ATTR_OUTCOME, "retry")
         err = ErrorEntry(attempt=attempt, at=now, error=msg)
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.retry(now=now, error=err, not_before=now + delay))
-        except StoreUnavailable as store_exc:
-            # The row stays claimed; when its lease expires a reclaim counts the attempt.
-            log.warning("could not record the failed attempt (%s)", store_exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
-            return await self.park_broken(
-                claim.ref, claim.claim_id, f"{msg}; then mark_retry failed: {store_exc}", _ctx(row))
-        if not marked:
-            return "lease_lost"
+        # unrecorded: the row stays claimed; when its lease expires a reclaim counts the attempt
+        unwritten = await self._apply(
+            claim, T.retry(now=now, error=err, not_before=now + delay), _ctx(row),
+            could_not="record the failed attempt", then=f"{msg}; then mark_retry")
+        if unwritten is not None:
+            return unwritten
         self.on_pending(now + delay)
         log.info("attempt %d failed, retry in %.1fs: %s", attempt, delay, msg, extra=_ctx(row))
         return "retried"
@@ -317,18 +122,12 @@ class Completer:
         now = self.clock.now()
         err = ErrorEntry(attempt=attempt, at=now, error=msg, kind="permanent")
         ctx: dict[str, object] = _ctx(row) if row else {"row_ref": str(claim.ref)}
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.park(now=now, error=err, count_attempt=count_attempt))
-        except StoreUnavailable as store_exc:
-            # reclaimed after the lease, and parked then
-            log.warning("could not park the row (%s)", store_exc, extra=ctx)
-            return "unrecorded"
-        except StoreError as store_exc:  # R1: the row's document refuses $inc / $push
-            return await self.park_broken(
-                claim.ref, claim.claim_id, f"{msg}; then mark_failed failed: {store_exc}", ctx)
-        if not marked:
-            return "lease_lost"
+        # unrecorded: reclaimed after the lease, and parked then
+        unwritten = await self._apply(
+            claim, T.park(now=now, error=err, count_attempt=count_attempt), ctx,
+            could_not="park the row", then=f"{msg}; then mark_failed")
+        if unwritten is not None:
+            return unwritten
         if self.metrics is not None:
             self.metrics.row_failed(row.kind if row else "malformed")
         # Warned once: only the fenced transition to failed logs, and it happens once.
@@ -368,18 +167,12 @@ class Completer:
         now = self.clock.now()
         paused = isinstance(over, Paused)
         not_before = held_not_before(row.not_before) if paused else now + over.wait_seconds
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id,
-                T.defer(now=now, not_before=not_before, reason=cap(over.reason, 300)))
-        except StoreUnavailable as exc:  # stays claimed; it runs again after its lease
-            log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as exc:  # R1
-            return await self.park_broken(claim.ref, claim.claim_id,
-                                          f"{over.reason}; then defer failed: {exc}", _ctx(row))
-        if not marked:
-            return "lease_lost"
+        # unrecorded: it stays claimed and runs again after its lease
+        unwritten = await self._apply(
+            claim, T.defer(now=now, not_before=not_before, reason=cap(over.reason, 300)), _ctx(row),
+            could_not="defer the row", then=f"{over.reason}; then defer")
+        if unwritten is not None:
+            return unwritten
         if paused:  # released by the pause loop, which wakes the worker
             if self.metrics is not None:
                 self.metrics.row_paused(over.scope)
@@ -394,18 +187,12 @@ class Completer:
     async def coalesce(self, claim: Claim, row: EffectRow, into: str) -> Outcome:
         """Superseded by the newer row ``into``: terminal ``coalesced``, attempts unchanged,
         fenced on the claim (a stolen lease: nothing written, the new holder decides again)."""
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.coalesce(now=self.clock.now(), into=into))
-        except StoreUnavailable as exc:  # stays claimed; it is decided again after its lease
-            log.warning("could not mark the row coalesced (%s)", exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as exc:  # R1
-            return await self.park_broken(claim.ref, claim.claim_id,
-                                          f"coalesced into {into}; then the mark failed: {exc}",
-                                          _ctx(row))
-        if not marked:
-            return "lease_lost"
+        # unrecorded: it stays claimed and is decided again after its lease
+        unwritten = await self._apply(
+            claim, T.coalesce(now=self.clock.now(), into=into), _ctx(row),
+            could_not="mark the row coalesced", then=f"coalesced into {into}; then the mark")
+        if unwritten is not None:
+            return unwritten
         if self.metrics is not None:
             self.metrics.row_coalesced()
         return "coalesced"
@@ -414,17 +201,11 @@ class Completer:
         """Not decidable yet (the burst's newest row is running): pending again after ``wait``,
         attempts unchanged, no error (``coalesce_hold``)."""
         now = self.clock.now()
-        try:
-            marked = await self.outbox.apply_claimed(
-                claim.ref, claim.claim_id, T.coalesce_hold(now=now, not_before=now + wait))
-        except StoreUnavailable as exc:
-            log.warning("could not defer the row (%s)", exc, extra=_ctx(row))
-            return "unrecorded"
-        except StoreError as exc:  # R1
-            return await self.park_broken(claim.ref, claim.claim_id,
-                                          f"{reason}; then defer failed: {exc}", _ctx(row))
-        if not marked:
-            return "lease_lost"
+        unwritten = await self._apply(
+            claim, T.coalesce_hold(now=now, not_before=now + wait), _ctx(row),
+            could_not="defer the row", then=f"{reason}; then defer")
+        if unwritten is not None:
+            return unwritten
         self.on_pending(now + wait)
         return "deferred"
 
