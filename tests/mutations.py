@@ -470,6 +470,12 @@ MUTANTS: tuple[Mutant, ...] = (
            "                                             updated_at=row.updated_at)\n"
            "        await outbox.upsert_rows([new])\n"
            "        return moved", "bulk_actions"),
+    # a rerun takes the done rows re-run already: the same command repeated after a kill
+    # midway re-runs the killed apply's rows again (``/rerun/2``) and its new rows
+    Mutant("rerun-retakes-rows-rerun-already", "ops",
+           "    if flt.state == DONE and not flt.include_rerun and already_rerun(row):\n"
+           "        return False\n",
+           "", "dead_letters"),
     Mutant("bulk-replay-unpaced", "ops",
            "return 0.0 if self.next_at is None else", "return 0.0 if True else", "bulk_replay"),
     # --- issue 32: this round's code -- pause, coalescing, priority, explain, lanes, the stream
@@ -1057,6 +1063,8 @@ CATCHERS: dict[str, str] = {
         "tests/contract/test_edges.py::test_a_bulk_replay_does_not_catch_up_after_a_slow_page[memory]",
     "bulk-replay-past-the-plan":
         "tests/contract/test_edges.py::test_a_bulk_replay_applies_no_more_rows_than_its_plan_counted[memory]",
+    "rerun-retakes-rows-rerun-already":
+        "tests/contract/test_bulk_cancel.py::test_a_rerun_repeated_after_a_crash_midway_reruns_only_the_rows_not_yet_rerun[memory]",
     "cancel-expired-ignores-the-lease":
         "tests/contract/test_bulk_cancel.py::test_include_expired_cancels_claimed_rows_whose_lease_ended_and_no_live_one[memory]",
     "audit-repair-rewrites-every-owed-row":

@@ -267,3 +267,53 @@ async def test_include_expired_off_a_cancel_or_not_a_boolean_is_a_400_and_writes
         assert r.status_code == 400, r.text
         assert says in r.json()["error"] and "\n" not in r.json()["error"]
         assert backend.outbox.raw(claimed[0])["state"] == "claimed"  # type: ignore[index]
+
+
+@pytest.mark.anyio
+async def test_a_rerun_planned_again_leaves_the_rows_rerun_already_unless_include_rerun() -> None:
+    async with api() as (backend, client, tok):
+        (done,) = await _rows(backend, n=1, state="done")
+        body: dict[str, Any] = {"filter": {"tenant": T}}
+        plan = (await client.post("/bulk/rerun/plan", json=body, headers=_auth(tok["reader"]))).json()
+        assert (plan["matched"], plan["already_rerun"]) == (1, 0)
+        r = await client.post("/bulk/rerun/apply", headers=_auth(tok["ops"]), json={
+            **body, "matched": 1, "newest": plan["newest"], "rate": 1000})
+        assert r.status_code == 202, r.text
+        assert backend.outbox.raw(f"{done}/rerun/1") is not None
+        again = (await client.post("/bulk/rerun/plan", json=body, headers=_auth(tok["reader"]))).json()
+        assert (again["matched"], again["already_rerun"]) == (0, 1)
+        body["include_rerun"] = True
+        asked = (await client.post("/bulk/rerun/plan", json=body, headers=_auth(tok["reader"]))).json()
+        assert (asked["matched"], asked["already_rerun"]) == (1, 0)
+        r = await client.post("/bulk/rerun/apply", headers=_auth(tok["ops"]), json={
+            **body, "matched": 1, "newest": asked["newest"], "rate": 1000})
+        assert r.status_code == 202, r.text
+        progress = await client.get(r.headers["location"].removeprefix("/api/v1"),
+                                    headers=_auth(tok["reader"]))
+        assert progress.json()["applied"] == 1 and "include-rerun" in progress.json()["filter"]
+        assert backend.outbox.raw(f"{done}/rerun/2") is not None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("path", "body", "says"), [
+    ("/bulk/cancel/plan", {"filter": {"tenant": T}, "include_rerun": True}, "only a rerun"),
+    ("/bulk/replay/plan", {"filter": {"tenant": T}, "include_rerun": True}, "only a rerun"),
+    ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_rerun": "yes"}, "true or false"),
+    ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_rerun": 1}, "true or false"),
+    ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_rerun": None}, "true or false"),
+    ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_rerun": {"$ne": False}},
+     "true or false"),
+    ("/bulk/cancel/apply", {"filter": {"tenant": T}, "matched": 1, "newest": 1e12, "reason": "r",
+                            "include_rerun": True}, "only a rerun"),
+    ("/bulk/rerun/apply", {"filter": {"tenant": T}, "matched": 1, "newest": 1e12,
+                           "include_rerun": [True]}, "true or false"),
+])
+async def test_include_rerun_off_a_rerun_or_not_a_boolean_is_a_400_and_writes_nothing(
+        path: str, body: dict[str, Any], says: str) -> None:
+    async with api() as (backend, client, tok):
+        (done,) = await _rows(backend, n=1, state="done")
+        r = await client.post(path, json=body, headers=_auth(tok["ops"]))
+        assert r.status_code == 400, r.text
+        assert says in r.json()["error"] and "\n" not in r.json()["error"]
+        assert backend.outbox.raw(f"{done}/rerun/1") is None
+        assert not backend.outbox.raw(done).get("audit")  # type: ignore[union-attr]

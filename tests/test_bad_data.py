@@ -2436,6 +2436,43 @@ async def test_a_cancel_of_expired_leases_reads_past_claimed_rows_that_do_not_de
 
 
 @pytest.mark.anyio
+async def test_a_rerun_reads_past_done_rows_whose_history_or_rerun_of_does_not_decode(kit: Kit) -> None:
+    """A8: a rerun reads each done row's history and ``rerun_of`` to leave out the rows re-run
+    already; a row whose history is not a list, whose entry has no time, or whose ``rerun_of``
+    is a number costs only itself: counted and named, never re-run (no new row of its key);
+    a good row noted before is counted as re-run already, and the good row beside them is
+    re-run once, on every backend."""
+    from board_outbox.engine.upkeep.bulk_actions import rerun_write
+    from board_outbox.engine.upkeep.bulk_replay import apply_bulk, plan_bulk_replay
+    from board_outbox.model.dead_letters import BulkFilter
+
+    sub = Subscription(sub_id="s1", tenant_id="t1", bot="b")
+    now = kit.clock.now()
+    good = new_launch_row("t1", EventSnapshot(seq=1, type="card.created", card_id="c"), sub, now)
+    good.state = "done"  # type: ignore[assignment]
+    await kit.outbox.upsert_rows([good])
+    base = {"tenant_id": "t1", "state": "done", "not_before": now, "sub_id": "s1",
+            "kind": "launch", "updated_at": now, "outcome": "launched"}
+    note = {"at": now, "action": "rerun", "by": "ops", "detail": "re-run as t1/2/sub/s1/rerun/1"}
+    await kit.insert_raw_row({**base, "row_key": "t1/2/sub/s1", "seq": 2, "audit": [note]})
+    bad = {"t1/3/sub/s1": {"audit": "rerun"}, "t1/4/sub/s1": {"audit": [{"action": "rerun"}]},
+           "t1/5/sub/s1": {"rerun_of": 7}}
+    for seq, (key, fields) in enumerate(bad.items(), start=3):
+        await kit.insert_raw_row({**base, "row_key": key, "seq": seq, **fields})
+    flt = BulkFilter(state="done", tenant="t1")
+    plan = await plan_bulk_replay(kit.outbox, kit.subs, flt, clock=kit.clock, page=2)
+    assert (plan.matched, plan.already_rerun, plan.unreadable) == (1, 1, 3)
+    assert sorted(plan.unreadable_keys) == sorted(bad)
+    write = rerun_write(kit.outbox, bulk_id="x", by="ops", clock=kit.clock)
+    prog = await apply_bulk(kit.outbox, kit.subs, plan, write, bulk_id="x", by="ops",
+                            clock=kit.clock, rate=1000.0, page=2)
+    assert (prog.state, prog.applied) == ("done", 1)
+    assert await kit.raw_row(f"{good.row_key}/rerun/1") is not None
+    for key in [*bad, "t1/2/sub/s1"]:
+        assert await kit.raw_row(f"{key}/rerun/1") is None
+
+
+@pytest.mark.anyio
 async def test_an_api_token_document_that_does_not_decode_authorizes_nothing() -> None:
     """A8: a stored token with a scope outside the enum, or a digest that is not a string,
     authorizes nothing (reported once as a bad document); a good token beside it works."""
@@ -2740,6 +2777,21 @@ async def test_hostile_forwarded_headers_cost_only_their_request(
 # a BSON date past year 9999 in done_at    -> (mongod) the driver raised for the whole reply
 #                                          -> DATETIME_AUTO: that row alone is malformed (the wire
 #                                             server refuses to store such a date: codec test)
+#
+# --- note table (A8, a rerun's rows re-run already): input -> before -> after -------------------
+#
+# a done row whose audit is "rerun", whose audit entry has no at, whose rerun_of is 7
+#                                          -> counted and named as not decoding, never re-run ->
+#                                             the same (now also read for its rerun note)
+# a rerun repeated after a kill midway, no before= -> the rows the killed apply re-ran planned
+#                                             again (/rerun/2) and its new rows, done by then,
+#                                             re-run (/rerun/1/rerun/1) -> both left out, counted
+#                                             as re-run already (include_rerun takes them)
+# the API's include_rerun "yes" / 1 / null / {"$ne": false} / [true], or true on a cancel or a
+#   replay                                 -> (new) 400, one line; nothing read or written
+# the console's include_rerun "yes" / '{"$ne": 0}', or 1 on a cancel or a replay (plan or apply)
+#                                          -> (new) 400 page naming it; nothing written
+# `--include-rerun` on rows cancel or dead-letters replay -> (new) one line, exit 2, no store
 
 
 @pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a b", "a/b", ""])

@@ -178,3 +178,62 @@ async def test_include_expired_off_a_cancel_or_not_the_checkbox_is_a_400() -> No
             "newest": repr(time.time()), "expired": "1", "planned_at": repr(time.time())})
         assert r.status_code == 400 and "include_expired" in r.text
         assert backend.outbox.raw(dead)["state"] == "claimed"  # type: ignore[index]
+
+
+async def _done(backend: MemoryBackend, seq: int = 70) -> str:
+    now = time.time()
+    ev = EventSnapshot(seq=seq, type="card.created", card_id="card", at=now)
+    row = new_launch_row(T, ev, Subscription(sub_id="s", tenant_id=T, bot="b"), now)
+    row.state, row.outcome = "done", "launched"  # type: ignore[assignment]
+    await backend.outbox.upsert_rows([row])
+    return row.row_key
+
+
+def _rerun_form(html: str) -> dict[str, str]:
+    form = html.split('action="/ui/rows/rerun/plan/apply"', 1)[1].split("</form>", 1)[0]
+    return {m.group(1): m.group(2) for m in re.finditer(r'name="([^"]+)" value="([^"]*)"', form)}
+
+
+async def test_a_rerun_planned_again_counts_the_rows_rerun_already_and_the_checkbox_takes_them(
+        ) -> None:
+    async with _idle_console() as (backend, client):
+        done = await _done(backend)
+        await login(client)
+        plan = await client.get("/ui/rows/rerun/plan", params={"tenant": T})
+        assert _count(plan.text, "matched") == 1 and 'id="already-rerun"' not in plan.text
+        r = await client.post("/ui/rows/rerun/plan/apply", headers=origin(client),
+                              data={**_rerun_form(plan.text), "rate": "500"})
+        assert r.status_code == 303
+        await _until(client, r.headers["location"], "done")
+        again = await client.get("/ui/rows/rerun/plan", params={"tenant": T})
+        assert _count(again.text, "matched") == 0 and _count(again.text, "already-rerun") == 1
+        assert 'id="apply-plan"' not in again.text
+        asked = await client.get("/ui/rows/rerun/plan", params={"tenant": T, "include_rerun": "1"})
+        assert _count(asked.text, "matched") == 1 and 'id="already-rerun"' not in asked.text
+        form = _rerun_form(asked.text)
+        assert form["include_rerun"] == "1"
+        r = await client.post("/ui/rows/rerun/plan/apply", headers=origin(client),
+                              data={**form, "rate": "500"})
+        assert r.status_code == 303
+        await _until(client, r.headers["location"], "done")
+        assert backend.outbox.raw(f"{done}/rerun/2") is not None
+
+
+async def test_include_rerun_off_a_rerun_or_not_the_checkbox_is_a_400() -> None:
+    async with _idle_console() as (backend, client):
+        done = await _done(backend)
+        await login(client)
+        for path, params in (("/ui/rows/cancel/plan", {"include_rerun": "1"}),
+                             ("/ui/dead-letters/plan", {"include_rerun": "1"}),
+                             ("/ui/rows/rerun/plan", {"include_rerun": "yes"}),
+                             ("/ui/rows/rerun/plan", {"include_rerun": '{"$ne": 0}'})):
+            page = await client.get(path, params=params)
+            assert page.status_code == 400 and 'id="message"' in page.text, (path, params)
+            assert "include_rerun" in page.text
+        page = await client.get("/ui/rows/rerun/plan")
+        for path, extra in (("/ui/rows/cancel/plan/apply", {"include_rerun": "1", "reason": "r"}),
+                            ("/ui/rows/rerun/plan/apply", {"include_rerun": "true"})):
+            r = await client.post(path, headers=origin(client), data={
+                "csrf": csrf_of(page.text), "matched": "1", "newest": repr(time.time()), **extra})
+            assert r.status_code == 400 and "include_rerun" in r.text, (path, r.text)
+        assert backend.outbox.raw(f"{done}/rerun/1") is None

@@ -121,3 +121,44 @@ def test_include_expired_is_a_cancels_alone(argv: list[str],
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--include-expired" in err and len(err.strip().splitlines()) == 1
+
+
+def test_rerun_repeated_leaves_the_rows_rerun_already_unless_include_rerun(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same command twice re-runs each row once: the second plan counts the row and its
+    new row as re-run already and takes nothing; --include-rerun re-runs it again (/rerun/2)."""
+    monkeypatch.setenv("BOARD_OUTBOX_STORE__BACKEND", "memory")
+    backend = _backend()
+    factory = factory_for(backend)
+    argv = ["rows", "rerun", "--filter", "tenant=t2"]
+    assert main([*argv, "--yes"], factory) == 0
+    assert "1 of 1 planned rows re-run" in capsys.readouterr().out
+    backend.outbox.raw("t2/3/sub/s/rerun/1")["state"] = "done"  # type: ignore[index]  # it ran
+    assert main([*argv, "--yes"], factory) == 0
+    out = capsys.readouterr().out
+    assert "plan: 0 done rows match tenant=t2" in out
+    assert "2 more re-run already, left out" in out and "--include-rerun" in out
+    assert backend.outbox.raw("t2/3/sub/s/rerun/2") is None
+    assert main([*argv, "--include-rerun", "--json", "--dry-run"], factory) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["matched"], plan["already_rerun"]) == (2, 0)
+    assert plan["filter"]["include_rerun"] is True
+    assert main([*argv, "--include-rerun", "--yes"], factory) == 0
+    assert "2 of 2 planned rows re-run" in capsys.readouterr().out
+    assert backend.outbox.raw("t2/3/sub/s/rerun/2") is not None
+
+
+@pytest.mark.parametrize("argv", [
+    ["rows", "cancel", "--filter", "tenant=t1", "--reason", "r", "--include-rerun"],
+    ["dead-letters", "replay", "--filter", "tenant=t1", "--include-rerun"],
+])
+def test_include_rerun_is_a_reruns_alone(argv: list[str],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    def no_store(*_a: object, **_k: object) -> object:
+        raise AssertionError("the store was opened for bad input")
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv, no_store)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--include-rerun" in err and len(err.strip().splitlines()) == 1

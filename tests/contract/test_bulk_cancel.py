@@ -1,7 +1,8 @@
 """Cancel pending rows and re-run done ones by filter, as a plan (A8), on every backend: the
 cancel's terminal state (who, when, why), a replica's claim racing the cancel (the fence
 decides: a cancelled row is never launched), three applies at once and a crash midway (each row
-cancelled or re-run once), a rerun's new row and key, and the one-shot rows a rerun leaves."""
+cancelled or re-run once), a rerun's new row and key, the one-shot rows a rerun leaves, and the
+rows re-run already it leaves (a rerun repeated after a crash midway re-runs each row once)."""
 
 from __future__ import annotations
 
@@ -161,7 +162,10 @@ async def test_rerun_writes_one_new_row_per_done_row_with_a_new_key(kit: Kit) ->
     keys = [r.row_key for r in kit.launcher.launches]
     assert len(keys) == 6 and len(set(keys)) == 6  # the bot sees new Idempotency-Keys
     again = await _plan(kit, "done", subscription="s")
-    assert again.matched == 6  # a new plan may re-run them again: the originals' 2nd, ...
+    assert (again.matched, again.already_rerun) == (0, 6)  # re-run once: left out, counted
+    again = await _plan(kit, "done", subscription="s", include_rerun=True)
+    assert (again.matched, again.already_rerun) == (6, 0)  # asked to: the originals' 2nd, ...
+    assert "include-rerun" in again.filter.describe()
     await _rerun(kit, again, "r4")
     keys = {r.row_key for r in await kit.rows() if r.state == "pending"}
     assert f"{T}/1/sub/s/rerun/2" in keys and f"{T}/1/sub/s/rerun/1/rerun/1" in keys
@@ -179,6 +183,60 @@ async def test_a_crash_between_the_new_row_and_the_note_still_reruns_once(kit: K
     assert prog.applied == 2
     reruns = [r for r in await kit.rows() if r.rerun_of]
     assert sorted(r.row_key for r in reruns) == [f"{T}/1/sub/s/rerun/1", f"{T}/2/sub/s/rerun/1"]
+
+
+async def _run_all(kit: Kit) -> None:
+    """Every due pending row run by a worker (a rerun's new rows done, as a service would)."""
+    for _ in range(10):
+        if not (await kit.worker().tick_any()).claimed:
+            return
+    raise AssertionError("rows still pending after 10 ticks")
+
+
+async def test_a_rerun_repeated_after_a_crash_midway_reruns_only_the_rows_not_yet_rerun(
+        kit: Kit) -> None:
+    """The operator's move after a kill midway: the same command again, a fresh plan of the
+    same filter, no bound. The killed apply noted two rows and wrote the third's new row, not
+    its note; a worker then ran the three new rows (done: a rerun themselves). The repeat plans
+    the four rows not noted, counts the rest as re-run already, and writes the half-done row's
+    note under its first key: every row re-run once, ``/rerun/1``, never ``/rerun/2`` nor a
+    rerun of a rerun; each new key launched once. Asked to (``include_rerun``), a second
+    rerun writes ``/rerun/2``."""
+    await _materialize(kit, n=6, subs=(SUB,))
+    await _run_all(kit)
+    originals = sorted(r.row_key for r in await kit.rows())
+    plan = await _plan(kit, "done")
+    assert (plan.matched, plan.already_rerun) == (6, 0)
+    kit.faults.crash_at("outbox.apply_unclaimed[rerun_noted]", nth=3)  # the 3rd row's note
+    with pytest.raises(Crash):
+        await _rerun(kit, plan, "killed")
+    kit.faults.clear()
+    half = originals[2]
+    first = await kit.raw_row(f"{half}/rerun/1")
+    assert first is not None and (await kit.raw_row(half) or {}).get("audit") in (None, [])
+    await _run_all(kit)  # the killed apply's three new rows run before the operator repeats
+    kit.clock.advance(5)
+    repeat = await _plan(kit, "done")
+    assert (repeat.matched, repeat.already_rerun) == (4, 5)  # 2 noted + 3 new rows, done
+    prog = await _rerun(kit, repeat, "repeat")
+    assert (prog.state, prog.applied, prog.skipped) == ("done", 4, 0)
+    await _run_all(kit)
+    rows = {r.row_key: r for r in await kit.rows()}
+    assert sorted(rows) == sorted([*originals, *(f"{k}/rerun/1" for k in originals)])
+    for key in originals:
+        notes = [a for a in rows[key].audit if a.action == "rerun"]
+        assert len(notes) == 1 and notes[0].detail.startswith(f"re-run as {key}/rerun/1 "), notes
+        assert rows[f"{key}/rerun/1"].state == "done"
+    assert (await kit.raw_row(f"{half}/rerun/1") or {})["created_at"] == first["created_at"]
+    keys = [r.row_key for r in kit.launcher.launches]
+    assert sorted(keys) == sorted([*originals, *(f"{k}/rerun/1" for k in originals)])
+    third = await _plan(kit, "done")
+    assert (third.matched, third.already_rerun) == (0, 12)
+    asked = await _plan(kit, "done", include_rerun=True)
+    assert (asked.matched, asked.already_rerun) == (12, 0)
+    await _rerun(kit, asked, "again")
+    pending = {r.row_key for r in await kit.rows() if r.state == "pending"}
+    assert {f"{k}/rerun/2" for k in originals} < pending
 
 
 async def test_rerun_leaves_one_shot_rows_unless_asked(kit: Kit) -> None:

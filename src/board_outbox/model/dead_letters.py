@@ -6,7 +6,7 @@ writes ``engine/upkeep/bulk_actions.py``).
 A ``BulkFilter`` is split in two: the part the store answers over its state's walk
 (``store_filter``: the state, tenant, kind, subscription, changed since/before) and the part
 checked here on each row read (``wants``: the bot, which the row does not carry, the last error,
-and a rerun's one-shot rows)."""
+a rerun's one-shot rows and the rows already re-run)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from board_outbox.model import times
 from board_outbox.model.ids import PROJECTION
 from board_outbox.model.records import RowFilter
 from board_outbox.model.rows import CLAIMED, DONE, FAILED, PENDING, EffectRow
+from board_outbox.model.transitions import RERUN_NOTE
 
 # rows one bulk replay takes unless its filter says otherwise (``limit=``)
 DEFAULT_BULK_LIMIT = 10_000
@@ -54,6 +55,10 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
     # a rerun: take the rows of one-shot (consume_labels) subscriptions too (their labels were
     # spent by the first run: a rerun would launch without them)
     include_one_shot: bool = False
+    # a rerun: take the rows already re-run too (``already_rerun``: a second rerun of each,
+    # ``/rerun/2``...); without it a rerun repeated after a crash or a kill re-runs only the rows
+    # the first one did not reach
+    include_rerun: bool = False
     # a cancel: take the claimed rows whose lease had expired when read too (their holder is
     # presumed dead, as when a replica reclaims an expired lease); never a claimed row otherwise
     include_expired: bool = False
@@ -81,6 +86,8 @@ class BulkFilter(msgspec.Struct, frozen=True, kw_only=True):
             ("before", None if self.before is None else when(self.before))) if v is not None]
         if self.include_one_shot:
             terms.append("include-one-shot")
+        if self.include_rerun:
+            terms.append("include-rerun")
         if self.include_expired:
             terms.append("include-expired")
         return " ".join([*terms, f"limit={self.limit}"])
@@ -102,15 +109,27 @@ def lease_expired(row: EffectRow, at: float) -> bool:
     return row.state == CLAIMED and row.lease_until is not None and row.lease_until <= at
 
 
+def already_rerun(row: EffectRow) -> bool:
+    """Has the event of the done row ``row`` been re-run already? Its history names a rerun
+    (``transitions.rerun_noted``'s entry), or it is a rerun itself (``rerun_of``). A rerun
+    leaves such rows out unless ``include_rerun``: repeating a rerun that was killed midway
+    then re-runs only the rows it did not reach, and never re-runs its new rows (done by the time
+    of the repeat)."""
+    return row.rerun_of is not None or any(a.action == RERUN_NOTE for a in row.audit)
+
+
 def wants(flt: BulkFilter, row: EffectRow, bots: Mapping[str, str],
           one_shot: Collection[str] = ()) -> bool:
     """Does the row pass the checks the store does not make? ``bots``: subscription id -> bot,
     for the rows' subscriptions that still exist (read only when the filter names a bot);
     ``one_shot``: the subscriptions that consume labels (a rerun leaves their rows alone
-    unless ``include_one_shot``)."""
+    unless ``include_one_shot``). A rerun leaves the rows ``already_rerun`` alone unless
+    ``include_rerun``."""
     if row.state != flt.state:
         return False
     if flt.state == DONE and not flt.include_one_shot and row.sub_id in one_shot:
+        return False
+    if flt.state == DONE and not flt.include_rerun and already_rerun(row):
         return False
     if flt.bot is not None and (row.sub_id is None or bots.get(row.sub_id) != flt.bot):
         return False
@@ -139,6 +158,7 @@ class BulkPlan(msgspec.Struct, kw_only=True):
     planned_at: float
     action: str = REPLAY
     one_shot: int = 0  # a rerun's rows of one-shot subscriptions, left out (include_one_shot)
+    already_rerun: int = 0  # a rerun's rows re-run already, left out (include_rerun)
     matched: int = 0
     by_tenant: dict[str, int] = msgspec.field(default_factory=dict)
     by_kind: dict[str, int] = msgspec.field(default_factory=dict)

@@ -207,11 +207,16 @@ def cancel(*, now: float, by: str, why: str) -> Transition:
     )
 
 
+# the audit action of a done row's rerun note (what ``dead_letters.already_rerun`` looks for, and
+# what a rerun's N counts)
+RERUN_NOTE = "rerun"
+
+
 def rerun_noted(*, now: float, by: str, rerun_key: str, detail: str) -> Transition:
     """A8: a done row re-run as the new row ``rerun_key``: still done, its history says so
     (``updated_at`` moves, so a second apply of the same plan skips it: exactly one rerun)."""
     return Transition(name="rerun_noted", set={"updated_at": now},
-                      audit=AuditEntry(at=now, action="rerun", by=by,
+                      audit=AuditEntry(at=now, action=RERUN_NOTE, by=by,
                                        detail=f"re-run as {rerun_key} ({detail})"))
 
 

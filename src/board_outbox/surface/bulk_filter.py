@@ -119,6 +119,9 @@ def plan_lines(plan: BulkPlan, *, top: int = 10) -> list[str]:
         rest = sum(n for _, n in ranked[top:])
         more = f", {len(ranked) - top} more {rest}" if rest else ""
         out.append(f"  by {label + ':':14}{shown}{more}")
+    if plan.already_rerun:
+        out.append(f"  {plan.already_rerun} more re-run already, left out: their history names a "
+                   "rerun, or they are a rerun (--include-rerun re-runs them again)")
     if plan.one_shot:
         out.append(f"  {plan.one_shot} more of one-shot (consume_labels) subscriptions left out: "
                    "their labels were spent by the first run (--include-one-shot takes them)")

@@ -21,7 +21,11 @@ one-row write here.
   carrying ``rerun_of``; then the done row's ``rerun_noted`` (its history says so), fenced on
   its ``updated_at`` as read. N is one more than the reruns the row's history names, so every
   apply of one plan -- concurrent, or after a crash between the two writes -- writes the same key,
-  and the unique row key collapses them: one rerun per planned row."""
+  and the unique row key collapses them: one rerun per planned row. A new plan leaves out the
+  rows re-run already (``dead_letters.already_rerun``: noted, or a rerun themselves) unless
+  ``include_rerun``: the same command repeated after a kill midway re-runs only the rows the
+  killed apply did not note (its row whose new row is in and whose note is not gets the same key
+  again, and its note)."""
 
 from __future__ import annotations
 
@@ -59,7 +63,7 @@ def cancel_write(outbox: EffectOutbox, *, bulk_id: str, by: str, why: str,
 def rerun_row(row: EffectRow, *, now: float, by: str, detail: str) -> EffectRow:
     """The new row that re-runs the done row ``row``: its event, target, kind and priority, due
     now, attempts 0, ``rerun_of`` naming it, its own audit entry."""
-    n = 1 + sum(1 for a in row.audit if a.action == "rerun")
+    n = 1 + sum(1 for a in row.audit if a.action == T.RERUN_NOTE)
     return EffectRow(
         tenant_id=row.tenant_id, row_key=rerun_row_key(row.row_key, n), seq=row.seq,
         kind=row.kind, sub_id=row.sub_id, projection=row.projection, event=row.event,

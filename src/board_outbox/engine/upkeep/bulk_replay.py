@@ -6,8 +6,8 @@ pending rows and the rerun of done ones (A8) are ``engine/upkeep/bulk_actions.py
 Both walk the filter's state the same way: pages of the store's rows in that state
 (``EffectOutbox.failed_page``, ``state_page``: one bounded query a page), each row checked
 against what the store cannot answer (``model.dead_letters.wants``: the bot, the last error, a
-rerun's one-shot rows). A document that does not decode costs only itself: counted, named,
-never touched.
+rerun's one-shot rows and rows already re-run, which the plan counts apart). A document that
+does not decode costs only itself: counted, named, never touched.
 
 A cancel with ``include_expired`` also takes the claimed rows whose lease had ended when the
 plan was read (``dead_letters.lease_expired``: the reclaim's test). Claimed rows are few -- at
@@ -47,6 +47,7 @@ from board_outbox.model.dead_letters import (
     BulkFilter,
     BulkPlan,
     BulkProgress,
+    already_rerun,
     lease_expired,
     wants,
 )
@@ -150,6 +151,8 @@ async def plan_bulk_replay(outbox: EffectOutbox, subs: SubscriptionStore, flt: B
     the store cannot answer: a bot, an error), the plan then covering the rows read."""
     action = next((a for a, st in ACTION_STATES.items() if st == flt.state), REPLAY)
     plan = BulkPlan(filter=flt, planned_at=clock.now(), action=action)
+    # a rerun's filter without what it leaves out (the rows it counts apart)
+    every_done = msgspec.structs.replace(flt, include_one_shot=True, include_rerun=True)
     async for got in _pages(outbox, flt, page):
         if max_read is not None and plan.read >= max_read:
             plan.truncated = plan.read_capped = True
@@ -161,9 +164,12 @@ async def plan_bulk_replay(outbox: EffectOutbox, subs: SubscriptionStore, flt: B
         looked = await _looked(subs, flt, got.rows)
         for row in got.rows:
             if not wants(flt, row, looked.bots, looked.one_shot):
-                if (flt.state == DONE and row.sub_id in looked.one_shot
-                        and wants(flt, row, looked.bots)):
-                    plan.one_shot += 1
+                if flt.state == DONE and wants(every_done, row, looked.bots):
+                    # left out for being re-run already, or else one-shot: counted as such
+                    if not flt.include_rerun and already_rerun(row):
+                        plan.already_rerun += 1
+                    else:
+                        plan.one_shot += 1
                 continue
             if plan.matched >= flt.limit:
                 plan.truncated = True

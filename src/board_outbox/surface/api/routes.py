@@ -37,6 +37,7 @@ from board_outbox.model.dead_letters import (
     ACTION_STATES,
     CANCEL,
     FAILED_RUN,
+    RERUN,
     BulkPlan,
     BulkProgress,
 )
@@ -91,12 +92,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              query=("minutes",)),
     Endpoint("POST", "/bulk/{action}/plan", READ, "plan a bulk replay, cancel or rerun "
              "(reads only); a cancel's include_expired (true: claimed rows whose lease expired "
-             "too, counted as expired)", name="plan", body=("filter", "include_expired")),
+             "too, counted as expired); a rerun's include_rerun (true: rows re-run already too, "
+             "otherwise counted as already_rerun and left out)", name="plan",
+             body=("filter", "include_expired", "include_rerun")),
     Endpoint("POST", "/bulk/{action}/apply", ADMIN, "apply a plan: the filter, the plan's "
              "matched and newest; a cancel's reason; with include_expired, the plan's expired "
-             "and planned_at", name="apply",
+             "and planned_at; a rerun's include_rerun as planned", name="apply",
              body=("filter", "matched", "newest", "rate", "reason", "include_expired",
-                   "expired", "planned_at")),
+                   "expired", "planned_at", "include_rerun")),
     Endpoint("GET", "/bulk/{bulk_id}", READ, "where a bulk action stands", name="progress"),
     Endpoint("POST", "/pauses", ADMIN, "pause a tenant, subscription or bot", name="pause",
              body=("scope", "key", "reason")),
@@ -152,6 +155,15 @@ def _filter_pairs(doc: dict[str, Any]) -> list[tuple[str, str]]:
             raise UsageError(f"filter: {k}: expected a string or a whole number")
         pairs.append((str(k).strip().lower(), str(v).strip()))
     return pairs
+
+
+def _flag(doc: dict[str, Any], name: str) -> bool:
+    """A boolean field of the body: true, false or absent (false); anything else is a
+    ``UsageError`` (a string, a number, null, an operator object)."""
+    value = doc.get(name, False)
+    if not isinstance(value, bool):
+        raise UsageError(f"{name}: expected true or false")
+    return value
 
 
 def _expired_part(doc: dict[str, Any], include_expired: bool, matched: int) -> tuple[int, float]:
@@ -227,15 +239,16 @@ class Api:
     def _bulk_filter(self, action: str, doc: dict[str, Any]) -> Any:
         pairs = _filter_pairs(doc)
         one_shot = any(k == "include-one-shot" for k, _v in pairs)
-        expired = doc.get("include_expired", False)
-        if not isinstance(expired, bool):
-            raise UsageError("include_expired: expected true or false")
+        expired = _flag(doc, "include_expired")
         if expired and action != CANCEL:
             raise UsageError(f"include_expired: only a cancel takes claimed rows, not a {action}")
+        again = _flag(doc, "include_rerun")
+        if again and action != RERUN:
+            raise UsageError(f"include_rerun: only a rerun takes rows re-run already, not a {action}")
         flt = parse_filter([kv for kv in pairs if kv[0] != "include-one-shot"], now=time.time())
         return msgspec.structs.replace(flt, state=ACTION_STATES[action],
-                                       include_one_shot=one_shot and action == "rerun",
-                                       include_expired=expired)
+                                       include_one_shot=one_shot and action == RERUN,
+                                       include_expired=expired, include_rerun=again)
 
     async def plan(self, r: Request, _t: ApiToken) -> Response:
         action = self._action(r)

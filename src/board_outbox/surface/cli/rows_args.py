@@ -21,7 +21,10 @@ ROWS_HELP = (
     "alive but stalled cannot be recalled: only its mark is refused.\n\n"
     "rows rerun --filter ...: re-run done rows as new rows (key ROW_KEY/rerun/N, `rerun_of`\n"
     "naming the done row: the bot sees a new Idempotency-Key, the history keeps both); rows of\n"
-    "one-shot (consume_labels) subscriptions are left out unless --include-one-shot.\n\n"
+    "one-shot (consume_labels) subscriptions are left out unless --include-one-shot, and rows\n"
+    "re-run already (their history names a rerun, or they are a rerun) unless --include-rerun\n"
+    "(then N counts up: /rerun/2...). So a rerun killed midway is finished by running the same\n"
+    "command again: it re-runs only the rows the first did not reach, each once.\n\n"
     "Both take dead-letters replay's steps: the plan first (the matching rows counted by\n"
     "tenant, kind and subscription), nothing written until --yes or a y on the terminal, then\n"
     "one fenced write a row at most --rate rows a second with a progress bar; a row changed\n"
@@ -63,6 +66,9 @@ def add_rows(rows: argparse.ArgumentParser, common: argparse.ArgumentParser) -> 
             p.add_argument("--include-one-shot", action="store_true",
                            help="re-run rows of consume_labels subscriptions too (their "
                                 "labels were spent: the rerun launches without them)")
+            p.add_argument("--include-rerun", action="store_true",
+                           help="re-run rows re-run already too (their history names a rerun, "
+                                "or they are a rerun): a second rerun of each, ROW_KEY/rerun/2...")
     find = acts.add_parser("find", parents=[common], help="find rows by card, event, seq "
                            "range, row key or state", description="Find rows; newest first.")
     form = find.add_mutually_exclusive_group(required=True)

@@ -10,8 +10,8 @@ engine logs one summary line. Progress is kept by the console process that runs 
 The same routes, under ``/rows/cancel/plan`` and ``/rows/rerun/plan``, plan and apply a bulk
 cancel of pending rows ("Cancel all matching…" on the search page; a reason is required; a
 checkbox adds the claimed rows whose lease had expired, counted apart) and a
-rerun of done rows (A8); their progress pages are the replay's, and one bulk action runs at a
-time in a console."""
+rerun of done rows (A8: the rows re-run already are counted and left out unless a checkbox adds
+them); their progress pages are the replay's, and one bulk action runs at a time in a console."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from board_outbox.model.dead_letters import (
     FAILED_RUN,
     NOUNS,
     REPLAY,
+    RERUN,
     RUNNING,
     BulkFilter,
     BulkPlan,
@@ -93,7 +94,7 @@ Refuse = Callable[[Request, str], Awaitable[Response]]
 
 
 # where each action's plan lives
-PLAN_PATHS = {REPLAY: "/dead-letters/plan", CANCEL: "/rows/cancel/plan", "rerun": "/rows/rerun/plan"}
+PLAN_PATHS = {REPLAY: "/dead-letters/plan", CANCEL: "/rows/cancel/plan", RERUN: "/rows/rerun/plan"}
 MAX_REASON = 500
 
 
@@ -102,19 +103,30 @@ def form_filter(values: Mapping[str, str], action: str = REPLAY
     """The form's fields (stripped, as echoed back) and the filter they make, or a ``UsageError``."""
     form = {name: str(values.get(name, "")).strip() for name in FIELDS}
     flt = parse_filter([(FIELDS[n], v) for n, v in form.items() if v], now=time.time())
-    one_shot = action == "rerun" and values.get("include_one_shot", "") == "1"
+    one_shot = action == RERUN and values.get("include_one_shot", "") == "1"
     if one_shot:
         form["include_one_shot"] = "1"
-    expired = str(values.get("include_expired", "")).strip()
-    if expired not in ("", "1"):
-        raise UsageError("include_expired: a checkbox, 1 or absent")
+    expired = _checkbox(values, "include_expired")
     if expired and action != CANCEL:
         raise UsageError(f"include_expired: only a cancel takes claimed rows, not a {action}")
     if expired:
         form["include_expired"] = "1"
+    again = _checkbox(values, "include_rerun")
+    if again and action != RERUN:
+        raise UsageError(f"include_rerun: only a rerun takes rows re-run already, not a {action}")
+    if again:
+        form["include_rerun"] = "1"
     return form, msgspec.structs.replace(flt, state=ACTION_STATES[action],
                                          include_one_shot=one_shot,
-                                         include_expired=bool(expired))
+                                         include_expired=expired, include_rerun=again)
+
+
+def _checkbox(values: Mapping[str, str], name: str) -> bool:
+    """A checkbox's field: ticked (1) or absent; anything else is a ``UsageError``."""
+    value = str(values.get(name, "")).strip()
+    if value not in ("", "1"):
+        raise UsageError(f"{name}: a checkbox, 1 or absent")
+    return value == "1"
 
 
 def _reason(fields: Mapping[str, str]) -> str:

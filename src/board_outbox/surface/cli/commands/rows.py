@@ -47,6 +47,7 @@ def action_filter(args: argparse.Namespace) -> BulkFilter:
     return msgspec.structs.replace(
         flt, state=ACTION_STATES[args.rows_command],
         include_one_shot=bool(getattr(args, "include_one_shot", False)),
+        include_rerun=bool(getattr(args, "include_rerun", False)),
         include_expired=bool(getattr(args, "include_expired", False)))
 
 
