@@ -298,6 +298,10 @@ async def test_a_rerun_planned_again_leaves_the_rows_rerun_already_unless_includ
 @pytest.mark.parametrize(("path", "body", "says"), [
     ("/bulk/cancel/plan", {"filter": {"tenant": T}, "include_rerun": True}, "only a rerun"),
     ("/bulk/replay/plan", {"filter": {"tenant": T}, "include_rerun": True}, "only a rerun"),
+    ("/bulk/cancel/plan", {"filter": {"tenant": T}, "include_one_shot": True}, "only a rerun"),
+    ("/bulk/replay/plan", {"filter": {"tenant": T, "include-one-shot": "true"}}, "only a rerun"),
+    ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_one_shot": "yes"}, "true or false"),
+    ("/bulk/rerun/plan", {"filter": {"tenant": T, "include-one-shot": "no"}}, "expected true"),
     ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_rerun": "yes"}, "true or false"),
     ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_rerun": 1}, "true or false"),
     ("/bulk/rerun/plan", {"filter": {"tenant": T}, "include_rerun": None}, "true or false"),

@@ -93,13 +93,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", "/bulk/{action}/plan", READ, "plan a bulk replay, cancel or rerun "
              "(reads only); a cancel's include_expired (true: claimed rows whose lease expired "
              "too, counted as expired); a rerun's include_rerun (true: rows re-run already too, "
-             "otherwise counted as already_rerun and left out)", name="plan",
-             body=("filter", "include_expired", "include_rerun")),
+             "otherwise counted as already_rerun and left out) and include_one_shot (true: rows of "
+             "one-shot subscriptions too)", name="plan",
+             body=("filter", "include_expired", "include_rerun", "include_one_shot")),
     Endpoint("POST", "/bulk/{action}/apply", ADMIN, "apply a plan: the filter, the plan's "
              "matched and newest; a cancel's reason; with include_expired, the plan's expired "
-             "and planned_at; a rerun's include_rerun as planned", name="apply",
+             "and planned_at; a rerun's include_rerun and include_one_shot as planned",
+             name="apply",
              body=("filter", "matched", "newest", "rate", "reason", "include_expired",
-                   "expired", "planned_at", "include_rerun")),
+                   "expired", "planned_at", "include_rerun", "include_one_shot")),
     Endpoint("GET", "/bulk/{bulk_id}", READ, "where a bulk action stands", name="progress"),
     Endpoint("POST", "/pauses", ADMIN, "pause a tenant, subscription or bot", name="pause",
              body=("scope", "key", "reason")),
@@ -164,6 +166,15 @@ def _flag(doc: dict[str, Any], name: str) -> bool:
     if not isinstance(value, bool):
         raise UsageError(f"{name}: expected true or false")
     return value
+
+
+def _one_shot_key(pairs: list[tuple[str, str]]) -> bool:
+    """The filter's ``include-one-shot`` key (as a plan's terms name it): true or 1;
+    anything else is a ``UsageError``, never read as off."""
+    values = [v for k, v in pairs if k == "include-one-shot"]
+    if any(v.lower() not in ("true", "1") for v in values):
+        raise UsageError("include-one-shot: expected true")
+    return bool(values)
 
 
 def _expired_part(doc: dict[str, Any], include_expired: bool, matched: int) -> tuple[int, float]:
@@ -238,7 +249,9 @@ class Api:
 
     def _bulk_filter(self, action: str, doc: dict[str, Any]) -> Any:
         pairs = _filter_pairs(doc)
-        one_shot = any(k == "include-one-shot" for k, _v in pairs)
+        one_shot = _flag(doc, "include_one_shot") or _one_shot_key(pairs)
+        if one_shot and action != RERUN:
+            raise UsageError(f"include_one_shot: only a rerun takes one-shot rows, not a {action}")
         expired = _flag(doc, "include_expired")
         if expired and action != CANCEL:
             raise UsageError(f"include_expired: only a cancel takes claimed rows, not a {action}")
@@ -247,7 +260,7 @@ class Api:
             raise UsageError(f"include_rerun: only a rerun takes rows re-run already, not a {action}")
         flt = parse_filter([kv for kv in pairs if kv[0] != "include-one-shot"], now=time.time())
         return msgspec.structs.replace(flt, state=ACTION_STATES[action],
-                                       include_one_shot=one_shot and action == RERUN,
+                                       include_one_shot=one_shot,
                                        include_expired=expired, include_rerun=again)
 
     async def plan(self, r: Request, _t: ApiToken) -> Response:

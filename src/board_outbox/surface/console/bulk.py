@@ -103,7 +103,9 @@ def form_filter(values: Mapping[str, str], action: str = REPLAY
     """The form's fields (stripped, as echoed back) and the filter they make, or a ``UsageError``."""
     form = {name: str(values.get(name, "")).strip() for name in FIELDS}
     flt = parse_filter([(FIELDS[n], v) for n, v in form.items() if v], now=time.time())
-    one_shot = action == RERUN and values.get("include_one_shot", "") == "1"
+    one_shot = _checkbox(values, "include_one_shot")
+    if one_shot and action != RERUN:
+        raise UsageError(f"include_one_shot: only a rerun takes one-shot rows, not a {action}")
     if one_shot:
         form["include_one_shot"] = "1"
     expired = _checkbox(values, "include_expired")
