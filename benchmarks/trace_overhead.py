@@ -66,8 +66,8 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=1000, help="per pipeline")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--configs", default="off,100%,0.01",
-                    help=f"of {', '.join(CONFIGS)} (a round runs them side by side: more than "
-                         "three or four saturate a single-threaded wire server)")
+                    help=f"of {', '.join(CONFIGS).replace('%', '%%')} (a round runs them side by side: "
+                         "more than three or four saturate a single-threaded wire server)")
     ap.add_argument("--timeout", type=float, default=900.0, help="per round, seconds")
     ap.add_argument("--name", default="trace-overhead")
     ap.add_argument("--baseline-src", type=Path,
