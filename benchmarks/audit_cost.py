@@ -22,8 +22,14 @@ from board_outbox.engine.upkeep.audit import Auditor
 from board_outbox.model.clock import SystemClock
 from board_outbox.service.runtime import build_registry
 
-from .common import mongo_uri, open_backend, settle_heap, synthetic_board, write_result
-from .costs import CommandCounter
+from .common import (
+    CommandCounter,
+    mongo_uri,
+    open_backend,
+    settle_heap,
+    synthetic_board,
+    write_result,
+)
 
 
 async def run(uri: str, events: int, tenants: int, batch: int) -> dict[str, Any]:

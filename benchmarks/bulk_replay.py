@@ -1,4 +1,4 @@
-"""Bulk replay of dead-letters on the wire (issue 33 item 5): what a plan costs and how fast an
+"""Bulk replay of dead-letters on the wire: what a plan costs and how fast an
 apply writes.
 
 Workload: ``rows`` dead-letters over 10 tenants (3 subscriptions each, the last error one of

@@ -279,6 +279,39 @@ def sniffio_absent() -> Any:
             sys.modules["sniffio"] = saved
 
 
+IGNORED = {"hello", "ismaster", "isMaster", "ping", "endSessions", "buildInfo", "saslStart",
+           "saslContinue"}
+
+
+class CommandCounter(monitoring.CommandListener):
+    """The commands a client sends, counted by name (pymongo's command monitoring), handshakes
+    and pings left out: what a benchmark divides by its work."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def reset(self) -> None:
+        self.counts.clear()
+
+    @property
+    def by_name(self) -> dict[str, int]:
+        return dict(self.counts)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name not in IGNORED:
+            self.counts[event.command_name] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
 class CommandCount(monitoring.CommandListener):
     """Every command a client sends (``n``), counted by pymongo's command monitoring: the
     client-side count a benchmark subtracts from the server's counters or divides by its work."""

@@ -1,4 +1,4 @@
-"""The console's pages at 20,000 tenants on the MongoDB-wire server (issue 30).
+"""The console's pages at 20,000 tenants on the MongoDB-wire server.
 
 A database with ``--tenants`` tenants (a counter, a cursor and a subscription each; three
 events each for the tenants behind), of which ``--behind`` are behind their counter and
@@ -23,9 +23,9 @@ Run (``MONGODB_URI`` for a real replica set, else ``secantusd-py`` as a child pr
     .venv/bin/python -m benchmarks.console_pages [--tenants 20000] [--behind 500 3000 20000]
         [--baseline] [--plot-only]
 
-Result: ``results/console-pages.json`` and ``.png``. Before issue 30 the overview at 20,000
-tenants took 54.6 s and a tenant page 52.0 s (the per-tenant status of every tenant on every
-page).
+Result: ``results/console-pages.json`` and ``.png``. Before the pages were cut from counts kept
+per tenant, the overview at 20,000 tenants took 54.6 s and a tenant page 52.0 s (the per-tenant
+status of every tenant on every page).
 """
 
 from __future__ import annotations

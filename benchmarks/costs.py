@@ -1,5 +1,5 @@
 """Our CPU per event on the production path, next to the bare-driver floor measured in the same
-run (SPEC W4; issue 22, item 5).
+run (SPEC W4).
 
 CPU is this process's CPU time (``time.process_time``: our code plus pymongo's encoding and
 decoding); the store and the bot runner are other processes, so their CPU is excluded by

@@ -1,4 +1,4 @@
-"""Fairness across tenants (issue 23, F1): one noisy tenant's burst against 19 quiet tenants.
+"""Fairness across tenants (F1): one noisy tenant's burst against 19 quiet tenants.
 
 20 tenants, one matching subscription each, the default projection on (a launch row and a
 projection row per event). The 19 quiet tenants trickle events (round-robin, at ``--quiet-rate``

@@ -1,4 +1,4 @@
-"""The bare-driver floor (issues 29 and 31): the same job as ``board-outbox run``, written
+"""The bare-driver floor: the same job as ``board-outbox run``, written
 straight against pymongo's ``AsyncMongoClient`` and aiohttp, none of our code. Run as its own
 process, so that its whole-process CPU can be set beside the service's.
 
@@ -11,7 +11,7 @@ projection rows, one ``update_many`` done mark.
 ``python -m benchmarks.floor URI DATABASE RUNNER_URL ROWS`` exits once ROWS rows are done.
 
 ``python -m benchmarks.floor --follow URI DATABASE RUNNER_URL [--projection]`` is the latency
-floor (issue 31, ``shortpath.py``; ``floor_follow.py``): it watches the change stream and runs
+floor (``shortpath.py``; ``floor_follow.py``): it watches the change stream and runs
 until SIGTERM.
 """
 

@@ -1,4 +1,4 @@
-"""The latency floor (issue 31): the short path of ``board-outbox run`` -- an insert woken by the
+"""The latency floor: the short path of ``board-outbox run`` -- an insert woken by the
 change stream, its launch POSTed, the row marked done -- written straight against pymongo's
 ``AsyncMongoClient`` and aiohttp, none of our code, in its own process (so that its whole-process
 CPU can be set beside the service's, ``shortpath.py``).

@@ -1,5 +1,5 @@
 """Our CPU per launch and launches per second through the HTTP launcher to a local bot runner
-(issue 12 item 6; issue 22 item 2: the client chosen by measurement).
+(the client chosen by measurement).
 
 The bot runner is a separate process (a threading HTTP/1.1 server with keep-alive, answering
 200 ``{"launch_id": ...}`` at once), so this process's CPU time (``time.process_time``) is the
@@ -11,7 +11,7 @@ interleaved rounds in one run:
 - ``httpx`` -- the same requests on a pooled ``httpx.AsyncClient`` (``trust_env=False``) with
   ``sniffio`` installed: httpcore's async-library detection fixed;
 - ``httpx, no sniffio`` -- the same, with ``import sniffio`` failing as it does when sniffio is
-  not installed (httpcore re-runs it per request): the launcher before issue 22.
+  not installed (httpcore re-runs it per request): the launcher before aiohttp.
 
     .venv/bin/python -m benchmarks.launcher [--launches 2000] [--concurrency 1,16] [--rounds 3]
 """
@@ -44,7 +44,7 @@ class Launcher(Protocol):
 
 
 class HttpxLauncher:
-    """The launcher as it was before issue 22: a pooled ``httpx.AsyncClient``, same headers,
+    """The launcher as it was before aiohttp: a pooled ``httpx.AsyncClient``, same headers,
     same per-phase timeouts, the same status rules (only the 2xx path is exercised here)."""
 
     def __init__(self, url: str, timeout_seconds: float = 10.0, max_connections: int = 32) -> None:

@@ -1,4 +1,4 @@
-"""Launch limits across replicas (issue 23, F2): four ``Service`` replicas, each with its own client
+"""Launch limits across replicas (F2): four ``Service`` replicas, each with its own client
 (as four ``run`` processes would have), against one database on the MongoDB-wire server.
 
 One tenant, one subscription, ``--rows`` events (claims of ``BATCH`` rows): ``--rows`` launch

@@ -19,12 +19,10 @@ import argparse
 import random
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import anyio
-from pymongo import monitoring
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -36,25 +34,7 @@ from board_outbox.model.clock import SystemClock
 from board_outbox.ports import Stores
 from board_outbox.service.runtime import build_registry
 
-from .common import settle_heap, write_result
-
-IGNORED = {"hello", "ismaster", "isMaster", "ping", "endSessions", "buildInfo", "saslStart",
-           "saslContinue"}
-
-
-class CommandCounter(monitoring.CommandListener):
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name not in IGNORED:
-            self.counts[event.command_name] += 1
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+from .common import CommandCounter, settle_heap, write_result
 
 
 async def measure(uri: str, projection: str, rows: int, tenants: int, batch_size: int,

@@ -1,4 +1,4 @@
-"""A py-spy profile of a running process, summarized (issue 31, ``shortpath.py``).
+"""A py-spy profile of a running process, summarized (``shortpath.py``).
 
 ``Profile(py_spy, pid, out).start()`` runs ``py-spy record --format raw --function --gil`` on
 the process (200 samples/s; only the thread holding the GIL is sampled, so the shares are of the

@@ -1,4 +1,4 @@
-"""The hot queries' cost as the backlog grows (issue 29, T1 item 2): every claim, reclaim, steal,
+"""The hot queries' cost as the backlog grows (T1): every claim, reclaim, steal,
 hand-off, mark, status and gauge statement, run through the production adapter
 (``MongoEffectOutbox``, the code ``board-outbox run`` calls) against collections holding 2,000
 and 20,000 pending rows (and as many done rows), on one server, in one run.

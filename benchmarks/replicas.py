@@ -1,4 +1,4 @@
-"""N ``board-outbox run`` replicas against the MongoDB-wire server (issue 11, S1-S3).
+"""N ``board-outbox run`` replicas against the MongoDB-wire server (S1-S3).
 
 For 1, 2 and 4 replica processes: 20 tenants, one matching subscription each, the default
 projection on, events trickled in round-robin. Reported per run:

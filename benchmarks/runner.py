@@ -1,4 +1,4 @@
-"""A local bot runner that records when each launch arrives, and an OTLP/HTTP sink (issue 31).
+"""A local bot runner that records when each launch arrives, and an OTLP/HTTP sink.
 
 One aiohttp server in its own process on 127.0.0.1 (its CPU is nobody's under test):
 

@@ -1,4 +1,4 @@
-"""The rolling series behind the console's charts (issue 33, item 6), measured on the wire.
+"""The rolling series behind the console's charts, measured on the wire.
 
 1. **A real run**: two ``board-outbox run`` replicas (subprocesses) over one MongoDB-wire
    server, ``--tenants`` tenants, events emitted at ``--rate`` a second for ``--minutes``

@@ -1,4 +1,4 @@
-"""The short path against its bare-driver floor (issue 31, items 2 and 3): insert -> launch
+"""The short path against its bare-driver floor: insert -> launch
 received, store requests, store round trips before the POST, and whole-process CPU per event,
 for ``board-outbox run`` (1 and 4 processes) and the latency floor (``floor_follow.py``), in one
 run, repeats alternated, each run on a fresh wire server by default (``--server``: SecantusDB

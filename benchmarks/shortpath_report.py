@@ -1,5 +1,5 @@
 """``shortpath.py``'s figures: round trips before the POST from statement logs, the medians over
-repeats, the ratios to the floor, the goals of issue 31, the plot and the printed tables."""
+repeats, the ratios to the floor, the short path's goals, the plot and the printed tables."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ METRICS: dict[str, tuple[str, ...]] = {
 RATIOS = ("p50_ms", "p99_ms", "requests_per_event", "requests_per_event_without_getmores",
           "process_cpu_ms_per_event", "process_cpu_ms_per_event_idle_included",
           "server_cpu_ms_per_event")
-# (goal, case, figure, at most): issue 31's goals, each product at one process against the floor
+# (goal, case, figure, at most): the short path's goals, each product at one process against the floor
 GOALS = (
     ("insert -> launch p50 <= 1.3x the floor", "latency", "p50_ms", 1.3),
     ("insert -> launch p99 <= 1.5x the floor", "latency", "p99_ms", 1.5),

@@ -1,4 +1,4 @@
-"""Start-up with many idle tenants on the MongoDB-wire server (issue 20, item 7).
+"""Start-up with many idle tenants on the MongoDB-wire server.
 
 20,000 tenants with a counter at seq 0 and no cursor (new, idle), and one live tenant whose
 event is already in the log (its tenant id sorts after every idle one). Measured: the wall time

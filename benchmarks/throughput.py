@@ -1,4 +1,4 @@
-"""Throughput at the store's floor (issues 29 and 39, T1, S6): a saturated backlog drained by
+"""Throughput at the store's floor (T1, S6): a saturated backlog drained by
 ``board-outbox run`` replicas (1, 2, 4, 8) beside the bare-driver floor (``floor.py``), in one run,
 on one server.
 
@@ -66,7 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TENANTS = 10
 CARDS = 20
 # what a replica's log says when it aborted a batch on a store timeout, gave up a done mark, or
-# found a tenant stalled (issue 29: none of them may happen under mere overload)
+# found a tenant stalled (none of them may happen under mere overload)
 SYMPTOMS = {"aborted": "batch aborted, cursor untouched", "unrecorded": "done but not recorded",
             "stalled": "stalled"}
 

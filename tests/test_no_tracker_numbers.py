@@ -3,7 +3,7 @@
 A reader of the source, of ``--help`` or of ``/metrics`` has no access to the project's tracker,
 so "(issue 33)" tells them nothing. Requirement ids (``M1``, ``F3``) are fine: docs/design.md
 defines them. Checked in every file under ``src/`` and ``projections/`` (code, comments,
-docstrings, templates), in the ``--help`` of every command and subcommand (the argparse tree
+docstrings, templates), in the benchmarks' code, in the ``--help`` of every command and subcommand (the argparse tree
 walked in-process), and in the description of every metric ``/metrics`` serves.
 """
 
@@ -24,6 +24,9 @@ from board_outbox.surface.http.metrics import ServiceCollector, exposition
 
 ROOT = Path(__file__).resolve().parent.parent
 TREES = (ROOT / "src", ROOT / "projections")
+# the benchmarks' code (their --help is their docstring); their README and results are a log of
+# past measurements, dated, where a figure may name the change it measured
+BENCH = ROOT / "benchmarks"
 # "issue 33", "Issue 33:", "issues 30/32", "issue #33", and one wrapped over a line break
 TRACKER = re.compile(r"\bissues?\s+#?\d+", re.IGNORECASE)
 
@@ -44,6 +47,7 @@ def source_files() -> Iterator[Path]:
         for path in sorted(tree.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 yield path
+    yield from sorted(p for p in BENCH.rglob("*.py") if "__pycache__" not in p.parts)
 
 
 def test_no_tracker_number_in_the_source() -> None:
