@@ -3,8 +3,8 @@
 A reader of the source, of ``--help`` or of ``/metrics`` has no access to the project's tracker,
 so "(issue 33)" tells them nothing. Requirement ids (``M1``, ``F3``) are fine: docs/design.md
 defines them. Checked in every file under ``src/`` and ``projections/`` (code, comments,
-docstrings, templates), in the benchmarks' code, in the ``--help`` of every command and subcommand (the argparse tree
-walked in-process), and in the description of every metric ``/metrics`` serves.
+docstrings, templates), in the benchmarks' code, in the ``--help`` of every command and
+subcommand (the argparse tree walked in-process), and in the description of every metric ``/metrics`` serves.
 """
 
 from __future__ import annotations
